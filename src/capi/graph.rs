@@ -1,0 +1,243 @@
+//! C API: graphs, tensors, nodes, reading and writing tensors.
+
+use super::boundary::guard;
+use super::handles::{self, Object};
+use super::types::*;
+use crate::device::LaunchDims;
+use crate::graph::TensorKind;
+use crate::runtime::{Error, RuntimeGraph};
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::{Arc, Mutex};
+
+fn lock_graph(graph: *const gkrt_graph) -> Result<Arc<Mutex<RuntimeGraph>>, Error> {
+    handles::graph(graph as usize)
+}
+
+/// A slice from a C pointer and count; NULL is allowed only for an empty array.
+unsafe fn c_slice<'a, T>(ptr: *const T, len: usize, what: &str) -> Result<&'a [T], Error> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(Error::InvalidArgument(format!(
+            "{what} is NULL but its count is {len}"
+        )));
+    }
+    Ok(std::slice::from_raw_parts(ptr, len))
+}
+
+/// Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
+/// `gkrt_graph_release`; the graph keeps the runtime alive.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_graph_create(
+    runtime: *mut gkrt_runtime,
+    out: *mut *mut gkrt_graph,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        if out.is_null() {
+            return Err(Error::InvalidArgument("out (gkrt_graph **) is NULL".into()));
+        }
+        let g = RuntimeGraph::new(rt);
+        *out = handles::register(Object::Graph(Arc::new(Mutex::new(g)))) as *mut gkrt_graph;
+        Ok(())
+    })
+}
+
+/// Releases a graph and the device memory of its tensors (after its queued work finishes).
+/// NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn gkrt_graph_release(graph: *mut gkrt_graph) -> gkrt_status {
+    if graph.is_null() {
+        return gkrt_status::GKRT_STATUS_OK;
+    }
+    guard(|| handles::release(graph as usize, "graph"))
+}
+
+/// Adds a tensor of `size` bytes (1 .. 2^48) and kind GKRT_TENSOR_*. `name` may be NULL; it
+/// appears in error messages. `*out` receives the tensor's id.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_graph_add_tensor(
+    graph: *mut gkrt_graph,
+    size: u64,
+    kind: gkrt_tensor_kind,
+    name: *const c_char,
+    out: *mut gkrt_tensor,
+) -> gkrt_status {
+    guard(|| {
+        let g = lock_graph(graph)?;
+        let kind = TensorKind::from_raw(kind).ok_or_else(|| {
+            Error::InvalidArgument(format!("tensor kind {kind} is not a gkrt_tensor_kind"))
+        })?;
+        if out.is_null() {
+            return Err(Error::InvalidArgument("out (gkrt_tensor *) is NULL".into()));
+        }
+        let name = if name.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(name).to_string_lossy().into_owned()
+        };
+        let id = g
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add_tensor(size, kind, &name)?;
+        *out = id;
+        Ok(())
+    })
+}
+
+/// Appends a node running `kernel` that reads `inputs` and writes `outputs` (tensor ids of
+/// this graph), with one scratch buffer per entry of `workspace_sizes` (bytes, freed right
+/// after the node). `launch` may be NULL (no parameters; grid and block 1). Nodes run in the
+/// order added. Checked here: ids belong to this graph; every intermediate or output read was
+/// written by an earlier node; built-ins get the tensor sizes and parameters they need. On
+/// success `*node_out` (may be NULL) receives the node's index.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn gkrt_graph_add_kernel(
+    graph: *mut gkrt_graph,
+    kernel: *const gkrt_kernel,
+    inputs: *const gkrt_tensor,
+    num_inputs: usize,
+    outputs: *const gkrt_tensor,
+    num_outputs: usize,
+    workspace_sizes: *const u64,
+    num_workspaces: usize,
+    launch: *const gkrt_launch,
+    node_out: *mut u32,
+) -> gkrt_status {
+    guard(|| {
+        let g = lock_graph(graph)?;
+        let k = handles::kernel(kernel as usize)?;
+        let inputs = c_slice(inputs, num_inputs, "inputs")?;
+        let outputs = c_slice(outputs, num_outputs, "outputs")?;
+        let workspaces = c_slice(workspace_sizes, num_workspaces, "workspace_sizes")?;
+        let (dims, params) = match launch.as_ref() {
+            None => (
+                LaunchDims {
+                    grid: [1; 3],
+                    block: [1; 3],
+                    shared_mem_bytes: 0,
+                },
+                &[][..],
+            ),
+            Some(l) => {
+                if l.grid.contains(&0) || l.block.contains(&0) {
+                    return Err(Error::InvalidArgument(format!(
+                        "launch grid {:?} and block {:?} must be non-zero in every dimension",
+                        l.grid, l.block
+                    )));
+                }
+                let params = c_slice(l.params as *const u8, l.params_size, "launch.params")?;
+                (
+                    LaunchDims {
+                        grid: l.grid,
+                        block: l.block,
+                        shared_mem_bytes: l.shared_mem_bytes,
+                    },
+                    params,
+                )
+            }
+        };
+        let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+        if g.runtime().serial() != k.runtime.serial() {
+            return Err(Error::InvalidArgument(
+                "the kernel belongs to another runtime than the graph".into(),
+            ));
+        }
+        let node = g
+            .graph
+            .add_node(k.kernel.clone(), inputs, outputs, workspaces, dims, params)?;
+        if let Some(out) = node_out.as_mut() {
+            *out = node;
+        }
+        Ok(())
+    })
+}
+
+/// Freezes the graph and derives liveness (and the plan in planned mode). After this the graph
+/// can run but not change. Fails on a graph without nodes or with an output no node writes.
+#[no_mangle]
+pub extern "C" fn gkrt_graph_finalize(graph: *mut gkrt_graph) -> gkrt_status {
+    guard(|| {
+        lock_graph(graph)?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .finalize()
+    })
+}
+
+/// Describes the graph (sizes, and after finalize its liveness figures).
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_graph_get_info(
+    graph: *const gkrt_graph,
+    out: *mut gkrt_graph_info,
+) -> gkrt_status {
+    guard(|| {
+        let g = lock_graph(graph)?;
+        let out = out
+            .as_mut()
+            .ok_or_else(|| Error::InvalidArgument("out (gkrt_graph_info *) is NULL".into()))?;
+        let g = g.lock().unwrap_or_else(|p| p.into_inner());
+        let mut info = gkrt_graph_info {
+            num_tensors: g.graph.tensors().len() as u64,
+            num_nodes: g.graph.nodes().len() as u64,
+            ..Default::default()
+        };
+        if let Some(lv) = g.graph.liveness() {
+            info.finalized = 1;
+            info.peak_node = lv.peak_node;
+            info.persistent_bytes = lv.persistent_bytes;
+            info.peak_transient_bytes = lv.peak_transient_bytes;
+            info.transient_total_bytes = lv.transient_total_bytes;
+        }
+        *out = info;
+        Ok(())
+    })
+}
+
+/// Copies `size` bytes from host memory `data` into an input, parameter or output tensor.
+/// `size` must equal the tensor's size. The copy is complete when the call returns.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_graph_write_tensor(
+    graph: *mut gkrt_graph,
+    tensor: gkrt_tensor,
+    data: *const c_void,
+    size: usize,
+) -> gkrt_status {
+    guard(|| {
+        let g = lock_graph(graph)?;
+        if data.is_null() {
+            return Err(Error::InvalidArgument("data is NULL".into()));
+        }
+        let bytes = std::slice::from_raw_parts(data as *const u8, size);
+        let result = g
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .write(tensor, bytes);
+        result
+    })
+}
+
+/// Copies a persistent tensor (after it was written or produced by a run) into host memory
+/// `data` of `size` bytes, which must equal the tensor's size.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_graph_read_tensor(
+    graph: *const gkrt_graph,
+    tensor: gkrt_tensor,
+    data: *mut c_void,
+    size: usize,
+) -> gkrt_status {
+    guard(|| {
+        let g = lock_graph(graph)?;
+        if data.is_null() {
+            return Err(Error::InvalidArgument("data is NULL".into()));
+        }
+        let bytes = std::slice::from_raw_parts_mut(data as *mut u8, size);
+        let result = g
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .read(tensor, bytes);
+        result
+    })
+}

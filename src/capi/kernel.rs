@@ -1,0 +1,169 @@
+//! C API: kernel objects.
+
+use super::boundary::guard;
+use super::handles::{self, KernelObject, Object};
+use super::types::*;
+use crate::device::ModuleSource;
+use crate::kernels::{BuiltinKind, HostCallback, Kernel};
+use crate::runtime::{Error, Runtime};
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Arc;
+
+unsafe fn publish(
+    rt: Arc<Runtime>,
+    kernel: Kernel,
+    out: *mut *mut gkrt_kernel,
+) -> Result<(), Error> {
+    *out = handles::register(Object::Kernel(Arc::new(KernelObject {
+        runtime: rt,
+        kernel,
+    }))) as *mut gkrt_kernel;
+    Ok(())
+}
+
+unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, Error> {
+    if p.is_null() {
+        return Err(Error::InvalidArgument(format!("{what} is NULL")));
+    }
+    CStr::from_ptr(p)
+        .to_str()
+        .map_err(|_| Error::InvalidArgument(format!("{what} is not valid UTF-8")))
+}
+
+fn check_out(out: *mut *mut gkrt_kernel) -> Result<(), Error> {
+    if out.is_null() {
+        return Err(Error::InvalidArgument(
+            "out (gkrt_kernel **) is NULL".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A built-in kernel (GKRT_BUILTIN_*). `*out` is released with `gkrt_kernel_release`.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_kernel_builtin(
+    runtime: *mut gkrt_runtime,
+    builtin: gkrt_builtin,
+    out: *mut *mut gkrt_kernel,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        check_out(out)?;
+        let kind = BuiltinKind::from_raw(builtin).ok_or_else(|| {
+            Error::InvalidArgument(format!("built-in {builtin} is not a gkrt_builtin"))
+        })?;
+        publish(rt, Kernel::Builtin(kind), out)
+    })
+}
+
+/// A host callback kernel: `fn(args, user_data)` is called for every node that uses it (see
+/// `gkrt_callback_fn` for where and when). `user_data` is passed through untouched.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_kernel_from_callback(
+    runtime: *mut gkrt_runtime,
+    callback: gkrt_callback_fn,
+    user_data: *mut c_void,
+    out: *mut *mut gkrt_kernel,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        check_out(out)?;
+        let func = callback.ok_or_else(|| Error::InvalidArgument("callback is NULL".into()))?;
+        publish(
+            rt,
+            Kernel::Callback(HostCallback {
+                func,
+                user_data: user_data as usize,
+            }),
+            out,
+        )
+    })
+}
+
+/// A kernel from PTX text (NUL-terminated), function `name`. CUDA backend only: the host
+/// backend answers GKRT_STATUS_UNSUPPORTED. Load errors give GKRT_STATUS_COMPILE_ERROR with
+/// the driver's log.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_kernel_from_ptx(
+    runtime: *mut gkrt_runtime,
+    ptx: *const c_char,
+    name: *const c_char,
+    out: *mut *mut gkrt_kernel,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        check_out(out)?;
+        let (ptx, name) = (c_str(ptx, "ptx")?, c_str(name, "name")?);
+        let k = rt.load_kernel(ModuleSource::Ptx(ptx), name)?;
+        publish(rt, k, out)
+    })
+}
+
+/// A kernel from a cubin or fatbin image of `size` bytes, function `name`. CUDA backend only.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_kernel_from_cubin(
+    runtime: *mut gkrt_runtime,
+    image: *const c_void,
+    size: usize,
+    name: *const c_char,
+    out: *mut *mut gkrt_kernel,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        check_out(out)?;
+        if image.is_null() || size == 0 {
+            return Err(Error::InvalidArgument(
+                "cubin image is NULL or empty".into(),
+            ));
+        }
+        let image = std::slice::from_raw_parts(image as *const u8, size);
+        let k = rt.load_kernel(ModuleSource::Cubin(image), c_str(name, "name")?)?;
+        publish(rt, k, out)
+    })
+}
+
+/// A kernel from CUDA C++ source compiled by NVRTC (once per runtime and source; cached),
+/// function `name` (declare it `extern "C" __global__`). `options` is an array of
+/// `num_options` NUL-terminated NVRTC options (may be NULL when 0); the target architecture
+/// is added for the device. CUDA backend only.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_kernel_from_source(
+    runtime: *mut gkrt_runtime,
+    source: *const c_char,
+    name: *const c_char,
+    options: *const *const c_char,
+    num_options: usize,
+    out: *mut *mut gkrt_kernel,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        check_out(out)?;
+        let (source, name) = (c_str(source, "source")?, c_str(name, "name")?);
+        if num_options > 0 && options.is_null() {
+            return Err(Error::InvalidArgument(format!(
+                "options is NULL but num_options is {num_options}"
+            )));
+        }
+        let opts = (0..num_options)
+            .map(|i| c_str(*options.add(i), "an option").map(str::to_string))
+            .collect::<Result<Vec<_>, _>>()?;
+        let k = rt.load_kernel(
+            ModuleSource::CudaSource {
+                source,
+                options: &opts,
+            },
+            name,
+        )?;
+        publish(rt, k, out)
+    })
+}
+
+/// Releases the caller's kernel handle; graphs that use the kernel keep what they need.
+/// NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn gkrt_kernel_release(kernel: *mut gkrt_kernel) -> gkrt_status {
+    if kernel.is_null() {
+        return gkrt_status::GKRT_STATUS_OK;
+    }
+    guard(|| handles::release(kernel as usize, "kernel"))
+}

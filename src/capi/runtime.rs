@@ -1,0 +1,221 @@
+//! C API: version, configuration, runtimes, statistics.
+
+use super::boundary::guard;
+use super::handles::{self, Object};
+use super::logging;
+use super::types::*;
+use crate::runtime::{Config, DeviceChoice, Error, MemoryMode, Runtime};
+use std::ffi::c_char;
+
+/// The library's version as "MAJOR.MINOR.PATCH", a static string (never free it).
+#[no_mangle]
+pub extern "C" fn gkrt_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
+}
+
+/// A static, human-readable name for a status value ("GKRT_STATUS_OUT_OF_MEMORY"); unknown
+/// values give "GKRT_STATUS_UNKNOWN".
+#[no_mangle]
+pub extern "C" fn gkrt_status_name(status: i32) -> *const c_char {
+    let name: &'static str = match status {
+        0 => "GKRT_STATUS_OK\0",
+        1 => "GKRT_STATUS_INVALID_ARGUMENT\0",
+        2 => "GKRT_STATUS_INVALID_STATE\0",
+        3 => "GKRT_STATUS_OUT_OF_MEMORY\0",
+        4 => "GKRT_STATUS_NO_DEVICE\0",
+        5 => "GKRT_STATUS_DEVICE_ERROR\0",
+        6 => "GKRT_STATUS_COMPILE_ERROR\0",
+        7 => "GKRT_STATUS_CALLBACK_FAILED\0",
+        8 => "GKRT_STATUS_UNSUPPORTED\0",
+        9 => "GKRT_STATUS_INTERNAL\0",
+        _ => "GKRT_STATUS_UNKNOWN\0",
+    };
+    name.as_ptr() as *const c_char
+}
+
+/// Fills `config` with the defaults (see `gkrt_config`). NULL is an error.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_config_init(config: *mut gkrt_config) -> gkrt_status {
+    guard(|| {
+        let out = config
+            .as_mut()
+            .ok_or_else(|| Error::InvalidArgument("config is NULL".into()))?;
+        let d = Config::default();
+        *out = gkrt_config {
+            device: d.device as u32,
+            device_ordinal: d.device_ordinal,
+            memory_limit: d.memory_limit,
+            memory_mode: d.memory_mode as u32,
+            log_level: d.log_level,
+            host_jitter_us: d.host_jitter_us,
+            reserved: 0,
+            seed: d.seed,
+        };
+        Ok(())
+    })
+}
+
+fn config_from_c(c: &gkrt_config) -> Result<Config, Error> {
+    let device = match c.device {
+        GKRT_DEVICE_AUTO => DeviceChoice::Auto,
+        GKRT_DEVICE_HOST => DeviceChoice::Host,
+        GKRT_DEVICE_CUDA => DeviceChoice::Cuda,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "config.device = {other} is not a gkrt_device_kind"
+            )))
+        }
+    };
+    let memory_mode = match c.memory_mode {
+        GKRT_MEMORY_DYNAMIC => MemoryMode::Dynamic,
+        GKRT_MEMORY_PLANNED => MemoryMode::Planned,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "config.memory_mode = {other} is not a gkrt_memory_mode"
+            )))
+        }
+    };
+    if c.log_level > 5 {
+        return Err(Error::InvalidArgument(format!(
+            "config.log_level = {} (must be 0..5)",
+            c.log_level
+        )));
+    }
+    if c.reserved != 0 {
+        return Err(Error::InvalidArgument("config.reserved must be 0".into()));
+    }
+    Ok(Config {
+        device,
+        device_ordinal: c.device_ordinal,
+        memory_limit: c.memory_limit,
+        memory_mode,
+        log_level: c.log_level,
+        host_jitter_us: c.host_jitter_us,
+        seed: c.seed,
+    })
+}
+
+/// Creates a runtime. `config` may be NULL for the defaults. On success `*out` receives a
+/// handle the caller owns and releases with `gkrt_runtime_release`; on failure `*out` is left
+/// untouched. Fails with GKRT_STATUS_NO_DEVICE when GKRT_DEVICE_CUDA is asked for and no
+/// driver or device is present.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_runtime_create(
+    config: *const gkrt_config,
+    out: *mut *mut gkrt_runtime,
+) -> gkrt_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(Error::InvalidArgument(
+                "out (gkrt_runtime **) is NULL".into(),
+            ));
+        }
+        let config = match config.as_ref() {
+            Some(c) => config_from_c(c)?,
+            None => Config::default(),
+        };
+        logging::init(config.log_level);
+        let rt = Runtime::new(config)?;
+        *out = handles::register(Object::Runtime(rt)) as *mut gkrt_runtime;
+        Ok(())
+    })
+}
+
+/// Releases the caller's handle. Graphs and kernels made from the runtime keep it alive until
+/// they are released too, so any release order is safe. NULL is a no-op; a handle already
+/// released gives GKRT_STATUS_INVALID_ARGUMENT.
+#[no_mangle]
+pub extern "C" fn gkrt_runtime_release(runtime: *mut gkrt_runtime) -> gkrt_status {
+    if runtime.is_null() {
+        return gkrt_status::GKRT_STATUS_OK;
+    }
+    guard(|| handles::release(runtime as usize, "runtime"))
+}
+
+/// The backend the runtime runs on: GKRT_DEVICE_HOST or GKRT_DEVICE_CUDA.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_runtime_device(
+    runtime: *const gkrt_runtime,
+    out: *mut gkrt_device_kind,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        let out = out
+            .as_mut()
+            .ok_or_else(|| Error::InvalidArgument("out is NULL".into()))?;
+        *out = match rt.device_kind() {
+            crate::device::DeviceKind::Host => GKRT_DEVICE_HOST,
+            crate::device::DeviceKind::Cuda => GKRT_DEVICE_CUDA,
+        };
+        Ok(())
+    })
+}
+
+/// Copies the runtime's statistics into `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_runtime_stats(
+    runtime: *const gkrt_runtime,
+    out: *mut gkrt_stats,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        let out = out
+            .as_mut()
+            .ok_or_else(|| Error::InvalidArgument("out (gkrt_stats *) is NULL".into()))?;
+        let s = rt.stats();
+        *out = gkrt_stats {
+            allocated_bytes: s.pool.allocated_bytes,
+            reserved_bytes: s.pool.reserved_bytes,
+            peak_allocated_bytes: s.pool.peak_allocated_bytes,
+            peak_reserved_bytes: s.pool.peak_reserved_bytes,
+            requested_bytes: s.pool.requested_bytes,
+            alloc_count: s.pool.alloc_count,
+            free_count: s.pool.free_count,
+            failed_alloc_count: s.pool.failed_alloc_count,
+            segment_count: s.pool.segment_count,
+            segment_alloc_count: s.pool.segment_alloc_count,
+            segment_free_count: s.pool.segment_free_count,
+            memory_limit: s.memory_limit,
+            runs: s.counters.runs,
+            nodes_launched: s.counters.nodes_launched,
+            last_run_pool_allocs: s.counters.last_run_pool_allocs,
+        };
+        Ok(())
+    })
+}
+
+/// Sets the peak statistics to the current values.
+#[no_mangle]
+pub extern "C" fn gkrt_runtime_reset_peak_stats(runtime: *mut gkrt_runtime) -> gkrt_status {
+    guard(|| {
+        handles::runtime(runtime as usize)?.reset_peak_stats();
+        Ok(())
+    })
+}
+
+/// Waits until all work the runtime queued has finished; reports asynchronous failures.
+#[no_mangle]
+pub extern "C" fn gkrt_runtime_synchronize(runtime: *mut gkrt_runtime) -> gkrt_status {
+    guard(|| handles::runtime(runtime as usize)?.synchronize())
+}
+
+/// Runs a finalized graph of this runtime once, start to end, and waits for it. On failure
+/// (out of memory, a callback that failed, a device error) no node is run twice, every
+/// intermediate's memory is back in the pool, and the runtime and graph stay usable.
+#[no_mangle]
+pub extern "C" fn gkrt_runtime_run(
+    runtime: *mut gkrt_runtime,
+    graph: *mut gkrt_graph,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        let g = handles::graph(graph as usize)?;
+        let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+        if g.runtime().serial() != rt.serial() {
+            return Err(Error::InvalidArgument(
+                "the graph belongs to another runtime".into(),
+            ));
+        }
+        g.run()
+    })
+}

@@ -1,0 +1,196 @@
+//! Types of the C API. Enumerations that the caller passes in are plain `uint32_t` typedefs
+//! with `#define`d values, so an out-of-range number from C is an error we report, never an
+//! invalid Rust enum.
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_void;
+
+pub const GKRT_VERSION_MAJOR: u32 = 0;
+pub const GKRT_VERSION_MINOR: u32 = 1;
+pub const GKRT_VERSION_PATCH: u32 = 0;
+
+/// The result of every fallible call. Values are fixed and never renumbered.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum gkrt_status {
+    GKRT_STATUS_OK = 0,
+    /// A NULL or malformed argument, an unknown or foreign handle or id, a size that does not match.
+    GKRT_STATUS_INVALID_ARGUMENT = 1,
+    /// The object is not in a state that allows the call (e.g. running an unfinalized graph).
+    GKRT_STATUS_INVALID_STATE = 2,
+    /// Device memory (or the memory limit) is exhausted.
+    GKRT_STATUS_OUT_OF_MEMORY = 3,
+    /// No usable device for the requested backend.
+    GKRT_STATUS_NO_DEVICE = 4,
+    /// A device or driver call failed; the message carries the driver's error name.
+    GKRT_STATUS_DEVICE_ERROR = 5,
+    /// PTX, cubin or CUDA source failed to compile or load.
+    GKRT_STATUS_COMPILE_ERROR = 6,
+    /// A host callback returned a non-zero status.
+    GKRT_STATUS_CALLBACK_FAILED = 7,
+    /// The backend cannot do this (e.g. PTX kernels on the host backend).
+    GKRT_STATUS_UNSUPPORTED = 8,
+    /// A bug in gkrt (a caught panic). The runtime stays usable.
+    GKRT_STATUS_INTERNAL = 9,
+}
+
+/// Which backend a runtime uses.
+pub type gkrt_device_kind = u32;
+/// The GPU when a CUDA driver and device are present, else the host backend.
+pub const GKRT_DEVICE_AUTO: gkrt_device_kind = 0;
+/// The host backend: a model of a GPU on the CPU.
+pub const GKRT_DEVICE_HOST: gkrt_device_kind = 1;
+/// A CUDA GPU; GKRT_STATUS_NO_DEVICE when there is none.
+pub const GKRT_DEVICE_CUDA: gkrt_device_kind = 2;
+
+pub type gkrt_memory_mode = u32;
+/// The pool serves each allocation as its node runs; intermediates are freed after their last use.
+pub const GKRT_MEMORY_DYNAMIC: gkrt_memory_mode = 0;
+/// Every intermediate has a fixed offset in one arena planned at finalize.
+pub const GKRT_MEMORY_PLANNED: gkrt_memory_mode = 1;
+
+pub type gkrt_tensor_kind = u32;
+/// Written by the host before a run; persists.
+pub const GKRT_TENSOR_INPUT: gkrt_tensor_kind = 0;
+/// Weights and state: written by the host, may be updated by nodes; persists.
+pub const GKRT_TENSOR_PARAMETER: gkrt_tensor_kind = 1;
+/// Lives inside a run: allocated when first written, freed after its last use.
+pub const GKRT_TENSOR_INTERMEDIATE: gkrt_tensor_kind = 2;
+/// Produced by nodes, read by the host; persists.
+pub const GKRT_TENSOR_OUTPUT: gkrt_tensor_kind = 3;
+
+/// Built-in kernels (all on f32 elements). Parameters go in `gkrt_launch.params`.
+pub type gkrt_builtin = u32;
+/// outputs: 1; params: float value.
+pub const GKRT_BUILTIN_FILL: gkrt_builtin = 0;
+/// inputs: 1, outputs: 1 (same size); byte copy.
+pub const GKRT_BUILTIN_COPY: gkrt_builtin = 1;
+/// inputs: a, b; outputs: a + b.
+pub const GKRT_BUILTIN_ADD: gkrt_builtin = 2;
+/// inputs: x; outputs: alpha * x; params: float alpha.
+pub const GKRT_BUILTIN_SCALE: gkrt_builtin = 3;
+/// inputs: x; outputs: x > 0 ? x : 0.
+pub const GKRT_BUILTIN_RELU: gkrt_builtin = 4;
+/// inputs: grad, x; outputs: x > 0 ? grad : 0.
+pub const GKRT_BUILTIN_RELU_GRAD: gkrt_builtin = 5;
+/// inputs: a (m×k), b (k×n); outputs: a·b (m×n), row-major; params: uint32_t m, n, k.
+pub const GKRT_BUILTIN_MATMUL: gkrt_builtin = 6;
+
+/// A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
+pub type gkrt_tensor = u64;
+
+/// Runtime configuration. Fill with `gkrt_config_init`, then change what you need.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gkrt_config {
+    /// GKRT_DEVICE_AUTO (default), _HOST or _CUDA. The environment variable GKRT_DEVICE
+    /// (auto|host|cuda) overrides it.
+    pub device: gkrt_device_kind,
+    /// CUDA device ordinal (default 0).
+    pub device_ordinal: u32,
+    /// Cap on the device memory the runtime takes, in bytes; 0 (default) = the device's total
+    /// (16 GiB on the host backend).
+    pub memory_limit: u64,
+    /// GKRT_MEMORY_DYNAMIC (default) or GKRT_MEMORY_PLANNED.
+    pub memory_mode: gkrt_memory_mode,
+    /// 0 off, 1 error, 2 warn (default), 3 info, 4 debug, 5 trace; messages go to stderr.
+    pub log_level: u32,
+    /// Host backend only: each queued item waits a random 0..host_jitter_us µs first, so a
+    /// missing event wait shows up in tests. Default 0; GKRT_HOST_JITTER_US overrides it.
+    pub host_jitter_us: u32,
+    /// Reserved, must be 0.
+    pub reserved: u32,
+    /// Seed of every random choice the runtime makes (jitter).
+    pub seed: u64,
+}
+
+/// Launch parameters of a node. For built-ins only `params` is used (grid and block are chosen
+/// by the runtime). For device functions the kernel's parameters are, in order: one pointer per
+/// input, one per output, one per workspace, then — if `params_size` > 0 — the bytes at
+/// `params` as one by-value struct parameter.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gkrt_launch {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    /// Copied at add time; may be NULL when params_size is 0.
+    pub params: *const c_void,
+    pub params_size: usize,
+}
+
+/// Memory and execution statistics of a runtime (`gkrt_runtime_stats`). Byte figures count
+/// allocations rounded up to 256 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct gkrt_stats {
+    /// Bytes in live allocations.
+    pub allocated_bytes: u64,
+    /// Bytes the pool holds from the device (live allocations + cached free blocks).
+    pub reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Bytes of live allocations as requested (before rounding).
+    pub requested_bytes: u64,
+    pub alloc_count: u64,
+    pub free_count: u64,
+    pub failed_alloc_count: u64,
+    /// Segments the pool holds now / has taken / has given back.
+    pub segment_count: u64,
+    pub segment_alloc_count: u64,
+    pub segment_free_count: u64,
+    pub memory_limit: u64,
+    pub runs: u64,
+    pub nodes_launched: u64,
+    /// Pool allocations made by the last run (0 in planned mode).
+    pub last_run_pool_allocs: u64,
+}
+
+/// What finalize derived from a graph (`gkrt_graph_get_info`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct gkrt_graph_info {
+    pub num_tensors: u64,
+    pub num_nodes: u64,
+    pub finalized: u32,
+    /// Node at which the transient peak is reached.
+    pub peak_node: u32,
+    /// Bytes of inputs, parameters and outputs (rounded to 256).
+    pub persistent_bytes: u64,
+    /// Peak of live intermediate + workspace bytes in a run (rounded to 256): what the pool's
+    /// allocated bytes rise by during a run in dynamic mode.
+    pub peak_transient_bytes: u64,
+    /// Sum of all intermediates and workspaces (rounded to 256): what a runtime without
+    /// reference-count freeing would hold.
+    pub transient_total_bytes: u64,
+}
+
+// The callback's argument structs are defined next to the executor that fills them
+// (`kernels::CallbackArgs`, `kernels::CallbackBuffer`); cbindgen.toml exports them as
+// `gkrt_callback_args` and `gkrt_buffer`.
+use crate::kernels::CallbackArgs;
+
+/// A host callback: called with the node's buffers and the stream, returns 0 on success and
+/// anything else to report failure (the run then fails with GKRT_STATUS_CALLBACK_FAILED).
+/// On the CUDA backend it is called on the thread running `gkrt_runtime_run` with device
+/// pointers and the `CUstream`: it must enqueue its work on that stream (e.g. a cuBLAS call),
+/// or synchronise it. On the host backend it is called on the stream's worker thread in stream
+/// order, and the pointers are host addresses it may read and write directly.
+pub type gkrt_callback_fn =
+    Option<unsafe extern "C" fn(args: *const CallbackArgs, user_data: *mut c_void) -> i32>;
+
+/// Opaque: a runtime. Internally locked: every call on one may come from any thread.
+pub struct gkrt_runtime {
+    _private: [u8; 0],
+}
+
+/// Opaque: a graph of one runtime. Internally locked; calls on one graph are serialised.
+pub struct gkrt_graph {
+    _private: [u8; 0],
+}
+
+/// Opaque: a kernel of one runtime (built-in, device code, or host callback). Immutable;
+/// may be used by any number of graphs of that runtime, from any thread.
+pub struct gkrt_kernel {
+    _private: [u8; 0],
+}

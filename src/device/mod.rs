@@ -1,0 +1,246 @@
+//! The device layer: the one trait every backend implements, and the types that cross it.
+//!
+//! Everything above this module is generic over `dyn Device`; only `cuda/` names cudarc and
+//! only `host/` knows that "device memory" is host RAM. Streams, events and functions are small
+//! integer handles into tables the backend owns, so the layers above can copy them freely and a
+//! backend can validate them (a stale handle is an error, not undefined behaviour).
+
+pub mod cuda;
+pub mod host;
+
+use std::ffi::c_void;
+use std::fmt;
+
+/// A device address. On the host backend it is a host address inside a segment; on CUDA a
+/// `CUdeviceptr`.
+pub type DevPtr = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FunctionId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GraphExecId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    Host,
+    Cuda,
+}
+
+/// Errors of the device layer. `capi/` maps them to statuses.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeviceError {
+    /// The device (or the backend's own limit) could not provide `requested` bytes.
+    OutOfMemory { requested: u64, message: String },
+    /// No usable device: no driver, no GPU, or the ordinal does not exist.
+    NoDevice(String),
+    /// A driver call failed; `name` is the driver's error name (e.g. `CUDA_ERROR_INVALID_VALUE`).
+    Driver {
+        call: &'static str,
+        name: String,
+        message: String,
+    },
+    /// PTX / cubin / CUDA source could not be compiled or loaded.
+    Compile(String),
+    /// Work already queued failed (a kernel fault, a host callback that reported failure);
+    /// surfaced at the next synchronisation.
+    Async(String),
+    /// The backend cannot do this (e.g. PTX on the host backend).
+    Unsupported(String),
+    /// A bad handle or argument reached the device layer.
+    Invalid(String),
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceError::OutOfMemory { requested, message } => {
+                write!(
+                    f,
+                    "device out of memory allocating {requested} bytes: {message}"
+                )
+            }
+            DeviceError::NoDevice(m) => write!(f, "no device: {m}"),
+            DeviceError::Driver {
+                call,
+                name,
+                message,
+            } => write!(f, "{call} failed: {name} ({message})"),
+            DeviceError::Compile(m) => write!(f, "kernel compilation failed: {m}"),
+            DeviceError::Async(m) => write!(f, "asynchronous error: {m}"),
+            DeviceError::Unsupported(m) => write!(f, "unsupported: {m}"),
+            DeviceError::Invalid(m) => write!(f, "invalid: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for DeviceError {}
+
+pub type DeviceResult<T> = Result<T, DeviceError>;
+
+/// Kernel code handed to `Device::load_function`.
+pub enum ModuleSource<'a> {
+    /// PTX text (NUL-free).
+    Ptx(&'a str),
+    /// A cubin (or fatbin) image.
+    Cubin(&'a [u8]),
+    /// CUDA C++ source, compiled by NVRTC with these extra options.
+    CudaSource {
+        source: &'a str,
+        options: &'a [String],
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+}
+
+/// A device buffer as a kernel sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buffer {
+    pub ptr: DevPtr,
+    pub bytes: u64,
+}
+
+/// The built-in kernels. All operate on f32 elements; element counts come from buffer sizes,
+/// which the graph layer has already validated (see `kernels::validate_builtin`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BuiltinOp {
+    /// out[i] = value
+    Fill { value: f32 },
+    /// out = in
+    Copy,
+    /// out[i] = a[i] + b[i]
+    Add,
+    /// out[i] = alpha * in[i]
+    Scale { alpha: f32 },
+    /// out[i] = max(in[i], 0)
+    Relu,
+    /// out[i] = x[i] > 0 ? grad[i] : 0   (inputs: grad, x)
+    ReluGrad,
+    /// out[m×n] = a[m×k] · b[k×n], row-major f32
+    Matmul { m: u32, n: u32, k: u32 },
+}
+
+/// Work a host callback node runs. It receives the backend's native stream handle
+/// (`CUstream` on CUDA, an opaque token on the host backend).
+pub type HostWork = Box<dyn FnOnce(*mut c_void) -> Result<(), String> + Send>;
+
+/// The device abstraction. All methods take `&self`: backends lock internally, and a runtime
+/// shares its device through an `Arc`.
+///
+/// Ordering contract (identical on every backend): work enqueued on one stream runs in order;
+/// work on different streams is unordered unless an event orders it; `*_async` copies read or
+/// write host memory at the time they execute on the stream, so the host memory must stay valid
+/// until the stream passes them (use `stream_synchronize` or an event).
+pub trait Device: Send + Sync {
+    fn kind(&self) -> DeviceKind;
+    /// Human-readable name ("host", "NVIDIA H200").
+    fn name(&self) -> String;
+    /// Total memory the device has (the budget is enforced above, by the pool).
+    fn total_memory(&self) -> u64;
+
+    // --- memory ---
+    /// A fresh segment of device memory; address aligned to at least 512 bytes.
+    fn alloc_segment(&self, bytes: u64) -> DeviceResult<DevPtr>;
+    fn free_segment(&self, ptr: DevPtr, bytes: u64) -> DeviceResult<()>;
+    /// Page-locked host memory usable by async copies.
+    fn alloc_pinned(&self, bytes: u64) -> DeviceResult<*mut u8>;
+    fn free_pinned(&self, ptr: *mut u8, bytes: u64) -> DeviceResult<()>;
+
+    // --- streams and events ---
+    fn create_stream(&self) -> DeviceResult<StreamId>;
+    fn destroy_stream(&self, stream: StreamId) -> DeviceResult<()>;
+    /// The native handle handed to host callbacks (`CUstream`).
+    fn native_stream(&self, stream: StreamId) -> DeviceResult<*mut c_void>;
+    /// Blocks until everything queued on `stream` has run; returns the first asynchronous error
+    /// raised there since the last synchronisation (and clears it).
+    fn stream_synchronize(&self, stream: StreamId) -> DeviceResult<()>;
+    fn create_event(&self) -> DeviceResult<EventId>;
+    fn destroy_event(&self, event: EventId) -> DeviceResult<()>;
+    /// Captures the work queued on `stream` so far; the event completes when it has run.
+    fn record_event(&self, event: EventId, stream: StreamId) -> DeviceResult<()>;
+    /// Work queued on `stream` after this call waits for the event's last record.
+    fn stream_wait_event(&self, stream: StreamId, event: EventId) -> DeviceResult<()>;
+    /// True when the event's last record has completed (or it was never recorded).
+    fn event_query(&self, event: EventId) -> DeviceResult<bool>;
+    fn event_synchronize(&self, event: EventId) -> DeviceResult<()>;
+    /// Milliseconds between two completed records.
+    fn event_elapsed_ms(&self, start: EventId, end: EventId) -> DeviceResult<f32>;
+
+    // --- copies ---
+    fn copy_h2d_async(
+        &self,
+        dst: DevPtr,
+        src: *const u8,
+        bytes: u64,
+        stream: StreamId,
+    ) -> DeviceResult<()>;
+    fn copy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevPtr,
+        bytes: u64,
+        stream: StreamId,
+    ) -> DeviceResult<()>;
+    fn copy_d2d_async(
+        &self,
+        dst: DevPtr,
+        src: DevPtr,
+        bytes: u64,
+        stream: StreamId,
+    ) -> DeviceResult<()>;
+
+    // --- kernels ---
+    /// Loads (compiling if needed) `function` from `source`.
+    fn load_function(&self, source: ModuleSource<'_>, function: &str) -> DeviceResult<FunctionId>;
+    /// Launches a loaded function. Kernel parameters, in order: one pointer per buffer in
+    /// `buffers` (inputs, outputs, workspaces), then — when `params` is non-empty — `params` as
+    /// one by-value parameter (a C struct the kernel declares).
+    fn launch(
+        &self,
+        function: FunctionId,
+        dims: &LaunchDims,
+        buffers: &[Buffer],
+        params: &[u8],
+        stream: StreamId,
+    ) -> DeviceResult<()>;
+    /// Launches a built-in kernel. `inputs` and `outputs` are already validated.
+    fn launch_builtin(
+        &self,
+        op: BuiltinOp,
+        inputs: &[Buffer],
+        outputs: &[Buffer],
+        stream: StreamId,
+    ) -> DeviceResult<()>;
+    /// Runs host work in stream order. Host backend: on the stream's worker, after the work
+    /// queued before it. CUDA: immediately on the calling thread, which is expected to enqueue
+    /// device work on the given `CUstream`; an `Err` is returned at once.
+    fn enqueue_host_work(&self, stream: StreamId, work: HostWork) -> DeviceResult<()>;
+
+    // --- whole-step capture (CUDA graphs); the host backend replays nothing and says so ---
+    fn supports_capture(&self) -> bool {
+        false
+    }
+    fn begin_capture(&self, _stream: StreamId) -> DeviceResult<()> {
+        Err(DeviceError::Unsupported("stream capture".into()))
+    }
+    fn end_capture(&self, _stream: StreamId) -> DeviceResult<GraphExecId> {
+        Err(DeviceError::Unsupported("stream capture".into()))
+    }
+    fn launch_graph(&self, _graph: GraphExecId, _stream: StreamId) -> DeviceResult<()> {
+        Err(DeviceError::Unsupported("graph launch".into()))
+    }
+    fn destroy_graph(&self, _graph: GraphExecId) -> DeviceResult<()> {
+        Ok(())
+    }
+}

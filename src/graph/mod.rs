@@ -1,0 +1,324 @@
+//! Graphs: tensors and kernel nodes as the host describes them, validated as they are added,
+//! and the liveness analysis `finalize` derives from them.
+//!
+//! Nodes run in the order added. A tensor that only nodes produce (intermediates, outputs) must
+//! be written by an earlier node before a node reads it; that is checked here, at build time.
+
+pub mod liveness;
+
+use crate::device::{BuiltinOp, LaunchDims};
+use crate::kernels::{validate_builtin, Kernel};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub use liveness::Liveness;
+
+/// Largest tensor or workspace the runtime accepts (256 TiB): anything larger is a bug in the
+/// caller (a negative size cast to unsigned, say), not a real request.
+pub(crate) const MAX_BUFFER_BYTES: u64 = 1 << 48;
+
+/// Every graph gets a process-unique serial so a tensor id from another graph is recognised.
+static NEXT_GRAPH_SERIAL: AtomicU32 = AtomicU32::new(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorKind {
+    /// Written by the host before a run, persists.
+    Input = 0,
+    /// Weights and other state: written by the host, may be updated by nodes, persists.
+    Parameter = 1,
+    /// Produced and consumed within a run; freed after its last use.
+    Intermediate = 2,
+    /// Produced by nodes, read by the host after the run, persists.
+    Output = 3,
+}
+
+impl TensorKind {
+    pub fn from_raw(raw: u32) -> Option<TensorKind> {
+        [
+            TensorKind::Input,
+            TensorKind::Parameter,
+            TensorKind::Intermediate,
+            TensorKind::Output,
+        ]
+        .into_iter()
+        .find(|k| *k as u32 == raw)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorKind::Input => "input",
+            TensorKind::Parameter => "parameter",
+            TensorKind::Intermediate => "intermediate",
+            TensorKind::Output => "output",
+        }
+    }
+
+    /// Persistent tensors keep their memory across runs; only intermediates are freed.
+    pub fn persists(self) -> bool {
+        self != TensorKind::Intermediate
+    }
+
+    /// Inputs and parameters get their first contents from the host.
+    pub fn host_written(self) -> bool {
+        matches!(self, TensorKind::Input | TensorKind::Parameter)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    pub size: u64,
+    pub kind: TensorKind,
+    pub name: String,
+    /// Index of the first node that writes it.
+    pub producer: Option<u32>,
+}
+
+impl Tensor {
+    /// "tensor 3 'h1' (intermediate, 4096 bytes)" — how every error message names a tensor.
+    pub fn describe(&self, index: u32) -> String {
+        if self.name.is_empty() {
+            format!("tensor {index} ({}, {} bytes)", self.kind.name(), self.size)
+        } else {
+            format!(
+                "tensor {index} '{}' ({}, {} bytes)",
+                self.name,
+                self.kind.name(),
+                self.size
+            )
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub kernel: Kernel,
+    /// For built-ins: the validated op.
+    pub builtin: Option<BuiltinOp>,
+    pub inputs: Vec<u32>,
+    pub outputs: Vec<u32>,
+    pub workspaces: Vec<u64>,
+    pub dims: LaunchDims,
+    pub params: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum GraphError {
+    Invalid(String),
+    /// The graph is finalized (no more edits) or not yet finalized (cannot run).
+    State(String),
+}
+
+impl std::fmt::Display for GraphError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GraphError::Invalid(m) | GraphError::State(m) => f.write_str(m),
+        }
+    }
+}
+
+pub type GraphResult<T> = Result<T, GraphError>;
+
+fn invalid<T>(msg: String) -> GraphResult<T> {
+    Err(GraphError::Invalid(msg))
+}
+
+pub struct Graph {
+    serial: u32,
+    tensors: Vec<Tensor>,
+    nodes: Vec<Node>,
+    liveness: Option<Liveness>,
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph {
+            serial: NEXT_GRAPH_SERIAL.fetch_add(1, Ordering::Relaxed),
+            tensors: Vec::new(),
+            nodes: Vec::new(),
+            liveness: None,
+        }
+    }
+
+    pub fn tensors(&self) -> &[Tensor] {
+        &self.tensors
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn liveness(&self) -> Option<&Liveness> {
+        self.liveness.as_ref()
+    }
+
+    pub fn is_finalized(&self) -> bool {
+        self.liveness.is_some()
+    }
+
+    /// The public id of tensor `index`: the graph's serial in the high half, so ids of other
+    /// graphs (and made-up numbers) are told apart.
+    pub fn tensor_id(&self, index: u32) -> u64 {
+        ((self.serial as u64) << 32) | index as u64
+    }
+
+    /// Resolves a public tensor id to an index into `tensors()`.
+    pub fn tensor_index(&self, id: u64) -> GraphResult<u32> {
+        let (serial, index) = ((id >> 32) as u32, id as u32);
+        if serial != self.serial {
+            return invalid(format!("tensor id {id:#x} does not belong to this graph"));
+        }
+        if index as usize >= self.tensors.len() {
+            return invalid(format!(
+                "tensor id {id:#x}: no tensor {index} in this graph"
+            ));
+        }
+        Ok(index)
+    }
+
+    fn check_editable(&self) -> GraphResult<()> {
+        if self.is_finalized() {
+            return Err(GraphError::State(
+                "the graph is finalized; it can no longer be changed".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn add_tensor(&mut self, size: u64, kind: TensorKind, name: &str) -> GraphResult<u64> {
+        self.check_editable()?;
+        let label = if name.is_empty() {
+            String::new()
+        } else {
+            format!(" '{name}'")
+        };
+        if size == 0 {
+            return invalid(format!(
+                "tensor{label}: size 0 bytes; a tensor needs at least one byte"
+            ));
+        }
+        if size > MAX_BUFFER_BYTES {
+            return invalid(format!(
+                "tensor{label}: size {size} bytes exceeds the maximum of {MAX_BUFFER_BYTES} bytes"
+            ));
+        }
+        if self.tensors.len() >= u32::MAX as usize {
+            return invalid("too many tensors in one graph".into());
+        }
+        let index = self.tensors.len() as u32;
+        self.tensors.push(Tensor {
+            size,
+            kind,
+            name: name.to_string(),
+            producer: None,
+        });
+        Ok(self.tensor_id(index))
+    }
+
+    /// Adds a node; returns its index. Everything about the node is checked here.
+    pub fn add_node(
+        &mut self,
+        kernel: Kernel,
+        input_ids: &[u64],
+        output_ids: &[u64],
+        workspaces: &[u64],
+        dims: LaunchDims,
+        params: &[u8],
+    ) -> GraphResult<u32> {
+        self.check_editable()?;
+        let node = self.nodes.len() as u32;
+        let what = format!("node {node} ({})", kernel.describe());
+        let resolve = |ids: &[u64], role: &str| -> GraphResult<Vec<u32>> {
+            ids.iter()
+                .enumerate()
+                .map(|(i, &id)| {
+                    self.tensor_index(id)
+                        .map_err(|e| GraphError::Invalid(format!("{what}, {role} {i}: {e}")))
+                })
+                .collect()
+        };
+        let inputs = resolve(input_ids, "input")?;
+        let outputs = resolve(output_ids, "output")?;
+        if outputs.is_empty() && !matches!(kernel, Kernel::Callback(_)) {
+            return invalid(format!("{what} has no outputs"));
+        }
+        for (i, &t) in inputs.iter().enumerate() {
+            let tensor = &self.tensors[t as usize];
+            if !tensor.kind.host_written() && tensor.producer.is_none() {
+                return invalid(format!(
+                    "{what}, input {i}: {} is read before any node writes it",
+                    tensor.describe(t)
+                ));
+            }
+        }
+        for (i, &t) in outputs.iter().enumerate() {
+            if outputs[..i].contains(&t) {
+                return invalid(format!(
+                    "{what}: {} appears twice among the outputs",
+                    self.tensors[t as usize].describe(t)
+                ));
+            }
+        }
+        for (i, &w) in workspaces.iter().enumerate() {
+            if w == 0 || w > MAX_BUFFER_BYTES {
+                return invalid(format!(
+                    "{what}, workspace {i}: size {w} bytes (must be between 1 and {MAX_BUFFER_BYTES})"
+                ));
+            }
+        }
+        let builtin = match &kernel {
+            Kernel::Builtin(kind) => {
+                let sizes = |ts: &[u32]| {
+                    ts.iter()
+                        .map(|&t| self.tensors[t as usize].size)
+                        .collect::<Vec<_>>()
+                };
+                let op = validate_builtin(*kind, &sizes(&inputs), &sizes(&outputs), params)
+                    .map_err(|e| GraphError::Invalid(format!("{what}: {e}")))?;
+                if matches!(op, BuiltinOp::Matmul { .. })
+                    && inputs.iter().any(|t| outputs.contains(t))
+                {
+                    return invalid(format!("{what}: matmul cannot write one of its own inputs"));
+                }
+                Some(op)
+            }
+            _ => None,
+        };
+        for &t in &outputs {
+            self.tensors[t as usize].producer.get_or_insert(node);
+        }
+        self.nodes.push(Node {
+            kernel,
+            builtin,
+            inputs,
+            outputs,
+            workspaces: workspaces.to_vec(),
+            dims,
+            params: params.to_vec(),
+        });
+        Ok(node)
+    }
+
+    /// Freezes the graph and derives liveness. `align` is the pool's allocation granule, so the
+    /// computed peak is in the same units the pool's statistics report.
+    pub fn finalize(&mut self, align: u64) -> GraphResult<&Liveness> {
+        self.check_editable()?;
+        if self.nodes.is_empty() {
+            return invalid("the graph has no nodes".into());
+        }
+        for (i, t) in self.tensors.iter().enumerate() {
+            if t.kind == TensorKind::Output && t.producer.is_none() {
+                return invalid(format!(
+                    "{} is never written by any node",
+                    t.describe(i as u32)
+                ));
+            }
+        }
+        let liveness = Liveness::analyse(&self.tensors, &self.nodes, align);
+        Ok(self.liveness.insert(liveness))
+    }
+}

@@ -1,0 +1,218 @@
+//! Kernels: what a node runs, and the rules a node must satisfy to run it.
+//!
+//! A kernel is a built-in (implemented by every backend with the same arithmetic), a device
+//! function (PTX, cubin or CUDA source, loaded by the device), or a host callback (a C function
+//! pointer with user data). The graph layer validates each node against its kernel here, at
+//! build time, so the executor never meets a malformed node.
+
+pub mod host;
+
+use crate::device::{BuiltinOp, FunctionId};
+use std::ffi::c_void;
+
+/// The built-in kernels' numbering in the C API (never renumbered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BuiltinKind {
+    Fill = 0,
+    Copy = 1,
+    Add = 2,
+    Scale = 3,
+    Relu = 4,
+    ReluGrad = 5,
+    Matmul = 6,
+}
+
+impl BuiltinKind {
+    pub fn from_raw(raw: u32) -> Option<BuiltinKind> {
+        use BuiltinKind::*;
+        [Fill, Copy, Add, Scale, Relu, ReluGrad, Matmul]
+            .into_iter()
+            .find(|k| *k as u32 == raw)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BuiltinKind::Fill => "fill",
+            BuiltinKind::Copy => "copy",
+            BuiltinKind::Add => "add",
+            BuiltinKind::Scale => "scale",
+            BuiltinKind::Relu => "relu",
+            BuiltinKind::ReluGrad => "relu_grad",
+            BuiltinKind::Matmul => "matmul",
+        }
+    }
+}
+
+/// A host callback as the C API receives it. The signature is mirrored by
+/// `gkrt_callback_fn` in the header; it lives here so the executor can call it.
+#[derive(Clone, Copy, Debug)]
+pub struct HostCallback {
+    pub func: unsafe extern "C" fn(*const CallbackArgs, *mut c_void) -> i32,
+    pub user_data: usize,
+}
+
+/// What a callback is called with: the node's buffers and the stream. Mirrors
+/// `gkrt_callback_args` in the C API (`capi` re-exports it under that name).
+#[repr(C)]
+pub struct CallbackArgs {
+    pub inputs: *const CallbackBuffer,
+    pub num_inputs: usize,
+    pub outputs: *const CallbackBuffer,
+    pub num_outputs: usize,
+    pub workspaces: *const CallbackBuffer,
+    pub num_workspaces: usize,
+    /// The node's parameter blob (as given to add_kernel), or NULL when empty.
+    pub params: *const c_void,
+    pub params_size: usize,
+    /// `CUstream` on the CUDA backend; an opaque token on the host backend.
+    pub stream: *mut c_void,
+    /// The node's index in its graph.
+    pub node: u32,
+}
+
+/// A buffer handed to a callback: a device pointer and its size in bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CallbackBuffer {
+    pub ptr: *mut c_void,
+    pub size: usize,
+}
+
+#[derive(Clone, Debug)]
+pub enum Kernel {
+    Builtin(BuiltinKind),
+    Device { function: FunctionId, name: String },
+    Callback(HostCallback),
+}
+
+impl Kernel {
+    pub fn describe(&self) -> String {
+        match self {
+            Kernel::Builtin(b) => format!("built-in {}", b.name()),
+            Kernel::Device { name, .. } => format!("device function '{name}'"),
+            Kernel::Callback(_) => "host callback".to_string(),
+        }
+    }
+}
+
+/// Checks a built-in node's shape and parameter blob; returns the op the device runs.
+/// Errors name the rule that failed and the sizes involved.
+pub fn validate_builtin(
+    kind: BuiltinKind,
+    inputs: &[u64],
+    outputs: &[u64],
+    params: &[u8],
+) -> Result<BuiltinOp, String> {
+    let name = kind.name();
+    let arity = |n_in: usize, n_out: usize| -> Result<(), String> {
+        if inputs.len() != n_in || outputs.len() != n_out {
+            return Err(format!(
+                "built-in {name} takes {n_in} input(s) and {n_out} output(s), got {} and {}",
+                inputs.len(),
+                outputs.len()
+            ));
+        }
+        Ok(())
+    };
+    let f32_sized = |what: &str, bytes: u64| -> Result<(), String> {
+        if bytes % 4 != 0 {
+            return Err(format!(
+                "built-in {name}: {what} has {bytes} bytes, not a whole number of f32 elements"
+            ));
+        }
+        Ok(())
+    };
+    let same_size = |sizes: &[u64]| -> Result<(), String> {
+        if sizes.windows(2).any(|w| w[0] != w[1]) {
+            return Err(format!(
+                "built-in {name}: all tensors must have the same size, got {sizes:?} bytes"
+            ));
+        }
+        Ok(())
+    };
+    let scalar = || -> Result<f32, String> {
+        let bytes: [u8; 4] = params.try_into().map_err(|_| {
+            format!(
+                "built-in {name} needs a 4-byte f32 parameter, got {} bytes",
+                params.len()
+            )
+        })?;
+        Ok(f32::from_ne_bytes(bytes))
+    };
+    let no_params = || -> Result<(), String> {
+        if !params.is_empty() {
+            return Err(format!(
+                "built-in {name} takes no parameters, got {} bytes",
+                params.len()
+            ));
+        }
+        Ok(())
+    };
+    match kind {
+        BuiltinKind::Fill => {
+            arity(0, 1)?;
+            f32_sized("the output", outputs[0])?;
+            Ok(BuiltinOp::Fill { value: scalar()? })
+        }
+        BuiltinKind::Copy => {
+            arity(1, 1)?;
+            no_params()?;
+            same_size(&[inputs[0], outputs[0]])?;
+            Ok(BuiltinOp::Copy)
+        }
+        BuiltinKind::Add | BuiltinKind::ReluGrad => {
+            arity(2, 1)?;
+            no_params()?;
+            same_size(&[inputs[0], inputs[1], outputs[0]])?;
+            f32_sized("the output", outputs[0])?;
+            Ok(if kind == BuiltinKind::Add {
+                BuiltinOp::Add
+            } else {
+                BuiltinOp::ReluGrad
+            })
+        }
+        BuiltinKind::Scale => {
+            arity(1, 1)?;
+            same_size(&[inputs[0], outputs[0]])?;
+            f32_sized("the output", outputs[0])?;
+            Ok(BuiltinOp::Scale { alpha: scalar()? })
+        }
+        BuiltinKind::Relu => {
+            arity(1, 1)?;
+            no_params()?;
+            same_size(&[inputs[0], outputs[0]])?;
+            f32_sized("the output", outputs[0])?;
+            Ok(BuiltinOp::Relu)
+        }
+        BuiltinKind::Matmul => {
+            arity(2, 1)?;
+            if params.len() != 12 {
+                return Err(format!(
+                    "built-in matmul needs parameters {{uint32 m, n, k}} (12 bytes), got {} bytes",
+                    params.len()
+                ));
+            }
+            let dim = |i: usize| u32::from_ne_bytes(params[i * 4..i * 4 + 4].try_into().unwrap());
+            let (m, n, k) = (dim(0), dim(1), dim(2));
+            if m == 0 || n == 0 || k == 0 {
+                return Err(format!(
+                    "built-in matmul: dimensions must be non-zero, got m={m} n={n} k={k}"
+                ));
+            }
+            let want = |r: u32, c: u32| r as u64 * c as u64 * 4;
+            let checks = [
+                ("input a (m×k)", inputs[0], want(m, k)),
+                ("input b (k×n)", inputs[1], want(k, n)),
+                ("output (m×n)", outputs[0], want(m, n)),
+            ];
+            for (what, got, expected) in checks {
+                if got != expected {
+                    return Err(format!(
+                        "built-in matmul m={m} n={n} k={k}: {what} must have {expected} bytes, has {got}"
+                    ));
+                }
+            }
+            Ok(BuiltinOp::Matmul { m, n, k })
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Planning: fixed arena offsets for planned mode (`arena` is the general planner; this module
+//! turns a finalized graph into its problem and back).
+
+pub mod arena;
+
+use crate::graph::liveness::round_up;
+use crate::graph::{Graph, TensorKind};
+use arena::{ArenaProblem, BufferSpec};
+use std::time::Duration;
+
+/// Where every transient buffer of a graph lives inside one arena.
+#[derive(Clone, Debug)]
+pub struct ArenaLayout {
+    /// Per tensor: offset of an intermediate (0 for others, unused).
+    pub tensor_offsets: Vec<u64>,
+    /// Per node, per workspace: offset.
+    pub workspace_offsets: Vec<Vec<u64>>,
+    pub size: u64,
+    /// The peak of live transient bytes: no layout can be smaller.
+    pub lower_bound: u64,
+}
+
+/// Plans the arena of a finalized graph: each intermediate lives from the node that first
+/// touches it to the node that last does; a workspace lives during its node. The search runs
+/// for at most `search_time` after the greedy placement (zero: greedy only).
+pub fn plan_graph_arena(graph: &Graph, align: u64, search_time: Duration) -> Result<ArenaLayout, String> {
+    let lv = graph.liveness().ok_or("the graph is not finalized")?;
+    enum Owner {
+        Tensor(usize),
+        Workspace(usize, usize),
+    }
+    let mut buffers = Vec::new();
+    let mut owners = Vec::new();
+    for (t, tensor) in graph.tensors().iter().enumerate() {
+        if tensor.kind != TensorKind::Intermediate {
+            continue;
+        }
+        if let (Some(first), Some(last)) = (lv.first_use[t], lv.last_use[t]) {
+            buffers.push(BufferSpec { start: first, end: last + 1, size: round_up(tensor.size, align), align });
+            owners.push(Owner::Tensor(t));
+        }
+    }
+    for (n, node) in graph.nodes().iter().enumerate() {
+        for (i, &w) in node.workspaces.iter().enumerate() {
+            buffers.push(BufferSpec { start: n as u32, end: n as u32 + 1, size: round_up(w, align), align });
+            owners.push(Owner::Workspace(n, i));
+        }
+    }
+    let mut layout = ArenaLayout {
+        tensor_offsets: vec![0; graph.tensors().len()],
+        workspace_offsets: graph.nodes().iter().map(|n| vec![0; n.workspaces.len()]).collect(),
+        size: 0,
+        lower_bound: 0,
+    };
+    if buffers.is_empty() {
+        return Ok(layout);
+    }
+    let problem = ArenaProblem { buffers, groups: Vec::new() };
+    layout.lower_bound = arena::lower_bound(&problem);
+    let placement = if search_time.is_zero() {
+        arena::plan_greedy(&problem)
+    } else {
+        arena::plan_search(&problem, search_time, None)
+    }
+    .map_err(|e| format!("{e:?}"))?;
+    arena::check_placement(&problem, &placement)?;
+    for (owner, &offset) in owners.iter().zip(&placement.offsets) {
+        match *owner {
+            Owner::Tensor(t) => layout.tensor_offsets[t] = offset,
+            Owner::Workspace(n, i) => layout.workspace_offsets[n][i] = offset,
+        }
+    }
+    layout.size = placement.size;
+    Ok(layout)
+}

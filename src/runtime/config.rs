@@ -1,0 +1,75 @@
+//! Runtime configuration and the environment variables that override it.
+
+use super::error::{Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// The GPU when a driver and a device are present, else the host backend.
+    Auto = 0,
+    Host = 1,
+    Cuda = 2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryMode {
+    /// The pool serves each allocation as its node runs; reference counts free.
+    Dynamic = 0,
+    /// Every intermediate has a fixed offset in one arena planned at finalize.
+    Planned = 1,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub device: DeviceChoice,
+    pub device_ordinal: u32,
+    /// Cap on device memory the runtime takes; 0 = the device's total memory.
+    pub memory_limit: u64,
+    pub memory_mode: MemoryMode,
+    /// 0 off, 1 error, 2 warn, 3 info, 4 debug, 5 trace.
+    pub log_level: u32,
+    /// Host backend only: random delay (µs) before each queued item.
+    pub host_jitter_us: u32,
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            device: DeviceChoice::Auto,
+            device_ordinal: 0,
+            memory_limit: 0,
+            memory_mode: MemoryMode::Dynamic,
+            log_level: 2,
+            host_jitter_us: 0,
+            seed: 0x6b72_7447,
+        }
+    }
+}
+
+/// Default "device memory" of the host backend when no limit is set.
+pub(crate) const HOST_DEFAULT_MEMORY: u64 = 16 << 30;
+
+impl Config {
+    /// Applies `GKRT_DEVICE` (auto|host|cuda) and `GKRT_HOST_JITTER_US`, so any program can be
+    /// pointed at either backend without recompiling.
+    pub fn with_env_overrides(mut self) -> Result<Config> {
+        if let Ok(v) = std::env::var("GKRT_DEVICE") {
+            self.device = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" | "" => DeviceChoice::Auto,
+                "host" | "cpu" => DeviceChoice::Host,
+                "cuda" | "gpu" => DeviceChoice::Cuda,
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "GKRT_DEVICE='{other}' is not one of auto, host, cuda"
+                    )))
+                }
+            };
+        }
+        if let Ok(v) = std::env::var("GKRT_HOST_JITTER_US") {
+            self.host_jitter_us = v.trim().parse().map_err(|_| {
+                Error::InvalidArgument(format!("GKRT_HOST_JITTER_US='{v}' is not a number"))
+            })?;
+        }
+        Ok(self)
+    }
+}

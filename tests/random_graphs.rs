@@ -170,8 +170,8 @@ fn run_spec(spec: &Spec, mode: MemoryMode, runs: usize) -> Vec<Vec<f32>> {
     }
     g.finalize().unwrap();
     assert_eq!(g.is_planned(), mode == MemoryMode::Planned);
-    for p in 0..spec.params {
-        g.write(ids[p], &to_bytes(&param_values(spec, p))).unwrap();
+    for (p, &id) in ids.iter().enumerate().take(spec.params) {
+        g.write(id, &to_bytes(&param_values(spec, p))).unwrap();
     }
     let mut outs = Vec::new();
     for run in 0..runs {

@@ -1,6 +1,10 @@
 //! The C API: `extern "C"` functions only. Everything here validates handles and pointers,
 //! runs the call inside the panic boundary, maps errors to `gkrt_status` and keeps the
 //! thread's last-error text. No logic of the runtime lives here.
+//!
+//! The `unsafe extern "C"` functions' safety contract is the C one, stated in each function's
+//! header comment: pointers are NULL or valid for the sizes given.
+#![allow(clippy::missing_safety_doc)]
 
 mod boundary;
 mod graph;

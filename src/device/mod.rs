@@ -155,7 +155,9 @@ pub trait Device: Send + Sync {
     fn free_segment(&self, ptr: DevPtr, bytes: u64) -> DeviceResult<()>;
     /// Page-locked host memory usable by async copies.
     fn alloc_pinned(&self, bytes: u64) -> DeviceResult<*mut u8>;
-    fn free_pinned(&self, ptr: *mut u8, bytes: u64) -> DeviceResult<()>;
+    /// # Safety
+    /// `ptr` came from `alloc_pinned(bytes)` of this device and no queued copy still uses it.
+    unsafe fn free_pinned(&self, ptr: *mut u8, bytes: u64) -> DeviceResult<()>;
 
     // --- streams and events ---
     fn create_stream(&self) -> DeviceResult<StreamId>;
@@ -178,14 +180,18 @@ pub trait Device: Send + Sync {
     fn event_elapsed_ms(&self, start: EventId, end: EventId) -> DeviceResult<f32>;
 
     // --- copies ---
-    fn copy_h2d_async(
+    /// # Safety
+    /// `src` is valid for `bytes` reads until the stream has passed this copy.
+    unsafe fn copy_h2d_async(
         &self,
         dst: DevPtr,
         src: *const u8,
         bytes: u64,
         stream: StreamId,
     ) -> DeviceResult<()>;
-    fn copy_d2h_async(
+    /// # Safety
+    /// `dst` is valid for `bytes` writes until the stream has passed this copy.
+    unsafe fn copy_d2h_async(
         &self,
         dst: *mut u8,
         src: DevPtr,

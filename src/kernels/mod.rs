@@ -115,7 +115,7 @@ pub fn validate_builtin(
         Ok(())
     };
     let f32_sized = |what: &str, bytes: u64| -> Result<(), String> {
-        if bytes % 4 != 0 {
+        if !bytes.is_multiple_of(4) {
             return Err(format!(
                 "built-in {name}: {what} has {bytes} bytes, not a whole number of f32 elements"
             ));

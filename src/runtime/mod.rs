@@ -9,7 +9,7 @@ pub mod error;
 
 use crate::device::cuda;
 use crate::device::host::{HostDevice, HostOptions};
-use crate::device::{DevPtr, Device, DeviceKind, ModuleSource, StreamId};
+use crate::device::{DevPtr, Device, DeviceKind, GraphExecId, ModuleSource, StreamId};
 use crate::exec::{Executor, FixedLayout, RunCounters};
 use crate::plan::{plan_graph_arena, ArenaLayout};
 use crate::graph::{Graph, TensorKind};
@@ -194,6 +194,18 @@ pub struct RuntimeGraph {
     has_contents: Vec<bool>,
     /// Planned mode: the layout chosen at finalize, and the arena once the first run took it.
     arena: Option<(ArenaLayout, Option<DevPtr>)>,
+    replay: Replay,
+    successful_runs: u64,
+}
+
+/// Whole-step replay of a planned graph (CUDA graphs): captured at the second run, once every
+/// address is fixed, and replayed from then on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Replay {
+    NotYet,
+    Captured(GraphExecId),
+    /// Not captured; the reason was logged once.
+    Off,
 }
 
 /// How long finalize may search for a smaller arena than the greedy one.
@@ -207,6 +219,8 @@ impl RuntimeGraph {
             storage: Vec::new(),
             has_contents: Vec::new(),
             arena: None,
+            replay: Replay::NotYet,
+            successful_runs: 0,
         }
     }
 
@@ -248,6 +262,14 @@ impl RuntimeGraph {
                 );
                 self.arena = Some((layout, None));
             }
+        }
+        if !self.is_planned() || !self.runtime.device.supports_capture() {
+            self.replay = Replay::Off;
+        } else if self.graph.nodes().iter().any(|n| matches!(n.kernel, crate::kernels::Kernel::Callback(_))) {
+            log::info!(
+                "planned graph not captured for replay: host callbacks run on the host when a node is queued, so a replayed capture would skip them"
+            );
+            self.replay = Replay::Off;
         }
         Ok(())
     }
@@ -296,9 +318,8 @@ impl RuntimeGraph {
                 p
             }
         };
-        rt.device
-            .copy_h2d_async(ptr, data.as_ptr(), data.len() as u64, rt.compute)?;
-        // `data` is the caller's memory: it must not be touched after we return.
+        // SAFETY: `data` outlives the copy: the stream is synchronised before we return.
+        unsafe { rt.device.copy_h2d_async(ptr, data.as_ptr(), data.len() as u64, rt.compute)? };
         rt.device.stream_synchronize(rt.compute)?;
         self.has_contents[t as usize] = true;
         Ok(())
@@ -319,8 +340,8 @@ impl RuntimeGraph {
         };
         let rt = &self.runtime;
         let _st = rt.lock();
-        rt.device
-            .copy_d2h_async(out.as_mut_ptr(), ptr, out.len() as u64, rt.compute)?;
+        // SAFETY: `out` outlives the copy: the stream is synchronised before we return.
+        unsafe { rt.device.copy_d2h_async(out.as_mut_ptr(), ptr, out.len() as u64, rt.compute)? };
         rt.device.stream_synchronize(rt.compute)?;
         Ok(())
     }
@@ -356,24 +377,51 @@ impl RuntimeGraph {
                 })?);
             }
         }
-        let fixed = self.arena.as_ref().map(|(layout, base)| FixedLayout {
-            base: base.unwrap_or(0),
-            tensor_offsets: &layout.tensor_offsets,
-            workspace_offsets: &layout.workspace_offsets,
-        });
-        let counters: RunCounters;
-        let queued = {
-            let mut exec = Executor::new(
-                rt.device(),
-                rt.compute,
-                &mut st.pool,
-                &backing,
-                fixed,
-                &mut self.storage,
-            );
-            let r = exec.run(&self.graph);
-            counters = exec.counters;
-            r
+        let mut counters = RunCounters::default();
+        let queued = match self.replay {
+            Replay::Captured(exec_graph) => {
+                counters.nodes = self.graph.nodes().len() as u64;
+                rt.device.launch_graph(exec_graph, rt.compute).map_err(Error::from)
+            }
+            _ => {
+                let capture = self.replay == Replay::NotYet && self.successful_runs > 0;
+                if capture && !begin_capture(&rt) {
+                    self.replay = Replay::Off;
+                }
+                let capture = capture && self.replay == Replay::NotYet;
+                let fixed = fixed_layout(&self.arena);
+                let mut exec =
+                    Executor::new(rt.device(), rt.compute, &mut st.pool, &backing, fixed, &mut self.storage);
+                let mut r = exec.run(&self.graph);
+                counters = exec.counters;
+                if capture {
+                    match (rt.device.end_capture(rt.compute), &r) {
+                        (Ok(exec_graph), Ok(())) => {
+                            self.replay = Replay::Captured(exec_graph);
+                            r = rt.device.launch_graph(exec_graph, rt.compute).map_err(Error::from);
+                        }
+                        (Ok(exec_graph), Err(_)) => {
+                            let _ = rt.device.destroy_graph(exec_graph);
+                        }
+                        (Err(e), _) => {
+                            // The work was recorded, not run: run it the ordinary way.
+                            log::warn!("planned graph not captured for replay: {e}");
+                            self.replay = Replay::Off;
+                            let mut exec = Executor::new(
+                                rt.device(),
+                                rt.compute,
+                                &mut st.pool,
+                                &backing,
+                                fixed_layout(&self.arena),
+                                &mut self.storage,
+                            );
+                            r = exec.run(&self.graph);
+                            counters = exec.counters;
+                        }
+                    }
+                }
+                r
+            }
         };
         // Wait even after a queueing error: buffers given back above may still be in use by
         // work already queued, and asynchronous failures must be collected now, not later.
@@ -389,6 +437,7 @@ impl RuntimeGraph {
         st.counters.last_run_pool_allocs = counters.pool_allocs;
         queued?;
         finished?;
+        self.successful_runs += 1;
         for (t, tensor) in self.graph.tensors().iter().enumerate() {
             if tensor.kind.persists() && self.storage[t].is_some() {
                 self.has_contents[t] = true;
@@ -398,10 +447,32 @@ impl RuntimeGraph {
     }
 }
 
+fn fixed_layout(arena: &Option<(ArenaLayout, Option<DevPtr>)>) -> Option<FixedLayout<'_>> {
+    arena.as_ref().map(|(layout, base)| FixedLayout {
+        base: base.unwrap_or(0),
+        tensor_offsets: &layout.tensor_offsets,
+        workspace_offsets: &layout.workspace_offsets,
+    })
+}
+
+/// Starts capturing the compute stream; on failure logs why and returns false.
+fn begin_capture(rt: &Runtime) -> bool {
+    match rt.device.begin_capture(rt.compute) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("planned graph not captured for replay: {e}");
+            false
+        }
+    }
+}
+
 impl Drop for RuntimeGraph {
     fn drop(&mut self) {
         let rt = Arc::clone(&self.runtime);
         let _ = rt.device.stream_synchronize(rt.compute);
+        if let Replay::Captured(exec_graph) = self.replay {
+            let _ = rt.device.destroy_graph(exec_graph);
+        }
         let mut st = rt.lock();
         let backing = DeviceBacking(rt.device());
         let arena = self.arena.as_mut().and_then(|(_, base)| base.take());

@@ -22,28 +22,41 @@
 //! with raw `CUdeviceptr`s. cudarc's safe layer (`CudaContext`, `CudaStream`, `CudaSlice`) owns
 //! allocations and records its own events around every slice use: that duplicates, and fights,
 //! the runtime's own pool and event ordering. Calling `sys` directly keeps the raw `CUresult` of
-//! every call, which [`check`] turns into `DeviceError::Driver { call, name, message }` with the
+//! every call, which `check` turns into `DeviceError::Driver { call, name, message }` with the
 //! driver's own error name (`cuGetErrorName`) and text (`cuGetErrorString`).
 //!
 //! cudarc's dynamic loading panics when libcuda or one of its symbols is missing, so nothing here
 //! calls into cudarc before [`probe`] has `dlopen`-ed the library and found every symbol we use.
+//!
+//! **Files.** `probe.rs` finds the driver (and NVRTC) without panicking; `handles.rs` holds the
+//! error mapping, handle wrappers and id tables; `modules.rs` loads PTX/cubin/source into cached
+//! modules; `nvrtc.rs` compiles CUDA C++; `launch.rs` launches; `builtins.rs` is the built-in
+//! kernels' CUDA source and their launcher; `tests.rs` the tests (GPU ones are `#[ignore]`d).
 
 mod builtins;
+mod handles;
+mod launch;
+mod modules;
 mod nvrtc;
 mod probe;
-#[cfg(test)]
-mod tests;
 
 pub use probe::probe;
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use cudarc::driver::sys::{self, CUresult};
+
+use builtins::Builtins;
+use handles::{
+    check, driver_error, error_name, error_string, invalid, lock, read, to_usize, write, Ctx,
+    Event, Func, FuncEntry, GraphExec, Stream, Table,
+};
+use modules::Modules;
 
 use super::{
     Buffer, BuiltinOp, DevPtr, Device, DeviceError, DeviceKind, DeviceResult, EventId, FunctionId,
@@ -52,362 +65,6 @@ use super::{
 
 /// The alignment `Device::alloc_segment` promises.
 const SEGMENT_ALIGN: u64 = 512;
-/// Buffers a launch passes without a heap allocation.
-const INLINE_BUFFERS: usize = 16;
-
-// ---------------------------------------------------------------------------------------------
-// Errors
-
-/// The driver's name for `r` (`CUDA_ERROR_ILLEGAL_ADDRESS`), or its debug form if it has none.
-pub(super) fn error_name(r: CUresult) -> String {
-    let mut p: *const c_char = ptr::null();
-    // SAFETY: cuGetErrorName writes a pointer to a static NUL-terminated string (or fails).
-    if unsafe { sys::cuGetErrorName(r, &mut p) } == CUresult::CUDA_SUCCESS && !p.is_null() {
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    } else {
-        format!("{r:?}")
-    }
-}
-
-/// The driver's description of `r`.
-pub(super) fn error_string(r: CUresult) -> String {
-    let mut p: *const c_char = ptr::null();
-    // SAFETY: as for error_name.
-    if unsafe { sys::cuGetErrorString(r, &mut p) } == CUresult::CUDA_SUCCESS && !p.is_null() {
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    } else {
-        "unknown CUDA error".to_owned()
-    }
-}
-
-#[cold]
-fn driver_error(call: &'static str, r: CUresult) -> DeviceError {
-    DeviceError::Driver {
-        call,
-        name: error_name(r),
-        message: error_string(r),
-    }
-}
-
-/// `Ok` for `CUDA_SUCCESS`, else the `Driver` error naming `call`.
-#[inline]
-fn check(call: &'static str, r: CUresult) -> DeviceResult<()> {
-    if r == CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(driver_error(call, r))
-    }
-}
-
-#[cold]
-fn invalid(message: String) -> DeviceError {
-    DeviceError::Invalid(message)
-}
-
-fn to_usize(bytes: u64) -> DeviceResult<usize> {
-    usize::try_from(bytes).map_err(|_| invalid(format!("{bytes} bytes do not fit in usize")))
-}
-
-// Lock helpers: our critical sections never panic, so poisoning carries no meaning here.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|e| e.into_inner())
-}
-fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|e| e.into_inner())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Driver handles
-//
-// SAFETY of every `unsafe impl Send/Sync` below: each type wraps one opaque driver handle that we
-// never dereference. The driver API is thread-safe and a handle may be used from any thread on
-// which its context is current; every method makes our context current before using one, and
-// the tables/`Arc`s guarantee a handle is destroyed only once, after its last use.
-
-struct Ctx(sys::CUcontext);
-unsafe impl Send for Ctx {}
-unsafe impl Sync for Ctx {}
-
-/// Generates a handle type whose Drop destroys it (errors are logged: Drop cannot return them)
-/// and whose `destroy` does the same but reports the error.
-macro_rules! owned_handle {
-    ($name:ident, $raw:ty, $call:literal, $destroy:path) => {
-        struct $name($raw);
-        unsafe impl Send for $name {}
-        unsafe impl Sync for $name {}
-        impl $name {
-            #[allow(dead_code)] // not every handle type is destroyed explicitly
-            fn destroy(self) -> DeviceResult<()> {
-                let raw = self.0;
-                std::mem::forget(self);
-                // SAFETY: the handle is live and owned by `self`, which no longer exists.
-                check($call, unsafe { $destroy(raw) })
-            }
-        }
-        impl Drop for $name {
-            fn drop(&mut self) {
-                // SAFETY: as in `destroy`; this is the handle's only destruction.
-                let r = unsafe { $destroy(self.0) };
-                if r != CUresult::CUDA_SUCCESS {
-                    log::warn!("gkrt cuda: {} failed in drop: {}", $call, error_name(r));
-                }
-            }
-        }
-    };
-}
-
-owned_handle!(
-    Stream,
-    sys::CUstream,
-    "cuStreamDestroy_v2",
-    sys::cuStreamDestroy_v2
-);
-owned_handle!(
-    Event,
-    sys::CUevent,
-    "cuEventDestroy_v2",
-    sys::cuEventDestroy_v2
-);
-owned_handle!(
-    GraphExec,
-    sys::CUgraphExec,
-    "cuGraphExecDestroy",
-    sys::cuGraphExecDestroy
-);
-owned_handle!(Module, sys::CUmodule, "cuModuleUnload", sys::cuModuleUnload);
-
-#[derive(Clone, Copy)]
-struct Func(sys::CUfunction);
-unsafe impl Send for Func {}
-unsafe impl Sync for Func {}
-
-/// A loaded kernel and what the driver says about its parameters.
-struct FuncEntry {
-    func: Func,
-    name: Box<str>,
-    /// Byte size of each parameter (`cuFuncGetParamInfo`), used to reject a launch whose
-    /// buffers/params do not match the kernel's signature before the driver reads past them.
-    /// `None` when the driver could not tell.
-    param_sizes: Option<Box<[usize]>>,
-}
-
-/// Id-indexed table of shared handles. Slots are never reused (see the module comment).
-struct Table<T> {
-    slots: RwLock<Vec<Option<Arc<T>>>>,
-    what: &'static str,
-}
-
-impl<T> Table<T> {
-    fn new(what: &'static str) -> Self {
-        Table {
-            slots: RwLock::new(Vec::new()),
-            what,
-        }
-    }
-
-    fn insert(&self, value: T) -> DeviceResult<u32> {
-        let mut slots = write(&self.slots);
-        let id = u32::try_from(slots.len())
-            .map_err(|_| invalid(format!("too many {}s created", self.what)))?;
-        slots.push(Some(Arc::new(value)));
-        Ok(id)
-    }
-
-    #[inline]
-    fn get(&self, id: u32) -> DeviceResult<Arc<T>> {
-        match read(&self.slots).get(id as usize) {
-            Some(Some(v)) => Ok(Arc::clone(v)),
-            _ => Err(self.unknown(id)),
-        }
-    }
-
-    fn remove(&self, id: u32) -> DeviceResult<Arc<T>> {
-        let taken = write(&self.slots)
-            .get_mut(id as usize)
-            .and_then(Option::take);
-        taken.ok_or_else(|| self.unknown(id))
-    }
-
-    /// Empties the table; the handles are destroyed (outside the lock) as the `Arc`s drop.
-    fn clear(&self) {
-        let all = std::mem::take(&mut *write(&self.slots));
-        drop(all);
-    }
-
-    #[cold]
-    fn unknown(&self, id: u32) -> DeviceError {
-        invalid(format!("unknown or destroyed {} id {id}", self.what))
-    }
-}
-
-/// Cache key of a loaded module: the full code (and NVRTC options), so a hash collision can
-/// never hand back the wrong module.
-#[derive(PartialEq, Eq, Hash)]
-enum ModuleKey {
-    Ptx(String),
-    Image(Vec<u8>),
-    Source {
-        source: String,
-        options: Vec<String>,
-    },
-}
-
-impl ModuleKey {
-    fn of(source: &ModuleSource<'_>) -> Self {
-        match source {
-            ModuleSource::Ptx(p) => ModuleKey::Ptx((*p).to_owned()),
-            ModuleSource::Cubin(b) => ModuleKey::Image(b.to_vec()),
-            ModuleSource::CudaSource { source, options } => ModuleKey::Source {
-                source: (*source).to_owned(),
-                options: options.to_vec(),
-            },
-        }
-    }
-}
-
-#[derive(Default)]
-struct Modules {
-    /// Index into `loaded` of each module already built.
-    by_key: HashMap<ModuleKey, usize>,
-    /// Every module loaded, unloaded at Drop.
-    loaded: Vec<Module>,
-    /// (module index, function name) → id, so loading a function twice returns the same id.
-    functions: HashMap<(usize, String), FunctionId>,
-}
-
-/// The built-in kernels, loaded once per device.
-struct Builtins {
-    add: Func,
-    scale: Func,
-    relu: Func,
-    relu_grad: Func,
-    matmul: Func,
-}
-
-/// Pointers to a kernel's arguments, for `cuLaunchKernel`'s `kernelParams`. The driver only
-/// reads through them (and copies the values before returning).
-macro_rules! kernel_args {
-    ($($arg:ident),* $(,)?) => {
-        [$(ptr::addr_of!($arg) as *mut c_void),*]
-    };
-}
-
-/// `cuLaunchKernel` on raw arguments.
-///
-/// # Safety
-/// `f` must be a live function of our context, `stream` a live stream of it, and `args` must
-/// match the kernel's parameters in number and size.
-unsafe fn cu_launch(
-    f: Func,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared_mem: u32,
-    stream: sys::CUstream,
-    args: &mut [*mut c_void],
-) -> DeviceResult<()> {
-    let params = if args.is_empty() {
-        ptr::null_mut()
-    } else {
-        args.as_mut_ptr()
-    };
-    let r = sys::cuLaunchKernel(
-        f.0,
-        grid[0],
-        grid[1],
-        grid[2],
-        block[0],
-        block[1],
-        block[2],
-        shared_mem,
-        stream,
-        params,
-        ptr::null_mut(),
-    );
-    check("cuLaunchKernel", r)
-}
-
-/// Rejects a launch whose arguments do not match the kernel's parameters: the driver would read
-/// `param_sizes[i]` bytes behind each argument pointer, past the end of a too-short blob.
-fn check_signature(
-    entry: &FuncEntry,
-    sizes: &[usize],
-    buffers: &[Buffer],
-    params: &[u8],
-) -> DeviceResult<()> {
-    let passed = buffers.len() + usize::from(!params.is_empty());
-    if sizes.len() != passed {
-        return Err(invalid(format!(
-            "kernel `{}` takes {} parameters; the launch passes {} buffer(s){}",
-            entry.name,
-            sizes.len(),
-            buffers.len(),
-            if params.is_empty() {
-                ""
-            } else {
-                " and a params blob"
-            }
-        )));
-    }
-    if let Some(i) = sizes[..buffers.len()].iter().position(|&s| s != 8) {
-        return Err(invalid(format!(
-            "parameter {i} of kernel `{}` is {} bytes, not a device pointer",
-            entry.name, sizes[i]
-        )));
-    }
-    if !params.is_empty() && params.len() < sizes[buffers.len()] {
-        return Err(invalid(format!(
-            "kernel `{}` takes a {}-byte params struct; the blob has {} bytes",
-            entry.name,
-            sizes[buffers.len()],
-            params.len()
-        )));
-    }
-    Ok(())
-}
-
-/// The size of each parameter of `f`, or `None` if the driver cannot say.
-fn param_sizes(f: Func) -> Option<Box<[usize]>> {
-    let mut sizes = Vec::new();
-    loop {
-        let (mut offset, mut size) = (0usize, 0usize);
-        // SAFETY: f is a live, loaded function; out-pointers are valid.
-        let r = unsafe { sys::cuFuncGetParamInfo(f.0, sizes.len(), &mut offset, &mut size) };
-        match r {
-            CUresult::CUDA_SUCCESS => sizes.push(size),
-            // One past the last parameter.
-            CUresult::CUDA_ERROR_INVALID_VALUE => break,
-            _ => return None,
-        }
-        if sizes.len() > 4096 {
-            return None;
-        }
-    }
-    // An empty answer cannot be told apart from "not supported": do not validate then.
-    (!sizes.is_empty()).then(|| sizes.into_boxed_slice())
-}
-
-/// Driver errors of `cuModuleLoadDataEx` that mean "this code is bad", not "the device is".
-fn is_image_error(r: CUresult) -> bool {
-    matches!(
-        r,
-        CUresult::CUDA_ERROR_INVALID_IMAGE
-            | CUresult::CUDA_ERROR_INVALID_PTX
-            | CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
-            | CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
-            | CUresult::CUDA_ERROR_JIT_COMPILER_NOT_FOUND
-            | CUresult::CUDA_ERROR_JIT_COMPILATION_DISABLED
-            | CUresult::CUDA_ERROR_INVALID_SOURCE
-            | CUresult::CUDA_ERROR_INVALID_VALUE
-            | CUresult::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND
-            | CUresult::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED
-    )
-}
-
-// ---------------------------------------------------------------------------------------------
-// The device
 
 /// One CUDA GPU behind the [`Device`] trait. See the module comment.
 pub struct CudaDevice {
@@ -581,137 +238,6 @@ impl CudaDevice {
             .map(|e| e.func)
             .ok_or_else(|| invalid(format!("unknown function id {}", id.0)))
     }
-
-    /// Loads `image` (a cubin/fatbin, or NUL-terminated PTX) as a module; JIT errors come back
-    /// as `Compile` with the JIT log.
-    fn load_image(&self, image: *const c_void) -> DeviceResult<Module> {
-        const LOG_BYTES: usize = 16 * 1024;
-        let mut log = vec![0u8; LOG_BYTES];
-        let mut options = [
-            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-        ];
-        // The size option is passed by value, cast to a pointer (the driver's convention).
-        let mut values = [log.as_mut_ptr() as *mut c_void, LOG_BYTES as *mut c_void];
-        let mut module: sys::CUmodule = ptr::null_mut();
-        // SAFETY: image is a valid image per the caller; options/values arrays of length 2 and a
-        // log buffer of LOG_BYTES that outlives the call.
-        let r = unsafe {
-            sys::cuModuleLoadDataEx(
-                &mut module,
-                image,
-                options.len() as c_uint,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
-        if r == CUresult::CUDA_SUCCESS {
-            return Ok(Module(module));
-        }
-        if !is_image_error(r) {
-            return Err(driver_error("cuModuleLoadDataEx", r));
-        }
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        let log = String::from_utf8_lossy(&log[..end]);
-        let log = log.trim_end();
-        Err(DeviceError::Compile(format!(
-            "cuModuleLoadDataEx failed: {} ({}){}{}",
-            error_name(r),
-            error_string(r),
-            if log.is_empty() { "" } else { "\n" },
-            log
-        )))
-    }
-
-    fn load_module(&self, source: &ModuleSource<'_>) -> DeviceResult<Module> {
-        match source {
-            ModuleSource::Ptx(text) => {
-                let c = CString::new(*text)
-                    .map_err(|_| DeviceError::Compile("PTX text contains a NUL byte".into()))?;
-                self.load_image(c.as_ptr() as *const c_void)
-            }
-            ModuleSource::Cubin(image) => {
-                if image.is_empty() {
-                    return Err(DeviceError::Compile("empty cubin image".into()));
-                }
-                // The driver sizes an ELF or fatbin from its header; anything else it reads as
-                // NUL-terminated text, so give it a terminated copy rather than let it overrun.
-                const ELF: &[u8] = b"\x7fELF";
-                const FATBIN: &[u8] = &0xBA55_ED50u32.to_le_bytes();
-                if image.starts_with(ELF) || image.starts_with(FATBIN) {
-                    self.load_image(image.as_ptr() as *const c_void)
-                } else {
-                    let mut text = image.to_vec();
-                    text.push(0);
-                    self.load_image(text.as_ptr() as *const c_void)
-                }
-            }
-            ModuleSource::CudaSource { source, options } => {
-                match nvrtc::compile(source, options, self.cc).map_err(DeviceError::Compile)? {
-                    nvrtc::Image::Cubin(bin) => self.load_image(bin.as_ptr() as *const c_void),
-                    nvrtc::Image::Ptx(ptx) => self.load_image(ptx.as_ptr() as *const c_void),
-                }
-            }
-        }
-    }
-
-    /// The built-in kernels, compiled with NVRTC on first use (once per device).
-    fn builtins(&self) -> DeviceResult<&Builtins> {
-        if let Some(b) = self.builtins.get() {
-            return Ok(b);
-        }
-        let _init = lock(&self.builtins_init);
-        if let Some(b) = self.builtins.get() {
-            return Ok(b);
-        }
-        let options: Vec<String> = builtins::OPTIONS.iter().map(|s| (*s).to_owned()).collect();
-        let load = |name: &str| -> DeviceResult<Func> {
-            let source = ModuleSource::CudaSource {
-                source: builtins::SOURCE,
-                options: &options,
-            };
-            let id = self.load_function(source, name)?;
-            self.func(id)
-        };
-        let b = Builtins {
-            add: load(builtins::ADD)?,
-            scale: load(builtins::SCALE)?,
-            relu: load(builtins::RELU)?,
-            relu_grad: load(builtins::RELU_GRAD)?,
-            matmul: load(builtins::MATMUL)?,
-        };
-        Ok(self.builtins.get_or_init(|| b))
-    }
-
-    /// Launches an element-wise built-in over `n` elements: 256 threads per block, grid capped at
-    /// 4 blocks per SM (the kernels stride over the rest).
-    fn launch_elementwise(
-        &self,
-        f: Func,
-        n: u64,
-        stream: sys::CUstream,
-        args: &mut [*mut c_void],
-    ) -> DeviceResult<()> {
-        if n == 0 {
-            return Ok(());
-        }
-        let blocks = n
-            .div_ceil(u64::from(builtins::BLOCK))
-            .min(u64::from(self.max_blocks)) as u32;
-        // SAFETY: f is a built-in whose signature the caller's args match; stream is live.
-        unsafe { cu_launch(f, [blocks, 1, 1], [builtins::BLOCK, 1, 1], 0, stream, args) }
-    }
-}
-
-/// Checks that `buf` holds at least `elems` f32 values.
-fn need_elems(buf: &Buffer, elems: u64, what: &str) -> DeviceResult<()> {
-    match elems.checked_mul(4) {
-        Some(bytes) if buf.bytes >= bytes => Ok(()),
-        _ => Err(invalid(format!(
-            "built-in {what}: a buffer of {} bytes is too small for {elems} f32",
-            buf.bytes
-        ))),
-    }
 }
 
 impl Drop for CudaDevice {
@@ -815,7 +341,7 @@ impl Device for CudaDevice {
         }
     }
 
-    fn free_pinned(&self, ptr: *mut u8, _bytes: u64) -> DeviceResult<()> {
+    unsafe fn free_pinned(&self, ptr: *mut u8, _bytes: u64) -> DeviceResult<()> {
         if ptr.is_null() {
             return Err(invalid("free_pinned of a null pointer".into()));
         }
@@ -938,7 +464,7 @@ impl Device for CudaDevice {
 
     // --- copies ---
 
-    fn copy_h2d_async(
+    unsafe fn copy_h2d_async(
         &self,
         dst: DevPtr,
         src: *const u8,
@@ -961,7 +487,7 @@ impl Device for CudaDevice {
         })
     }
 
-    fn copy_d2h_async(
+    unsafe fn copy_d2h_async(
         &self,
         dst: *mut u8,
         src: DevPtr,
@@ -1008,60 +534,7 @@ impl Device for CudaDevice {
     // --- kernels ---
 
     fn load_function(&self, source: ModuleSource<'_>, function: &str) -> DeviceResult<FunctionId> {
-        let cname = CString::new(function)
-            .map_err(|_| invalid(format!("function name {function:?} contains NUL")))?;
-        self.bind()?;
-        let mut modules = lock(&self.modules);
-        let key = ModuleKey::of(&source);
-        let index = match modules.by_key.get(&key) {
-            Some(&i) => i,
-            None => {
-                let module = self.load_module(&source)?;
-                modules.loaded.push(module);
-                let i = modules.loaded.len() - 1;
-                modules.by_key.insert(key, i);
-                i
-            }
-        };
-        if let Some(&id) = modules.functions.get(&(index, function.to_owned())) {
-            return Ok(id);
-        }
-        let mut f: sys::CUfunction = ptr::null_mut();
-        // SAFETY: live module; NUL-terminated name; valid out-pointer.
-        match unsafe { sys::cuModuleGetFunction(&mut f, modules.loaded[index].0, cname.as_ptr()) } {
-            CUresult::CUDA_SUCCESS => {}
-            CUresult::CUDA_ERROR_NOT_FOUND => {
-                let hint = match source {
-                    ModuleSource::CudaSource { .. } => {
-                        " (declare it extern \"C\" so its name is not mangled)"
-                    }
-                    _ => "",
-                };
-                return Err(DeviceError::Compile(format!(
-                    "no kernel named `{function}` in the module{hint}"
-                )));
-            }
-            r => return Err(driver_error("cuModuleGetFunction", r)),
-        }
-        let func = Func(f);
-        // Load it now (lazy loading would otherwise do it at the first launch, which may be
-        // inside a stream capture or a timed region).
-        // SAFETY: f is a live function.
-        check("cuFuncLoad", unsafe { sys::cuFuncLoad(f) })?;
-        let entry = FuncEntry {
-            func,
-            name: function.into(),
-            param_sizes: param_sizes(func),
-        };
-        let id = {
-            let mut functions = write(&self.functions);
-            let id = u32::try_from(functions.len())
-                .map_err(|_| invalid("too many functions loaded".into()))?;
-            functions.push(entry);
-            FunctionId(id)
-        };
-        modules.functions.insert((index, function.to_owned()), id);
-        Ok(id)
+        self.load_function_impl(source, function)
     }
 
     fn launch(
@@ -1072,67 +545,7 @@ impl Device for CudaDevice {
         params: &[u8],
         stream: StreamId,
     ) -> DeviceResult<()> {
-        let func = {
-            let functions = read(&self.functions);
-            let entry = functions
-                .get(function.0 as usize)
-                .ok_or_else(|| invalid(format!("unknown function id {}", function.0)))?;
-            if let Some(sizes) = &entry.param_sizes {
-                check_signature(entry, sizes, buffers, params)?;
-            }
-            entry.func
-        };
-        let s = self.streams.get(stream.0)?;
-        self.bind()?;
-        let blob = params.as_ptr() as *mut c_void;
-        if buffers.len() <= INLINE_BUFFERS {
-            // No heap allocation: pointer values and argument pointers in stack arrays.
-            let mut ptrs = [0 as DevPtr; INLINE_BUFFERS];
-            let mut args = [ptr::null_mut::<c_void>(); INLINE_BUFFERS + 1];
-            for (p, b) in ptrs.iter_mut().zip(buffers) {
-                *p = b.ptr;
-            }
-            for (a, p) in args.iter_mut().zip(&ptrs[..buffers.len()]) {
-                *a = p as *const DevPtr as *mut c_void;
-            }
-            let mut n = buffers.len();
-            if !params.is_empty() {
-                args[n] = blob;
-                n += 1;
-            }
-            // SAFETY: args point at live locals/params for the call; signature checked above
-            // when the driver could describe it.
-            unsafe {
-                cu_launch(
-                    func,
-                    dims.grid,
-                    dims.block,
-                    dims.shared_mem_bytes,
-                    s.0,
-                    &mut args[..n],
-                )
-            }
-        } else {
-            let ptrs: Vec<DevPtr> = buffers.iter().map(|b| b.ptr).collect();
-            let mut args: Vec<*mut c_void> = ptrs
-                .iter()
-                .map(|p| p as *const DevPtr as *mut c_void)
-                .collect();
-            if !params.is_empty() {
-                args.push(blob);
-            }
-            // SAFETY: as above.
-            unsafe {
-                cu_launch(
-                    func,
-                    dims.grid,
-                    dims.block,
-                    dims.shared_mem_bytes,
-                    s.0,
-                    &mut args,
-                )
-            }
-        }
+        self.launch_impl(function, dims, buffers, params, stream)
     }
 
     fn launch_builtin(
@@ -1142,102 +555,7 @@ impl Device for CudaDevice {
         outputs: &[Buffer],
         stream: StreamId,
     ) -> DeviceResult<()> {
-        let [out] = outputs else {
-            return Err(invalid(format!(
-                "built-in {op:?} takes 1 output, got {}",
-                outputs.len()
-            )));
-        };
-        let arity = match op {
-            BuiltinOp::Fill { .. } => 0,
-            BuiltinOp::Add | BuiltinOp::ReluGrad | BuiltinOp::Matmul { .. } => 2,
-            BuiltinOp::Copy | BuiltinOp::Scale { .. } | BuiltinOp::Relu => 1,
-        };
-        if inputs.len() != arity {
-            return Err(invalid(format!(
-                "built-in {op:?} takes {arity} input(s), got {}",
-                inputs.len()
-            )));
-        }
-        let s = self.streams.get(stream.0)?;
-        self.bind()?;
-        let stream = s.0;
-        let n = out.bytes / 4;
-        let o = out.ptr;
-        match op {
-            BuiltinOp::Fill { value } => {
-                if n == 0 {
-                    return Ok(());
-                }
-                // A 32-bit memset of the value's bits: exactly out[i] = value.
-                // SAFETY: the driver validates the range; live stream.
-                check("cuMemsetD32Async", unsafe {
-                    sys::cuMemsetD32Async(o, value.to_bits(), to_usize(n)?, stream)
-                })
-            }
-            BuiltinOp::Copy => {
-                let src = &inputs[0];
-                if src.bytes < out.bytes {
-                    return Err(invalid(format!(
-                        "built-in Copy: input {} bytes < output {} bytes",
-                        src.bytes, out.bytes
-                    )));
-                }
-                if out.bytes == 0 {
-                    return Ok(());
-                }
-                // SAFETY: the driver validates both ranges; live stream.
-                check("cuMemcpyDtoDAsync_v2", unsafe {
-                    sys::cuMemcpyDtoDAsync_v2(o, src.ptr, to_usize(out.bytes)?, stream)
-                })
-            }
-            BuiltinOp::Add => {
-                need_elems(&inputs[0], n, "Add")?;
-                need_elems(&inputs[1], n, "Add")?;
-                let (a, b) = (inputs[0].ptr, inputs[1].ptr);
-                let f = self.builtins()?.add;
-                self.launch_elementwise(f, n, stream, &mut kernel_args!(o, a, b, n))
-            }
-            BuiltinOp::Scale { alpha } => {
-                need_elems(&inputs[0], n, "Scale")?;
-                let x = inputs[0].ptr;
-                let f = self.builtins()?.scale;
-                self.launch_elementwise(f, n, stream, &mut kernel_args!(o, x, alpha, n))
-            }
-            BuiltinOp::Relu => {
-                need_elems(&inputs[0], n, "Relu")?;
-                let x = inputs[0].ptr;
-                let f = self.builtins()?.relu;
-                self.launch_elementwise(f, n, stream, &mut kernel_args!(o, x, n))
-            }
-            BuiltinOp::ReluGrad => {
-                need_elems(&inputs[0], n, "ReluGrad")?;
-                need_elems(&inputs[1], n, "ReluGrad")?;
-                let (grad, x) = (inputs[0].ptr, inputs[1].ptr);
-                let f = self.builtins()?.relu_grad;
-                self.launch_elementwise(f, n, stream, &mut kernel_args!(o, grad, x, n))
-            }
-            BuiltinOp::Matmul { m, n, k } => {
-                let (m64, n64, k64) = (u64::from(m), u64::from(n), u64::from(k));
-                need_elems(out, m64 * n64, "Matmul (out)")?;
-                need_elems(&inputs[0], m64 * k64, "Matmul (a)")?;
-                need_elems(&inputs[1], k64 * n64, "Matmul (b)")?;
-                if m == 0 || n == 0 {
-                    return Ok(());
-                }
-                let (a, b) = (inputs[0].ptr, inputs[1].ptr);
-                let f = self.builtins()?.matmul;
-                let tile = builtins::TILE;
-                let grid = [
-                    n.div_ceil(tile),
-                    m.div_ceil(tile).min(builtins::MAX_GRID_Y),
-                    1,
-                ];
-                let mut args = kernel_args!(o, a, b, m, n, k);
-                // SAFETY: args match gkrt_matmul's signature; live stream.
-                unsafe { cu_launch(f, grid, [tile, tile, 1], 0, stream, &mut args) }
-            }
-        }
+        self.launch_builtin_impl(op, inputs, outputs, stream)
     }
 
     fn enqueue_host_work(&self, stream: StreamId, work: HostWork) -> DeviceResult<()> {
@@ -1332,3 +650,7 @@ impl Device for CudaDevice {
         }
     }
 }
+
+// Last, so the tests see the macros above.
+#[cfg(test)]
+mod tests;

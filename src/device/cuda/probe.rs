@@ -5,8 +5,8 @@
 //! `dlopen` — trying the same candidate names, in the same order, as cudarc will — and `dlsym`
 //! every entry point this backend uses. After that check passes, no cudarc call here can panic.
 
-use std::ffi::{c_void, CStr, CString};
-use std::ptr;
+use std::ffi::{c_int, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use cudarc::driver::sys::{self, CUresult};
@@ -89,44 +89,147 @@ fn last_dlerror() -> String {
     }
 }
 
-/// Opens the first of `lib`'s candidate names that loads — the names cudarc tries, in its order,
-/// so the library checked here is the library cudarc will use — and checks `symbols` in it.
-/// The handle is never closed: cudarc keeps the same library loaded for the process lifetime.
-fn check_library(lib: &str, what: &str, symbols: &[&str]) -> Result<(), String> {
+fn dlopen(name: &str, flags: c_int) -> Result<*mut c_void, String> {
+    let cname = CString::new(name).map_err(|_| format!("{name:?}: NUL in name"))?;
+    // SAFETY: a valid NUL-terminated name.
+    let h = unsafe { libc::dlopen(cname.as_ptr(), flags) };
+    if h.is_null() {
+        Err(last_dlerror())
+    } else {
+        Ok(h)
+    }
+}
+
+/// The first of `candidates` (bare names, found through the loader's search path) that opens,
+/// with its name; else the first error. RTLD_LAZY | RTLD_LOCAL is what libloading (cudarc) uses.
+fn open_candidate(
+    candidates: &[String],
+    extra_flags: c_int,
+) -> Result<(*mut c_void, String), String> {
+    let mut first_error = None;
+    for name in candidates {
+        match dlopen(name, libc::RTLD_LAZY | libc::RTLD_LOCAL | extra_flags) {
+            Ok(h) => return Ok((h, name.clone())),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.unwrap_or_default())
+}
+
+/// NVRTC ships with the toolkit, whose library folder is often not on the loader's path (only
+/// LD_LIBRARY_PATH or an ld.so.conf entry puts it there). Look in the usual toolkit places and
+/// load it by full path, with its `libnvrtc-builtins` beside it: a later `dlopen` of a bare
+/// soname (cudarc's candidate `libnvrtc.so.13`, NVRTC's own `libnvrtc-builtins.so.13.0`) then
+/// finds the copy already loaded.
+fn preload_from_toolkit(candidates: &[String]) -> Option<(*mut c_void, String)> {
+    let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
+        .collect();
+    roots.push(PathBuf::from("/usr/local/cuda"));
+    if let Ok(dir) = std::fs::read_dir("/usr/local") {
+        let mut versions: Vec<PathBuf> = dir
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("cuda-"))
+            .map(|e| e.path())
+            .collect();
+        versions.sort();
+        roots.extend(versions.into_iter().rev()); // newest first
+    }
+    for root in &roots {
+        for sub in [
+            "lib64",
+            "lib",
+            "targets/x86_64-linux/lib",
+            "targets/sbsa-linux/lib",
+        ] {
+            let dir = root.join(sub);
+            for name in candidates {
+                let path = dir.join(name);
+                if !path.is_file() {
+                    continue;
+                }
+                let Ok(h) = dlopen(&path.to_string_lossy(), libc::RTLD_LAZY | libc::RTLD_LOCAL)
+                else {
+                    continue;
+                };
+                // Will cudarc's bare-name dlopen now find this copy?
+                if let Ok((h2, as_name)) = open_candidate(candidates, libc::RTLD_NOLOAD) {
+                    preload_builtins(&dir);
+                    return Some((h2, format!("{} (as {as_name})", path.display())));
+                }
+                // SAFETY: h came from dlopen above and is not used again.
+                unsafe { libc::dlclose(h) };
+            }
+        }
+    }
+    None
+}
+
+/// Loads `dir/libnvrtc-builtins.so*` (which NVRTC opens by soname while compiling), if there.
+fn preload_builtins(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut names: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("libnvrtc-builtins.so")
+        })
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    if let Some(path) = names.first() {
+        if let Err(e) = dlopen(&path.to_string_lossy(), libc::RTLD_LAZY | libc::RTLD_LOCAL) {
+            log::debug!("gkrt cuda: could not preload {}: {e}", path.display());
+        }
+    }
+}
+
+/// Opens `lib` the way cudarc will — its candidate names, in its order, so the library checked
+/// here is the one cudarc uses — and checks `symbols` in it. With `search_toolkit`, a library
+/// the loader cannot find is looked for in the CUDA toolkit's folders. Handles are never closed:
+/// cudarc keeps the library loaded for the process lifetime anyway.
+fn check_library(
+    lib: &str,
+    what: &str,
+    symbols: &[&str],
+    search_toolkit: bool,
+) -> Result<(), String> {
     let mut candidates = cudarc::get_lib_name_candidates(lib);
     // Keep cudarc's order, drop its repeats.
     let mut seen = std::collections::HashSet::new();
     candidates.retain(|c| seen.insert(c.clone()));
-    let mut first_error = None;
-    let mut handle: *mut c_void = ptr::null_mut();
-    let mut opened = String::new();
-    for name in &candidates {
-        let Ok(cname) = CString::new(name.as_str()) else {
-            continue;
-        };
-        // SAFETY: a valid NUL-terminated name; RTLD_LAZY | RTLD_LOCAL is what libloading uses.
-        let h = unsafe { libc::dlopen(cname.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-        if h.is_null() {
-            let err = last_dlerror();
-            first_error.get_or_insert(err);
-        } else {
-            handle = h;
-            opened = name.clone();
-            break;
-        }
-    }
-    if handle.is_null() {
-        return Err(format!(
-            "no {what} library could be loaded ({}; also tried {})",
-            first_error.unwrap_or_default(),
-            candidates
-                .iter()
-                .skip(1)
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
+    let (handle, opened) = match open_candidate(&candidates, 0) {
+        Ok(found) => found,
+        Err(first_error) => match search_toolkit
+            .then(|| preload_from_toolkit(&candidates))
+            .flatten()
+        {
+            Some(found) => found,
+            None => {
+                return Err(format!(
+                    "no {what} library could be loaded ({first_error}; also tried {}{})",
+                    candidates
+                        .iter()
+                        .skip(1)
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if search_toolkit {
+                        ", and the CUDA toolkit folders"
+                    } else {
+                        ""
+                    }
+                ))
+            }
+        },
+    };
+    log::debug!("gkrt cuda: using {opened}");
     let missing: Vec<&str> = symbols
         .iter()
         .copied()
@@ -150,7 +253,7 @@ fn check_library(lib: &str, what: &str, symbols: &[&str]) -> Result<(), String> 
 pub(super) fn driver_library() -> Result<(), String> {
     static DRIVER: OnceLock<Result<(), String>> = OnceLock::new();
     DRIVER
-        .get_or_init(|| check_library("cuda", "CUDA driver", DRIVER_SYMBOLS))
+        .get_or_init(|| check_library("cuda", "CUDA driver", DRIVER_SYMBOLS, false))
         .clone()
 }
 
@@ -158,7 +261,7 @@ pub(super) fn driver_library() -> Result<(), String> {
 pub(super) fn nvrtc_library() -> Result<(), String> {
     static NVRTC: OnceLock<Result<(), String>> = OnceLock::new();
     NVRTC
-        .get_or_init(|| check_library("nvrtc", "NVRTC", NVRTC_SYMBOLS))
+        .get_or_init(|| check_library("nvrtc", "NVRTC", NVRTC_SYMBOLS, true))
         .clone()
 }
 

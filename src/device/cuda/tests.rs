@@ -6,6 +6,7 @@
 //! only does something when run alone:
 //! `GKRT_CUDA_POISON_TEST=1 cargo test --lib gpu_alone_kernel_fault -- --ignored --exact`.
 
+use super::launch::{check_signature, cu_launch, kernel_args};
 use super::*;
 use crate::device::{Buffer, BuiltinOp, DeviceError, LaunchDims, ModuleSource};
 
@@ -102,16 +103,14 @@ fn alloc_f32(d: &CudaDevice, elems: usize) -> DevPtr {
 
 fn upload(d: &CudaDevice, s: StreamId, data: &[f32]) -> DevPtr {
     let p = alloc_f32(d, data.len());
-    d.copy_h2d_async(p, data.as_ptr() as *const u8, (data.len() * 4) as u64, s)
-        .unwrap();
+    unsafe { d.copy_h2d_async(p, data.as_ptr() as *const u8, (data.len() * 4) as u64, s) }.unwrap();
     d.stream_synchronize(s).unwrap();
     p
 }
 
 fn download(d: &CudaDevice, s: StreamId, p: DevPtr, elems: usize) -> Vec<f32> {
     let mut v = vec![0f32; elems];
-    d.copy_d2h_async(v.as_mut_ptr() as *mut u8, p, (elems * 4) as u64, s)
-        .unwrap();
+    unsafe { d.copy_d2h_async(v.as_mut_ptr() as *mut u8, p, (elems * 4) as u64, s) }.unwrap();
     d.stream_synchronize(s).unwrap();
     v
 }
@@ -195,9 +194,9 @@ fn gpu_properties_alloc_and_copy_round_trip() {
     dst.fill(0);
     let d1 = d.alloc_segment(N as u64).unwrap();
     let d2 = d.alloc_segment(N as u64).unwrap();
-    d.copy_h2d_async(d1, h1, N as u64, s).unwrap();
+    unsafe { d.copy_h2d_async(d1, h1, N as u64, s).unwrap() };
     d.copy_d2d_async(d2, d1, N as u64, s).unwrap();
-    d.copy_d2h_async(h2, d2, N as u64, s).unwrap();
+    unsafe { d.copy_d2h_async(h2, d2, N as u64, s).unwrap() };
     d.stream_synchronize(s).unwrap();
     assert!(src == dst, "pinned round trip differs");
 
@@ -206,9 +205,9 @@ fn gpu_properties_alloc_and_copy_round_trip() {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             let s2 = d.create_stream().unwrap();
-            d.copy_h2d_async(d1, pageable.as_ptr(), 4096, s2).unwrap();
+            unsafe { d.copy_h2d_async(d1, pageable.as_ptr(), 4096, s2) }.unwrap();
             let mut back = vec![0u8; 4096];
-            d.copy_d2h_async(back.as_mut_ptr(), d1, 4096, s2).unwrap();
+            unsafe { d.copy_d2h_async(back.as_mut_ptr(), d1, 4096, s2) }.unwrap();
             d.stream_synchronize(s2).unwrap();
             assert_eq!(back, pageable);
             d.destroy_stream(s2).unwrap();
@@ -217,8 +216,8 @@ fn gpu_properties_alloc_and_copy_round_trip() {
 
     d.free_segment(d1, N as u64).unwrap();
     d.free_segment(d2, N as u64).unwrap();
-    d.free_pinned(h1, N as u64).unwrap();
-    d.free_pinned(h2, N as u64).unwrap();
+    unsafe { d.free_pinned(h1, N as u64).unwrap() };
+    unsafe { d.free_pinned(h2, N as u64).unwrap() };
 
     match d.alloc_segment(1 << 50) {
         Err(DeviceError::OutOfMemory { requested, .. }) => assert_eq!(requested, 1 << 50),
@@ -724,4 +723,49 @@ fn gpu_alone_kernel_fault_surfaces_at_sync() {
         }
         other => panic!("expected a Driver error, got {other:?}"),
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_hot_path_overhead() {
+    // Not a pass/fail test: prints what the wrapper adds to a raw cuLaunchKernel / cuEventRecord.
+    let d = gpu();
+    let s = d.create_stream().unwrap();
+    const N: usize = 256;
+    const ITERS: u32 = 20_000;
+    let (a, o) = (alloc_f32(&d, N), alloc_f32(&d, N));
+    let (ins, outs) = ([buf(a, N), buf(a, N)], [buf(o, N)]);
+    d.launch_builtin(BuiltinOp::Add, &ins, &outs, s).unwrap();
+    d.stream_synchronize(s).unwrap();
+
+    let t = std::time::Instant::now();
+    for _ in 0..ITERS {
+        d.launch_builtin(BuiltinOp::Add, &ins, &outs, s).unwrap();
+    }
+    let ours = t.elapsed() / ITERS;
+    d.stream_synchronize(s).unwrap();
+
+    let f = d.builtins().unwrap().add;
+    let raw_stream = d.streams.get(s.0).unwrap().0;
+    let n = N as u64;
+    let t = std::time::Instant::now();
+    for _ in 0..ITERS {
+        let mut args = kernel_args!(o, a, a, n);
+        // SAFETY: gkrt_add's signature; live stream.
+        unsafe { cu_launch(f, [1, 1, 1], [256, 1, 1], 0, raw_stream, &mut args) }.unwrap();
+    }
+    let raw = t.elapsed() / ITERS;
+    d.stream_synchronize(s).unwrap();
+
+    let e = d.create_event().unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..ITERS {
+        d.record_event(e, s).unwrap();
+        d.stream_wait_event(s, e).unwrap();
+    }
+    let rec_wait = t.elapsed() / ITERS;
+    d.stream_synchronize(s).unwrap();
+    eprintln!("launch_builtin(Add): {ours:?}/launch, raw cuLaunchKernel: {raw:?}; record+wait: {rec_wait:?}");
+    d.free_segment(a, 0).unwrap();
+    d.free_segment(o, 0).unwrap();
 }

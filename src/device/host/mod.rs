@@ -218,7 +218,7 @@ impl Device for HostDevice {
         Ok(ptr)
     }
 
-    fn free_pinned(&self, ptr: *mut u8, bytes: u64) -> DeviceResult<()> {
+    unsafe fn free_pinned(&self, ptr: *mut u8, bytes: u64) -> DeviceResult<()> {
         // SAFETY: allocated by alloc_pinned with this layout.
         unsafe {
             dealloc(
@@ -323,7 +323,7 @@ impl Device for HostDevice {
         }
     }
 
-    fn copy_h2d_async(
+    unsafe fn copy_h2d_async(
         &self,
         dst: DevPtr,
         src: *const u8,
@@ -343,7 +343,7 @@ impl Device for HostDevice {
         )
     }
 
-    fn copy_d2h_async(
+    unsafe fn copy_d2h_async(
         &self,
         dst: *mut u8,
         src: DevPtr,

@@ -18,12 +18,12 @@ use super::Item;
 
 type Ranges = Vec<(u64, u64)>;
 
-/// Decreasing size, then longer lifetime, then earlier start, then index.
+/// Decreasing size, then earlier start, then longer lifetime, then index.
 pub(crate) fn size_order(items: &[Item]) -> Vec<u32> {
     let mut ord: Vec<u32> = (0..items.len() as u32).collect();
     ord.sort_unstable_by(|&a, &b| {
         let (x, y) = (&items[a as usize], &items[b as usize]);
-        y.size.cmp(&x.size).then(y.steps.cmp(&x.steps)).then(x.ss.cmp(&y.ss)).then(a.cmp(&b))
+        y.size.cmp(&x.size).then(x.ss.cmp(&y.ss)).then(y.steps.cmp(&x.steps)).then(a.cmp(&b))
     });
     ord
 }
@@ -113,7 +113,7 @@ fn add_range(l: &mut Ranges, lo: u64, hi: u64) {
 /// Fan-out of the tree: a short item has few ancestors.
 const FAN: usize = 8;
 /// The *merge level* is the lowest level with at most this many nodes.
-const MERGE_NODES: usize = 32;
+const MERGE_NODES: usize = 256;
 
 /// A `FAN`-ary segment tree over sections. Node `j` of level `l` covers sections
 /// `[j * FAN^l, (j + 1) * FAN^l)`; with `id = base[l] + j`, `ranges[2 * id]` is its `own` list and

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Step 2 of a GPU run, on the GPU machine, in the repository root with .gpu/ staged by
+# scripts/gpu/stage.sh. Runs what is named (default: tests demo bench) with the CUDA backend
+# and writes logs under $OUT (or ./gpu-out). Needs: the NVIDIA driver, nvcc and a C compiler.
+#   tests   every C test with GKRT_DEVICE=cuda, the Rust GPU tests, and the no-device check
+#   demo    the demo on the GPU and on the host backend
+#   bench   benches/launch_overhead (10,000-kernel chain: gkrt dynamic / planned+replay vs a loop)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+what=("$@")
+[ ${#what[@]} -eq 0 ] && what=(tests demo bench)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+run_tests() {
+  local pass=0 fail=0 failed=()
+  for t in .gpu/tests/*; do
+    echo "=== $(basename "$t")" >>"$OUT/tests.log"
+    if GKRT_DEVICE=cuda timeout 300 "$t" >>"$OUT/tests.log" 2>&1; then
+      pass=$((pass + 1))
+    else
+      fail=$((fail + 1)); failed+=("$(basename "$t")")
+    fi
+  done
+  echo "C tests on CUDA: $pass passed, $fail failed ${failed[*]:-}"
+  for f in "${failed[@]:-}"; do [ -n "$f" ] && sed -n "/^=== $f\$/,/^=== /p" "$OUT/tests.log" | tail -n 20; done
+  if [ -x .gpu/bin/gkrt_unit_tests ]; then
+    .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 device::cuda >"$OUT/rust_gpu_tests.log" 2>&1
+    echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" || echo 'no result line')"
+    grep -E 'FAILED|panicked' "$OUT/rust_gpu_tests.log" | head -20
+    # The test that faults the context on purpose runs alone, in its own process.
+    GKRT_CUDA_POISON_TEST=1 .gpu/bin/gkrt_unit_tests --ignored --exact device::cuda::tests::gpu_alone_kernel_fault_surfaces_at_sync \
+      >>"$OUT/rust_gpu_tests.log" 2>&1
+    echo "kernel fault surfaces at synchronisation: $(grep -cE '^test .*gpu_alone_kernel_fault_surfaces_at_sync .* ok$' "$OUT/rust_gpu_tests.log") of 1 passed"
+  fi
+  # A program that asks for CUDA where no device is visible gets a clear error, not a crash.
+  local msg
+  msg=$(CUDA_VISIBLE_DEVICES= GKRT_DEVICE=cuda .gpu/bin/gkrt_demo 2>&1)
+  echo "no visible device, GKRT_DEVICE=cuda: exit $? — $(grep -m1 -i 'failed' <<<"$msg")"
+}
+
+run_demo() {
+  GKRT_DEVICE=cuda .gpu/bin/gkrt_demo 2>&1 | tee "$OUT/demo.log"
+  local host
+  host=$(GKRT_DEVICE=host .gpu/bin/gkrt_demo 2>&1)
+  if diff <(grep -E '^(y|g)\[' "$OUT/demo.log") <(grep -E '^(y|g)\[' <<<"$host") >/dev/null; then
+    echo "demo: CUDA and host backends print the same results"
+  else
+    echo "demo: CUDA and host results DIFFER"
+  fi
+}
+
+run_bench() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b"
+  "$CUDA_HOME/bin/nvcc" -ptx -arch=sm_90 benches/chain_kernel.cu -o "$b/chain_kernel.ptx" || return
+  cc -O2 benches/launch_overhead.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -lm -o "$b/launch_overhead" || return
+  "$b/launch_overhead" "$b/chain_kernel.ptx" 10000 30 2>&1 | tee "$OUT/bench_launch_overhead.log"
+}
+
+for w in "${what[@]}"; do
+  case "$w" in
+    tests) run_tests ;;
+    demo) run_demo ;;
+    bench) run_bench ;;
+    *) echo "unknown: $w (tests, demo, bench)" ;;
+  esac
+done

@@ -863,6 +863,22 @@ impl Pool {
         self.drop_block(n);
     }
 
+    /// Events that blocks are pending on (each once).
+    pub fn pending_events(&self) -> Vec<EventId> {
+        self.pending.keys().copied().collect()
+    }
+
+    /// Frees the blocks pending on `event` now. The caller guarantees that the stream owning
+    /// them waits for the event before any later work (e.g. by `cuStreamWaitEvent`), so reuse
+    /// on that stream is ordered after whatever the event guards — no host wait needed.
+    pub fn assume_complete(&mut self, event: EventId) {
+        for i in self.pending.remove(&event).unwrap_or_default() {
+            self.pending_bytes -= self.slab[i].size;
+            self.pending_blocks -= 1;
+            self.release_block(i);
+        }
+    }
+
     fn process_events(&mut self, backing: &dyn PoolBacking) {
         if self.pending.is_empty() {
             return;
@@ -874,11 +890,7 @@ impl Pool {
             .filter(|&e| backing.event_complete(e))
             .collect();
         for e in done {
-            for i in self.pending.remove(&e).unwrap_or_default() {
-                self.pending_bytes -= self.slab[i].size;
-                self.pending_blocks -= 1;
-                self.release_block(i);
-            }
+            self.assume_complete(e);
         }
     }
 

@@ -164,7 +164,7 @@ fn bnb(items: &[Item], sections: usize, deadline: Instant, goal: u64, best: &mut
             d.set_order(heur, &mut rng);
             let t0 = Instant::now();
             let r = d.run(t, limit, deadline);
-            if std::env::var("DBG").is_ok() { eprintln!("comp {k} n={} round {round} heur {heur} t {t} limit {limit} -> {} in {:.1}ms nodes {}", d.ss.len(), match &r { Outcome::Found(_) => "found", Outcome::Infeasible => "infeasible", Outcome::Limit => "limit" }, t0.elapsed().as_secs_f64()*1e3, d.nodes); }
+            if std::env::var("DBG").is_ok() { eprintln!("comp {k} n={} round {round} heur {heur} t {t} limit {limit} -> {} in {:.1}ms nodes {} maxdepth {}", d.ss.len(), match &r { Outcome::Found(_) => "found", Outcome::Infeasible => "infeasible", Outcome::Limit => "limit" }, t0.elapsed().as_secs_f64()*1e3, d.nodes, d.maxdepth); d.maxdepth = 0; }
             match r {
                 Outcome::Found(offs) => {
                     let size = d.size_of(&offs);
@@ -277,6 +277,8 @@ struct Dfs {
     cands: Vec<u32>,
     stack: Vec<Frame>,
     nodes: u64,
+    depth: usize,
+    maxdepth: usize,
     minm: Vec<u64>,
     lookahead: bool,
 }
@@ -326,6 +328,8 @@ impl Dfs {
             cands: Vec::new(),
             stack: Vec::new(),
             nodes: 0,
+            depth: 0,
+            maxdepth: 0,
             minm: vec![0; m],
             lookahead: std::env::var("LOOK").is_ok(),
         };
@@ -558,7 +562,9 @@ impl Dfs {
                     f.child_log = self.log.len();
                 }
                 f.next += 1;
-                self.try_place(i, h, t)
+                let ok = self.try_place(i, h, t);
+                if ok { self.depth += 1; self.maxdepth = self.maxdepth.max(self.placed.iter().filter(|&&p| p).count()); }
+                ok
             } else if let Some(nb) = f.gap.take() {
                 let (a, b) = (f.a as usize, f.b as usize);
                 self.try_raise(a, b, h, nb, t)

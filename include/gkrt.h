@@ -28,6 +28,9 @@
 
 #define GKRT_VERSION_PATCH 0
 
+// Marks "no further use in this run" in next-use keys.
+#define NEVER UINT32_MAX
+
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   GKRT_STATUS_OK = 0,
@@ -157,6 +160,9 @@ typedef struct gkrt_config {
   uint32_t reserved;
   // Seed of every random choice the runtime makes (jitter).
   uint64_t seed;
+  // Cap on the pinned host memory that holds swapped-out tensors, in bytes; 0 (default) =
+  // no cap. Pinned memory is taken once and reused, never per copy.
+  uint64_t host_memory_limit;
 } gkrt_config;
 
 // Memory and execution statistics of a runtime (`gkrt_runtime_stats`). Byte figures count
@@ -182,6 +188,18 @@ typedef struct gkrt_stats {
   uint64_t nodes_launched;
   // Pool allocations made by the last run (0 in planned mode).
   uint64_t last_run_pool_allocs;
+  // Swapping, cumulative over runs: bytes copied device→host and host→device, tensors
+  // copied each way, evictions the fallback made (allocations the swap plan did not
+  // foresee), and the time the compute stream waited for copies, in nanoseconds.
+  uint64_t swap_out_bytes;
+  uint64_t swap_in_bytes;
+  uint64_t tensors_swapped_out;
+  uint64_t tensors_swapped_in;
+  uint64_t evictions;
+  uint64_t copy_wait_ns;
+  // Pinned host memory held for swapped tensors: reserved now and at its peak.
+  uint64_t pinned_reserved_bytes;
+  uint64_t pinned_peak_reserved_bytes;
 } gkrt_stats;
 
 // The GPU when a CUDA driver and device are present, else the host backend.

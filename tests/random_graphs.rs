@@ -114,12 +114,12 @@ fn reference(spec: &Spec) -> Vec<Vec<f32>> {
     spec.outputs.iter().map(|&o| vals[o].clone()).collect()
 }
 
-fn runtime(mode: MemoryMode) -> std::sync::Arc<Runtime> {
+fn runtime(mode: MemoryMode, memory_limit: u64) -> std::sync::Arc<Runtime> {
     Runtime::new(Config {
         device: DeviceChoice::Host,
         memory_mode: mode,
         host_jitter_us: 30,
-        memory_limit: 64 << 20,
+        memory_limit,
         ..Config::default()
     })
     .unwrap()
@@ -135,7 +135,10 @@ fn from_bytes(b: &[u8]) -> Vec<f32> {
 
 /// Builds, runs `runs` times and returns the outputs; checks memory returns to its baseline.
 fn run_spec(spec: &Spec, mode: MemoryMode, runs: usize) -> Vec<Vec<f32>> {
-    let rt = runtime(mode);
+    run_spec_with_limit(spec, mode, runs, 64 << 20)
+}
+
+fn build(spec: &Spec, rt: &std::sync::Arc<Runtime>) -> (RuntimeGraph, Vec<u64>) {
     let mut g = RuntimeGraph::new(rt.clone());
     let bytes = (spec.side * spec.side * 4) as u64;
     let mut ids = Vec::new();
@@ -169,22 +172,35 @@ fn run_spec(spec: &Spec, mode: MemoryMode, runs: usize) -> Vec<Vec<f32>> {
         g.graph.add_node(kernel, &inputs, &out, &ws, DIMS, &params).unwrap();
     }
     g.finalize().unwrap();
-    assert_eq!(g.is_planned(), mode == MemoryMode::Planned);
+    (g, ids)
+}
+
+fn run_spec_with_limit(spec: &Spec, mode: MemoryMode, runs: usize, limit: u64) -> Vec<Vec<f32>> {
+    run_and_stats(spec, mode, runs, limit).0
+}
+
+fn run_and_stats(spec: &Spec, mode: MemoryMode, runs: usize, limit: u64) -> (Vec<Vec<f32>>, gkrt::runtime::Stats) {
+    let rt = runtime(mode, limit);
+    let (mut g, ids) = build(spec, &rt);
+    let bytes = (spec.side * spec.side * 4) as u64;
+    if limit >= 64 << 20 {
+        assert_eq!(g.is_planned(), mode == MemoryMode::Planned);
+    }
     for (p, &id) in ids.iter().enumerate().take(spec.params) {
         g.write(id, &to_bytes(&param_values(spec, p))).unwrap();
     }
     let mut outs = Vec::new();
-    for run in 0..runs {
-        let before = rt.stats().pool.allocated_bytes;
+    for _ in 0..runs {
         g.run().unwrap();
         let after = rt.stats();
-        if run > 0 {
-            // Outputs and (planned) the arena are taken by the first run; later runs hold
-            // nothing more afterwards.
-            assert_eq!(after.pool.allocated_bytes, before, "allocated bytes return to the baseline");
-            if mode == MemoryMode::Planned {
-                assert_eq!(after.counters.last_run_pool_allocs, 0, "planned runs make no pool calls");
-            }
+        // No transient buffer outlives the run: what stays allocated is exactly the persistent
+        // tensors left on the device (none when the graph swaps: runs end with them on the host).
+        assert_eq!(after.pool.allocated_bytes, g.resident_bytes(), "allocated bytes after a run");
+        if g.swap_plan().is_some() {
+            assert_eq!(after.pool.allocated_bytes, 0, "a swapping graph ends its runs with everything on the host");
+        }
+        if mode == MemoryMode::Planned && g.is_planned() && after.counters.runs > 1 {
+            assert_eq!(after.counters.last_run_pool_allocs, 0, "planned runs make no pool calls");
         }
         outs = spec
             .outputs
@@ -196,7 +212,7 @@ fn run_spec(spec: &Spec, mode: MemoryMode, runs: usize) -> Vec<Vec<f32>> {
             })
             .collect();
     }
-    outs
+    (outs, rt.stats())
 }
 
 proptest! {
@@ -213,4 +229,136 @@ proptest! {
             prop_assert_eq!(bits(&planned[i]), bits(w), "planned output {}", i);
         }
     }
+}
+
+/// The least memory any schedule of the graph needs: the largest node's own tensors and
+/// workspaces (256-byte granules, as the pool counts them).
+fn smallest_budget(g: &RuntimeGraph) -> u64 {
+    let round = |b: u64| b.div_ceil(256) * 256;
+    g.graph
+        .nodes()
+        .iter()
+        .map(|n| {
+            let mut ts: Vec<u32> = n.inputs.iter().chain(&n.outputs).copied().collect();
+            ts.sort_unstable();
+            ts.dedup();
+            ts.iter().map(|&t| round(g.graph.tensors()[t as usize].size)).sum::<u64>()
+                + n.workspaces.iter().map(|&w| round(w)).sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Under every budget from the graph's peak down to the smallest that can work, swapping
+    /// gives bit-identical outputs, and memory returns to its baseline after every run.
+    #[test]
+    fn swapping_is_bit_exact_under_any_budget(spec in spec()) {
+        let want = reference(&spec);
+        let probe = runtime(MemoryMode::Dynamic, 64 << 20);
+        let (g, _) = build(&spec, &probe);
+        let lv = g.graph.liveness().unwrap();
+        let peak = lv.persistent_bytes + lv.peak_transient_bytes;
+        let least = smallest_budget(&g);
+        drop(g);
+        let mut budgets = vec![peak, peak * 3 / 4, peak / 2, peak / 3, least + least / 2, least];
+        budgets.retain(|&b| b >= least);
+        budgets.dedup();
+        for budget in budgets {
+            let (got, stats) = run_and_stats(&spec, MemoryMode::Dynamic, 2, budget);
+            if budget < peak {
+                let moved = stats.counters.swap_out_bytes + stats.counters.swap_in_bytes;
+                prop_assert!(moved > 0, "a budget of {} under the peak {} moved nothing: {:?}", budget, peak, stats.counters);
+            }
+            prop_assert!(stats.pool.peak_reserved_bytes <= budget, "reserved {} over the budget {}", stats.pool.peak_reserved_bytes, budget);
+            for (i, w) in want.iter().enumerate() {
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                prop_assert_eq!(bits(&got[i]), bits(w), "output {} under a budget of {} (peak {}, least {})", i, budget, peak, least);
+            }
+        }
+    }
+}
+
+/// A node whose own tensors exceed the budget fails with out-of-memory naming it; the runtime
+/// then runs a graph that fits.
+#[test]
+fn a_node_too_large_fails_cleanly_and_the_runtime_stays_usable() {
+    let rt = runtime(MemoryMode::Dynamic, 64 << 10);
+    let mut big = RuntimeGraph::new(rt.clone());
+    let x = big.add_tensor(40 << 10, TensorKind::Input, "x").unwrap();
+    let y = big.add_tensor(40 << 10, TensorKind::Output, "y").unwrap();
+    big.graph.add_node(Kernel::Builtin(BuiltinKind::Relu), &[x], &[y], &[], DIMS, &[]).unwrap();
+    big.finalize().unwrap();
+    assert_eq!(big.swap_plan().map(|p| p.infeasible_nodes.clone()), Some(vec![0]));
+    big.write(x, &vec![0u8; 40 << 10]).unwrap();
+    let baseline = rt.stats().pool.allocated_bytes;
+    let err = big.run().unwrap_err();
+    assert!(matches!(err, gkrt::runtime::Error::OutOfMemory(_)), "{err:?}");
+    assert!(err.message().contains("node 0"), "{}", err.message());
+    assert_eq!(rt.stats().pool.allocated_bytes, baseline);
+
+    let mut small = RuntimeGraph::new(rt.clone());
+    let a = small.add_tensor(1024, TensorKind::Input, "a").unwrap();
+    let b = small.add_tensor(1024, TensorKind::Output, "b").unwrap();
+    small.graph.add_node(Kernel::Builtin(BuiltinKind::Scale), &[a], &[b], &[], DIMS, &2f32.to_ne_bytes()).unwrap();
+    small.finalize().unwrap();
+    small.write(a, &to_bytes(&[1.5; 256])).unwrap();
+    small.run().unwrap();
+    let mut out = vec![0u8; 1024];
+    small.read(b, &mut out).unwrap();
+    assert_eq!(from_bytes(&out), vec![3.0; 256]);
+}
+
+/// Parameters alone larger than the budget: a chain that streams its weights through.
+#[test]
+fn weights_larger_than_the_budget_stream_through() {
+    let side = 64usize; // 16 KiB per tensor
+    let bytes = (side * side * 4) as u64;
+    let layers = 12;
+    let rt = runtime(MemoryMode::Dynamic, 6 * bytes); // weights alone are 12 tensors
+    let mut g = RuntimeGraph::new(rt.clone());
+    let x = g.add_tensor(bytes, TensorKind::Input, "x").unwrap();
+    let ws: Vec<u64> = (0..layers).map(|i| g.add_tensor(bytes, TensorKind::Parameter, &format!("w{i}")).unwrap()).collect();
+    let mut h = x;
+    let mm: Vec<u8> = [side as u32; 3].iter().flat_map(|d| d.to_ne_bytes()).collect();
+    for (i, &w) in ws.iter().enumerate() {
+        let kind = if i + 1 == layers { TensorKind::Output } else { TensorKind::Intermediate };
+        let next = g.add_tensor(bytes, kind, &format!("h{i}")).unwrap();
+        g.graph.add_node(Kernel::Builtin(BuiltinKind::Matmul), &[h, w], &[next], &[], DIMS, &mm).unwrap();
+        h = next;
+    }
+    g.finalize().unwrap();
+    assert!(g.swap_plan().is_some());
+    let xv: Vec<f32> = (0..side * side).map(|i| ((i % 7) as f32 - 3.0) / 8.0).collect();
+    let wv: Vec<Vec<f32>> = (0..layers)
+        .map(|l| (0..side * side).map(|i| (((i * 5 + l) % 11) as f32 - 5.0) / 32.0).collect())
+        .collect();
+    g.write(x, &to_bytes(&xv)).unwrap();
+    for (w, v) in ws.iter().zip(&wv) {
+        g.write(*w, &to_bytes(v)).unwrap();
+    }
+    let mut want = xv.clone();
+    for v in &wv {
+        let mut c = vec![0f32; side * side];
+        for i in 0..side {
+            for p in 0..side {
+                let a = want[i * side + p];
+                for j in 0..side {
+                    c[i * side + j] += a * v[p * side + j];
+                }
+            }
+        }
+        want = c;
+    }
+    for _ in 0..3 {
+        g.run().unwrap();
+        let mut out = vec![0u8; bytes as usize];
+        g.read(h, &mut out).unwrap();
+        assert_eq!(from_bytes(&out), want);
+    }
+    let s = rt.stats();
+    assert!(s.counters.swap_in_bytes >= 3 * (layers as u64) * bytes, "weights came in every run: {:?}", s.counters);
+    assert!(s.pool.peak_reserved_bytes <= 6 * bytes, "the budget held: {:?}", s.pool);
 }

@@ -50,6 +50,7 @@ pub unsafe extern "C" fn gkrt_config_init(config: *mut gkrt_config) -> gkrt_stat
             host_jitter_us: d.host_jitter_us,
             reserved: 0,
             seed: d.seed,
+            host_memory_limit: d.host_memory_limit,
         };
         Ok(())
     })
@@ -92,6 +93,7 @@ fn config_from_c(c: &gkrt_config) -> Result<Config, Error> {
         log_level: c.log_level,
         host_jitter_us: c.host_jitter_us,
         seed: c.seed,
+        host_memory_limit: c.host_memory_limit,
     })
 }
 
@@ -179,6 +181,14 @@ pub unsafe extern "C" fn gkrt_runtime_stats(
             runs: s.counters.runs,
             nodes_launched: s.counters.nodes_launched,
             last_run_pool_allocs: s.counters.last_run_pool_allocs,
+            swap_out_bytes: s.counters.swap_out_bytes,
+            swap_in_bytes: s.counters.swap_in_bytes,
+            tensors_swapped_out: s.counters.tensors_swapped_out,
+            tensors_swapped_in: s.counters.tensors_swapped_in,
+            evictions: s.counters.evictions,
+            copy_wait_ns: s.counters.copy_wait_ns,
+            pinned_reserved_bytes: s.pinned.reserved_bytes,
+            pinned_peak_reserved_bytes: s.pinned.peak_reserved_bytes,
         };
         Ok(())
     })

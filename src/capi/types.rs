@@ -102,6 +102,9 @@ pub struct gkrt_config {
     pub reserved: u32,
     /// Seed of every random choice the runtime makes (jitter).
     pub seed: u64,
+    /// Cap on the pinned host memory that holds swapped-out tensors, in bytes; 0 (default) =
+    /// no cap. Pinned memory is taken once and reused, never per copy.
+    pub host_memory_limit: u64,
 }
 
 /// Launch parameters of a node. For built-ins only `params` is used (grid and block are chosen
@@ -144,6 +147,18 @@ pub struct gkrt_stats {
     pub nodes_launched: u64,
     /// Pool allocations made by the last run (0 in planned mode).
     pub last_run_pool_allocs: u64,
+    /// Swapping, cumulative over runs: bytes copied device→host and host→device, tensors
+    /// copied each way, evictions the fallback made (allocations the swap plan did not
+    /// foresee), and the time the compute stream waited for copies, in nanoseconds.
+    pub swap_out_bytes: u64,
+    pub swap_in_bytes: u64,
+    pub tensors_swapped_out: u64,
+    pub tensors_swapped_in: u64,
+    pub evictions: u64,
+    pub copy_wait_ns: u64,
+    /// Pinned host memory held for swapped tensors: reserved now and at its peak.
+    pub pinned_reserved_bytes: u64,
+    pub pinned_peak_reserved_bytes: u64,
 }
 
 /// What finalize derived from a graph (`gkrt_graph_get_info`).

@@ -1,19 +1,36 @@
-//! The executor: interprets a finalized graph's step program on one stream.
+//! The executor: interprets a finalized graph's step program.
 //!
-//! Dynamic mode: before a node runs, the intermediates it first writes and its workspaces come
-//! from the pool (stream-ordered on the compute stream); right after it is queued, its
-//! workspaces and the intermediates whose last use it was go back. Because all of this work
-//! runs in order on one stream, a block freed here may be handed to the next node at once —
-//! the device runs the reader before the next writer. Nothing here analyses the graph: the
-//! per-node alloc and free lists were computed at finalize.
+//! Per node, in order: start the returns the swap plan scheduled here; make the node's inputs
+//! resident (the compute stream waits on a copy-in event, never the host); give its new
+//! outputs and workspaces memory; queue the kernel; return its workspaces and the intermediates
+//! whose last use it was; start the swap-outs the plan scheduled after it. Nothing here analyses
+//! the graph: alloc/free lists, next uses and the swap plan were computed at finalize.
 //!
-//! Planned mode: the same walk with every transient buffer at a fixed arena offset and no pool
-//! call at all.
+//! Memory comes from the pool on the compute stream. Because everything that touches a block
+//! from the compute stream runs in order, a block freed there right after its reader was queued
+//! can be handed to the next writer at once. Copies run on their own streams, ordered by events:
+//! a copy-out waits for a marker recorded on the compute stream after the tensor's last use, and
+//! its block is freed pending the copy's event; a copy-in waits for a marker (the block's
+//! previous users) and for the tensor's own copy-out, and the first reader waits for it.
+//!
+//! When an allocation fails — the plan did not foresee it (fragmentation, other graphs), or there
+//! is no plan because the graph should have fit — the executor first takes back blocks pending on
+//! copy-outs (making the compute stream wait for them), then evicts the resident tensor whose
+//! next use is farthest away (Belady) and retries. A node that cannot fit even alone fails with
+//! an out-of-memory error naming it and the sizes; nodes already queued never run again.
+//!
+//! Planned mode: transient buffers sit at fixed arena offsets and make no pool call.
 
-use crate::device::{Buffer, DevPtr, Device, StreamId};
+mod copies;
+
+use crate::device::{Buffer, DevPtr, Device, EventId, StreamId};
+use crate::graph::liveness::NEVER;
 use crate::graph::{Graph, Node, TensorKind};
 use crate::kernels::{CallbackArgs, CallbackBuffer, HostCallback, Kernel};
-use crate::memory::pool::{Pool, PoolBacking};
+use crate::memory::pool::{Pool, PoolError};
+use crate::memory::residency::{Residency, TensorMemory};
+use crate::memory::DeviceBacking;
+use crate::plan::swap::SwapPlan;
 use crate::runtime::error::{Error, Result};
 use std::ffi::c_void;
 
@@ -25,56 +42,84 @@ pub struct FixedLayout<'a> {
     pub workspace_offsets: &'a [Vec<u64>],
 }
 
+/// The streams of a runtime and the event used to mark progress on the compute stream.
+#[derive(Clone, Copy, Debug)]
+pub struct Streams {
+    pub compute: StreamId,
+    pub copy_in: StreamId,
+    pub copy_out: StreamId,
+    /// Re-recorded on the compute stream whenever a copy stream must wait for work queued so far.
+    pub marker: EventId,
+}
+
 /// Counters of one run.
 #[derive(Default, Debug, Clone, Copy)]
 pub struct RunCounters {
     pub nodes: u64,
     pub pool_allocs: u64,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub tensors_out: u64,
+    pub tensors_in: u64,
+    /// Evictions made by the fallback (not planned).
+    pub evictions: u64,
+    /// Timing-event pairs used around compute-stream waits on copies (see `stall_pairs`).
+    pub stall_pairs_used: usize,
 }
 
 pub struct Executor<'a> {
-    pub device: &'a dyn Device,
-    pub stream: StreamId,
-    pub pool: &'a mut Pool,
-    pub backing: &'a dyn PoolBacking,
-    /// Planned mode when set: transient buffers live at fixed offsets, not in the pool.
-    pub layout: Option<FixedLayout<'a>>,
-    /// Device pointer of every tensor of the graph; persistent ones are kept across runs.
-    pub storage: &'a mut [Option<DevPtr>],
+    device: &'a dyn Device,
+    streams: Streams,
+    pool: &'a mut Pool,
+    pinned: &'a mut Pool,
+    layout: Option<FixedLayout<'a>>,
+    mem: &'a mut [TensorMemory],
+    plan: Option<&'a SwapPlan>,
+    /// Reusable (start, end) timing events recorded around each compute-stream wait on a copy.
+    stall_pairs: &'a mut Vec<(EventId, EventId)>,
     pub counters: RunCounters,
     workspaces: Vec<DevPtr>,
     buffers: Vec<Buffer>,
 }
 
 impl<'a> Executor<'a> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         device: &'a dyn Device,
-        stream: StreamId,
+        streams: Streams,
         pool: &'a mut Pool,
-        backing: &'a dyn PoolBacking,
+        pinned: &'a mut Pool,
         layout: Option<FixedLayout<'a>>,
-        storage: &'a mut [Option<DevPtr>],
+        mem: &'a mut [TensorMemory],
+        plan: Option<&'a SwapPlan>,
+        stall_pairs: &'a mut Vec<(EventId, EventId)>,
     ) -> Self {
         Executor {
             device,
-            stream,
+            streams,
             pool,
-            backing,
+            pinned,
             layout,
-            storage,
+            mem,
+            plan,
+            stall_pairs,
             counters: RunCounters::default(),
             workspaces: Vec::new(),
             buffers: Vec::new(),
         }
     }
 
-    /// Queues every node of `graph` (finalized) on the stream. On error, every transient
-    /// buffer this run holds is returned and the error names the node at fault. The caller
-    /// synchronises the stream afterwards (asynchronous failures surface there).
+    /// Queues every node of `graph` (finalized). With a swap plan, the run ends with every
+    /// persistent tensor on its way back to the host. On error every transient buffer is
+    /// returned (after the streams have drained) and the error names the node at fault. The
+    /// caller synchronises the streams afterwards; asynchronous failures surface there.
     pub fn run(&mut self, graph: &Graph) -> Result<()> {
-        let result = (0..graph.nodes().len()).try_for_each(|n| self.run_node(graph, n));
+        let mut result = (0..graph.nodes().len()).try_for_each(|n| self.run_node(graph, n));
+        if result.is_ok() && self.plan.is_some() {
+            result = self.return_persistent_to_host(graph);
+        }
         if result.is_err() {
-            self.release_transients(graph);
+            self.release_after_failure(graph);
         }
         result
     }
@@ -82,46 +127,25 @@ impl<'a> Executor<'a> {
     fn run_node(&mut self, graph: &Graph, n: usize) -> Result<()> {
         let lv = graph.liveness().expect("executor runs finalized graphs");
         let node = &graph.nodes()[n];
-        let tensors = graph.tensors();
         let at = |e: Error| e.context(format!("node {n} ({})", node.kernel.describe()));
 
-        for &t in &lv.allocs[n] {
-            let ptr = self
-                .take(tensors[t as usize].size, Slot::Tensor(t))
-                .map_err(|e| {
-                    at(e.context(format!(
-                        "allocating its output {}",
-                        tensors[t as usize].describe(t)
-                    )))
-                })?;
-            self.storage[t as usize] = Some(ptr);
+        if let Some(plan) = self.plan {
+            for &t in &plan.prefetch_before[n] {
+                self.prefetch(graph, n, t).map_err(at)?;
+            }
         }
-        // Persistent tensors first written by a node (outputs; parameters initialised on the
-        // device) get memory once and keep it.
+        for &t in &node.inputs {
+            self.ensure_resident(graph, n, t).map_err(at)?;
+        }
         for &t in &node.outputs {
-            if self.storage[t as usize].is_none() && tensors[t as usize].kind.persists() {
-                let ptr = self
-                    .take_persistent(tensors[t as usize].size)
-                    .map_err(|e| {
-                        at(e.context(format!(
-                            "allocating its output {}",
-                            tensors[t as usize].describe(t)
-                        )))
-                    })?;
-                self.storage[t as usize] = Some(ptr);
+            if self.mem[t as usize].state == Residency::CopyingToDevice {
+                self.ensure_resident(graph, n, t).map_err(at)?;
             }
         }
-        self.workspaces.clear();
-        for (i, &w) in node.workspaces.iter().enumerate() {
-            match self.take(w, Slot::Workspace(n, i)) {
-                Ok(ptr) => self.workspaces.push(ptr),
-                Err(e) => {
-                    self.give_workspaces();
-                    return Err(at(
-                        e.context(format!("allocating workspace {i} of {w} bytes"))
-                    ));
-                }
-            }
+        self.alloc_node_buffers(graph, n).map_err(at)?;
+        for &t in &node.outputs {
+            // The node overwrites it: any host copy is stale from now on.
+            self.mem[t as usize].host_valid = false;
         }
 
         let launched = self.launch(graph, n, node).map_err(at);
@@ -130,8 +154,13 @@ impl<'a> Executor<'a> {
         self.counters.nodes += 1;
 
         for &t in &lv.frees[n] {
-            if let Some(ptr) = self.storage[t as usize].take() {
-                self.give(ptr);
+            self.discard(t);
+        }
+        if let Some(plan) = self.plan {
+            for &t in &plan.swap_out_after[n] {
+                if self.mem[t as usize].state == Residency::OnDevice {
+                    self.swap_out(graph, t).map_err(at)?;
+                }
             }
         }
         Ok(())
@@ -141,104 +170,319 @@ impl<'a> Executor<'a> {
         let tensors = graph.tensors();
         self.buffers.clear();
         for &t in node.inputs.iter().chain(&node.outputs) {
-            let ptr = self.storage[t as usize].ok_or_else(|| {
-                Error::InvalidState(format!(
-                    "{} has no memory (never written)",
-                    tensors[t as usize].describe(t)
-                ))
+            let ptr = self.mem[t as usize].device.ok_or_else(|| {
+                Error::Internal(format!("{} is not on the device when its node runs", tensors[t as usize].describe(t)))
             })?;
-            self.buffers.push(Buffer {
-                ptr,
-                bytes: tensors[t as usize].size,
-            });
+            self.buffers.push(Buffer { ptr, bytes: tensors[t as usize].size });
         }
         for (&ptr, &bytes) in self.workspaces.iter().zip(&node.workspaces) {
             self.buffers.push(Buffer { ptr, bytes });
         }
         let n_in = node.inputs.len();
         let n_out = node.outputs.len();
+        let stream = self.streams.compute;
         match &node.kernel {
             Kernel::Builtin(_) => {
                 let op = node.builtin.expect("validated at add_kernel");
-                self.device.launch_builtin(
-                    op,
-                    &self.buffers[..n_in],
-                    &self.buffers[n_in..n_in + n_out],
-                    self.stream,
-                )?;
+                self.device.launch_builtin(op, &self.buffers[..n_in], &self.buffers[n_in..n_in + n_out], stream)?;
             }
             Kernel::Device { function, .. } => {
-                self.device.launch(
-                    *function,
-                    &node.dims,
-                    &self.buffers,
-                    &node.params,
-                    self.stream,
-                )?;
+                self.device.launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
             }
             Kernel::Callback(cb) => {
                 let work = callback_work(*cb, n as u32, &self.buffers, n_in, n_out, &node.params);
-                self.device
-                    .enqueue_host_work(self.stream, work)
-                    .map_err(|e| Error::CallbackFailed(e.to_string()))?;
+                self.device.enqueue_host_work(stream, work).map_err(|e| Error::CallbackFailed(e.to_string()))?;
             }
         }
         Ok(())
     }
 
-    /// Memory for a transient buffer: its fixed place in planned mode, else the pool.
-    fn take(&mut self, bytes: u64, slot: Slot) -> Result<DevPtr> {
-        match &self.layout {
-            Some(layout) => Ok(layout.base
-                + match slot {
-                    Slot::Tensor(t) => layout.tensor_offsets[t as usize],
-                    Slot::Workspace(n, i) => layout.workspace_offsets[n][i],
-                }),
-            None => self.take_persistent(bytes),
-        }
-    }
-
-    /// Memory from the pool (persistent tensors in both modes, transients in dynamic mode).
-    fn take_persistent(&mut self, bytes: u64) -> Result<DevPtr> {
-        self.counters.pool_allocs += 1;
-        Ok(self.pool.alloc(self.backing, bytes, self.stream)?)
-    }
-
-    fn give(&mut self, ptr: DevPtr) {
-        if self.layout.is_none() {
-            // The pointer came from this pool a moment ago; failure would be a bug in the
-            // step program, and leaking is the safe outcome.
-            if let Err(e) = self.pool.free(self.backing, ptr) {
-                log::error!("returning a transient buffer to the pool: {e}");
+    /// Memory for node `n`'s new outputs and its workspaces, largest first (so small blocks do
+    /// not split the space a large one needs). If that fails with nothing left to evict, the
+    /// node's own blocks are returned, cached segments released, and the batch tried once more
+    /// on a clean slate before the node is declared too large.
+    fn alloc_node_buffers(&mut self, graph: &Graph, n: usize) -> Result<()> {
+        let node = &graph.nodes()[n];
+        let tensors = graph.tensors();
+        self.workspaces.clear();
+        self.workspaces.resize(node.workspaces.len(), 0);
+        // (bytes, output tensor or u32::MAX, workspace index)
+        let mut batch: Vec<(u64, u32, usize)> = Vec::new();
+        for &t in &node.outputs {
+            let m = &mut self.mem[t as usize];
+            if m.on_device() {
+                continue;
+            }
+            match (&self.layout, tensors[t as usize].kind) {
+                (Some(layout), TensorKind::Intermediate) => {
+                    m.device = Some(layout.base + layout.tensor_offsets[t as usize]);
+                    m.state = Residency::OnDevice;
+                }
+                _ => batch.push((tensors[t as usize].size, t, 0)),
             }
         }
-    }
-
-    fn give_workspaces(&mut self) {
-        let workspaces = std::mem::take(&mut self.workspaces);
-        for &ptr in &workspaces {
-            self.give(ptr);
+        for (i, &w) in node.workspaces.iter().enumerate() {
+            match &self.layout {
+                Some(layout) => self.workspaces[i] = layout.base + layout.workspace_offsets[n][i],
+                None => batch.push((w, u32::MAX, i)),
+            }
         }
-        self.workspaces = workspaces;
+        batch.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
+        let mut last_error = None;
+        for attempt in 0..2 {
+            let mut taken: Vec<DevPtr> = Vec::with_capacity(batch.len());
+            let mut failed = None;
+            for &(bytes, t, i) in &batch {
+                match self.alloc(graph, n, bytes) {
+                    Ok(ptr) => taken.push(ptr),
+                    Err(e) => {
+                        let what = if t == u32::MAX {
+                            format!("workspace {i} of {bytes} bytes")
+                        } else {
+                            format!("its output {}", tensors[t as usize].describe(t))
+                        };
+                        failed = Some(e.context(format!("allocating {what}")));
+                        break;
+                    }
+                }
+            }
+            match failed {
+                None => {
+                    for (&(_, t, i), ptr) in batch.iter().zip(taken) {
+                        if t == u32::MAX {
+                            self.workspaces[i] = ptr;
+                        } else {
+                            let m = &mut self.mem[t as usize];
+                            m.device = Some(ptr);
+                            m.state = Residency::OnDevice;
+                        }
+                    }
+                    return Ok(());
+                }
+                Some(e) => {
+                    for ptr in taken {
+                        self.give(ptr);
+                    }
+                    let out_of_memory = matches!(e, Error::OutOfMemory(_));
+                    last_error = Some(e);
+                    if !out_of_memory || attempt == 1 {
+                        break;
+                    }
+                    self.repack_inputs(graph, n)?;
+                }
+            }
+        }
         self.workspaces.clear();
+        Err(last_error.expect("a failed attempt left its error"))
     }
 
-    /// After a failed run: every intermediate still holding memory gives it back.
-    fn release_transients(&mut self, graph: &Graph) {
-        for (t, tensor) in graph.tensors().iter().enumerate() {
-            if tensor.kind == TensorKind::Intermediate {
-                if let Some(ptr) = self.storage[t].take() {
-                    self.give(ptr);
+    /// Last resort before declaring node `n` too large: its resident inputs may sit in segments
+    /// whose free space is too fragmented for the rest. Send them out, take back every block
+    /// pending on a copy, release every free segment, and bring the inputs back largest first.
+    fn repack_inputs(&mut self, graph: &Graph, n: usize) -> Result<()> {
+        let node = &graph.nodes()[n];
+        let mut inputs: Vec<u32> = node.inputs.clone();
+        inputs.sort_unstable();
+        inputs.dedup();
+        let in_pool = |t: u32| self.layout.is_none() || graph.tensors()[t as usize].kind.persists();
+        let movable: Vec<u32> = inputs.into_iter().filter(|&t| in_pool(t)).collect();
+        for &t in &movable {
+            if self.mem[t as usize].state == Residency::OnDevice {
+                self.swap_out(graph, t)?;
+            }
+        }
+        for event in self.pool.pending_events() {
+            self.compute_waits(event)?;
+            self.pool.assume_complete(event);
+        }
+        self.pool.release_cached(&DeviceBacking(self.device))?;
+        let mut by_size = movable;
+        by_size.sort_unstable_by_key(|&t| std::cmp::Reverse(graph.tensors()[t as usize].size));
+        for t in by_size {
+            self.ensure_resident(graph, n, t)?;
+        }
+        Ok(())
+    }
+
+    /// Device memory from the pool; on failure takes back blocks pending on copy-outs, then
+    /// evicts the resident tensor used farthest in the future, and retries.
+    fn alloc(&mut self, graph: &Graph, n: usize, bytes: u64) -> Result<DevPtr> {
+        loop {
+            self.counters.pool_allocs += 1;
+            match self.pool.alloc(&DeviceBacking(self.device), bytes, self.streams.compute) {
+                Ok(ptr) => return Ok(ptr),
+                Err(PoolError::OutOfMemory { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let pending = self.pool.pending_events();
+            if !pending.is_empty() {
+                for event in pending {
+                    self.compute_waits(event)?;
+                    self.pool.assume_complete(event);
+                }
+                continue;
+            }
+            match self.pick_victim(graph, n) {
+                Some(victim) => {
+                    self.counters.evictions += 1;
+                    if self.mem[victim as usize].state == Residency::CopyingToDevice {
+                        let event = self.mem[victim as usize].copy_in.expect("a tensor copying in has an event");
+                        self.compute_waits(event)?;
+                        self.mem[victim as usize].state = Residency::OnDevice;
+                    }
+                    self.swap_out(graph, victim)?;
+                }
+                None => {
+                    let need: u64 = graph.nodes()[n]
+                        .inputs
+                        .iter()
+                        .chain(&graph.nodes()[n].outputs)
+                        .map(|&t| graph.tensors()[t as usize].size)
+                        .sum::<u64>()
+                        + graph.nodes()[n].workspaces.iter().sum::<u64>();
+                    let s = self.pool.stats();
+                    return Err(Error::OutOfMemory(format!(
+                        "out of device memory: {bytes} bytes requested; the node's inputs, outputs and workspaces \
+                         total {need} bytes, the memory limit is {} bytes, {} bytes are allocated and {} reserved, \
+                         and nothing is left to evict",
+                        self.pool.memory_limit(),
+                        s.allocated_bytes,
+                        s.reserved_bytes
+                    )));
                 }
             }
         }
     }
-}
 
-#[derive(Clone, Copy)]
-enum Slot {
-    Tensor(u32),
-    Workspace(usize, usize),
+    /// The resident tensor (pool memory, not used by node `n`, not in flight) whose next use is
+    /// farthest away. A scan over the tensors: this is the fallback path, taken only when the
+    /// plan did not foresee an allocation failure.
+    fn pick_victim(&self, graph: &Graph, n: usize) -> Option<u32> {
+        let lv = graph.liveness().expect("finalized");
+        let node = &graph.nodes()[n];
+        let mut best: Option<(u32, u32)> = None;
+        for (t, m) in self.mem.iter().enumerate() {
+            let t32 = t as u32;
+            let in_arena = self.layout.is_some() && !graph.tensors()[t].kind.persists();
+            // A tensor still copying in may go too: it is cheap to drop (its host copy is
+            // current) once the compute stream has waited for the copy.
+            let movable = matches!(m.state, Residency::OnDevice | Residency::CopyingToDevice);
+            if !movable || in_arena || node.inputs.contains(&t32) || node.outputs.contains(&t32) {
+                continue;
+            }
+            let next = lv.next_use_after(t32, n as u32);
+            if best.is_none_or(|(b, _)| next > b) {
+                best = Some((next, t32));
+            }
+            if next == NEVER {
+                break;
+            }
+        }
+        best.map(|(_, t)| t)
+    }
+
+    /// After a run with a swap plan: persistent tensors go back to the host (a copy only when the
+    /// host copy is stale), so every run starts from the same state.
+    fn return_persistent_to_host(&mut self, graph: &Graph) -> Result<()> {
+        for (t, tensor) in graph.tensors().iter().enumerate() {
+            if tensor.kind.persists() && self.mem[t].state == Residency::OnDevice {
+                self.swap_out(graph, t as u32)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An intermediate after its last use: its device block and host slot go back.
+    fn discard(&mut self, t: u32) {
+        let m = &mut self.mem[t as usize];
+        let device = m.device.take();
+        let host = m.host.take();
+        let (copied_in, copied_out) = (m.copy_in, m.copy_out);
+        m.state = Residency::Unallocated;
+        m.host_valid = false;
+        if let (Some(ptr), None) = (device, &self.layout) {
+            self.give(ptr);
+        }
+        if let Some(slot) = host {
+            // The slot is free once the last copies through it are done: an event recorded on
+            // the copy-out stream after it has waited for the last copy-in covers both.
+            let freed = (|| -> Result<()> {
+                let backing = crate::memory::PinnedBacking(self.device);
+                if copied_in.is_none() && copied_out.is_none() {
+                    return Ok(self.pinned.free(&backing, slot)?);
+                }
+                if let Some(ci) = copied_in {
+                    self.device.stream_wait_event(self.streams.copy_out, ci)?;
+                }
+                let event = self.event_of(t, false)?;
+                self.device.record_event(event, self.streams.copy_out)?;
+                Ok(self.pinned.free_after_event(&crate::memory::PinnedBacking(self.device), slot, event)?)
+            })();
+            if let Err(e) = freed {
+                log::error!("returning a host slot to the pinned pool: {e}");
+            }
+        }
+    }
+
+    fn give(&mut self, ptr: DevPtr) {
+        // The pointer came from this pool; failure would be a bug in the step program, and
+        // leaking is the safe outcome.
+        if let Err(e) = self.pool.free(&DeviceBacking(self.device), ptr) {
+            log::error!("returning a transient buffer to the pool: {e}");
+        }
+    }
+
+    fn give_workspaces(&mut self) {
+        if self.layout.is_none() {
+            let workspaces = std::mem::take(&mut self.workspaces);
+            for &ptr in &workspaces {
+                self.give(ptr);
+            }
+            self.workspaces = workspaces;
+        }
+        self.workspaces.clear();
+    }
+
+    /// After a failed run: wait for every stream (copies may still use blocks), then return
+    /// every intermediate's memory.
+    fn release_after_failure(&mut self, graph: &Graph) {
+        let drain = |device: &dyn Device, streams: Streams| {
+            for s in [streams.compute, streams.copy_in, streams.copy_out] {
+                // The run's own error is what the caller reports; a later one is logged.
+                if let Err(e) = device.stream_synchronize(s) {
+                    log::warn!("while cleaning up after a failed run: {e}");
+                }
+            }
+        };
+        drain(self.device, self.streams);
+        for m in self.mem.iter_mut() {
+            if m.state == Residency::CopyingToDevice {
+                m.state = Residency::OnDevice;
+            }
+        }
+        // A swapping graph starts every run from the host: go back there now too (nothing is
+        // lost — a tensor the failed run changed is copied out).
+        if self.plan.is_some() {
+            if let Err(e) = self.return_persistent_to_host(graph) {
+                log::warn!("while cleaning up after a failed run: {e}");
+            }
+            drain(self.device, self.streams);
+        }
+        for (t, tensor) in graph.tensors().iter().enumerate() {
+            let m = &mut self.mem[t];
+            match m.state {
+                Residency::CopyingToDevice => m.state = Residency::OnDevice,
+                Residency::CopyingToHost => m.state = Residency::OnHost,
+                _ => {}
+            }
+            if tensor.kind == TensorKind::Intermediate {
+                self.discard(t as u32);
+            }
+        }
+        for event in self.pool.pending_events() {
+            self.pool.assume_complete(event);
+        }
+    }
 }
 
 /// Packages a host-callback node as device host-work: the buffers are copied into the closure
@@ -251,13 +495,8 @@ fn callback_work(
     n_out: usize,
     params: &[u8],
 ) -> crate::device::HostWork {
-    let bufs: Vec<CallbackBuffer> = buffers
-        .iter()
-        .map(|b| CallbackBuffer {
-            ptr: b.ptr as *mut c_void,
-            size: b.bytes as usize,
-        })
-        .collect();
+    let bufs: Vec<CallbackBuffer> =
+        buffers.iter().map(|b| CallbackBuffer { ptr: b.ptr as *mut c_void, size: b.bytes as usize }).collect();
     let params = params.to_vec();
     let bufs = SendBuffers(bufs);
     Box::new(move |stream| {
@@ -270,11 +509,7 @@ fn callback_work(
             num_outputs: n_out,
             workspaces: b[n_in + n_out..].as_ptr(),
             num_workspaces: b.len() - n_in - n_out,
-            params: if params.is_empty() {
-                std::ptr::null()
-            } else {
-                params.as_ptr() as *const c_void
-            },
+            params: if params.is_empty() { std::ptr::null() } else { params.as_ptr() as *const c_void },
             params_size: params.len(),
             stream,
             node,
@@ -285,9 +520,7 @@ fn callback_work(
         if status == 0 {
             Ok(())
         } else {
-            Err(format!(
-                "node {node} (host callback) reported failure {status}"
-            ))
+            Err(format!("node {node} (host callback) reported failure {status}"))
         }
     })
 }

@@ -10,6 +10,8 @@ use super::{Node, Tensor, TensorKind};
 pub struct Liveness {
     /// Per tensor: number of uses (input or output occurrences) over the whole graph.
     pub use_count: Vec<u32>,
+    /// Per tensor: the nodes that touch it, ascending, each once.
+    pub uses: Vec<Vec<u32>>,
     /// Per tensor: first and last node that touches it (None when no node does).
     pub first_use: Vec<Option<u32>>,
     pub last_use: Vec<Option<u32>>,
@@ -33,11 +35,31 @@ pub fn round_up(bytes: u64, align: u64) -> u64 {
     bytes.div_ceil(align) * align
 }
 
+/// Marks "no further use in this run" in next-use keys.
+pub const NEVER: u32 = u32::MAX;
+
+impl Liveness {
+    /// The first node after `n` that uses tensor `t`, or `NEVER`.
+    pub fn next_use_after(&self, t: u32, n: u32) -> u32 {
+        let uses = &self.uses[t as usize];
+        let i = uses.partition_point(|&u| u <= n);
+        uses.get(i).copied().unwrap_or(NEVER)
+    }
+
+    /// The last node before `n` that uses tensor `t` (None when none does).
+    pub fn last_use_before(&self, t: u32, n: u32) -> Option<u32> {
+        let uses = &self.uses[t as usize];
+        let i = uses.partition_point(|&u| u < n);
+        i.checked_sub(1).map(|i| uses[i])
+    }
+}
+
 impl Liveness {
     pub fn analyse(tensors: &[Tensor], nodes: &[Node], align: u64) -> Liveness {
         let n_t = tensors.len();
         let mut lv = Liveness {
             use_count: vec![0; n_t],
+            uses: vec![Vec::new(); n_t],
             first_use: vec![None; n_t],
             last_use: vec![None; n_t],
             allocs: vec![Vec::new(); nodes.len()],
@@ -49,6 +71,9 @@ impl Liveness {
             for &t in node.inputs.iter().chain(&node.outputs) {
                 let t = t as usize;
                 lv.use_count[t] += 1;
+                if lv.uses[t].last() != Some(&(n as u32)) {
+                    lv.uses[t].push(n as u32);
+                }
                 lv.first_use[t].get_or_insert(n as u32);
                 lv.last_use[t] = Some(n as u32);
             }

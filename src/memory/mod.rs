@@ -1,6 +1,8 @@
-//! Memory: the caching device pool and the adapter that feeds it segments from a device.
+//! Memory: the caching device pool, the pinned host pool (the same allocator over pinned
+//! segments), residency of tensors, and the adapters that feed the pools from a device.
 
 pub mod pool;
+pub mod residency;
 
 use crate::device::{DevPtr, Device, DeviceError, EventId};
 use pool::PoolBacking;
@@ -19,6 +21,26 @@ impl PoolBacking for DeviceBacking<'_> {
 
     fn event_complete(&self, event: EventId) -> bool {
         // An event the device no longer knows cannot guard anything: treat as complete.
+        self.0.event_query(event).unwrap_or(true)
+    }
+}
+
+/// The pinned host pool's view of a device: page-locked segments, pinned once and reused (pinning
+/// costs about half a second per GiB), so swapping never pins per copy.
+pub struct PinnedBacking<'a>(pub &'a dyn Device);
+
+impl PoolBacking for PinnedBacking<'_> {
+    fn alloc_segment(&self, bytes: u64) -> Result<DevPtr, DeviceError> {
+        self.0.alloc_pinned(bytes).map(|p| p as u64)
+    }
+
+    fn free_segment(&self, addr: DevPtr, bytes: u64) -> Result<(), DeviceError> {
+        // SAFETY: the pool frees a segment only when no block in it is live or pending on an
+        // event, i.e. no queued copy uses it.
+        unsafe { self.0.free_pinned(addr as *mut u8, bytes) }
+    }
+
+    fn event_complete(&self, event: EventId) -> bool {
         self.0.event_query(event).unwrap_or(true)
     }
 }

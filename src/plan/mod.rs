@@ -2,6 +2,7 @@
 //! turns a finalized graph into its problem and back).
 
 pub mod arena;
+pub mod swap;
 
 use crate::graph::liveness::round_up;
 use crate::graph::{Graph, TensorKind};

@@ -27,6 +27,8 @@ pub struct Config {
     pub memory_mode: MemoryMode,
     /// 0 off, 1 error, 2 warn, 3 info, 4 debug, 5 trace.
     pub log_level: u32,
+    /// Cap on pinned host memory for swapped tensors; 0 = no cap.
+    pub host_memory_limit: u64,
     /// Host backend only: random delay (µs) before each queued item.
     pub host_jitter_us: u32,
     pub seed: u64,
@@ -40,6 +42,7 @@ impl Default for Config {
             memory_limit: 0,
             memory_mode: MemoryMode::Dynamic,
             log_level: 2,
+            host_memory_limit: 0,
             host_jitter_us: 0,
             seed: 0x6b72_7447,
         }

@@ -1,0 +1,156 @@
+//! Swap copies: moving a tensor between its device block and its pinned host slot, ordered by
+//! events only (no host waits, no whole-device synchronisation).
+
+use super::Executor;
+use crate::device::{EventId, StreamId};
+use crate::graph::Graph;
+use crate::memory::residency::Residency;
+use crate::memory::{DeviceBacking, PinnedBacking};
+use crate::runtime::error::{Error, Result};
+
+impl Executor<'_> {
+    /// Makes input `t` of node `n` readable on the compute stream.
+    pub(super) fn ensure_resident(&mut self, graph: &Graph, n: usize, t: u32) -> Result<()> {
+        match self.mem[t as usize].state {
+            Residency::OnDevice => return Ok(()),
+            Residency::CopyingToDevice => {}
+            Residency::OnHost | Residency::CopyingToHost => self.swap_in(graph, n, t, true).map(|_| ())?,
+            Residency::Unallocated => {
+                return Err(Error::InvalidState(format!(
+                    "{} has no contents when node {n} reads it",
+                    graph.tensors()[t as usize].describe(t)
+                )))
+            }
+        }
+        let event = self.mem[t as usize].copy_in.expect("a tensor copying in has an event");
+        self.compute_waits(event)?;
+        self.mem[t as usize].state = Residency::OnDevice;
+        Ok(())
+    }
+
+    /// Starts bringing `t` back before node `n` as the plan says, if free memory allows
+    /// without evicting anything (the plan made room; if it is not there, the read at the
+    /// node itself brings the tensor in).
+    pub(super) fn prefetch(&mut self, graph: &Graph, n: usize, t: u32) -> Result<()> {
+        if matches!(self.mem[t as usize].state, Residency::OnHost | Residency::CopyingToHost) {
+            self.swap_in(graph, n, t, false)?;
+        }
+        Ok(())
+    }
+
+    /// Queues the host→device copy of `t`; returns false when `may_evict` is off and no memory
+    /// is free.
+    fn swap_in(&mut self, graph: &Graph, n: usize, t: u32, may_evict: bool) -> Result<bool> {
+        let tensor = &graph.tensors()[t as usize];
+        if !self.mem[t as usize].host_valid {
+            return Err(Error::Internal(format!("{} is on the host without a valid copy", tensor.describe(t))));
+        }
+        let ptr = if may_evict {
+            self.alloc(graph, n, tensor.size)
+                .map_err(|e| e.context(format!("bringing back {}", tensor.describe(t))))?
+        } else {
+            self.counters.pool_allocs += 1;
+            match self.pool.alloc(&DeviceBacking(self.device), tensor.size, self.streams.compute) {
+                Ok(ptr) => ptr,
+                Err(_) => return Ok(false),
+            }
+        };
+        let copy_in = self.streams.copy_in;
+        // The block's previous users are on the compute stream; the source is written by the
+        // tensor's own copy-out, if one is still in flight.
+        self.copy_stream_waits_compute(copy_in)?;
+        if let Some(out) = self.mem[t as usize].copy_out {
+            self.device.stream_wait_event(copy_in, out)?;
+        }
+        let host = self.mem[t as usize].host.expect("a valid host copy has a slot");
+        // SAFETY: the slot belongs to this tensor until it is discarded, which waits for this
+        // copy's event.
+        unsafe { self.device.copy_h2d_async(ptr, host as *const u8, tensor.size, copy_in)? };
+        let event = self.event_of(t, true)?;
+        self.device.record_event(event, copy_in)?;
+        let m = &mut self.mem[t as usize];
+        m.device = Some(ptr);
+        m.state = Residency::CopyingToDevice;
+        self.counters.bytes_in += tensor.size;
+        self.counters.tensors_in += 1;
+        Ok(true)
+    }
+
+    /// Sends `t` (on the device) to the host. A clean tensor (host copy current) just gives its
+    /// block back; a dirty one is copied out and its block freed pending the copy's event.
+    pub(super) fn swap_out(&mut self, graph: &Graph, t: u32) -> Result<()> {
+        let tensor = &graph.tensors()[t as usize];
+        let ptr = self.mem[t as usize].device.take().expect("a tensor on the device has a block");
+        if self.mem[t as usize].host_valid {
+            self.give(ptr);
+            self.mem[t as usize].state = Residency::OnHost;
+            return Ok(());
+        }
+        let host = match self.mem[t as usize].host {
+            Some(slot) => slot,
+            None => match self.pinned.alloc(&PinnedBacking(self.device), tensor.size, StreamId(0)) {
+                Ok(slot) => {
+                    self.mem[t as usize].host = Some(slot);
+                    slot
+                }
+                Err(e) => {
+                    self.mem[t as usize].device = Some(ptr);
+                    return Err(Error::from(e).context(format!("pinned host memory for {}", tensor.describe(t))));
+                }
+            },
+        };
+        let copy_out = self.streams.copy_out;
+        self.copy_stream_waits_compute(copy_out)?;
+        // The slot's previous contents may still be read by a copy-in.
+        if let Some(prev) = self.mem[t as usize].copy_in {
+            self.device.stream_wait_event(copy_out, prev)?;
+        }
+        // SAFETY: the slot is this tensor's and stays allocated until its copies' events pass.
+        unsafe { self.device.copy_d2h_async(host as *mut u8, ptr, tensor.size, copy_out)? };
+        let event = self.event_of(t, false)?;
+        self.device.record_event(event, copy_out)?;
+        self.pool.free_after_event(&DeviceBacking(self.device), ptr, event)?;
+        let m = &mut self.mem[t as usize];
+        m.host_valid = true;
+        m.state = Residency::CopyingToHost;
+        self.counters.bytes_out += tensor.size;
+        self.counters.tensors_out += 1;
+        Ok(())
+    }
+
+    /// The compute stream waits for `event`, with the wait timed by a pair of events so the
+    /// runtime can report how long compute stalled on copies.
+    pub(super) fn compute_waits(&mut self, event: EventId) -> Result<()> {
+        let compute = self.streams.compute;
+        let i = self.counters.stall_pairs_used;
+        if i == self.stall_pairs.len() {
+            self.stall_pairs.push((self.device.create_event()?, self.device.create_event()?));
+        }
+        let (start, end) = self.stall_pairs[i];
+        self.counters.stall_pairs_used += 1;
+        self.device.record_event(start, compute)?;
+        self.device.stream_wait_event(compute, event)?;
+        self.device.record_event(end, compute)?;
+        Ok(())
+    }
+
+    fn copy_stream_waits_compute(&mut self, copy: StreamId) -> Result<()> {
+        self.device.record_event(self.streams.marker, self.streams.compute)?;
+        self.device.stream_wait_event(copy, self.streams.marker)?;
+        Ok(())
+    }
+
+    /// The tensor's copy-in (`incoming`) or copy-out event, created on first use.
+    pub(super) fn event_of(&mut self, t: u32, incoming: bool) -> Result<EventId> {
+        let m = &mut self.mem[t as usize];
+        let slot = if incoming { &mut m.copy_in } else { &mut m.copy_out };
+        match *slot {
+            Some(e) => Ok(e),
+            None => {
+                let e = self.device.create_event()?;
+                *slot = Some(e);
+                Ok(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! A graph bound to its runtime: the memory of its tensors (residency, device blocks, host
+//! slots), its plans (arena, swap), its captured replay, and the run / write / read entry points.
+
+use super::{Error, MemoryMode, Result, Runtime, ALIGNMENT};
+use crate::device::{DevPtr, DeviceError, GraphExecId};
+use crate::exec::{Executor, FixedLayout};
+use crate::graph::{Graph, TensorKind};
+use crate::kernels::Kernel;
+use crate::memory::residency::{Residency, TensorMemory};
+use crate::memory::{DeviceBacking, PinnedBacking};
+use crate::plan::swap::{check_with_pool, plan_swaps, SwapPlan};
+use crate::plan::{plan_graph_arena, ArenaLayout};
+use std::sync::Arc;
+
+/// How long finalize may search for a smaller arena than the greedy one.
+const ARENA_SEARCH_TIME: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Whole-step replay of a planned graph (CUDA graphs): captured at the second run, once every
+/// address is fixed, and replayed from then on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Replay {
+    NotYet,
+    Captured(GraphExecId),
+    /// Not captured; the reason was logged once.
+    Off,
+}
+
+pub struct RuntimeGraph {
+    runtime: Arc<Runtime>,
+    pub graph: Graph,
+    /// Where each tensor is; persistent tensors keep their memory until the graph is released.
+    mem: Vec<TensorMemory>,
+    /// Per tensor: holds meaningful contents (written by the host, or produced by a run).
+    has_contents: Vec<bool>,
+    /// Planned mode: the layout chosen at finalize, and the arena once the first run took it.
+    arena: Option<(ArenaLayout, Option<DevPtr>)>,
+    /// Made at finalize when the working set exceeds the budget.
+    swap: Option<SwapPlan>,
+    replay: Replay,
+    successful_runs: u64,
+}
+
+impl RuntimeGraph {
+    pub fn new(runtime: Arc<Runtime>) -> RuntimeGraph {
+        RuntimeGraph {
+            runtime,
+            graph: Graph::new(),
+            mem: Vec::new(),
+            has_contents: Vec::new(),
+            arena: None,
+            swap: None,
+            replay: Replay::NotYet,
+            successful_runs: 0,
+        }
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    pub fn add_tensor(&mut self, size: u64, kind: TensorKind, name: &str) -> Result<u64> {
+        let id = self.graph.add_tensor(size, kind, name)?;
+        self.mem.push(TensorMemory::default());
+        self.has_contents.push(false);
+        Ok(id)
+    }
+
+    /// True when the graph runs from a planned arena (planned mode and the plan fits).
+    pub fn is_planned(&self) -> bool {
+        self.arena.is_some()
+    }
+
+    /// Pool bytes this graph's tensors hold on the device between runs (persistent tensors on
+    /// the device, rounded as the pool rounds) — what `allocated_bytes` returns to after a run.
+    pub fn resident_bytes(&self) -> u64 {
+        let arena = self.arena.as_ref().and_then(|(l, base)| base.map(|_| l.size)).unwrap_or(0);
+        let tensors = self.graph.tensors();
+        self.mem
+            .iter()
+            .zip(tensors)
+            .filter(|(m, t)| m.device.is_some() && t.kind.persists())
+            .map(|(_, t)| crate::graph::liveness::round_up(t.size, ALIGNMENT))
+            .sum::<u64>()
+            + crate::graph::liveness::round_up(arena, ALIGNMENT)
+    }
+
+    /// The swap plan, when the graph's working set exceeds the budget.
+    pub fn swap_plan(&self) -> Option<&SwapPlan> {
+        self.swap.as_ref()
+    }
+
+    pub fn finalize(&mut self) -> Result<()> {
+        let rt = Arc::clone(&self.runtime);
+        let limit = rt.lock().pool.memory_limit();
+        let lv = self.graph.finalize(ALIGNMENT)?;
+        let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
+        if rt.config().memory_mode == MemoryMode::Planned {
+            let layout = plan_graph_arena(&self.graph, ALIGNMENT, ARENA_SEARCH_TIME).map_err(Error::Internal)?;
+            if persistent + layout.size > limit {
+                log::warn!(
+                    "planned mode: arena of {} bytes plus {persistent} persistent bytes exceeds the memory limit \
+                     {limit}; this graph runs in dynamic mode (with swapping)",
+                    layout.size
+                );
+            } else {
+                log::info!(
+                    "planned mode: arena of {} bytes for a transient peak of {} bytes ({:.4}x)",
+                    layout.size,
+                    layout.lower_bound,
+                    layout.size as f64 / layout.lower_bound.max(1) as f64
+                );
+                self.arena = Some((layout, None));
+            }
+        }
+        if self.arena.is_none() && persistent + peak > limit {
+            self.swap = Some(self.make_swap_plan(limit));
+        }
+        if !self.is_planned() || !rt.device.supports_capture() {
+            self.replay = Replay::Off;
+        } else if self.graph.nodes().iter().any(|n| matches!(n.kernel, Kernel::Callback(_))) {
+            log::info!(
+                "planned graph not captured for replay: host callbacks run on the host when a node is queued, \
+                 so a replayed capture would skip them"
+            );
+            self.replay = Replay::Off;
+        }
+        Ok(())
+    }
+
+    /// Plans swaps for what the pool leaves this graph, checked by a dry run of the pool; when
+    /// the dry run fails (fragmentation), plans again for a smaller budget.
+    fn make_swap_plan(&self, limit: u64) -> SwapPlan {
+        let rt = &self.runtime;
+        let st = rt.lock();
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let available = limit.saturating_sub(st.pool.stats().allocated_bytes);
+        let mut budget = available;
+        let mut plan = plan_swaps(tensors, nodes, lv, budget, ALIGNMENT);
+        for _ in 0..8 {
+            match check_with_pool(tensors, nodes, lv, &plan, &st.pool, rt.compute) {
+                Ok(()) => break,
+                Err(node) => {
+                    log::debug!("swap plan for {budget} bytes fails the pool's dry run at node {node}; replanning");
+                    budget -= budget / 16;
+                    plan = plan_swaps(tensors, nodes, lv, budget, ALIGNMENT);
+                }
+            }
+        }
+        for &n in &plan.infeasible_nodes {
+            log::warn!("node {n}: its own inputs, outputs and workspaces exceed the memory budget; runs will fail there");
+        }
+        log::info!(
+            "swap plan: working set {} bytes over a budget of {} bytes (planned for {}); per run {} bytes out, {} in",
+            lv.persistent_bytes + lv.peak_transient_bytes,
+            available,
+            plan.budget,
+            plan.bytes_out,
+            plan.bytes_in
+        );
+        plan
+    }
+
+    fn persistent_index(&self, id: u64, verb: &str) -> Result<u32> {
+        let t = self.graph.tensor_index(id)?;
+        let tensor = &self.graph.tensors()[t as usize];
+        if !tensor.kind.persists() {
+            return Err(Error::InvalidArgument(format!(
+                "cannot {verb} {}: intermediates live only inside a run; make it an output to read it",
+                tensor.describe(t)
+            )));
+        }
+        Ok(t)
+    }
+
+    fn check_size(&self, t: u32, size: u64, verb: &str) -> Result<()> {
+        let tensor = &self.graph.tensors()[t as usize];
+        if size != tensor.size {
+            return Err(Error::InvalidArgument(format!("{verb} of {size} bytes does not match {}", tensor.describe(t))));
+        }
+        Ok(())
+    }
+
+    /// Waits (on the host) until no copy of `t` is in flight, so its host slot and device
+    /// block can be touched directly.
+    fn settle(&mut self, t: u32) -> Result<()> {
+        let rt = &self.runtime;
+        let m = &mut self.mem[t as usize];
+        for event in [m.copy_out, m.copy_in].into_iter().flatten() {
+            rt.device.event_synchronize(event)?;
+        }
+        m.state = match m.state {
+            Residency::CopyingToHost => Residency::OnHost,
+            Residency::CopyingToDevice => Residency::OnDevice,
+            s => s,
+        };
+        Ok(())
+    }
+
+    /// Copies `data` into a persistent tensor. A tensor on the device is written there; one on
+    /// the host (or, in a swapping graph, one never written) is written into its pinned slot.
+    pub fn write(&mut self, id: u64, data: &[u8]) -> Result<()> {
+        let t = self.persistent_index(id, "write")?;
+        self.check_size(t, data.len() as u64, "write")?;
+        self.settle(t)?;
+        let rt = Arc::clone(&self.runtime);
+        let mut st = rt.lock();
+        let bytes = data.len() as u64;
+        let to_host = match self.mem[t as usize].state {
+            Residency::OnHost => true,
+            Residency::Unallocated => self.swap.is_some(),
+            _ => false,
+        };
+        let m = &mut self.mem[t as usize];
+        if to_host {
+            let slot = match m.host {
+                Some(slot) => slot,
+                None => *m.host.insert(st.pinned.alloc(&PinnedBacking(rt.device()), bytes, crate::device::StreamId(0))?),
+            };
+            // SAFETY: the slot holds `bytes` bytes and no copy uses it (settled above).
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), slot as *mut u8, data.len()) };
+            m.host_valid = true;
+            m.state = Residency::OnHost;
+        } else {
+            let ptr = match m.device {
+                Some(p) => p,
+                None => *m.device.insert(st.pool.alloc(&DeviceBacking(rt.device()), bytes, rt.compute)?),
+            };
+            m.state = Residency::OnDevice;
+            m.host_valid = false;
+            // SAFETY: `data` outlives the copy: the stream is synchronised before we return.
+            unsafe { rt.device.copy_h2d_async(ptr, data.as_ptr(), bytes, rt.compute)? };
+            rt.device.stream_synchronize(rt.compute)?;
+        }
+        self.has_contents[t as usize] = true;
+        Ok(())
+    }
+
+    /// Copies a persistent tensor's contents into `out`, from wherever they are.
+    pub fn read(&mut self, id: u64, out: &mut [u8]) -> Result<()> {
+        let t = self.persistent_index(id, "read")?;
+        self.check_size(t, out.len() as u64, "read")?;
+        if !self.has_contents[t as usize] {
+            return Err(Error::InvalidState(format!(
+                "{} has no contents yet: write it or run the graph first",
+                self.graph.tensors()[t as usize].describe(t)
+            )));
+        }
+        self.settle(t)?;
+        let rt = &self.runtime;
+        let _st = rt.lock();
+        let m = &self.mem[t as usize];
+        match (m.state, m.device, m.host) {
+            (Residency::OnDevice, Some(ptr), _) => {
+                // SAFETY: `out` outlives the copy: the stream is synchronised before we return.
+                unsafe { rt.device.copy_d2h_async(out.as_mut_ptr(), ptr, out.len() as u64, rt.compute)? };
+                rt.device.stream_synchronize(rt.compute)?;
+            }
+            (Residency::OnHost, _, Some(slot)) if m.host_valid => {
+                // SAFETY: the slot holds the tensor's bytes and no copy uses it (settled above).
+                unsafe { std::ptr::copy_nonoverlapping(slot as *const u8, out.as_mut_ptr(), out.len()) };
+            }
+            (state, _, _) => {
+                return Err(Error::Internal(format!(
+                    "{} is marked as holding contents but is {state:?}",
+                    self.graph.tensors()[t as usize].describe(t)
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the graph once. On failure no node is re-run, every transient buffer is back in the
+    /// pool, and the runtime and graph stay usable.
+    pub fn run(&mut self) -> Result<()> {
+        if !self.graph.is_finalized() {
+            return Err(Error::InvalidState("the graph must be finalized before it runs".into()));
+        }
+        let lv = self.graph.liveness().expect("finalized");
+        for (t, tensor) in self.graph.tensors().iter().enumerate() {
+            let read_first = lv.first_use[t].is_some_and(|n| self.graph.nodes()[n as usize].inputs.contains(&(t as u32)));
+            if tensor.kind.host_written() && read_first && !self.has_contents[t] {
+                return Err(Error::InvalidState(format!(
+                    "{} is read by node {} but was never written",
+                    tensor.describe(t as u32),
+                    lv.first_use[t].unwrap()
+                )));
+            }
+        }
+        let rt = Arc::clone(&self.runtime);
+        let mut guard = rt.lock();
+        let st = &mut *guard;
+        // Planned mode takes its arena from the pool once, at the first run, and keeps it.
+        if let Some((layout, base @ None)) = &mut self.arena {
+            if layout.size > 0 {
+                *base = Some(st.pool.alloc(&DeviceBacking(rt.device()), layout.size, rt.compute).map_err(|e| {
+                    Error::from(e).context(format!("allocating the planned arena of {} bytes", layout.size))
+                })?);
+            }
+        }
+        let capture = self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(&rt);
+        if self.replay == Replay::NotYet && self.successful_runs > 0 && !capture {
+            self.replay = Replay::Off;
+        }
+        let mut counters;
+        let mut queued = match self.replay {
+            Replay::Captured(exec_graph) => {
+                counters = crate::exec::RunCounters { nodes: self.graph.nodes().len() as u64, ..Default::default() };
+                rt.device.launch_graph(exec_graph, rt.compute).map_err(Error::from)
+            }
+            _ => {
+                let mut exec = Executor::new(
+                    rt.device(),
+                    rt.streams,
+                    &mut st.pool,
+                    &mut st.pinned,
+                    fixed_layout(&self.arena),
+                    &mut self.mem,
+                    self.swap.as_ref(),
+                    &mut st.stall_pairs,
+                );
+                let r = exec.run(&self.graph);
+                counters = exec.counters;
+                r
+            }
+        };
+        if capture {
+            match (rt.device.end_capture(rt.compute), &queued) {
+                (Ok(exec_graph), Ok(())) => {
+                    self.replay = Replay::Captured(exec_graph);
+                    queued = rt.device.launch_graph(exec_graph, rt.compute).map_err(Error::from);
+                }
+                (Ok(exec_graph), Err(_)) => {
+                    let _ = rt.device.destroy_graph(exec_graph);
+                }
+                (Err(e), _) => {
+                    // The work was recorded, not run: run it the ordinary way.
+                    log::warn!("planned graph not captured for replay: {e}");
+                    self.replay = Replay::Off;
+                    let mut exec = Executor::new(
+                        rt.device(),
+                        rt.streams,
+                        &mut st.pool,
+                        &mut st.pinned,
+                        fixed_layout(&self.arena),
+                        &mut self.mem,
+                        self.swap.as_ref(),
+                        &mut st.stall_pairs,
+                    );
+                    queued = exec.run(&self.graph);
+                    counters = exec.counters;
+                }
+            }
+        }
+        // Wait even after a queueing error: asynchronous failures must be collected now, and
+        // copies must be done before their tensors are touched again.
+        let mut finished = Ok(());
+        for s in [rt.streams.compute, rt.streams.copy_in, rt.streams.copy_out] {
+            let r = rt.device.stream_synchronize(s).map_err(|e| match e {
+                DeviceError::Async(m) => Error::CallbackFailed(m),
+                other => Error::from(other),
+            });
+            if finished.is_ok() {
+                finished = r;
+            }
+        }
+        let mut wait_ms = 0.0f64;
+        for &(start, end) in &st.stall_pairs[..counters.stall_pairs_used] {
+            wait_ms += rt.device.event_elapsed_ms(start, end).unwrap_or(0.0) as f64;
+        }
+        st.counters.add_run(&counters, (wait_ms * 1e6) as u64);
+        // Every copy is done: in-flight states have landed.
+        for m in &mut self.mem {
+            m.state = match m.state {
+                Residency::CopyingToHost => Residency::OnHost,
+                Residency::CopyingToDevice => Residency::OnDevice,
+                s => s,
+            };
+        }
+        queued?;
+        finished?;
+        self.successful_runs += 1;
+        for (t, tensor) in self.graph.tensors().iter().enumerate() {
+            if tensor.kind.persists() && self.mem[t].has_data() {
+                self.has_contents[t] = true;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fixed_layout(arena: &Option<(ArenaLayout, Option<DevPtr>)>) -> Option<FixedLayout<'_>> {
+    arena.as_ref().map(|(layout, base)| FixedLayout {
+        base: base.unwrap_or(0),
+        tensor_offsets: &layout.tensor_offsets,
+        workspace_offsets: &layout.workspace_offsets,
+    })
+}
+
+/// Starts capturing the compute stream; on failure logs why and returns false.
+fn begin_capture(rt: &Runtime) -> bool {
+    match rt.device.begin_capture(rt.compute) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("planned graph not captured for replay: {e}");
+            false
+        }
+    }
+}
+
+impl Drop for RuntimeGraph {
+    fn drop(&mut self) {
+        let rt = Arc::clone(&self.runtime);
+        let _ = rt.synchronize();
+        if let Replay::Captured(exec_graph) = self.replay {
+            let _ = rt.device.destroy_graph(exec_graph);
+        }
+        let mut st = rt.lock();
+        let st = &mut *st;
+        let arena = self.arena.as_mut().and_then(|(_, base)| base.take());
+        for ptr in self.mem.iter_mut().filter_map(|m| m.device.take()).chain(arena) {
+            if let Err(e) = st.pool.free(&DeviceBacking(rt.device()), ptr) {
+                log::error!("releasing a graph's tensor: {e}");
+            }
+        }
+        for m in &mut self.mem {
+            if let Some(slot) = m.host.take() {
+                if let Err(e) = st.pinned.free(&PinnedBacking(rt.device()), slot) {
+                    log::error!("releasing a graph's host slot: {e}");
+                }
+            }
+            for event in [m.copy_in.take(), m.copy_out.take()].into_iter().flatten() {
+                let _ = rt.device.destroy_event(event);
+            }
+        }
+        // Blocks freed pending on this graph's (now destroyed, completed) events are free.
+        for event in st.pool.pending_events() {
+            st.pool.assume_complete(event);
+        }
+        for event in st.pinned.pending_events() {
+            st.pinned.assume_complete(event);
+        }
+    }
+}

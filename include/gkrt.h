@@ -132,6 +132,9 @@ typedef struct gkrt_callback_args {
 // pointers and the `CUstream`: it must enqueue its work on that stream (e.g. a cuBLAS call),
 // or synchronise it. On the host backend it is called on the stream's worker thread in stream
 // order, and the pointers are host addresses it may read and write directly.
+// A callback may call gkrt functions on other runtimes and graphs; a call that needs the
+// runtime or graph that is running it (or any that is busy at that moment) returns
+// GKRT_STATUS_INVALID_STATE instead of waiting, since waiting could never end.
 typedef int32_t (*gkrt_callback_fn)(const struct gkrt_callback_args *args, void *user_data);
 
 // Which backend a runtime uses.

@@ -192,7 +192,7 @@ fn run_and_stats(spec: &Spec, mode: MemoryMode, runs: usize, limit: u64) -> (Vec
     let mut outs = Vec::new();
     for _ in 0..runs {
         g.run().unwrap();
-        let after = rt.stats();
+        let after = rt.stats().unwrap();
         // No transient buffer outlives the run: what stays allocated is exactly the persistent
         // tensors left on the device (none when the graph swaps: runs end with them on the host).
         assert_eq!(after.pool.allocated_bytes, g.resident_bytes(), "allocated bytes after a run");
@@ -212,7 +212,7 @@ fn run_and_stats(spec: &Spec, mode: MemoryMode, runs: usize, limit: u64) -> (Vec
             })
             .collect();
     }
-    (outs, rt.stats())
+    (outs, rt.stats().unwrap())
 }
 
 proptest! {
@@ -293,11 +293,11 @@ fn a_node_too_large_fails_cleanly_and_the_runtime_stays_usable() {
     big.finalize().unwrap();
     assert_eq!(big.swap_plan().map(|p| p.infeasible_nodes.clone()), Some(vec![0]));
     big.write(x, &vec![0u8; 40 << 10]).unwrap();
-    let baseline = rt.stats().pool.allocated_bytes;
+    let baseline = rt.stats().unwrap().pool.allocated_bytes;
     let err = big.run().unwrap_err();
     assert!(matches!(err, gkrt::runtime::Error::OutOfMemory(_)), "{err:?}");
     assert!(err.message().contains("node 0"), "{}", err.message());
-    assert_eq!(rt.stats().pool.allocated_bytes, baseline);
+    assert_eq!(rt.stats().unwrap().pool.allocated_bytes, baseline);
 
     let mut small = RuntimeGraph::new(rt.clone());
     let a = small.add_tensor(1024, TensorKind::Input, "a").unwrap();
@@ -358,7 +358,7 @@ fn weights_larger_than_the_budget_stream_through() {
         g.read(h, &mut out).unwrap();
         assert_eq!(from_bytes(&out), want);
     }
-    let s = rt.stats();
+    let s = rt.stats().unwrap();
     assert!(s.counters.swap_in_bytes >= 3 * (layers as u64) * bytes, "weights came in every run: {:?}", s.counters);
     assert!(s.pool.peak_reserved_bytes <= 6 * bytes, "the budget held: {:?}", s.pool);
 }

@@ -5,6 +5,7 @@
 #   tests   every C test with GKRT_DEVICE=cuda, the Rust GPU tests, and the no-device check
 #   demo    the demo on the GPU and on the host backend
 #   bench   benches/launch_overhead (10,000-kernel chain: gkrt dynamic / planned+replay vs a loop)
+#   swap    benches/swap_chain (bf16 Linear+ReLU training step at 1x, 2x, 3x its memory limit)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -62,11 +63,21 @@ run_bench() {
   "$b/launch_overhead" "$b/chain_kernel.ptx" 10000 30 2>&1 | tee "$OUT/bench_launch_overhead.log"
 }
 
+run_swap() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b"
+  cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
+  LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" ${SWAP_ARGS:-8192 8192 16 5} 2>&1 |
+    grep -v '^\[gkrt INFO\] gkrt runtime' | tee "$OUT/bench_swap.log"
+}
+
 for w in "${what[@]}"; do
   case "$w" in
     tests) run_tests ;;
     demo) run_demo ;;
     bench) run_bench ;;
-    *) echo "unknown: $w (tests, demo, bench)" ;;
+    swap) run_swap ;;
+    *) echo "unknown: $w (tests, demo, bench, swap)" ;;
   esac
 done

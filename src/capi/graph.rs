@@ -5,12 +5,17 @@ use super::handles::{self, Object};
 use super::types::*;
 use crate::device::LaunchDims;
 use crate::graph::TensorKind;
-use crate::runtime::{Error, RuntimeGraph};
+use crate::runtime::{lock_for_call, Error, RuntimeGraph};
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 fn lock_graph(graph: *const gkrt_graph) -> Result<Arc<Mutex<RuntimeGraph>>, Error> {
     handles::graph(graph as usize)
+}
+
+/// The graph's lock for this call (an error, not a wait, from inside a host callback).
+fn locked(g: &Mutex<RuntimeGraph>) -> Result<MutexGuard<'_, RuntimeGraph>, Error> {
+    lock_for_call(g, "graph")
 }
 
 /// A slice from a C pointer and count; NULL is allowed only for an empty array.
@@ -77,9 +82,7 @@ pub unsafe extern "C" fn gkrt_graph_add_tensor(
         } else {
             CStr::from_ptr(name).to_string_lossy().into_owned()
         };
-        let id = g
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let id = locked(&g)?
             .add_tensor(size, kind, &name)?;
         *out = id;
         Ok(())
@@ -139,7 +142,7 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
                 )
             }
         };
-        let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = locked(&g)?;
         if g.runtime().serial() != k.runtime.serial() {
             return Err(Error::InvalidArgument(
                 "the kernel belongs to another runtime than the graph".into(),
@@ -160,10 +163,9 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
 #[no_mangle]
 pub extern "C" fn gkrt_graph_finalize(graph: *mut gkrt_graph) -> gkrt_status {
     guard(|| {
-        lock_graph(graph)?
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .finalize()
+        let g = lock_graph(graph)?;
+        let mut g = locked(&g)?;
+        g.finalize()
     })
 }
 
@@ -178,7 +180,7 @@ pub unsafe extern "C" fn gkrt_graph_get_info(
         let out = out
             .as_mut()
             .ok_or_else(|| Error::InvalidArgument("out (gkrt_graph_info *) is NULL".into()))?;
-        let g = g.lock().unwrap_or_else(|p| p.into_inner());
+        let g = locked(&g)?;
         let mut info = gkrt_graph_info {
             num_tensors: g.graph.tensors().len() as u64,
             num_nodes: g.graph.nodes().len() as u64,
@@ -210,12 +212,10 @@ pub unsafe extern "C" fn gkrt_graph_write_tensor(
         if data.is_null() {
             return Err(Error::InvalidArgument("data is NULL".into()));
         }
-        let bytes = std::slice::from_raw_parts(data as *const u8, size);
-        let result = g
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .write(tensor, bytes);
-        result
+        let mut g = locked(&g)?;
+        // The size is checked before a slice of the caller's buffer exists.
+        g.check_io(tensor, size as u64, "write")?;
+        g.write(tensor, std::slice::from_raw_parts(data as *const u8, size))
     })
 }
 
@@ -233,11 +233,9 @@ pub unsafe extern "C" fn gkrt_graph_read_tensor(
         if data.is_null() {
             return Err(Error::InvalidArgument("data is NULL".into()));
         }
-        let bytes = std::slice::from_raw_parts_mut(data as *mut u8, size);
-        let result = g
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .read(tensor, bytes);
-        result
+        let mut g = locked(&g)?;
+        // The size is checked before a slice of the caller's buffer exists.
+        g.check_io(tensor, size as u64, "read")?;
+        g.read(tensor, std::slice::from_raw_parts_mut(data as *mut u8, size))
     })
 }

@@ -164,7 +164,7 @@ pub unsafe extern "C" fn gkrt_runtime_stats(
         let out = out
             .as_mut()
             .ok_or_else(|| Error::InvalidArgument("out (gkrt_stats *) is NULL".into()))?;
-        let s = rt.stats();
+        let s = rt.stats()?;
         *out = gkrt_stats {
             allocated_bytes: s.pool.allocated_bytes,
             reserved_bytes: s.pool.reserved_bytes,
@@ -198,8 +198,7 @@ pub unsafe extern "C" fn gkrt_runtime_stats(
 #[no_mangle]
 pub extern "C" fn gkrt_runtime_reset_peak_stats(runtime: *mut gkrt_runtime) -> gkrt_status {
     guard(|| {
-        handles::runtime(runtime as usize)?.reset_peak_stats();
-        Ok(())
+        handles::runtime(runtime as usize)?.reset_peak_stats()
     })
 }
 
@@ -220,7 +219,7 @@ pub extern "C" fn gkrt_runtime_run(
     guard(|| {
         let rt = handles::runtime(runtime as usize)?;
         let g = handles::graph(graph as usize)?;
-        let mut g = g.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = crate::runtime::lock_for_call(&g, "graph")?;
         if g.runtime().serial() != rt.serial() {
             return Err(Error::InvalidArgument(
                 "the graph belongs to another runtime".into(),

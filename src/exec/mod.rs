@@ -333,10 +333,8 @@ impl<'a> Executor<'a> {
                     self.swap_out(graph, victim)?;
                 }
                 None => {
-                    let need: u64 = graph.nodes()[n]
-                        .inputs
+                    let need: u64 = crate::plan::swap::node_tensors(&graph.nodes()[n])
                         .iter()
-                        .chain(&graph.nodes()[n].outputs)
                         .map(|&t| graph.tensors()[t as usize].size)
                         .sum::<u64>()
                         + graph.nodes()[n].workspaces.iter().sum::<u64>();
@@ -516,7 +514,7 @@ fn callback_work(
         };
         // SAFETY: the function pointer and user data were given by the host for this purpose;
         // `args` and everything it points to live until the call returns.
-        let status = unsafe { (cb.func)(&args, cb.user_data as *mut c_void) };
+        let status = unsafe { crate::kernels::call_callback(cb, &args) };
         if status == 0 {
             Ok(())
         } else {

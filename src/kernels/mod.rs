@@ -51,6 +51,27 @@ pub struct HostCallback {
     pub user_data: usize,
 }
 
+thread_local! {
+    static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Calls a host callback with the current thread marked as inside one (see `inside_callback`).
+///
+/// # Safety
+/// As for calling `cb.func` with `args`: both come from the host for this purpose.
+pub unsafe fn call_callback(cb: HostCallback, args: &CallbackArgs) -> i32 {
+    IN_CALLBACK.with(|c| c.set(true));
+    let status = (cb.func)(args, cb.user_data as *mut c_void);
+    IN_CALLBACK.with(|c| c.set(false));
+    status
+}
+
+/// True while this thread runs a host callback: the C API then refuses calls that would need
+/// the busy runtime.
+pub fn inside_callback() -> bool {
+    IN_CALLBACK.with(|c| c.get())
+}
+
 /// What a callback is called with: the node's buffers and the stream. Mirrors
 /// `gkrt_callback_args` in the C API (`capi` re-exports it under that name).
 #[repr(C)]

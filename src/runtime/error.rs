@@ -74,7 +74,9 @@ impl From<DeviceError> for Error {
             DeviceError::Driver { .. } | DeviceError::Async(_) => Error::Device(text),
             DeviceError::Compile(_) => Error::Compile(text),
             DeviceError::Unsupported(_) => Error::Unsupported(text),
-            DeviceError::Invalid(_) => Error::Internal(text),
+            // The device refuses what it was handed (e.g. a parameter blob the kernel's
+            // signature does not take): the caller's input, as far as the device can tell.
+            DeviceError::Invalid(_) => Error::InvalidArgument(text),
         }
     }
 }

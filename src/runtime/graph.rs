@@ -91,7 +91,7 @@ impl RuntimeGraph {
 
     pub fn finalize(&mut self) -> Result<()> {
         let rt = Arc::clone(&self.runtime);
-        let limit = rt.lock().pool.memory_limit();
+        let limit = rt.lock_for_call()?.pool.memory_limit();
         let lv = self.graph.finalize(ALIGNMENT)?;
         let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
         if rt.config().memory_mode == MemoryMode::Planned {
@@ -113,7 +113,7 @@ impl RuntimeGraph {
             }
         }
         if self.arena.is_none() && persistent + peak > limit {
-            self.swap = Some(self.make_swap_plan(limit));
+            self.swap = Some(self.make_swap_plan(limit)?);
         }
         if !self.is_planned() || !rt.device.supports_capture() {
             self.replay = Replay::Off;
@@ -129,9 +129,9 @@ impl RuntimeGraph {
 
     /// Plans swaps for what the pool leaves this graph, checked by a dry run of the pool; when
     /// the dry run fails (fragmentation), plans again for a smaller budget.
-    fn make_swap_plan(&self, limit: u64) -> SwapPlan {
+    fn make_swap_plan(&self, limit: u64) -> Result<SwapPlan> {
         let rt = &self.runtime;
-        let st = rt.lock();
+        let st = rt.lock_for_call()?;
         let lv = self.graph.liveness().expect("finalized");
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
         let available = limit.saturating_sub(st.pool.stats().allocated_bytes);
@@ -158,7 +158,7 @@ impl RuntimeGraph {
             plan.bytes_out,
             plan.bytes_in
         );
-        plan
+        Ok(plan)
     }
 
     fn persistent_index(&self, id: u64, verb: &str) -> Result<u32> {
@@ -171,6 +171,13 @@ impl RuntimeGraph {
             )));
         }
         Ok(t)
+    }
+
+    /// Checks a host copy of `size` bytes against a persistent tensor before any host memory
+    /// is touched (the C API calls this before it makes a slice of the caller's buffer).
+    pub fn check_io(&self, id: u64, size: u64, verb: &str) -> Result<()> {
+        let t = self.persistent_index(id, verb)?;
+        self.check_size(t, size, verb)
     }
 
     fn check_size(&self, t: u32, size: u64, verb: &str) -> Result<()> {
@@ -204,7 +211,7 @@ impl RuntimeGraph {
         self.check_size(t, data.len() as u64, "write")?;
         self.settle(t)?;
         let rt = Arc::clone(&self.runtime);
-        let mut st = rt.lock();
+        let mut st = rt.lock_for_call()?;
         let bytes = data.len() as u64;
         let to_host = match self.mem[t as usize].state {
             Residency::OnHost => true,
@@ -248,7 +255,7 @@ impl RuntimeGraph {
         }
         self.settle(t)?;
         let rt = &self.runtime;
-        let _st = rt.lock();
+        let _st = rt.lock_for_call()?;
         let m = &self.mem[t as usize];
         match (m.state, m.device, m.host) {
             (Residency::OnDevice, Some(ptr), _) => {
@@ -288,7 +295,7 @@ impl RuntimeGraph {
             }
         }
         let rt = Arc::clone(&self.runtime);
-        let mut guard = rt.lock();
+        let mut guard = rt.lock_for_call()?;
         let st = &mut *guard;
         // Planned mode takes its arena from the pool once, at the first run, and keeps it.
         if let Some((layout, base @ None)) = &mut self.arena {
@@ -411,7 +418,7 @@ fn begin_capture(rt: &Runtime) -> bool {
 impl Drop for RuntimeGraph {
     fn drop(&mut self) {
         let rt = Arc::clone(&self.runtime);
-        let _ = rt.synchronize();
+        let _ = rt.drain();
         if let Replay::Captured(exec_graph) = self.replay {
             let _ = rt.device.destroy_graph(exec_graph);
         }

@@ -141,22 +141,34 @@ impl Runtime {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn stats(&self) -> Stats {
-        let st = self.lock();
-        Stats {
+    /// The state lock for a call from outside (see `lock_for_call`).
+    pub fn lock_for_call(&self) -> Result<MutexGuard<'_, State>> {
+        lock_for_call(&self.state, "runtime")
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        let st = self.lock_for_call()?;
+        Ok(Stats {
             pool: st.pool.stats(),
             pinned: st.pinned.stats(),
             counters: st.counters,
             memory_limit: st.pool.memory_limit(),
-        }
+        })
     }
 
-    pub fn reset_peak_stats(&self) {
-        self.lock().pool.reset_peaks();
+    pub fn reset_peak_stats(&self) -> Result<()> {
+        self.lock_for_call()?.pool.reset_peaks();
+        Ok(())
     }
 
     /// Waits for all queued work (compute and copies); reports the first asynchronous failure.
     pub fn synchronize(&self) -> Result<()> {
+        let _busy = self.lock_for_call()?;
+        self.drain()
+    }
+
+    /// Waits for every stream of the runtime (callers hold the state lock or own the runtime).
+    fn drain(&self) -> Result<()> {
         let mut first = Ok(());
         for s in [self.streams.compute, self.streams.copy_in, self.streams.copy_out] {
             if let (Err(e), Ok(())) = (self.device.stream_synchronize(s), &first) {
@@ -178,7 +190,7 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        let _ = self.synchronize();
+        let _ = self.drain();
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = st.pool.release_all(&DeviceBacking(&*self.device)) {
             log::warn!("releasing the runtime's pool: {e}");
@@ -194,6 +206,24 @@ impl Drop for Runtime {
         for s in [self.streams.compute, self.streams.copy_in, self.streams.copy_out] {
             let _ = self.device.destroy_stream(s);
         }
+    }
+}
+
+/// Locks `m` for a call that comes from the C API. A host callback runs while its runtime is busy
+/// with the run (the run holds the runtime's and the graph's locks; on the host backend it also
+/// waits for the callback's thread), so from inside a callback a busy lock is an error, not a
+/// wait that could never end.
+pub fn lock_for_call<'a, T>(m: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
+    if !crate::kernels::inside_callback() {
+        return Ok(m.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+    match m.try_lock() {
+        Ok(g) => Ok(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => Err(Error::InvalidState(format!(
+            "the {what} is busy (running the graph whose host callback made this call, or another); \
+             a host callback cannot call into a runtime or graph that is running"
+        ))),
     }
 }
 

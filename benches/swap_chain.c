@@ -12,7 +12,8 @@
  *
  * Build (on the GPU machine, see scripts/gpu/run.sh):
  *   cc -O2 benches/swap_chain.c -Iinclude -I$CUDA/include -Llib -lgkrt -lcublas -lcuda -o swap_chain
- * Run: ./swap_chain [hidden=8192] [tokens=8192] [layers=16] [steps=5]
+ * Run: ./swap_chain [hidden=8192] [tokens=8192] [layers=16] [steps=5] [train|forward]
+ *   forward: the forward chain alone (inference-like: only the weights need to move)
  */
 #include <cublas_v2.h>
 #include <cuda.h>
@@ -113,6 +114,8 @@ static void add_act(chain *c, gkrt_kernel *k, const gkrt_tensor *in, size_t nin,
 
 /* Builds forward (Z_i = X_i W_i, X_{i+1} = relu(Z_i)) and backward (dZ_i = relu'(dX_{i+1}, Z_i),
  * dW_i = X_i^T dZ_i, dX_i = dZ_i W_i^T). Inputs X_0, dY; parameters W_i; outputs dW_i, X_L. */
+static int forward_only = 0;
+
 static void build(chain *c, cublasHandle_t blas, uint64_t limit, int h, int t, int layers) {
   gkrt_config cfg;
   GK(gkrt_config_init(&cfg));
@@ -132,14 +135,14 @@ static void build(chain *c, cublasHandle_t blas, uint64_t limit, int h, int t, i
   c->w = malloc(layers * sizeof *c->w);
   c->dw = malloc(layers * sizeof *c->dw);
   GK(gkrt_graph_add_tensor(c->g, c->act_bytes, GKRT_TENSOR_INPUT, "x0", &c->x0));
-  GK(gkrt_graph_add_tensor(c->g, c->act_bytes, GKRT_TENSOR_INPUT, "dy", &c->dy));
+  if (!forward_only) GK(gkrt_graph_add_tensor(c->g, c->act_bytes, GKRT_TENSOR_INPUT, "dy", &c->dy));
   x[0] = c->x0;
   for (int i = 0; i < layers; i++) {
     char name[32];
     snprintf(name, sizeof name, "w%d", i);
     GK(gkrt_graph_add_tensor(c->g, c->w_bytes, GKRT_TENSOR_PARAMETER, name, &c->w[i]));
     snprintf(name, sizeof name, "dw%d", i);
-    GK(gkrt_graph_add_tensor(c->g, c->w_bytes, GKRT_TENSOR_OUTPUT, name, &c->dw[i]));
+    if (!forward_only) GK(gkrt_graph_add_tensor(c->g, c->w_bytes, GKRT_TENSOR_OUTPUT, name, &c->dw[i]));
     snprintf(name, sizeof name, "z%d", i);
     GK(gkrt_graph_add_tensor(c->g, c->act_bytes, GKRT_TENSOR_INTERMEDIATE, name, &z[i]));
     snprintf(name, sizeof name, "x%d", i + 1);
@@ -150,7 +153,7 @@ static void build(chain *c, cublasHandle_t blas, uint64_t limit, int h, int t, i
   }
   c->out = x[layers];
   gkrt_tensor dx = c->dy;
-  for (int i = layers - 1; i >= 0; i--) {
+  for (int i = layers - 1; i >= 0 && !forward_only; i--) {
     char name[32];
     gkrt_tensor dz;
     snprintf(name, sizeof name, "dz%d", i);
@@ -241,7 +244,7 @@ static outcome run_config(cublasHandle_t blas, uint64_t limit, int h, int t, int
   GK(gkrt_graph_get_info(c.g, &info));
   if (peak_out) *peak_out = info.persistent_bytes + info.peak_transient_bytes;
   GK(gkrt_graph_write_tensor(c.g, c.x0, x0, c.act_bytes));
-  GK(gkrt_graph_write_tensor(c.g, c.dy, dy, c.act_bytes));
+  if (!forward_only) GK(gkrt_graph_write_tensor(c.g, c.dy, dy, c.act_bytes));
   for (int i = 0; i < layers; i++) GK(gkrt_graph_write_tensor(c.g, c.w[i], ws[i], c.w_bytes));
   GK(gkrt_runtime_run(c.rt, c.g)); /* warm-up: pinned memory, cuBLAS heuristics, NVRTC */
   gkrt_stats s0, s1;
@@ -261,7 +264,10 @@ static outcome run_config(cublasHandle_t blas, uint64_t limit, int h, int t, int
                s1.peak_reserved_bytes,
                (double)(s1.copy_wait_ns - s0.copy_wait_ns) / steps / 1e6,
                malloc(c.w_bytes + c.act_bytes)};
-  GK(gkrt_graph_read_tensor(c.g, c.dw[0], o.result, c.w_bytes));
+  if (forward_only)
+    memset(o.result, 0, c.w_bytes);
+  else
+    GK(gkrt_graph_read_tensor(c.g, c.dw[0], o.result, c.w_bytes));
   GK(gkrt_graph_read_tensor(c.g, c.out, (char *)o.result + c.w_bytes, c.act_bytes));
   free(times);
   destroy(&c);
@@ -273,6 +279,7 @@ int main(int argc, char **argv) {
   int t = argc > 2 ? atoi(argv[2]) : 8192;
   int layers = argc > 3 ? atoi(argv[3]) : 16;
   int steps = argc > 4 ? atoi(argv[4]) : 5;
+  forward_only = argc > 5 && strcmp(argv[5], "forward") == 0;
   double bw_in, bw_out;
   measure_link(&bw_in, &bw_out);
   printf("pinned link in this process: host->device %.1f GB/s, device->host %.1f GB/s\n", bw_in, bw_out);
@@ -291,8 +298,8 @@ int main(int argc, char **argv) {
   }
   uint64_t peak = 0;
   outcome base = run_config(blas, 0, h, t, layers, steps, &peak, x0, dy, ws);
-  printf("chain: hidden %d, tokens %d, %d layers, bf16; working set %.2f GiB; %d timed steps, median\n", h, t, layers,
-         peak / 1073741824.0, steps);
+  printf("chain (%s): hidden %d, tokens %d, %d layers, bf16; working set %.2f GiB; %d timed steps, median\n",
+         forward_only ? "forward only" : "forward + backward", h, t, layers, peak / 1073741824.0, steps);
   printf("%-7s %9s %8s %8s %8s %8s %10s %11s %8s %8s %s\n", "budget", "limit GiB", "step ms", "out GiB", "in GiB",
          "bound ms", "step/bound", "step/noswap", "out GB/s", "in GB/s", "outputs");
   size_t cmp = wn * 2 + act * 2;

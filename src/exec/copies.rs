@@ -28,14 +28,39 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// Starts bringing `t` back before node `n` as the plan says, if free memory allows
-    /// without evicting anything (the plan made room; if it is not there, the read at the
-    /// node itself brings the tensor in).
-    pub(super) fn prefetch(&mut self, graph: &Graph, n: usize, t: u32) -> Result<()> {
+    /// Starts bringing `t` back before node `n` as the plan says, if memory allows without
+    /// evicting anything. Returns false when it does not (yet): the caller tries again before
+    /// the next node, and the read at the node that needs it brings it in at the latest.
+    pub(super) fn prefetch(&mut self, graph: &Graph, n: usize, t: u32) -> Result<bool> {
         if matches!(self.mem[t as usize].state, Residency::OnHost | Residency::CopyingToHost) {
-            self.swap_in(graph, n, t, false)?;
+            return self.swap_in(graph, n, t, false);
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// A block without evicting: the free pool, else blocks whose copy-out is queued (the
+    /// compute stream then waits for those copies: the memory the plan counted on is exactly
+    /// theirs, and the link is the bottleneck whenever they are not done yet).
+    fn alloc_without_evicting(&mut self, bytes: u64) -> Result<Option<u64>> {
+        for attempt in 0..2 {
+            self.counters.pool_allocs += 1;
+            match self.pool.alloc(&DeviceBacking(self.device), bytes, self.streams.compute) {
+                Ok(ptr) => return Ok(Some(ptr)),
+                Err(crate::memory::pool::PoolError::OutOfMemory { .. }) if attempt == 0 => {
+                    let pending = self.pool.pending_events();
+                    if pending.is_empty() {
+                        return Ok(None);
+                    }
+                    for event in pending {
+                        self.compute_waits(event)?;
+                        self.pool.assume_complete(event);
+                    }
+                }
+                Err(crate::memory::pool::PoolError::OutOfMemory { .. }) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(None)
     }
 
     /// Queues the host→device copy of `t`; returns false when `may_evict` is off and no memory
@@ -49,10 +74,9 @@ impl Executor<'_> {
             self.alloc(graph, n, tensor.size)
                 .map_err(|e| e.context(format!("bringing back {}", tensor.describe(t))))?
         } else {
-            self.counters.pool_allocs += 1;
-            match self.pool.alloc(&DeviceBacking(self.device), tensor.size, self.streams.compute) {
-                Ok(ptr) => ptr,
-                Err(_) => return Ok(false),
+            match self.alloc_without_evicting(tensor.size)? {
+                Some(ptr) => ptr,
+                None => return Ok(false),
             }
         };
         let copy_in = self.streams.copy_in;

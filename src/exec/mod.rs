@@ -78,6 +78,8 @@ pub struct Executor<'a> {
     /// Reusable (start, end) timing events recorded around each compute-stream wait on a copy.
     stall_pairs: &'a mut Vec<(EventId, EventId)>,
     pub counters: RunCounters,
+    /// Planned returns that found no room yet; retried before each node.
+    deferred: Vec<u32>,
     workspaces: Vec<DevPtr>,
     buffers: Vec<Buffer>,
 }
@@ -104,6 +106,7 @@ impl<'a> Executor<'a> {
             plan,
             stall_pairs,
             counters: RunCounters::default(),
+            deferred: Vec::new(),
             workspaces: Vec::new(),
             buffers: Vec::new(),
         }
@@ -130,8 +133,13 @@ impl<'a> Executor<'a> {
         let at = |e: Error| e.context(format!("node {n} ({})", node.kernel.describe()));
 
         if let Some(plan) = self.plan {
-            for &t in &plan.prefetch_before[n] {
-                self.prefetch(graph, n, t).map_err(at)?;
+            // Returns that found no room earlier go first (they are needed sooner).
+            let mut waiting = std::mem::take(&mut self.deferred);
+            waiting.extend_from_slice(&plan.prefetch_before[n]);
+            for t in waiting {
+                if !self.prefetch(graph, n, t).map_err(at)? {
+                    self.deferred.push(t);
+                }
             }
         }
         for &t in &node.inputs {

@@ -148,13 +148,23 @@ pub fn plan_swaps(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64
         }
         sim.usage[n] = sim.used + workspace;
 
-        // After the node: dead intermediates leave, the rest move to their next use.
+        // After the node: dead intermediates leave; persistent tensors at their last use in the
+        // run leave for the host now (the run would send them there at its end anyway), so
+        // their copies overlap the rest of the run and their memory serves it; the rest move
+        // to their next use.
         for &t in &touched {
             sim.by_next_use.remove(&(n32, t));
             let tensor = &tensors[t as usize];
-            if !tensor.kind.persists() && lv.last_use[t as usize] == Some(n32) {
+            if lv.last_use[t as usize] == Some(n32) {
                 sim.resident[t as usize] = false;
                 sim.used -= sim.size(t);
+                if tensor.kind.persists() {
+                    plan.swap_out_after[n].push(t);
+                    if !sim.host_valid[t as usize] {
+                        plan.bytes_out += sim.size(t);
+                        sim.host_valid[t as usize] = true;
+                    }
+                }
             } else {
                 let next = lv.next_use_after(t, n32);
                 sim.next_key[t as usize] = next;

@@ -196,8 +196,12 @@ fn run_and_stats(spec: &Spec, mode: MemoryMode, runs: usize, limit: u64) -> (Vec
         // No transient buffer outlives the run: what stays allocated is exactly the persistent
         // tensors left on the device (none when the graph swaps: runs end with them on the host).
         assert_eq!(after.pool.allocated_bytes, g.resident_bytes(), "allocated bytes after a run");
-        if g.swap_plan().is_some() {
-            assert_eq!(after.pool.allocated_bytes, 0, "a swapping graph ends its runs with everything on the host");
+        if let Some(plan) = g.swap_plan() {
+            let kept: u64 = plan.keep.iter().map(|&t| g.graph.tensors()[t as usize].size.div_ceil(256) * 256).sum();
+            assert!(
+                after.pool.allocated_bytes <= kept,
+                "a swapping graph ends its runs with only the kept tensors on the device"
+            );
         }
         if mode == MemoryMode::Planned && g.is_planned() && after.counters.runs > 1 {
             assert_eq!(after.counters.last_run_pool_allocs, 0, "planned runs make no pool calls");

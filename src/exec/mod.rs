@@ -118,8 +118,19 @@ impl<'a> Executor<'a> {
     /// caller synchronises the streams afterwards; asynchronous failures surface there.
     pub fn run(&mut self, graph: &Graph) -> Result<()> {
         let mut result = (0..graph.nodes().len()).try_for_each(|n| self.run_node(graph, n));
-        if result.is_ok() && self.plan.is_some() {
-            result = self.return_persistent_to_host(graph);
+        if let (Ok(()), Some(plan)) = (&result, self.plan) {
+            // The returns for the next run, then everything else persistent goes to the host.
+            let last = graph.nodes().len();
+            let waiting: Vec<u32> = self.deferred.drain(..).chain(plan.prefetch_before[last].iter().copied()).collect();
+            for t in waiting {
+                if let Err(e) = self.prefetch(graph, last, t) {
+                    result = Err(e);
+                    break;
+                }
+            }
+            if result.is_ok() {
+                result = self.return_persistent_to_host(graph);
+            }
         }
         if result.is_err() {
             self.release_after_failure(graph);

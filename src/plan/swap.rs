@@ -8,8 +8,10 @@
 //! copies overlap compute. A tensor whose host copy is still current (a parameter not written
 //! since it was last saved) leaves without a copy.
 //!
-//! Run boundaries are canonical in swap mode: every persistent tensor is on the host when a run
-//! starts and goes back there when it ends, so every run follows the same plan.
+//! Run boundaries are canonical in swap mode, so every run follows the same plan: a persistent
+//! tensor leaves for the host after its last use in the run, and the few the next run needs
+//! first (`keep`: those a first planning pass brings in before node 0) come back before the run
+//! ends, in memory the end of the run no longer uses, so the next run does not start by waiting.
 //!
 //! `check_with_pool` replays the plan's allocations through a dry run of the real pool, so a plan
 //! that fits on paper fits at run time; the runtime lowers the budget and replans when it does not.
@@ -25,8 +27,12 @@ pub struct SwapPlan {
     pub budget: u64,
     /// After node n is queued: copy these tensors out (or drop a clean device copy).
     pub swap_out_after: Vec<Vec<u32>>,
-    /// Before node n is queued: start copying these tensors back in.
+    /// Before node n is queued: start copying these tensors back in. It has one entry more
+    /// than there are nodes: returns queued after the last node, for the next run.
     pub prefetch_before: Vec<Vec<u32>>,
+    /// Persistent tensors the next run needs early, brought back before a run ends so its
+    /// start does not wait for them; every other persistent tensor ends a run on the host.
+    pub keep: Vec<u32>,
     /// Bytes the plan moves each way in one run (both include the run-boundary traffic).
     pub bytes_out: u64,
     pub bytes_in: u64,
@@ -79,6 +85,23 @@ impl Sim<'_> {
 
 /// Plans swaps for `budget` bytes of device memory.
 pub fn plan_swaps(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64, align: u64) -> SwapPlan {
+    let cold = simulate(tensors, nodes, lv, budget, align, &[]);
+    let keep: Vec<u32> =
+        cold.prefetch_before[0].iter().copied().filter(|&t| tensors[t as usize].kind.persists()).collect();
+    if keep.is_empty() {
+        return cold;
+    }
+    let warm = simulate(tensors, nodes, lv, budget, align, &keep);
+    // Keeping them must not cost a node its feasibility.
+    if warm.infeasible_nodes.len() > cold.infeasible_nodes.len() {
+        cold
+    } else {
+        warm
+    }
+}
+
+/// One planning pass; `keep` are resident when the run starts and must be again when it ends.
+fn simulate(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64, align: u64, keep: &[u32]) -> SwapPlan {
     let n_nodes = nodes.len();
     let mut sim = Sim {
         tensors,
@@ -90,14 +113,19 @@ pub fn plan_swaps(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64
         by_next_use: BTreeSet::new(),
         next_key: vec![NEVER; tensors.len()],
         used: 0,
-        usage: vec![0; n_nodes],
+        usage: vec![0; n_nodes + 1],
     };
     let mut plan = SwapPlan {
         budget,
         swap_out_after: vec![Vec::new(); n_nodes],
-        prefetch_before: vec![Vec::new(); n_nodes],
+        prefetch_before: vec![Vec::new(); n_nodes + 1],
+        keep: keep.to_vec(),
         ..SwapPlan::default()
     };
+    for &t in keep {
+        let first = lv.uses[t as usize].first().copied().unwrap_or(NEVER);
+        sim.arrive(t, first);
+    }
     // (node that needs it, tensor, node after which it left)
     let mut returns: Vec<(u32, u32, i64)> = Vec::new();
 
@@ -158,6 +186,7 @@ pub fn plan_swaps(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64
             if lv.last_use[t as usize] == Some(n32) {
                 sim.resident[t as usize] = false;
                 sim.used -= sim.size(t);
+                sim.left_after[t as usize] = n as i64;
                 if tensor.kind.persists() {
                     plan.swap_out_after[n].push(t);
                     if !sim.host_valid[t as usize] {
@@ -173,12 +202,12 @@ pub fn plan_swaps(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64
         }
     }
 
-    // Run boundary: persistent tensors go back to the host; dirty ones are copied.
-    if n_nodes > 0 {
-        for (t, tensor) in tensors.iter().enumerate() {
-            if tensor.kind.persists() && sim.resident[t] && !sim.host_valid[t] {
-                plan.bytes_out += sim.size(t as u32);
-            }
+    // Run boundary: persistent tensors have left after their last use; the kept ones return.
+    sim.usage[n_nodes] = sim.used;
+    for &t in keep {
+        if !sim.resident[t as usize] {
+            returns.push((n_nodes as u32, t, sim.left_after[t as usize]));
+            plan.bytes_in += sim.size(t);
         }
     }
 
@@ -218,6 +247,10 @@ pub fn check_with_pool(
         step_node.push(node);
         steps.len() - 1
     };
+    for &t in &plan.keep {
+        let bytes = tensors[t as usize].size;
+        block[t as usize] = Some(push(&mut steps, 0, DryRunStep::Alloc { bytes, stream }));
+    }
     for (n, node) in nodes.iter().enumerate() {
         let n32 = n as u32;
         for &t in plan.prefetch_before[n].iter().chain(&node_tensors(node)) {
@@ -242,6 +275,13 @@ pub fn check_with_pool(
             if let Some(step) = block[t as usize].take() {
                 push(&mut steps, n32, DryRunStep::Free { step });
             }
+        }
+    }
+    let last = nodes.len() as u32;
+    for &t in &plan.prefetch_before[nodes.len()] {
+        if block[t as usize].is_none() {
+            let bytes = tensors[t as usize].size;
+            block[t as usize] = Some(push(&mut steps, last, DryRunStep::Alloc { bytes, stream }));
         }
     }
     pool.dry_run(&steps).map(|_| ()).map_err(|(i, _)| step_node[i])

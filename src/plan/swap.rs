@@ -9,9 +9,9 @@
 //! since it was last saved) leaves without a copy.
 //!
 //! Run boundaries are canonical in swap mode, so every run follows the same plan: a persistent
-//! tensor leaves for the host after its last use in the run, and the few the next run needs
-//! first (`keep`: those a first planning pass brings in before node 0) come back before the run
-//! ends, in memory the end of the run no longer uses, so the next run does not start by waiting.
+//! tensor leaves for the host after its last use in the run, and the few the next run's first
+//! nodes read (`keep`) come back before the run ends, in memory the end of the run no longer
+//! uses, so the next run does not start by waiting for them.
 //!
 //! `check_with_pool` replays the plan's allocations through a dry run of the real pool, so a plan
 //! that fits on paper fits at run time; the runtime lowers the budget and replans when it does not.
@@ -30,8 +30,8 @@ pub struct SwapPlan {
     /// Before node n is queued: start copying these tensors back in. It has one entry more
     /// than there are nodes: returns queued after the last node, for the next run.
     pub prefetch_before: Vec<Vec<u32>>,
-    /// Persistent tensors the next run needs early, brought back before a run ends so its
-    /// start does not wait for them; every other persistent tensor ends a run on the host.
+    /// Persistent tensors the next run's first nodes read, brought back before a run ends so
+    /// its start does not wait for them; every other persistent tensor ends a run on the host.
     pub keep: Vec<u32>,
     /// Bytes the plan moves each way in one run (both include the run-boundary traffic).
     pub bytes_out: u64,
@@ -83,11 +83,20 @@ impl Sim<'_> {
     }
 }
 
+/// The tensors the first nodes of a run read are kept across runs (see `SwapPlan::keep`).
+const KEEP_FIRST_NODES: u32 = 2;
+
 /// Plans swaps for `budget` bytes of device memory.
 pub fn plan_swaps(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64, align: u64) -> SwapPlan {
     let cold = simulate(tensors, nodes, lv, budget, align, &[]);
-    let keep: Vec<u32> =
-        cold.prefetch_before[0].iter().copied().filter(|&t| tensors[t as usize].kind.persists()).collect();
+    // Only what the first nodes read: bringing back more at the end of a run moves copies
+    // from the start of the next run, where the link is often idle (a forward pass mostly
+    // copies out), to the end of this one, where it is often busy (a backward pass copies in).
+    let keep: Vec<u32> = cold.prefetch_before[0]
+        .iter()
+        .copied()
+        .filter(|&t| tensors[t as usize].kind.persists() && lv.uses[t as usize].first().is_some_and(|&u| u <= KEEP_FIRST_NODES))
+        .collect();
     if keep.is_empty() {
         return cold;
     }

@@ -3,38 +3,101 @@
 //! Items are placed one by one in a given order (decreasing size for [`size_order`]), each at the
 //! lowest aligned offset whose byte range is free over the item's whole section range.
 //!
-//! The structure is a segment tree over sections. Every node keeps two coalesced, sorted lists of
-//! occupied byte ranges `[lo, hi)`:
+//! The structure is a `FAN`-ary segment tree over sections. Every node keeps coalesced, sorted
+//! lists of occupied byte ranges `[lo, hi)`:
 //! * `own`: ranges of placed items for which the node is a canonical node (the item covers the
 //!   node's whole section range, but not its parent's);
 //! * `sub`: ranges of placed items with a canonical node in the node's subtree (itself included),
-//!   i.e. items that intersect the node's range without covering its parent's.
+//!   i.e. items that intersect the node's range without covering its parent's (at a leaf, the
+//!   same as `own`).
 //!
 //! The items intersecting a query range are exactly those in `sub` of the query's canonical nodes
-//! plus those in `own` of their proper ancestors; a query merges those few lists. Because the
-//! lists are unions, neighbouring ranges coalesce and stay short when the arena is packed tight.
+//! plus those in `own` of their proper ancestors; a query leapfrogs over those few lists. Because
+//! the lists are unions, neighbouring ranges coalesce and stay short when the arena is packed
+//! tight. Long-lived items fragment the `own` lists of high nodes, so those are also merged per
+//! node of one *merge level* (see [`Tree`]). Offsets are kept in units of the greatest common
+//! divisor of the sizes and alignments, as `u32` when they fit.
 
 use super::Item;
 
-type Ranges = Vec<(u64, u64)>;
+/// An offset type: the lists use `u32` when every offset fits (in units of the greatest common
+/// divisor of the sizes and alignments), halving their memory traffic.
+trait Off: Copy + Ord + Default {
+    fn from64(v: u64) -> Self;
+    fn to64(self) -> u64;
+}
+
+impl Off for u32 {
+    fn from64(v: u64) -> Self {
+        v as u32
+    }
+    fn to64(self) -> u64 {
+        self as u64
+    }
+}
+
+impl Off for u64 {
+    fn from64(v: u64) -> Self {
+        v
+    }
+    fn to64(self) -> u64 {
+        self
+    }
+}
+
+type Ranges<T> = Vec<(T, T)>;
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
 
 /// Decreasing size, then earlier start, then longer lifetime, then index.
 pub(crate) fn size_order(items: &[Item]) -> Vec<u32> {
     let mut ord: Vec<u32> = (0..items.len() as u32).collect();
     ord.sort_unstable_by(|&a, &b| {
         let (x, y) = (&items[a as usize], &items[b as usize]);
-        y.size.cmp(&x.size).then(x.ss.cmp(&y.ss)).then(y.steps.cmp(&x.steps)).then(a.cmp(&b))
+        y.size
+            .cmp(&x.size)
+            .then(x.ss.cmp(&y.ss))
+            .then(y.steps.cmp(&x.steps))
+            .then(a.cmp(&b))
     });
     ord
 }
 
 /// Places the items in `order` (indices into `items`); returns one offset per item.
 pub(crate) fn place(items: &[Item], sections: usize, order: &[u32]) -> Vec<u64> {
-    let mut offs = vec![0u64; items.len()];
     if sections == 0 {
-        return offs;
+        return vec![0; items.len()];
     }
-    let mut t = Tree::new(sections);
+    // Every offset is a multiple of the common divisor of sizes and alignments, and below the
+    // sum of all sizes and alignments.
+    let unit = items
+        .iter()
+        .fold(0, |g, it| gcd(gcd(g, it.size), it.align))
+        .max(1);
+    let bound = items.iter().fold(0u64, |b, it| {
+        b.saturating_add(it.size / unit)
+            .saturating_add(it.align / unit)
+    });
+    let mut offs = if bound < u32::MAX as u64 {
+        place_in::<u32>(items, sections, order, unit)
+    } else {
+        place_in::<u64>(items, sections, order, unit)
+    };
+    for o in &mut offs {
+        *o *= unit;
+    }
+    offs
+}
+
+/// [`place`] with offsets and sizes in units of `unit`, stored as `T`.
+fn place_in<T: Off>(items: &[Item], sections: usize, order: &[u32], unit: u64) -> Vec<u64> {
+    let mut offs = vec![0u64; items.len()];
+    let mut t = Tree::<T>::new(sections);
     let mut lists: Vec<u32> = Vec::with_capacity(64);
     let mut cursors: Vec<usize> = Vec::with_capacity(64);
     for &i in order {
@@ -43,28 +106,35 @@ pub(crate) fn place(items: &[Item], sections: usize, order: &[u32]) -> Vec<u64> 
             continue;
         }
         let (qs, qe) = (it.ss as usize, it.se as usize);
+        let (size, align) = (it.size / unit, it.align / unit);
         lists.clear();
         t.collect(t.top, 0, qs, qe, &mut lists);
-        let o = lowest_fit(&t.ranges, &lists, it.size, it.align, &mut cursors);
+        let o = lowest_fit(&t.ranges, &lists, size, align, &mut cursors);
         offs[i as usize] = o;
-        t.insert(t.top, 0, qs, qe, o, o.saturating_add(it.size));
+        t.insert(t.top, 0, qs, qe, T::from64(o), T::from64(o + size));
     }
     offs
 }
 
 /// Lowest offset `o` (a multiple of `align`) with `[o, o + size)` disjoint from every range of
 /// every list. Leapfrogs over the lists until all of them accept the same `o`.
-fn lowest_fit(ranges: &[Ranges], lists: &[u32], size: u64, align: u64, cur: &mut Vec<usize>) -> u64 {
+fn lowest_fit<T: Off>(
+    ranges: &[Ranges<T>],
+    lists: &[u32],
+    size: u64,
+    align: u64,
+    cur: &mut Vec<usize>,
+) -> u64 {
     let k = lists.len();
     cur.clear();
     cur.resize(k, 0);
     let (mut o, mut passed, mut i) = (0u64, 0usize, 0usize);
     while passed < k {
         let l = &ranges[lists[i] as usize][..];
-        let c = gallop(l, cur[i], o);
+        let c = gallop(l, cur[i], T::from64(o));
         cur[i] = c;
-        if c < l.len() && l[c].0 < o.saturating_add(size) {
-            o = l[c].1.next_multiple_of(align);
+        if c < l.len() && l[c].0.to64() < o + size {
+            o = l[c].1.to64().next_multiple_of(align);
             passed = 0;
         } else {
             passed += 1;
@@ -79,7 +149,7 @@ fn lowest_fit(ranges: &[Ranges], lists: &[u32], size: u64, align: u64, cur: &mut
 
 /// First index at or after `from` whose range ends above `o` (exponential then binary search).
 #[inline]
-fn gallop(l: &[(u64, u64)], from: usize, o: u64) -> usize {
+fn gallop<T: Off>(l: &[(T, T)], from: usize, o: T) -> usize {
     if from >= l.len() || l[from].1 > o {
         return from;
     }
@@ -97,10 +167,17 @@ fn gallop(l: &[(u64, u64)], from: usize, o: u64) -> usize {
 }
 
 /// Adds `[lo, hi)` to a sorted list of disjoint ranges, merging those it touches.
-fn add_range(l: &mut Ranges, lo: u64, hi: u64) {
+fn add_range<T: Off>(l: &mut Ranges<T>, lo: T, hi: T) {
     let i = l.partition_point(|r| r.1 < lo);
-    let j = i + l[i..].partition_point(|r| r.0 <= hi);
+    // Few ranges lie inside a new one: scan.
+    let mut j = i;
+    while j < l.len() && l[j].0 <= hi {
+        j += 1;
+    }
     if i == j {
+        if l.capacity() == 0 {
+            l.reserve_exact(RESERVE);
+        }
         l.insert(i, (lo, hi));
     } else {
         let nlo = lo.min(l[i].0);
@@ -114,6 +191,8 @@ fn add_range(l: &mut Ranges, lo: u64, hi: u64) {
 const FAN: usize = 8;
 /// The *merge level* is the lowest level with at most this many nodes.
 const MERGE_NODES: usize = 256;
+/// Capacity of a list when first used.
+const RESERVE: usize = 8;
 
 /// A `FAN`-ary segment tree over sections. Node `j` of level `l` covers sections
 /// `[j * FAN^l, (j + 1) * FAN^l)`; with `id = base[l] + j`, `ranges[2 * id]` is its `own` list and
@@ -124,9 +203,11 @@ const MERGE_NODES: usize = 256;
 /// `ranges[2 * total + j]`: the union of `own` of the node and of all its ancestors. A query then
 /// reads one `up` list instead of the `own` lists above level `K`; an insert with a canonical node
 /// at level `L >= K` adds to the `FAN^(L-K)` `up` lists below it (there are few level-`K` nodes).
-struct Tree {
+struct Tree<T> {
     /// First node id of each level.
     base: Vec<usize>,
+    /// Sections covered by a node of each level: `FAN^level`.
+    width: Vec<usize>,
     /// The level of the root.
     top: usize,
     /// The merge level.
@@ -135,11 +216,11 @@ struct Tree {
     k_nodes: usize,
     /// Total number of nodes.
     total: usize,
-    ranges: Vec<Ranges>,
+    ranges: Vec<Ranges<T>>,
 }
 
-impl Tree {
-    fn new(sections: usize) -> Tree {
+impl<T: Off> Tree<T> {
+    fn new(sections: usize) -> Tree<T> {
         let (mut base, mut count, mut total) = (Vec::new(), sections, 0usize);
         let (mut k, mut k_nodes) = (usize::MAX, 0);
         loop {
@@ -154,7 +235,16 @@ impl Tree {
             count = count.div_ceil(FAN);
         }
         let top = base.len() - 1;
-        Tree { base, top, k, k_nodes, total, ranges: vec![Vec::new(); 2 * total + k_nodes] }
+        let width = (0..base.len()).map(|l| FAN.pow(l as u32)).collect();
+        Tree {
+            base,
+            width,
+            top,
+            k,
+            k_nodes,
+            total,
+            ranges: vec![Vec::new(); 2 * total + k_nodes],
+        }
     }
 
     fn push_nonempty(&self, list: usize, out: &mut Vec<u32>) {
@@ -167,14 +257,15 @@ impl Tree {
     /// `sub` of the canonical nodes and `own` of their proper ancestors, those above the merge
     /// level through `up` lists (empty lists left out).
     fn collect(&self, lv: usize, j: usize, qs: usize, qe: usize, out: &mut Vec<u32>) {
-        let w = FAN.pow(lv as u32);
+        let w = self.width[lv];
         let (l, r) = (j * w, (j + 1) * w);
         let id = self.base[lv] + j;
         if qs <= l && r <= qe {
-            self.push_nonempty(2 * id + 1, out);
+            // A leaf's `sub` is its `own` (only kept separately above the leaves).
+            self.push_nonempty(2 * id + (lv > 0) as usize, out);
             if lv >= self.k {
                 // Ancestors' `own` lists through the `up` of the first merge-level descendant.
-                let d = j * FAN.pow((lv - self.k) as u32);
+                let d = j * self.width[lv - self.k];
                 self.push_nonempty(2 * self.total + d, out);
             }
             return;
@@ -190,14 +281,14 @@ impl Tree {
         let mut up_done = false;
         for c in c0..=c1 {
             let (cl, cr) = (c * cw, (c + 1) * cw);
-            if lv - 1 >= self.k && qs <= cl && cr <= qe {
+            if lv > self.k && qs <= cl && cr <= qe {
                 // A canonical child at or above the merge level: its `sub`, and (once per
                 // parent: siblings share their ancestors) an `up` list below it.
                 let cid = self.base[lv - 1] + c;
-                self.push_nonempty(2 * cid + 1, out);
+                self.push_nonempty(2 * cid + (lv > 1) as usize, out);
                 if !up_done {
                     up_done = true;
-                    let d = c * FAN.pow((lv - 1 - self.k) as u32);
+                    let d = c * self.width[lv - 1 - self.k];
                     self.push_nonempty(2 * self.total + d, out);
                 }
             } else {
@@ -207,15 +298,17 @@ impl Tree {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn insert(&mut self, lv: usize, j: usize, qs: usize, qe: usize, lo: u64, hi: u64) {
-        let w = FAN.pow(lv as u32);
+    fn insert(&mut self, lv: usize, j: usize, qs: usize, qe: usize, lo: T, hi: T) {
+        let w = self.width[lv];
         let (l, r) = (j * w, (j + 1) * w);
         let id = self.base[lv] + j;
-        add_range(&mut self.ranges[2 * id + 1], lo, hi);
+        if lv > 0 {
+            add_range(&mut self.ranges[2 * id + 1], lo, hi);
+        }
         if qs <= l && r <= qe {
             add_range(&mut self.ranges[2 * id], lo, hi);
             if lv >= self.k {
-                let span = FAN.pow((lv - self.k) as u32);
+                let span = self.width[lv - self.k];
                 let d1 = ((j + 1) * span).min(self.k_nodes);
                 for d in j * span..d1 {
                     add_range(&mut self.ranges[2 * self.total + d], lo, hi);

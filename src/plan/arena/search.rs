@@ -1,10 +1,10 @@
 //! Searching for a smaller arena than greedy's.
 //!
-//! 1. Greedy with a few different orders; keep the best.
+//! 1. Greedy with a few other orders; keep the best.
 //! 2. For problems of up to [`DFS_MAX_ITEMS`] items: a branch-and-bound over *canonical*
-//!    placements, per independent component (a cut in time that no item crosses splits the
-//!    problem), with restarts that vary the branching order.
-//! 3. Otherwise (or when the search gives up): greedy with randomly perturbed orders.
+//!    placements, per independent component (a step that no item spans splits the problem), with
+//!    restarts.
+//! 3. Otherwise, or if time remains: greedy with randomly perturbed orders.
 //!
 //! # The branch-and-bound
 //!
@@ -12,33 +12,57 @@
 //! it allow, repeatedly) without growing, so it suffices to search pushed-down placements. The
 //! state is a *skyline*: `floor[s]` for each section `s`, with the invariant that every unplaced
 //! item lies above the floor of each of its sections, and `rem[s]`, the total size of the unplaced
-//! items live in `s`. A node looks at the lowest floor `h` among sections with unplaced items, and
-//! the maximal run `[a, b)` of sections around it at height `h`. In a pushed-down placement the
-//! lowest unplaced item meeting the run either sits at `h` (then it lies inside the run: all its
-//! sections are at `h`) or nothing sits at `h` in the run, and then everything over the run is at
-//! least as high as the lower neighbour of the run. So the branches are:
+//! items live in `s`. A node takes the lowest floor `h` among sections with unplaced items, and a
+//! maximal run `[a, b)` of sections at height `h`. In a pushed-down placement the lowest unplaced
+//! item meeting the run either sits at `h` (and then lies inside the run: its sections are all at
+//! `h`) or nothing sits at `h` there, and then everything over the run is at least as high as the
+//! lower of the run's two neighbours. So the branches are:
 //!
 //! * for each *candidate* — an unplaced item lying inside `[a, b)` — place it at `h` (rounded up
 //!   to its alignment) and raise its sections' floors to its top;
-//! * the *gap*: raise the whole run to the lower of its two neighbours' floors.
+//! * the *gap*: raise the whole run to the lower neighbour. Skipped when some unplaced item inside
+//!   the run fits under that neighbour (it could be moved down into the gap: dominated).
 //!
-//! Candidates are tried in a heuristic order; when the `i`-th is tried, candidates `1..i` are
-//! forbidden at height `h` (they were tried there already), and identical items (same sections,
-//! size and alignment) are tried once. With a target arena size `T`, every floor change keeps
-//! `floor[s] + rem[s] <= T`: placing an item exactly on the floor leaves that sum unchanged, so
-//! only gaps (wasted space) and alignment padding can break it, and they are cut off at once.
-//! Search with `T` = capacity, or = best so far - 1 to improve, restarting with growing node
-//! limits (Luby) and different orders.
+//! Candidates are tried in order; when the `i`-th is tried, candidates `1..i` are forbidden at
+//! height `h` (they were tried there already), and identical items (same sections, size and
+//! alignment) are tried once. This enumerates the canonical placements without repeats (a unit
+//! test checks it finds the optimum of small problems found by brute force).
+//!
+//! Inference at every node, for a target size `T` (see [`Dfs::infer`]): every unplaced item will
+//! sit at or above its *viable offset* (the highest floor over its sections), which raises section
+//! floors; and in each section the unplaced items, stacked above their viable offsets in the best
+//! order, must end at or below `T`. When the unplaced items split into groups that share no
+//! section, each group is searched on its own (a failure of one fails the node without trying
+//! other choices for the others). Failed states are remembered by hash.
+//!
+//! Search order: candidates in decreasing *weight*, then a static order (by the largest total
+//! live size over the item's sections, lifetime, area, size — several orders are rotated). When a
+//! section cannot be packed, the unplaced items live in it gain weight, so restarts (with node
+//! limits growing in the Luby sequence) place the items of hard sections first. This is what
+//! makes the hard TPU instances of MiniMalloc (Moffitt, ASPLOS'23), whose pruning ideas this
+//! follows, fit in their capacity in seconds.
 
 use super::{greedy, items_lower_bound, items_size, Item};
+use std::collections::HashSet;
 use std::time::Instant;
 
-/// Largest problem for which the branch-and-bound is used (each node scans the sections).
+/// Largest problem for which the branch-and-bound is used.
 const DFS_MAX_ITEMS: usize = 5_000;
+/// Stack for the search thread (the search recurses about once per node on its path).
+const SEARCH_STACK: usize = 256 << 20;
+/// Node limit of a restart: this times the Luby sequence.
+const RESTART_BASE: u64 = 500;
+/// Rounds of floor raising per node.
+const RAISE_ROUNDS: usize = 8;
 
 /// Best placement found by `deadline`; stops early once its size is at most `target` or the
 /// lower bound.
-pub(crate) fn solve(items: &[Item], sections: usize, deadline: Instant, target: Option<u64>) -> Vec<u64> {
+pub(crate) fn solve(
+    items: &[Item],
+    sections: usize,
+    deadline: Instant,
+    target: Option<u64>,
+) -> Vec<u64> {
     let lb = items_lower_bound(items, sections);
     let goal = target.map_or(lb, |t| t.max(lb));
     let mut best = greedy::place(items, sections, &greedy::size_order(items));
@@ -58,13 +82,27 @@ pub(crate) fn solve(items: &[Item], sections: usize, deadline: Instant, target: 
         }
     }
     if items.len() <= DFS_MAX_ITEMS {
-        bnb(items, sections, deadline, goal, &mut best);
+        let improve_every = if target.is_some() { 8 } else { 2 };
+        let spawned = std::thread::scope(|sc| {
+            std::thread::Builder::new()
+                .stack_size(SEARCH_STACK)
+                .spawn_scoped(sc, || {
+                    let mut b = best.clone();
+                    bnb(items, deadline, goal, improve_every, &mut b);
+                    b
+                })
+                .ok()
+                .and_then(|h| h.join().ok())
+        });
+        match spawned {
+            Some(b) => best = b,
+            None => bnb(items, deadline, goal, improve_every, &mut best),
+        }
         best_size = items_size(items, &best);
         if done(best_size) {
             return best;
         }
     }
-    // Perturbed greedy until the deadline.
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let base = greedy::size_order(items);
     while !done(best_size) {
@@ -80,31 +118,37 @@ pub(crate) fn solve(items: &[Item], sections: usize, deadline: Instant, target: 
 
 /// A few deterministic alternatives to the default greedy order.
 fn greedy_orders(items: &[Item]) -> Vec<Vec<u32>> {
+    use std::cmp::Reverse;
     let idx = || (0..items.len() as u32).collect::<Vec<u32>>();
     let it = |i: &u32| &items[*i as usize];
     let mut a = idx();
-    a.sort_by_key(|i| (std::cmp::Reverse(it(i).size), std::cmp::Reverse(it(i).steps), it(i).ss, *i));
+    a.sort_by_key(|i| (Reverse(it(i).size), Reverse(it(i).steps), it(i).ss, *i));
     let mut b = idx();
-    b.sort_by_key(|i| (std::cmp::Reverse(it(i).size), std::cmp::Reverse(it(i).se), *i));
+    b.sort_by_key(|i| (Reverse(it(i).size), Reverse(it(i).se), *i));
     let mut c = idx();
-    c.sort_by_key(|i| (std::cmp::Reverse(it(i).size as u128 * it(i).steps as u128), it(i).ss, *i));
+    c.sort_by_key(|i| {
+        (
+            Reverse(it(i).size as u128 * it(i).steps as u128),
+            it(i).ss,
+            *i,
+        )
+    });
     let mut d = idx();
-    d.sort_by_key(|i| (std::cmp::Reverse(it(i).steps), std::cmp::Reverse(it(i).size), *i));
+    d.sort_by_key(|i| (Reverse(it(i).steps), Reverse(it(i).size), *i));
     vec![a, b, c, d]
 }
 
-/// The size order with items swapped with near neighbours of similar size at random.
+/// The size order with each size scaled by a random factor in [0.85, 1.15).
 fn perturbed(items: &[Item], base: &[u32], rng: &mut Rng) -> Vec<u32> {
     let mut keyed: Vec<(f64, u32)> = base
         .iter()
-        .enumerate()
-        .map(|(pos, &i)| {
+        .map(|&i| {
             let noise = 1.0 + 0.3 * (rng.unit() - 0.5);
-            (-(items[i as usize].size as f64) * noise, pos as u32)
+            (-(items[i as usize].size as f64) * noise, i)
         })
         .collect();
     keyed.sort_by(|x, y| x.0.total_cmp(&y.0));
-    keyed.iter().map(|&(_, pos)| base[pos as usize]).collect()
+    keyed.into_iter().map(|(_, i)| i).collect()
 }
 
 /// xorshift64*.
@@ -117,75 +161,97 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
+
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
+
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 }
 
-/// Branch-and-bound per component, improving `best` in place.
-fn bnb(items: &[Item], sections: usize, deadline: Instant, goal: u64, best: &mut [u64]) {
-    let comps = components(items, sections);
-    let mut dfs: Vec<Dfs> = comps.iter().map(|c| Dfs::new(items, c)).collect();
-    // Each component's best so far, from the global best.
-    let mut cbest: Vec<(u64, Vec<u64>)> = comps
-        .iter()
+/// One component's search state and results.
+struct Comp {
+    items: Vec<u32>,
+    dfs: Dfs,
+    /// Best size and offsets (indexed like `items`).
+    best: (u64, Vec<u64>),
+    /// No placement of this component is smaller than this (grows when a target is refuted).
+    lower: u64,
+}
+
+/// Branch-and-bound per component, improving `best` in place. Rounds of restarts: in each, every
+/// component above what is needed runs once with a node limit, aiming at the goal, or (every
+/// `improve_every`-th round, or always once the goal is refuted) at an improvement: alternately
+/// its best minus one and halfway between its lower bound and its best.
+fn bnb(items: &[Item], deadline: Instant, goal: u64, improve_every: u32, best: &mut [u64]) {
+    let mut comps: Vec<Comp> = components(items)
+        .into_iter()
         .map(|c| {
             let offs: Vec<u64> = c.iter().map(|&i| best[i as usize]).collect();
-            let size = c.iter().zip(&offs).map(|(&i, &o)| o + items[i as usize].size).max().unwrap_or(0);
-            (size, offs)
+            let size = c
+                .iter()
+                .zip(&offs)
+                .map(|(&i, &o)| o + items[i as usize].size)
+                .max()
+                .unwrap_or(0);
+            let dfs = Dfs::new(items, &c);
+            let lower = dfs.lower_bound();
+            Comp {
+                items: c,
+                dfs,
+                best: (size, offs),
+                lower,
+            }
         })
         .collect();
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    // Per component: the goal is proven out of reach / its best is proven optimal.
-    let mut goal_out = vec![false; comps.len()];
-    let mut optimal = vec![false; comps.len()];
     let mut round = 0u32;
     loop {
-        let worst = cbest.iter().map(|c| c.0).max().unwrap_or(0);
-        if worst <= goal || Instant::now() >= deadline {
+        // Nothing needs to be smaller than the goal or than any component's lower bound.
+        let need = comps.iter().map(|c| c.lower).max().unwrap_or(0).max(goal);
+        if comps.iter().all(|c| c.best.0 <= need) || Instant::now() >= deadline {
             break;
         }
         round += 1;
-        let limit = 2_000 * luby(round);
-        let mut active = false;
-        for (k, d) in dfs.iter_mut().enumerate() {
-            if cbest[k].0 <= goal || optimal[k] {
+        let limit = RESTART_BASE * luby(round);
+        let r = round as usize - 1;
+        let (order, noise) = if r < ORDERS {
+            (r, 0.0)
+        } else {
+            (rng.below(3), 0.3)
+        };
+        for c in comps.iter_mut() {
+            if c.best.0 <= need {
                 continue;
             }
-            active = true;
-            // Mostly aim at the goal; every third round (or once the goal is out of reach) try
-            // to improve on the component's own best.
-            let improve = goal_out[k] || round % 3 == 0;
-            let t = if improve { cbest[k].0 - 1 } else { goal };
-            let heur = if round <= 2 { round as usize - 1 } else { 2 + rng.below(4) };
-            d.set_order(heur, &mut rng);
-            let t0 = Instant::now();
-            let r = d.run(t, limit, deadline);
-            if std::env::var("DBG").is_ok() { eprintln!("comp {k} n={} round {round} heur {heur} t {t} limit {limit} -> {} in {:.1}ms nodes {} maxdepth {}", d.ss.len(), match &r { Outcome::Found(_) => "found", Outcome::Infeasible => "infeasible", Outcome::Limit => "limit" }, t0.elapsed().as_secs_f64()*1e3, d.nodes, d.maxdepth); d.maxdepth = 0; }
-            match r {
+            let aim_goal = c.lower <= need && !round.is_multiple_of(improve_every);
+            let t = if aim_goal {
+                need
+            } else if (round / improve_every).is_multiple_of(2) {
+                c.best.0 - 1
+            } else {
+                c.lower + (c.best.0 - 1 - c.lower) / 2
+            };
+            c.dfs.set_order(order, noise, &mut rng);
+            match c.dfs.run(t, limit, deadline) {
                 Outcome::Found(offs) => {
-                    let size = d.size_of(&offs);
-                    if size < cbest[k].0 {
-                        cbest[k] = (size, offs);
+                    let size = c.dfs.size_of(&offs);
+                    if size < c.best.0 {
+                        c.best = (size, offs);
                     }
                 }
-                Outcome::Infeasible if improve => optimal[k] = true,
-                Outcome::Infeasible => goal_out[k] = true,
+                Outcome::Infeasible => c.lower = c.lower.max(t + 1),
                 Outcome::Limit => {}
             }
             if Instant::now() >= deadline {
                 break;
             }
         }
-        if !active {
-            break;
-        }
     }
-    for (c, (_, offs)) in comps.iter().zip(&cbest) {
-        for (&i, &o) in c.iter().zip(offs) {
+    for c in &comps {
+        for (&i, &o) in c.items.iter().zip(&c.best.1) {
             best[i as usize] = o;
         }
     }
@@ -207,10 +273,11 @@ fn luby(mut i: u32) -> u64 {
 
 /// Groups of item indices (size > 0) no two of which are linked by a chain of items overlapping
 /// in time.
-fn components(items: &[Item], sections: usize) -> Vec<Vec<u32>> {
-    let mut idx: Vec<u32> = (0..items.len() as u32).filter(|&i| items[i as usize].size > 0).collect();
+fn components(items: &[Item]) -> Vec<Vec<u32>> {
+    let mut idx: Vec<u32> = (0..items.len() as u32)
+        .filter(|&i| items[i as usize].size > 0)
+        .collect();
     idx.sort_by_key(|&i| items[i as usize].ss);
-    let _ = sections;
     let mut comps: Vec<Vec<u32>> = Vec::new();
     let mut reach = 0u32;
     for i in idx {
@@ -230,6 +297,14 @@ enum Outcome {
     Limit,
 }
 
+/// Result of searching one region.
+#[derive(PartialEq)]
+enum Res {
+    Found,
+    Fail,
+    Abort,
+}
+
 #[derive(Clone, Copy)]
 enum Undo {
     /// Item placed on a floor at this height.
@@ -242,17 +317,24 @@ enum Undo {
     Floor(u32, u64),
 }
 
-struct Frame {
-    h: u64,
-    a: u32,
-    b: u32,
-    c0: usize,
-    c1: usize,
-    next: usize,
-    gap: Option<u64>,
-    base_log: usize,
-    child_log: usize,
+/// Most failed states remembered (then the memory starts afresh).
+const FAIL_MEMO_MAX: usize = 1 << 20;
+
+/// Floor of log2 of `x > 0`.
+fn log2(x: usize) -> usize {
+    (usize::BITS - 1 - x.leading_zeros()) as usize
 }
+
+/// splitmix64's finaliser.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Number of static orders [`Dfs::set_order`] knows.
+const ORDERS: usize = 6;
 
 /// Branch-and-bound state for one component (sections renumbered from 0).
 struct Dfs {
@@ -262,6 +344,9 @@ struct Dfs {
     size: Vec<u64>,
     align: Vec<u64>,
     steps: Vec<u32>,
+    /// Largest total live size over the item's sections.
+    total: Vec<u64>,
+    /// Items with the same sections, size and alignment share a class.
     class: Vec<u32>,
     /// Items by first section, each list in branching order.
     by_start: Vec<Vec<u32>>,
@@ -270,38 +355,82 @@ struct Dfs {
     rem: Vec<u64>,
     placed: Vec<bool>,
     off: Vec<u64>,
+    /// Per class: the height at which it is forbidden (`u64::MAX`: none).
     forbid: Vec<u64>,
+    /// Per class: `stamp` when last seen while collecting candidates.
     seen: Vec<u64>,
     stamp: u64,
     log: Vec<Undo>,
+    /// Candidate lists of the nodes on the path, stacked.
     cands: Vec<u32>,
-    stack: Vec<Frame>,
-    nodes: u64,
-    depth: usize,
-    maxdepth: usize,
+    /// Per section scratch: lowest viable offset, or stack top.
     minm: Vec<u64>,
-    lookahead: bool,
+    /// Per item scratch: viable offset.
+    vo: Vec<u64>,
+    /// Scratch: the unplaced items of the region being inferred on.
+    pending: Vec<u32>,
+    /// Scratch: sparse tables.
+    table: Vec<u64>,
+    /// Per item: conflict weight (see [`Dfs::bump`]).
+    weight: Vec<u32>,
+    /// Per item: a random key for state hashes.
+    zob: Vec<u64>,
+    /// Hashes of states (target included) proven to fail.
+    failed: HashSet<u64>,
+    nodes: u64,
+    limit: u64,
+    deadline: Instant,
 }
 
 impl Dfs {
     fn new(items: &[Item], comp: &[u32]) -> Dfs {
-        let s0 = comp.iter().map(|&i| items[i as usize].ss).min().unwrap_or(0);
-        let m = comp.iter().map(|&i| items[i as usize].se).max().unwrap_or(0).saturating_sub(s0) as usize;
+        let s0 = comp
+            .iter()
+            .map(|&i| items[i as usize].ss)
+            .min()
+            .unwrap_or(0);
+        let m = comp
+            .iter()
+            .map(|&i| items[i as usize].se)
+            .max()
+            .unwrap_or(0)
+            .saturating_sub(s0) as usize;
         let n = comp.len();
-        let get = |f: &dyn Fn(&Item) -> u64| comp.iter().map(|&i| f(&items[i as usize])).collect::<Vec<u64>>();
-        let ss: Vec<u32> = comp.iter().map(|&i| items[i as usize].ss - s0).collect();
-        let se: Vec<u32> = comp.iter().map(|&i| items[i as usize].se - s0).collect();
-        let size = get(&|it| it.size);
-        let align = get(&|it| it.align);
-        let steps: Vec<u32> = comp.iter().map(|&i| items[i as usize].steps).collect();
-        let mut keys: Vec<(u32, u32, u64, u64, u32)> =
-            (0..n as u32).map(|i| (ss[i as usize], se[i as usize], size[i as usize], align[i as usize], i)).collect();
+        let it = |k: usize| &items[comp[k] as usize];
+        let ss: Vec<u32> = (0..n).map(|k| it(k).ss - s0).collect();
+        let se: Vec<u32> = (0..n).map(|k| it(k).se - s0).collect();
+        let size: Vec<u64> = (0..n).map(|k| it(k).size).collect();
+        let align: Vec<u64> = (0..n).map(|k| it(k).align).collect();
+        let steps: Vec<u32> = (0..n).map(|k| it(k).steps).collect();
+        let mut live = vec![0u64; m];
+        for k in 0..n {
+            for s in ss[k]..se[k] {
+                live[s as usize] += size[k];
+            }
+        }
+        let total = (0..n)
+            .map(|k| (ss[k]..se[k]).map(|s| live[s as usize]).max().unwrap_or(0))
+            .collect();
+        let mut keys: Vec<(u32, u32, u64, u64, u32)> = (0..n as u32)
+            .map(|k| {
+                (
+                    ss[k as usize],
+                    se[k as usize],
+                    size[k as usize],
+                    align[k as usize],
+                    k,
+                )
+            })
+            .collect();
         keys.sort_unstable();
         let mut class = vec![0u32; n];
         let mut nclass = 0u32;
         for w in 0..n {
             let k = keys[w];
-            if w > 0 && (k.0, k.1, k.2, k.3) != (keys[w - 1].0, keys[w - 1].1, keys[w - 1].2, keys[w - 1].3) {
+            if w > 0
+                && (k.0, k.1, k.2, k.3)
+                    != (keys[w - 1].0, keys[w - 1].1, keys[w - 1].2, keys[w - 1].3)
+            {
                 nclass += 1;
             }
             class[k.4 as usize] = nclass;
@@ -314,6 +443,7 @@ impl Dfs {
             size,
             align,
             steps,
+            total,
             class,
             by_start: vec![Vec::new(); m],
             rank: vec![0; n],
@@ -326,49 +456,87 @@ impl Dfs {
             stamp: 0,
             log: Vec::new(),
             cands: Vec::new(),
-            stack: Vec::new(),
-            nodes: 0,
-            depth: 0,
-            maxdepth: 0,
             minm: vec![0; m],
-            lookahead: std::env::var("LOOK").is_ok(),
+            vo: vec![0; n],
+            pending: Vec::new(),
+            table: Vec::new(),
+            weight: vec![0; n],
+            zob: (0..n as u64)
+                .map(|i| mix(i.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x51))
+                .collect(),
+            failed: HashSet::new(),
+            nodes: 0,
+            limit: 0,
+            deadline: Instant::now(),
         };
-        d.set_order(0, &mut Rng(1));
+        d.set_order(0, 0.0, &mut Rng(1));
         d
     }
 
-    /// Branching order: 0 longest lifetime first, 1 largest first, 2 largest area first,
-    /// 3+ a random perturbation of 0 or 1.
-    fn set_order(&mut self, heur: usize, rng: &mut Rng) {
+    /// Branching order among candidates, by keys compared in turn, all descending (T: largest
+    /// total live size over the item's sections, W: lifetime, A: area = size x lifetime, S: size):
+    /// 0 TWA, 1 WAT, 2 TAW, 3 AWT, 4 SWT, 5 WST. `noise` > 0 perturbs the first key at random by
+    /// up to that fraction.
+    fn set_order(&mut self, order: usize, noise: f64, rng: &mut Rng) {
         let n = self.ss.len();
-        let mut key: Vec<(f64, f64, u32)> = (0..n)
+        let mut key: Vec<([f64; 3], u32)> = (0..n)
             .map(|i| {
-                let (st, sz) = (self.steps[i] as f64, self.size[i] as f64);
-                let (a, b) = match heur {
-                    0 => (st, sz),
-                    1 => (sz, st),
-                    2 => (st * sz, st),
-                    3 => (st * (1.0 + 0.4 * (rng.unit() - 0.5)), sz),
-                    _ => (sz * (1.0 + 0.4 * (rng.unit() - 0.5)), st),
+                let (t, w, s) = (
+                    self.total[i] as f64,
+                    self.steps[i] as f64,
+                    self.size[i] as f64,
+                );
+                let a = w * s;
+                let mut k = match order % ORDERS {
+                    0 => [t, w, a],
+                    1 => [w, a, t],
+                    2 => [t, a, w],
+                    3 => [a, w, t],
+                    4 => [s, w, t],
+                    _ => [w, s, t],
                 };
-                (-a, -b, i as u32)
+                if noise > 0.0 {
+                    k[0] *= 1.0 + noise * (rng.unit() - 0.5);
+                }
+                (k, i as u32)
             })
             .collect();
-        key.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.total_cmp(&y.1)).then(x.2.cmp(&y.2)));
+        key.sort_by(|x, y| {
+            y.0[0]
+                .total_cmp(&x.0[0])
+                .then(y.0[1].total_cmp(&x.0[1]))
+                .then(y.0[2].total_cmp(&x.0[2]))
+                .then(x.1.cmp(&y.1))
+        });
         for (r, k) in key.iter().enumerate() {
-            self.rank[k.2 as usize] = r as u32;
+            self.rank[k.1 as usize] = r as u32;
         }
         for l in &mut self.by_start {
             l.clear();
         }
         for k in &key {
-            let i = k.2 as usize;
+            let i = k.1 as usize;
             self.by_start[self.ss[i] as usize].push(i as u32);
         }
     }
 
+    /// The largest total size live in one section.
+    fn lower_bound(&self) -> u64 {
+        let mut live = vec![0u64; self.m];
+        for i in 0..self.ss.len() {
+            for l in &mut live[self.ss[i] as usize..self.se[i] as usize] {
+                *l += self.size[i];
+            }
+        }
+        live.into_iter().max().unwrap_or(0)
+    }
+
     fn size_of(&self, offs: &[u64]) -> u64 {
-        offs.iter().zip(&self.size).map(|(&o, &s)| o + s).max().unwrap_or(0)
+        offs.iter()
+            .zip(&self.size)
+            .map(|(&o, &s)| o + s)
+            .max()
+            .unwrap_or(0)
     }
 
     fn reset(&mut self) {
@@ -383,7 +551,6 @@ impl Dfs {
         self.forbid.iter_mut().for_each(|f| *f = u64::MAX);
         self.log.clear();
         self.cands.clear();
-        self.stack.clear();
     }
 
     fn undo_to(&mut self, mark: usize) {
@@ -438,29 +605,255 @@ impl Dfs {
         true
     }
 
-    /// Opens a node for the current state: `Some(true)` if everything is placed, `Some(false)`
-    /// if the node is a dead end, `None` if a frame was pushed.
-    fn expand(&mut self, t: u64) -> Option<bool> {
-        let m = self.m;
-        if self.lookahead && !self.raise_floors(t) {
-            return Some(false);
+    /// Inference before branching, over the unplaced items of sections `[lo, hi)`. Every such
+    /// item will sit at or above its *viable offset*, the highest floor over its sections
+    /// (aligned). So:
+    /// * a section's floor can be raised to the lowest viable offset among the items live in it
+    ///   (repeated while that changes something, up to a few rounds);
+    /// * in each section, the items live there must be stacked above their viable offsets: as
+    ///   a single machine scheduling jobs with release times, the earliest-release-first order
+    ///   gives the lowest possible top, which must not exceed the target.
+    ///
+    /// False if the target cannot be met.
+    fn infer(&mut self, lo: usize, hi: usize, t: u64) -> bool {
+        let mut fresh = false;
+        for _round in 0..RAISE_ROUNDS {
+            self.viable_offsets(lo, hi);
+            self.lowest_viable(lo, hi);
+            let mut changed = false;
+            for s in lo..hi {
+                if self.rem[s] > 0 && self.minm[s] > self.floor[s] {
+                    if self.minm[s] + self.rem[s] > t {
+                        self.bump(s);
+                        return false;
+                    }
+                    self.log.push(Undo::Floor(s as u32, self.floor[s]));
+                    self.floor[s] = self.minm[s];
+                    changed = true;
+                }
+            }
+            if !changed {
+                fresh = true;
+                break;
+            }
         }
+        if !fresh {
+            self.viable_offsets(lo, hi);
+        }
+        let vo = &self.vo;
+        self.pending.sort_unstable_by_key(|&i| vo[i as usize]);
+        self.minm[lo..hi].copy_from_slice(&self.floor[lo..hi]);
+        for &i in &self.pending {
+            let i = i as usize;
+            let (v, size) = (self.vo[i], self.size[i]);
+            for s in self.ss[i] as usize..self.se[i] as usize {
+                let top = self.minm[s].max(v) + size;
+                self.minm[s] = top;
+                if top > t {
+                    self.bump(s);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Section `s` could not be packed: the unplaced items live there become more urgent.
+    fn bump(&mut self, s: usize) {
+        for k in 0..self.pending.len() {
+            let i = self.pending[k] as usize;
+            if self.ss[i] as usize <= s && s < self.se[i] as usize {
+                self.weight[i] += 1;
+            }
+        }
+    }
+
+    /// Lists the unplaced items of `[lo, hi)` in `pending` and computes their viable offsets,
+    /// with range maxima of the floors from a sparse table.
+    fn viable_offsets(&mut self, lo: usize, hi: usize) {
+        self.pending.clear();
+        let w = hi - lo;
+        let levels = usize::BITS as usize - w.leading_zeros() as usize;
+        self.table.resize(levels * w, 0);
+        self.table[..w].copy_from_slice(&self.floor[lo..hi]);
+        for k in 1..levels {
+            let half = 1 << (k - 1);
+            for i in 0..=w - (1 << k) {
+                let v = self.table[(k - 1) * w + i].max(self.table[(k - 1) * w + i + half]);
+                self.table[k * w + i] = v;
+            }
+        }
+        for s0 in lo..hi {
+            for &i in &self.by_start[s0] {
+                let i = i as usize;
+                if self.placed[i] {
+                    continue;
+                }
+                let (a, b) = (s0 - lo, self.se[i] as usize - lo);
+                let k = log2(b - a);
+                let top = self.table[k * w + a].max(self.table[k * w + b - (1 << k)]);
+                self.vo[i] = top.next_multiple_of(self.align[i]);
+                self.pending.push(i as u32);
+            }
+        }
+    }
+
+    /// `minm[s]` for `s` in `[lo, hi)`: the lowest viable offset among the pending items live in
+    /// `s` (`u64::MAX` if none), by range-minimum updates on a sparse table pushed down.
+    fn lowest_viable(&mut self, lo: usize, hi: usize) {
+        let w = hi - lo;
+        let levels = usize::BITS as usize - w.leading_zeros() as usize;
+        self.table.clear();
+        self.table.resize(levels * w, u64::MAX);
+        for &i in &self.pending {
+            let i = i as usize;
+            let (a, b) = (self.ss[i] as usize - lo, self.se[i] as usize - lo);
+            let k = log2(b - a);
+            let v = self.vo[i];
+            let x = &mut self.table[k * w + a];
+            *x = (*x).min(v);
+            let y = &mut self.table[k * w + b - (1 << k)];
+            *y = (*y).min(v);
+        }
+        for k in (1..levels).rev() {
+            let half = 1 << (k - 1);
+            for i in 0..=w - (1 << k) {
+                let v = self.table[k * w + i];
+                if v != u64::MAX {
+                    let x = &mut self.table[(k - 1) * w + i];
+                    *x = (*x).min(v);
+                    let y = &mut self.table[(k - 1) * w + i + half];
+                    *y = (*y).min(v);
+                }
+            }
+        }
+        self.minm[lo..hi].copy_from_slice(&self.table[..w]);
+    }
+
+    /// Splits the unplaced items of sections `[lo, hi)` into groups that share no section:
+    /// appends the section range of each group to `parts`.
+    fn split(&self, lo: usize, hi: usize, parts: &mut Vec<(u32, u32, u64)>) {
+        let (mut start, mut reach) = (usize::MAX, 0usize);
+        for s in lo..hi {
+            for &i in &self.by_start[s] {
+                let i = i as usize;
+                if self.placed[i] {
+                    continue;
+                }
+                if start == usize::MAX || s >= reach {
+                    if start != usize::MAX {
+                        parts.push((start as u32, reach as u32, 0));
+                    }
+                    start = s;
+                }
+                reach = reach.max(self.se[i] as usize);
+            }
+        }
+        if start != usize::MAX {
+            parts.push((start as u32, reach as u32, 0));
+        }
+    }
+
+    /// Searches the unplaced items of sections `[lo, hi)` (none of which crosses out of it) for
+    /// a placement of size at most `t`. On `Found` the placements stay; on `Fail` the caller
+    /// undoes what was logged since it called.
+    fn search(&mut self, lo: usize, hi: usize, t: u64) -> Res {
+        self.nodes += 1;
+        if self.nodes.is_multiple_of(256)
+            && (self.nodes >= self.limit || Instant::now() >= self.deadline)
+        {
+            return Res::Abort;
+        }
+        let key = self.state_key(lo, hi, t);
+        if self.failed.contains(&key) {
+            return Res::Fail;
+        }
+        let r = self.search_node(lo, hi, t);
+        if r == Res::Fail {
+            if self.failed.len() >= FAIL_MEMO_MAX {
+                self.failed.clear();
+            }
+            self.failed.insert(key);
+        }
+        r
+    }
+
+    /// A hash of what the outcome of searching `[lo, hi)` depends on: the floors there, which
+    /// of its items are unplaced, their forbidden heights and the target.
+    fn state_key(&self, lo: usize, hi: usize, t: u64) -> u64 {
+        let mut k = mix(mix(lo as u64 ^ (hi as u64) << 32) ^ t);
+        let mut h = u64::MAX;
+        for s in lo..hi {
+            k ^= mix((s as u64) << 48 ^ self.floor[s]);
+            if self.rem[s] > 0 {
+                h = h.min(self.floor[s]);
+            }
+        }
+        for s0 in lo..hi {
+            for &i in &self.by_start[s0] {
+                let i = i as usize;
+                if !self.placed[i] {
+                    k ^= self.zob[i];
+                    let f = self.forbid[self.class[i] as usize];
+                    // Forbidden below every floor: moot.
+                    if f != u64::MAX && f >= h {
+                        k ^= mix(self.zob[i] ^ f);
+                    }
+                }
+            }
+        }
+        k
+    }
+
+    fn search_node(&mut self, lo: usize, hi: usize, t: u64) -> Res {
+        if !self.infer(lo, hi, t) {
+            return Res::Fail;
+        }
+        let mut parts = Vec::new();
+        self.split(lo, hi, &mut parts);
+        if parts.is_empty() {
+            return Res::Found;
+        }
+        if parts.len() > 1 {
+            // Independent parts: each must succeed; the tightest first.
+            for p in &mut parts {
+                p.2 = (p.0..p.1)
+                    .map(|s| t.saturating_sub(self.floor[s as usize] + self.rem[s as usize]))
+                    .min()
+                    .unwrap_or(0);
+            }
+            parts.sort_by_key(|p| p.2);
+            for &(a, b, _) in &parts {
+                match self.search(a as usize, b as usize, t) {
+                    Res::Found => {}
+                    r => return r,
+                }
+            }
+            return Res::Found;
+        }
+        let (lo, hi) = (parts[0].0 as usize, parts[0].1 as usize);
+        // The leftmost run at the lowest floor.
         let (mut h, mut a) = (u64::MAX, usize::MAX);
-        for s in 0..m {
+        for s in lo..hi {
             if self.rem[s] > 0 && self.floor[s] < h {
                 h = self.floor[s];
                 a = s;
             }
         }
-        if a == usize::MAX {
-            return Some(true);
-        }
         let mut b = a + 1;
-        while b < m && self.rem[b] > 0 && self.floor[b] == h {
+        while b < hi && self.rem[b] > 0 && self.floor[b] == h {
             b += 1;
         }
-        let left = if a > 0 && self.rem[a - 1] > 0 { self.floor[a - 1] } else { u64::MAX };
-        let right = if b < m && self.rem[b] > 0 { self.floor[b] } else { u64::MAX };
+        let left = if a > lo && self.rem[a - 1] > 0 {
+            self.floor[a - 1]
+        } else {
+            u64::MAX
+        };
+        let right = if b < hi && self.rem[b] > 0 {
+            self.floor[b]
+        } else {
+            u64::MAX
+        };
         let nb = left.min(right);
         let mut gap = (nb != u64::MAX && (a..b).all(|s| nb + self.rem[s] <= t)).then_some(nb);
         self.stamp += 1;
@@ -485,53 +878,42 @@ impl Dfs {
             }
         }
         let c1 = self.cands.len();
-        if c0 == c1 && gap.is_none() {
-            return Some(false);
-        }
-        let rank = &self.rank;
-        self.cands[c0..c1].sort_unstable_by_key(|&i| rank[i as usize]);
-        let mark = self.log.len();
-        self.stack.push(Frame { h, a: a as u32, b: b as u32, c0, c1, next: c0, gap, base_log: mark, child_log: mark });
-        None
-    }
-
-    /// Every unplaced item will sit at least as high as the highest floor over its sections, so
-    /// a section's floor can be raised to the lowest such height among the items live in it
-    /// (repeated until nothing changes). False if that leaves a section over the target.
-    fn raise_floors(&mut self, t: u64) -> bool {
-        loop {
-            for v in &mut self.minm {
-                *v = u64::MAX;
+        let (w, rank) = (&self.weight, &self.rank);
+        self.cands[c0..c1]
+            .sort_unstable_by_key(|&i| (std::cmp::Reverse(w[i as usize]), rank[i as usize]));
+        let mut result = Res::Fail;
+        for k in c0..c1 {
+            let i = self.cands[k] as usize;
+            if k > c0 {
+                // The previous candidate was tried at `h`: forbid its class there.
+                let c = self.class[self.cands[k - 1] as usize];
+                self.log.push(Undo::Forbid(c, self.forbid[c as usize]));
+                self.forbid[c as usize] = h;
             }
-            for i in 0..self.ss.len() {
-                if self.placed[i] {
-                    continue;
-                }
-                let (a, b) = (self.ss[i] as usize, self.se[i] as usize);
-                let mut hi = 0;
-                for s in a..b {
-                    hi = hi.max(self.floor[s]);
-                }
-                let hi = hi.next_multiple_of(self.align[i]);
-                for s in a..b {
-                    self.minm[s] = self.minm[s].min(hi);
-                }
-            }
-            let mut changed = false;
-            for s in 0..self.m {
-                if self.rem[s] > 0 && self.minm[s] > self.floor[s] {
-                    if self.minm[s] + self.rem[s] > t {
-                        return false;
+            let mark = self.log.len();
+            if self.try_place(i, h, t) {
+                match self.search(lo, hi, t) {
+                    Res::Fail => self.undo_to(mark),
+                    r => {
+                        result = r;
+                        break;
                     }
-                    self.log.push(Undo::Floor(s as u32, self.floor[s]));
-                    self.floor[s] = self.minm[s];
-                    changed = true;
                 }
             }
-            if !changed {
-                return true;
+        }
+        if result == Res::Fail {
+            if let Some(nb) = gap {
+                let mark = self.log.len();
+                if self.try_raise(a, b, h, nb, t) {
+                    result = self.search(lo, hi, t);
+                    if result == Res::Fail {
+                        self.undo_to(mark);
+                    }
+                }
             }
         }
+        self.cands.truncate(c0);
+        result
     }
 
     /// Depth-first search for a placement of size at most `t`.
@@ -540,55 +922,89 @@ impl Dfs {
         if self.rem.iter().any(|&r| r > t) {
             return Outcome::Infeasible;
         }
-        let mut nodes = 0u64;
-        match self.expand(t) {
-            Some(true) => return Outcome::Found(self.off.clone()),
-            Some(false) => return Outcome::Infeasible,
-            None => {}
+        (self.nodes, self.limit, self.deadline) = (0, node_limit, deadline);
+        match self.search(0, self.m, t) {
+            Res::Found => Outcome::Found(self.off.clone()),
+            Res::Fail => Outcome::Infeasible,
+            Res::Abort => Outcome::Limit,
         }
-        while let Some(f) = self.stack.last() {
-            let (h, child_log) = (f.h, f.child_log);
-            self.undo_to(child_log);
-            let f = self.stack.last_mut().expect("non-empty");
-            let opened = if f.next < f.c1 {
-                let i = self.cands[f.next] as usize;
-                if f.next > f.c0 {
-                    // The previous candidate was tried at `h`: forbid its class there.
-                    let prev = self.cands[f.next - 1] as usize;
-                    let c = self.class[prev];
-                    let old = self.forbid[c as usize];
-                    self.forbid[c as usize] = h;
-                    self.log.push(Undo::Forbid(c, old));
-                    f.child_log = self.log.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Smallest arena for tiny problems by brute force over all offsets.
+    fn brute_optimum(items: &[Item]) -> u64 {
+        let lb = items_lower_bound(items, 64);
+        let total: u64 = items.iter().map(|i| i.size + i.align).sum();
+        for t in lb..=total {
+            let mut offs = vec![0u64; items.len()];
+            if brute_fits(items, t, 0, &mut offs) {
+                return t;
+            }
+        }
+        total
+    }
+
+    fn brute_fits(items: &[Item], t: u64, k: usize, offs: &mut Vec<u64>) -> bool {
+        if k == items.len() {
+            return true;
+        }
+        let it = &items[k];
+        let mut o = 0;
+        while o + it.size <= t {
+            let ok = (0..k).all(|j| {
+                let jt = &items[j];
+                jt.se <= it.ss || it.se <= jt.ss || offs[j] + jt.size <= o || o + it.size <= offs[j]
+            });
+            if ok {
+                offs[k] = o;
+                if brute_fits(items, t, k + 1, offs) {
+                    return true;
                 }
-                f.next += 1;
-                let ok = self.try_place(i, h, t);
-                if ok { self.depth += 1; self.maxdepth = self.maxdepth.max(self.placed.iter().filter(|&&p| p).count()); }
-                ok
-            } else if let Some(nb) = f.gap.take() {
-                let (a, b) = (f.a as usize, f.b as usize);
-                self.try_raise(a, b, h, nb, t)
-            } else {
-                let (base, c0) = (f.base_log, f.c0);
-                self.stack.pop();
-                self.undo_to(base);
-                self.cands.truncate(c0);
-                continue;
-            };
-            if !opened {
-                continue;
             }
-            nodes += 1;
-            self.nodes = nodes;
-            if nodes % 1024 == 0 && (nodes >= node_limit || Instant::now() >= deadline) {
-                return Outcome::Limit;
-            }
-            match self.expand(t) {
-                Some(true) => return Outcome::Found(self.off.clone()),
-                Some(false) => {}
-                None => {}
+            o += it.align;
+        }
+        false
+    }
+
+    #[test]
+    fn dfs_is_exact_on_tiny_problems() {
+        let mut rng = Rng(12345);
+        for case in 0..1000 {
+            let n = 2 + rng.below(7);
+            let items: Vec<Item> = (0..n)
+                .map(|_| {
+                    let ss = rng.below(6) as u32;
+                    let se = ss + 1 + rng.below(4) as u32;
+                    Item {
+                        ss,
+                        se,
+                        steps: se - ss,
+                        size: 1 + rng.below(5) as u64,
+                        align: if rng.below(4) == 0 { 2 } else { 1 },
+                    }
+                })
+                .collect();
+            let opt = brute_optimum(&items);
+            let comp: Vec<u32> = (0..n as u32).collect();
+            let mut d = Dfs::new(&items, &comp);
+            for order in 0..ORDERS {
+                d.set_order(order, 0.0, &mut Rng(7));
+                let far = Instant::now() + std::time::Duration::from_secs(10);
+                match d.run(opt, u64::MAX, far) {
+                    Outcome::Found(offs) => assert!(d.size_of(&offs) <= opt),
+                    _ => panic!("case {case} order {order}: optimum {opt} not found: {items:?}"),
+                }
+                if opt > 0 {
+                    assert!(
+                        matches!(d.run(opt - 1, u64::MAX, far), Outcome::Infeasible),
+                        "case {case}: found below the optimum {opt}"
+                    );
+                }
             }
         }
-        Outcome::Infeasible
     }
 }

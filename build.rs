@@ -3,8 +3,8 @@
 
 fn main() {
     let crate_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
-    println!("cargo:rerun-if-changed=src/capi");
-    println!("cargo:rerun-if-changed=src/kernels/mod.rs");
+    // cbindgen reads every public item of the crate, so any source change may change the header.
+    println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     // A SONAME, so the shared object can be versioned and found by ld.so like any system library.
     // The link named by the SONAME is made beside the library (in target/<profile>/), so a
@@ -14,15 +14,22 @@ fn main() {
         let soname = format!("libgkrt.so.{major}");
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
         // OUT_DIR is target/<profile>/build/gkrt-<hash>/out.
-        if let Some(profile_dir) = std::path::Path::new(&std::env::var("OUT_DIR").unwrap()).ancestors().nth(3) {
+        if let Some(profile_dir) = std::path::Path::new(&std::env::var("OUT_DIR").unwrap())
+            .ancestors()
+            .nth(3)
+        {
             let link = profile_dir.join(&soname);
             if std::fs::symlink_metadata(&link).is_err() {
                 let _ = std::os::unix::fs::symlink("libgkrt.so", &link);
             }
         }
     }
-    let config = cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml")).expect("reading cbindgen.toml");
-    let bindings = cbindgen::Builder::new().with_crate(&crate_dir).with_config(config).generate();
+    let config = cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml"))
+        .expect("reading cbindgen.toml");
+    let bindings = cbindgen::Builder::new()
+        .with_crate(&crate_dir)
+        .with_config(config)
+        .generate();
     match bindings {
         Ok(b) => {
             b.write_to_file(format!("{crate_dir}/include/gkrt.h"));

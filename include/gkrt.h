@@ -28,9 +28,6 @@
 
 #define GKRT_VERSION_PATCH 0
 
-// Marks "no further use in this run" in next-use keys.
-#define NEVER UINT32_MAX
-
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   GKRT_STATUS_OK = 0,
@@ -79,7 +76,7 @@ typedef struct gkrt_launch {
   uint32_t shared_mem_bytes;
   // Copied at add time; may be NULL when params_size is 0.
   const void *params;
-  uintptr_t params_size;
+  size_t params_size;
 } gkrt_launch;
 
 // What finalize derived from a graph (`gkrt_graph_get_info`).
@@ -105,21 +102,21 @@ typedef uint32_t gkrt_builtin;
 // A buffer handed to a callback: a device pointer and its size in bytes.
 typedef struct gkrt_buffer {
   void *ptr;
-  uintptr_t size;
+  size_t size;
 } gkrt_buffer;
 
 // What a callback is called with: the node's buffers and the stream. Mirrors
 // `gkrt_callback_args` in the C API (`capi` re-exports it under that name).
 typedef struct gkrt_callback_args {
   const struct gkrt_buffer *inputs;
-  uintptr_t num_inputs;
+  size_t num_inputs;
   const struct gkrt_buffer *outputs;
-  uintptr_t num_outputs;
+  size_t num_outputs;
   const struct gkrt_buffer *workspaces;
-  uintptr_t num_workspaces;
+  size_t num_workspaces;
   // The node's parameter blob (as given to add_kernel), or NULL when empty.
   const void *params;
-  uintptr_t params_size;
+  size_t params_size;
   // `CUstream` on the CUDA backend; an opaque token on the host backend.
   void *stream;
   // The node's index in its graph.
@@ -262,7 +259,7 @@ extern "C" {
 // `buf` may be NULL (or `len` 0) to ask for the length only. The text stays valid until the
 // next failing call on this thread; it names the tensor, node or size at fault.
 // Thread-safe: each thread has its own last error.
-uintptr_t gkrt_last_error_message(char *buf, uintptr_t len);
+size_t gkrt_last_error_message(char *buf, size_t len);
 
 // Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
 // `gkrt_graph_release`; the graph keeps the runtime alive.
@@ -289,11 +286,11 @@ enum gkrt_status gkrt_graph_add_tensor(struct gkrt_graph *graph,
 enum gkrt_status gkrt_graph_add_kernel(struct gkrt_graph *graph,
                                        const struct gkrt_kernel *kernel,
                                        const gkrt_tensor *inputs,
-                                       uintptr_t num_inputs,
+                                       size_t num_inputs,
                                        const gkrt_tensor *outputs,
-                                       uintptr_t num_outputs,
+                                       size_t num_outputs,
                                        const uint64_t *workspace_sizes,
-                                       uintptr_t num_workspaces,
+                                       size_t num_workspaces,
                                        const struct gkrt_launch *launch,
                                        uint32_t *node_out);
 
@@ -309,14 +306,14 @@ enum gkrt_status gkrt_graph_get_info(const struct gkrt_graph *graph, struct gkrt
 enum gkrt_status gkrt_graph_write_tensor(struct gkrt_graph *graph,
                                          gkrt_tensor tensor,
                                          const void *data,
-                                         uintptr_t size);
+                                         size_t size);
 
 // Copies a persistent tensor (after it was written or produced by a run) into host memory
 // `data` of `size` bytes, which must equal the tensor's size.
 enum gkrt_status gkrt_graph_read_tensor(const struct gkrt_graph *graph,
                                         gkrt_tensor tensor,
                                         void *data,
-                                        uintptr_t size);
+                                        size_t size);
 
 // A built-in kernel (GKRT_BUILTIN_*). `*out` is released with `gkrt_kernel_release`.
 enum gkrt_status gkrt_kernel_builtin(struct gkrt_runtime *runtime,
@@ -341,7 +338,7 @@ enum gkrt_status gkrt_kernel_from_ptx(struct gkrt_runtime *runtime,
 // A kernel from a cubin or fatbin image of `size` bytes, function `name`. CUDA backend only.
 enum gkrt_status gkrt_kernel_from_cubin(struct gkrt_runtime *runtime,
                                         const void *image,
-                                        uintptr_t size,
+                                        size_t size,
                                         const char *name,
                                         struct gkrt_kernel **out);
 
@@ -353,12 +350,60 @@ enum gkrt_status gkrt_kernel_from_source(struct gkrt_runtime *runtime,
                                          const char *source,
                                          const char *name,
                                          const char *const *options,
-                                         uintptr_t num_options,
+                                         size_t num_options,
                                          struct gkrt_kernel **out);
 
 // Releases the caller's kernel handle; graphs that use the kernel keep what they need.
 // NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT.
 enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
+
+// Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
+// `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on
+// CUDA, where NULL is the legacy default stream; on the host backend NULL is its default stream
+// and the only one a host program can name). The memory counts against the runtime's memory
+// limit and shows in `gkrt_runtime_stats`. On success `*out` receives the address (aligned to
+// 256 bytes), which the caller owns and returns with `gkrt_free`; on failure `*out` is left
+// untouched: GKRT_STATUS_INVALID_ARGUMENT for a NULL or unknown runtime, a NULL `out`, a size of
+// 0 or a stream the backend does not know; GKRT_STATUS_OUT_OF_MEMORY (with the sizes and the
+// limit in the message) when the limit or the device is exhausted. Thread-safe.
+enum gkrt_status gkrt_malloc(struct gkrt_runtime *runtime, size_t size, void *stream, void **out);
+
+// Returns memory from `gkrt_malloc` to the runtime's pool, in stream order on `stream` like
+// `cuMemFreeAsync`: work queued on `stream` before this call may still use it; freed on the
+// stream it was allocated on, the block is reusable by the next allocation there at once;
+// freed on another stream, the allocation stream first waits (on the device) for the work
+// queued on `stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory stays
+// as it was) for a NULL or unknown runtime, a pointer that is not the start of a live
+// `gkrt_malloc` block of this runtime (never allocated, freed already, or a graph's tensor),
+// or an unknown stream. Thread-safe.
+enum gkrt_status gkrt_free(struct gkrt_runtime *runtime, void *ptr, void *stream);
+
+// PyTorch's pluggable-allocator `alloc`: `size` bytes on `device` for use on `stream`
+// (`cudaStream_t`), from the process-wide runtime of that device (see the environment variables
+// in the module documentation). Returns NULL for a size of 0, and on failure — then the reason
+// is logged to stderr and kept as the thread's last error (`gkrt_last_error_message`).
+// Load it with `torch.cuda.memory.CUDAPluggableAllocator(path_to_libgkrt, "gkrt_torch_alloc",
+// "gkrt_torch_free")`. Thread-safe.
+void *gkrt_torch_alloc(size_t size, int device, void *stream);
+
+// PyTorch's pluggable-allocator `free`: returns `ptr` (from `gkrt_torch_alloc` with the same
+// `size` and `device`) in stream order on `stream`. NULL is a no-op. A pointer gkrt does not
+// know, or a size that differs from the allocation's, is logged to stderr (and kept as the
+// thread's last error); a known pointer is freed even when the size disagrees. Thread-safe.
+void gkrt_torch_free(void *ptr, size_t size, int device, void *stream);
+
+// A new handle to the process-wide runtime of `device` that the PyTorch entry points use
+// (created now if needed), so its statistics can be read with `gkrt_runtime_stats`, its peaks
+// reset with `gkrt_runtime_reset_peak_stats`, and so on. The caller owns the handle and releases
+// it with `gkrt_runtime_release`; the runtime itself lives until the process ends. `*out` is
+// written only on success; GKRT_STATUS_NO_DEVICE when the runtime cannot be created (the
+// message says why), GKRT_STATUS_INVALID_ARGUMENT for a NULL `out` or a negative device.
+enum gkrt_status gkrt_torch_runtime(int device, struct gkrt_runtime **out);
+
+// Returns every free block the pool caches to the device: plain segments that are wholly free
+// and free pages of virtual ranges (waiting for the device to be idle first). `*released`
+// (may be NULL) receives the bytes given back. Thread-safe.
+enum gkrt_status gkrt_runtime_release_cached(struct gkrt_runtime *runtime, uint64_t *released);
 
 // The library's version as "MAJOR.MINOR.PATCH", a static string (never free it).
 const char *gkrt_version(void);

@@ -74,11 +74,44 @@ run_swap() {
   done
 }
 
+# The pool against PyTorch's caching allocator and cuMemAllocAsync (benches/pool_results.md): builds
+# the benches, replays the shared traces (staged in .gpu/pool/) and the synthetic ones, runs the
+# micro-benchmarks, the C test of gkrt_malloc on CUDA, and GPT-2 / ResNet-50 training steps on each
+# allocator (alternating: three runs each for GPT-2, two for ResNet-50). Tables go to stdout and $OUT/pool_*.
+run_pool() {
+  local b=/tmp/gkrt-pool
+  bash benches/build_pool_benches.sh "$b" 2>&1 | tee "$OUT/pool_build.log" || return
+  GKRT_DEVICE=cuda timeout 120 .gpu/tests/api_raw_alloc 2>&1 | tail -n 3
+  python3 benches/gen_traces.py "$b/traces" >/dev/null
+  timeout 300 "$b/trace_replay" --passes 30 .gpu/pool/*.trace.gz "$b"/traces/*.trace.gz 2>&1 | tee "$OUT/pool_replay.md"
+  timeout 120 "$b/pool_micro" 2>&1 | tee "$OUT/pool_micro.md"
+  : >"$OUT/pool_torch.jsonl"
+  for run in gpt2:torch gpt2:gkrt gpt2:gkrt gpt2:torch gpt2:torch gpt2:gkrt resnet50:torch resnet50:gkrt resnet50:gkrt resnet50:torch; do
+    PYTHONUNBUFFERED=1 timeout 180 python3 benches/torch_workloads.py --model "${run%%:*}" --alloc "${run##*:}" \
+      --lib .gpu/lib/libgkrt.so --steps 40 --warmup 5 2>>"$OUT/pool_torch.err" | tee -a "$OUT/pool_torch.jsonl"
+  done
+  python3 - "$OUT/pool_torch.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print("\n| workload | allocator | step ms (median of runs) | peak reserved GiB | peak allocated GiB |\n|---|---|---|---|---|")
+for m in ("gpt2", "resnet50"):
+    for a in ("torch", "gkrt"):
+        r = [x for x in rows if x["model"] == m and x["alloc"] == a]
+        if r:
+            each = ", ".join("%.2f" % x["step_ms"] for x in r)
+            med = statistics.median(x["step_ms"] for x in r)
+            res = max(x["peak_reserved"] for x in r) / 2**30
+            al = max(x["peak_allocated"] for x in r) / 2**30
+            print("| %s | %s | %.2f (%s) | %.3f | %.3f |" % (m, a, med, each, res, al))
+PY
+}
+
 for w in "${what[@]}"; do
   case "$w" in
     tests) run_tests ;;
     demo) run_demo ;;
     bench) run_bench ;;
+    pool) run_pool ;;
     swap) run_swap ;;
     *) echo "unknown: $w (tests, demo, bench, swap)" ;;
   esac

@@ -82,8 +82,7 @@ pub unsafe extern "C" fn gkrt_graph_add_tensor(
         } else {
             CStr::from_ptr(name).to_string_lossy().into_owned()
         };
-        let id = locked(&g)?
-            .add_tensor(size, kind, &name)?;
+        let id = locked(&g)?.add_tensor(size, kind, &name)?;
         *out = id;
         Ok(())
     })
@@ -236,6 +235,9 @@ pub unsafe extern "C" fn gkrt_graph_read_tensor(
         let mut g = locked(&g)?;
         // The size is checked before a slice of the caller's buffer exists.
         g.check_io(tensor, size as u64, "read")?;
-        g.read(tensor, std::slice::from_raw_parts_mut(data as *mut u8, size))
+        g.read(
+            tensor,
+            std::slice::from_raw_parts_mut(data as *mut u8, size),
+        )
     })
 }

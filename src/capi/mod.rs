@@ -11,11 +11,13 @@ mod graph;
 mod handles;
 mod kernel;
 mod logging;
+mod raw;
 mod runtime;
 pub mod types;
 
 pub use boundary::gkrt_last_error_message;
 pub use graph::*;
 pub use kernel::*;
+pub use raw::*;
 pub use runtime::*;
 pub use types::*;

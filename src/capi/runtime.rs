@@ -197,9 +197,7 @@ pub unsafe extern "C" fn gkrt_runtime_stats(
 /// Sets the peak statistics to the current values.
 #[no_mangle]
 pub extern "C" fn gkrt_runtime_reset_peak_stats(runtime: *mut gkrt_runtime) -> gkrt_status {
-    guard(|| {
-        handles::runtime(runtime as usize)?.reset_peak_stats()
-    })
+    guard(|| handles::runtime(runtime as usize)?.reset_peak_stats())
 }
 
 /// Waits until all work the runtime queued has finished; reports asynchronous failures.

@@ -135,6 +135,32 @@ pub enum BuiltinOp {
 /// (`CUstream` on CUDA, an opaque token on the host backend).
 pub type HostWork = Box<dyn FnOnce(*mut c_void) -> Result<(), String> + Send>;
 
+/// Virtual memory: address ranges reserved with nothing behind them, and physical memory mapped
+/// into them on demand (CUDA: `cuMemAddressReserve`, `cuMemCreate` + `cuMemMap` +
+/// `cuMemSetAccess`, `cuMemUnmap`). The pool grows one such range per stream, so its free memory
+/// never splits at segment seams and free pages can be handed back or moved where needed.
+pub trait VirtualMemory {
+    /// Mapping granularity in bytes (a power of two; 2 MiB on current NVIDIA GPUs).
+    fn granularity(&self) -> u64;
+    /// Reserves `bytes` (a multiple of the granularity) of address space, granularity-aligned.
+    fn reserve(&self, bytes: u64) -> DeviceResult<DevPtr>;
+    /// Releases a reservation; nothing in it may be mapped any more.
+    fn unreserve(&self, base: DevPtr, bytes: u64) -> DeviceResult<()>;
+    /// Backs `count` consecutive pages of `page` bytes from `addr` (granularity-aligned, inside a
+    /// reservation, unmapped) with one physical allocation each, readable and writable by the
+    /// device; all or nothing (`OutOfMemory` when the device has no memory left).
+    fn map(&self, addr: DevPtr, page: u64, count: u64) -> DeviceResult<()>;
+    /// Unmaps `count` consecutive pages of `page` bytes from `addr`, each mapped by `map` with
+    /// the same page size. The caller has made sure that no queued work still uses them (with
+    /// `quiesce`, or an event recorded after their last use that has completed). Their memory is kept as spares that a later `map` of that page size reuses without a
+    /// new allocation, until `trim`.
+    fn unmap(&self, addr: DevPtr, page: u64, count: u64) -> DeviceResult<()>;
+    /// Waits until the device has finished all work queued so far.
+    fn quiesce(&self) -> DeviceResult<()>;
+    /// Releases the memory of every spare left by `unmap`.
+    fn trim(&self) -> DeviceResult<()>;
+}
+
 /// The device abstraction. All methods take `&self`: backends lock internally, and a runtime
 /// shares its device through an `Arc`.
 ///
@@ -164,6 +190,12 @@ pub trait Device: Send + Sync {
     fn destroy_stream(&self, stream: StreamId) -> DeviceResult<()>;
     /// The native handle handed to host callbacks (`CUstream`).
     fn native_stream(&self, stream: StreamId) -> DeviceResult<*mut c_void>;
+    /// The id of a stream created outside gkrt, from its native handle (`CUstream` on CUDA;
+    /// NULL is the legacy default stream there, and a stream of the backend's own on the host
+    /// backend). The stream is wrapped, not owned: gkrt never destroys it, and the caller keeps
+    /// it alive while gkrt may use it. The same handle always gives the same id; a handle of one
+    /// of the device's own streams gives that stream's id.
+    fn import_stream(&self, native: *mut c_void) -> DeviceResult<StreamId>;
     /// Blocks until everything queued on `stream` has run; returns the first asynchronous error
     /// raised there since the last synchronisation (and clears it).
     fn stream_synchronize(&self, stream: StreamId) -> DeviceResult<()>;
@@ -232,6 +264,11 @@ pub trait Device: Send + Sync {
     /// queued before it. CUDA: immediately on the calling thread, which is expected to enqueue
     /// device work on the given `CUstream`; an `Err` is returned at once.
     fn enqueue_host_work(&self, stream: StreamId, work: HostWork) -> DeviceResult<()>;
+
+    /// Virtual-memory support, when the backend has it; the pool uses plain segments without.
+    fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+        None
+    }
 
     // --- whole-step capture (CUDA graphs); the host backend replays nothing and says so ---
     fn supports_capture(&self) -> bool {

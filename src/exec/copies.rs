@@ -14,7 +14,9 @@ impl Executor<'_> {
         match self.mem[t as usize].state {
             Residency::OnDevice => return Ok(()),
             Residency::CopyingToDevice => {}
-            Residency::OnHost | Residency::CopyingToHost => self.swap_in(graph, n, t, true).map(|_| ())?,
+            Residency::OnHost | Residency::CopyingToHost => {
+                self.swap_in(graph, n, t, true).map(|_| ())?
+            }
             Residency::Unallocated => {
                 return Err(Error::InvalidState(format!(
                     "{} has no contents when node {n} reads it",
@@ -22,7 +24,9 @@ impl Executor<'_> {
                 )))
             }
         }
-        let event = self.mem[t as usize].copy_in.expect("a tensor copying in has an event");
+        let event = self.mem[t as usize]
+            .copy_in
+            .expect("a tensor copying in has an event");
         self.compute_waits(event)?;
         self.mem[t as usize].state = Residency::OnDevice;
         Ok(())
@@ -32,7 +36,10 @@ impl Executor<'_> {
     /// evicting anything. Returns false when it does not (yet): the caller tries again before
     /// the next node, and the read at the node that needs it brings it in at the latest.
     pub(super) fn prefetch(&mut self, graph: &Graph, n: usize, t: u32) -> Result<bool> {
-        if matches!(self.mem[t as usize].state, Residency::OnHost | Residency::CopyingToHost) {
+        if matches!(
+            self.mem[t as usize].state,
+            Residency::OnHost | Residency::CopyingToHost
+        ) {
             return self.swap_in(graph, n, t, false);
         }
         Ok(true)
@@ -44,7 +51,10 @@ impl Executor<'_> {
     fn alloc_without_evicting(&mut self, bytes: u64) -> Result<Option<u64>> {
         for attempt in 0..2 {
             self.counters.pool_allocs += 1;
-            match self.pool.alloc(&DeviceBacking(self.device), bytes, self.streams.compute) {
+            match self
+                .pool
+                .alloc(&DeviceBacking(self.device), bytes, self.streams.compute)
+            {
                 Ok(ptr) => return Ok(Some(ptr)),
                 Err(crate::memory::pool::PoolError::OutOfMemory { .. }) if attempt == 0 => {
                     let pending = self.pool.pending_events();
@@ -68,7 +78,10 @@ impl Executor<'_> {
     fn swap_in(&mut self, graph: &Graph, n: usize, t: u32, may_evict: bool) -> Result<bool> {
         let tensor = &graph.tensors()[t as usize];
         if !self.mem[t as usize].host_valid {
-            return Err(Error::Internal(format!("{} is on the host without a valid copy", tensor.describe(t))));
+            return Err(Error::Internal(format!(
+                "{} is on the host without a valid copy",
+                tensor.describe(t)
+            )));
         }
         let ptr = if may_evict {
             self.alloc(graph, n, tensor.size)
@@ -86,10 +99,15 @@ impl Executor<'_> {
         if let Some(out) = self.mem[t as usize].copy_out {
             self.device.stream_wait_event(copy_in, out)?;
         }
-        let host = self.mem[t as usize].host.expect("a valid host copy has a slot");
+        let host = self.mem[t as usize]
+            .host
+            .expect("a valid host copy has a slot");
         // SAFETY: the slot belongs to this tensor until it is discarded, which waits for this
         // copy's event.
-        unsafe { self.device.copy_h2d_async(ptr, host as *const u8, tensor.size, copy_in)? };
+        unsafe {
+            self.device
+                .copy_h2d_async(ptr, host as *const u8, tensor.size, copy_in)?
+        };
         let event = self.event_of(t, true)?;
         self.device.record_event(event, copy_in)?;
         let m = &mut self.mem[t as usize];
@@ -104,7 +122,10 @@ impl Executor<'_> {
     /// block back; a dirty one is copied out and its block freed pending the copy's event.
     pub(super) fn swap_out(&mut self, graph: &Graph, t: u32) -> Result<()> {
         let tensor = &graph.tensors()[t as usize];
-        let ptr = self.mem[t as usize].device.take().expect("a tensor on the device has a block");
+        let ptr = self.mem[t as usize]
+            .device
+            .take()
+            .expect("a tensor on the device has a block");
         if self.mem[t as usize].host_valid {
             self.give(ptr);
             self.mem[t as usize].state = Residency::OnHost;
@@ -112,14 +133,18 @@ impl Executor<'_> {
         }
         let host = match self.mem[t as usize].host {
             Some(slot) => slot,
-            None => match self.pinned.alloc(&PinnedBacking(self.device), tensor.size, StreamId(0)) {
+            None => match self
+                .pinned
+                .alloc(&PinnedBacking(self.device), tensor.size, StreamId(0))
+            {
                 Ok(slot) => {
                     self.mem[t as usize].host = Some(slot);
                     slot
                 }
                 Err(e) => {
                     self.mem[t as usize].device = Some(ptr);
-                    return Err(Error::from(e).context(format!("pinned host memory for {}", tensor.describe(t))));
+                    return Err(Error::from(e)
+                        .context(format!("pinned host memory for {}", tensor.describe(t))));
                 }
             },
         };
@@ -130,10 +155,14 @@ impl Executor<'_> {
             self.device.stream_wait_event(copy_out, prev)?;
         }
         // SAFETY: the slot is this tensor's and stays allocated until its copies' events pass.
-        unsafe { self.device.copy_d2h_async(host as *mut u8, ptr, tensor.size, copy_out)? };
+        unsafe {
+            self.device
+                .copy_d2h_async(host as *mut u8, ptr, tensor.size, copy_out)?
+        };
         let event = self.event_of(t, false)?;
         self.device.record_event(event, copy_out)?;
-        self.pool.free_after_event(&DeviceBacking(self.device), ptr, event)?;
+        self.pool
+            .free_after_event(&DeviceBacking(self.device), ptr, event)?;
         let m = &mut self.mem[t as usize];
         m.host_valid = true;
         m.state = Residency::CopyingToHost;
@@ -148,7 +177,8 @@ impl Executor<'_> {
         let compute = self.streams.compute;
         let i = self.counters.stall_pairs_used;
         if i == self.stall_pairs.len() {
-            self.stall_pairs.push((self.device.create_event()?, self.device.create_event()?));
+            self.stall_pairs
+                .push((self.device.create_event()?, self.device.create_event()?));
         }
         let (start, end) = self.stall_pairs[i];
         self.counters.stall_pairs_used += 1;
@@ -159,7 +189,8 @@ impl Executor<'_> {
     }
 
     fn copy_stream_waits_compute(&mut self, copy: StreamId) -> Result<()> {
-        self.device.record_event(self.streams.marker, self.streams.compute)?;
+        self.device
+            .record_event(self.streams.marker, self.streams.compute)?;
         self.device.stream_wait_event(copy, self.streams.marker)?;
         Ok(())
     }
@@ -167,7 +198,11 @@ impl Executor<'_> {
     /// The tensor's copy-in (`incoming`) or copy-out event, created on first use.
     pub(super) fn event_of(&mut self, t: u32, incoming: bool) -> Result<EventId> {
         let m = &mut self.mem[t as usize];
-        let slot = if incoming { &mut m.copy_in } else { &mut m.copy_out };
+        let slot = if incoming {
+            &mut m.copy_in
+        } else {
+            &mut m.copy_out
+        };
         match *slot {
             Some(e) => Ok(e),
             None => {

@@ -121,7 +121,11 @@ impl<'a> Executor<'a> {
         if let (Ok(()), Some(plan)) = (&result, self.plan) {
             // The returns for the next run, then everything else persistent goes to the host.
             let last = graph.nodes().len();
-            let waiting: Vec<u32> = self.deferred.drain(..).chain(plan.prefetch_before[last].iter().copied()).collect();
+            let waiting: Vec<u32> = self
+                .deferred
+                .drain(..)
+                .chain(plan.prefetch_before[last].iter().copied())
+                .collect();
             for t in waiting {
                 if let Err(e) = self.prefetch(graph, last, t) {
                     result = Err(e);
@@ -190,9 +194,15 @@ impl<'a> Executor<'a> {
         self.buffers.clear();
         for &t in node.inputs.iter().chain(&node.outputs) {
             let ptr = self.mem[t as usize].device.ok_or_else(|| {
-                Error::Internal(format!("{} is not on the device when its node runs", tensors[t as usize].describe(t)))
+                Error::Internal(format!(
+                    "{} is not on the device when its node runs",
+                    tensors[t as usize].describe(t)
+                ))
             })?;
-            self.buffers.push(Buffer { ptr, bytes: tensors[t as usize].size });
+            self.buffers.push(Buffer {
+                ptr,
+                bytes: tensors[t as usize].size,
+            });
         }
         for (&ptr, &bytes) in self.workspaces.iter().zip(&node.workspaces) {
             self.buffers.push(Buffer { ptr, bytes });
@@ -203,14 +213,22 @@ impl<'a> Executor<'a> {
         match &node.kernel {
             Kernel::Builtin(_) => {
                 let op = node.builtin.expect("validated at add_kernel");
-                self.device.launch_builtin(op, &self.buffers[..n_in], &self.buffers[n_in..n_in + n_out], stream)?;
+                self.device.launch_builtin(
+                    op,
+                    &self.buffers[..n_in],
+                    &self.buffers[n_in..n_in + n_out],
+                    stream,
+                )?;
             }
             Kernel::Device { function, .. } => {
-                self.device.launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
+                self.device
+                    .launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
             }
             Kernel::Callback(cb) => {
                 let work = callback_work(*cb, n as u32, &self.buffers, n_in, n_out, &node.params);
-                self.device.enqueue_host_work(stream, work).map_err(|e| Error::CallbackFailed(e.to_string()))?;
+                self.device
+                    .enqueue_host_work(stream, work)
+                    .map_err(|e| Error::CallbackFailed(e.to_string()))?;
             }
         }
         Ok(())
@@ -328,7 +346,10 @@ impl<'a> Executor<'a> {
     fn alloc(&mut self, graph: &Graph, n: usize, bytes: u64) -> Result<DevPtr> {
         loop {
             self.counters.pool_allocs += 1;
-            match self.pool.alloc(&DeviceBacking(self.device), bytes, self.streams.compute) {
+            match self
+                .pool
+                .alloc(&DeviceBacking(self.device), bytes, self.streams.compute)
+            {
                 Ok(ptr) => return Ok(ptr),
                 Err(PoolError::OutOfMemory { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -345,7 +366,9 @@ impl<'a> Executor<'a> {
                 Some(victim) => {
                     self.counters.evictions += 1;
                     if self.mem[victim as usize].state == Residency::CopyingToDevice {
-                        let event = self.mem[victim as usize].copy_in.expect("a tensor copying in has an event");
+                        let event = self.mem[victim as usize]
+                            .copy_in
+                            .expect("a tensor copying in has an event");
                         self.compute_waits(event)?;
                         self.mem[victim as usize].state = Residency::OnDevice;
                     }
@@ -433,7 +456,11 @@ impl<'a> Executor<'a> {
                 }
                 let event = self.event_of(t, false)?;
                 self.device.record_event(event, self.streams.copy_out)?;
-                Ok(self.pinned.free_after_event(&crate::memory::PinnedBacking(self.device), slot, event)?)
+                Ok(self.pinned.free_after_event(
+                    &crate::memory::PinnedBacking(self.device),
+                    slot,
+                    event,
+                )?)
             })();
             if let Err(e) = freed {
                 log::error!("returning a host slot to the pinned pool: {e}");
@@ -512,8 +539,13 @@ fn callback_work(
     n_out: usize,
     params: &[u8],
 ) -> crate::device::HostWork {
-    let bufs: Vec<CallbackBuffer> =
-        buffers.iter().map(|b| CallbackBuffer { ptr: b.ptr as *mut c_void, size: b.bytes as usize }).collect();
+    let bufs: Vec<CallbackBuffer> = buffers
+        .iter()
+        .map(|b| CallbackBuffer {
+            ptr: b.ptr as *mut c_void,
+            size: b.bytes as usize,
+        })
+        .collect();
     let params = params.to_vec();
     let bufs = SendBuffers(bufs);
     Box::new(move |stream| {
@@ -526,7 +558,11 @@ fn callback_work(
             num_outputs: n_out,
             workspaces: b[n_in + n_out..].as_ptr(),
             num_workspaces: b.len() - n_in - n_out,
-            params: if params.is_empty() { std::ptr::null() } else { params.as_ptr() as *const c_void },
+            params: if params.is_empty() {
+                std::ptr::null()
+            } else {
+                params.as_ptr() as *const c_void
+            },
             params_size: params.len(),
             stream,
             node,
@@ -537,7 +573,9 @@ fn callback_work(
         if status == 0 {
             Ok(())
         } else {
-            Err(format!("node {node} (host callback) reported failure {status}"))
+            Err(format!(
+                "node {node} (host callback) reported failure {status}"
+            ))
         }
     })
 }

@@ -36,7 +36,7 @@ pub fn round_up(bytes: u64, align: u64) -> u64 {
 }
 
 /// Marks "no further use in this run" in next-use keys.
-pub const NEVER: u32 = u32::MAX;
+pub(crate) const NEVER: u32 = u32::MAX;
 
 impl Liveness {
     /// The first node after `n` that uses tensor `t`, or `NEVER`.

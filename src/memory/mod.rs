@@ -1,13 +1,15 @@
 //! Memory: the caching device pool, the pinned host pool (the same allocator over pinned
 //! segments), residency of tensors, and the adapters that feed the pools from a device.
 
+mod pages;
 pub mod pool;
 pub mod residency;
+mod tlsf;
 
-use crate::device::{DevPtr, Device, DeviceError, EventId};
+use crate::device::{DevPtr, Device, DeviceError, EventId, StreamId, VirtualMemory};
 use pool::PoolBacking;
 
-/// The pool's view of a device: segments and event completion, nothing else.
+/// The pool's view of a device: segments, virtual memory and event completion, nothing else.
 pub struct DeviceBacking<'a>(pub &'a dyn Device);
 
 impl PoolBacking for DeviceBacking<'_> {
@@ -22,6 +24,28 @@ impl PoolBacking for DeviceBacking<'_> {
     fn event_complete(&self, event: EventId) -> bool {
         // An event the device no longer knows cannot guard anything: treat as complete.
         self.0.event_query(event).unwrap_or(true)
+    }
+
+    fn vmm(&self) -> Option<&dyn VirtualMemory> {
+        self.0.virtual_memory()
+    }
+
+    fn record_marker(&self, stream: StreamId, reuse: Option<EventId>) -> Option<EventId> {
+        let event = match reuse {
+            Some(e) => e,
+            None => self.0.create_event().ok()?,
+        };
+        match self.0.record_event(event, stream) {
+            Ok(()) => Some(event),
+            Err(_) => {
+                let _ = self.0.destroy_event(event);
+                None
+            }
+        }
+    }
+
+    fn release_marker(&self, event: EventId) {
+        let _ = self.0.destroy_event(event);
     }
 }
 

@@ -4,7 +4,7 @@
 use super::*;
 use proptest::prelude::*;
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 const KIB: u64 = 1 << 10;
 
@@ -142,8 +142,7 @@ fn split_carves_adjacent_blocks_from_one_segment() {
         (1, 1, 3)
     );
     // The rest of the segment is one free block right after `c`.
-    let rest: Vec<_> = p.free_small.keys().copied().collect();
-    assert_eq!(rest, vec![(st(0), 2 * MIB - 4352, c + 256)]);
+    assert_eq!(p.free_plain(true), vec![(st(0), 2 * MIB - 4352, c + 256)]);
     check(&p);
 }
 
@@ -191,13 +190,7 @@ fn coalesce_case(sizes: [u64; 3], seg: u64, order: [usize; 3], small: bool) {
     assert_eq!(addrs[1], addrs[0] + sizes[0]);
     assert_eq!(addrs[2], addrs[1] + sizes[1]);
     assert_eq!(p.stats().segment_count, 1);
-    let map = |p: &Pool| {
-        if small {
-            p.free_small.clone()
-        } else {
-            p.free_large.clone()
-        }
-    };
+    let map = |p: &Pool| p.free_plain(small);
     assert!(map(&p).is_empty(), "the three blocks fill the segment");
     let mut freed = [false; 3];
     for &k in &order {
@@ -209,8 +202,7 @@ fn coalesce_case(sizes: [u64; 3], seg: u64, order: [usize; 3], small: bool) {
             .count();
         assert_eq!(map(&p).len(), runs, "order {order:?} after freeing {k}");
     }
-    let keys: Vec<_> = map(&p).keys().copied().collect();
-    assert_eq!(keys, vec![(st(0), seg, addrs[0])], "order {order:?}");
+    assert_eq!(map(&p), vec![(st(0), seg, addrs[0])], "order {order:?}");
     assert_eq!(p.idle.len(), 1);
     // The whole segment is reusable without a new segment.
     if small {
@@ -245,7 +237,7 @@ fn pending_block_blocks_coalescing_until_its_event_completes() {
     p.free(&f, a).unwrap();
     p.free_after_event(&f, b, EventId(7)).unwrap();
     p.free(&f, c).unwrap();
-    assert_eq!(p.free_small.len(), 2);
+    assert_eq!(p.free_plain(true).len(), 2);
     assert_eq!(p.pending_free_bytes(), MIB / 2);
     assert_eq!(
         p.release_cached(&f).unwrap(),
@@ -479,6 +471,35 @@ fn unknown_pointer_and_double_free() {
     assert_eq!(p.stats().free_count, 2);
     assert_eq!(p.alloc(&f, 0, st(0)), Err(PoolError::ZeroSize));
     assert_eq!(p.stats().failed_alloc_count, 0);
+    check(&p);
+}
+
+#[test]
+fn free_if_owned_frees_only_a_matching_block() {
+    let f = Fake::new();
+    let mut p = pool();
+    let a = p.alloc_tagged(&f, 1000, st(0), 1).unwrap();
+    let b = p.alloc(&f, 1000, st(0)).unwrap();
+    let info = |s, tag| {
+        Some(BlockInfo {
+            stream: st(s),
+            tag,
+            size: 1024,
+            requested: 1000,
+        })
+    };
+    assert_eq!(p.free_if_owned(&f, a, 1, st(1), None), Ok(info(0, 1)));
+    assert_eq!(p.free_if_owned(&f, a, 0, st(0), None), Ok(info(0, 1)));
+    assert_eq!(p.free_if_owned(&f, a, 1, st(0), Some(999)), Ok(info(0, 1)));
+    assert_eq!(p.free_if_owned(&f, b, 1, st(0), None), Ok(info(0, 0)));
+    assert_eq!(p.block_size(a), Some(1024), "nothing freed so far");
+    assert_eq!(p.free_if_owned(&f, a, 1, st(0), Some(1000)), Ok(None));
+    assert_eq!(p.block_size(a), None);
+    assert_eq!(
+        p.free_if_owned(&f, a, 1, st(0), None),
+        Err(PoolError::UnknownPointer(a))
+    );
+    assert_eq!(p.stats().free_count, 1);
     check(&p);
 }
 
@@ -776,6 +797,7 @@ fn check_state(p: &Pool, f: &Fake, m: &mut Model) -> Result<(), TestCaseError> {
             segment_alloc_count: s.allocs,
             segment_free_count: s.frees,
             failed_alloc_count: m.failed,
+            ..PoolStats::default()
         }
     };
     prop_assert_eq!(p.stats(), expected);
@@ -1021,5 +1043,840 @@ proptest! {
     ) {
         let base = if tiny { tiny_config() } else { PoolConfig::default() };
         run_ops(PoolConfig { memory_limit: limit, ..base }, nstreams, capacity, &ops)?;
+    }
+}
+
+// --- virtual memory ---
+
+const PAGE: u64 = 2 * MIB;
+
+/// A device with virtual memory: reservations from a counter, a set of mapped pages, an
+/// optional cap on mapped bytes (the device's memory), and the same segments and events as
+/// `Fake` for the plain fallback.
+struct VFake {
+    plain: Fake,
+    next: std::cell::Cell<u64>,
+    ranges: RefCell<BTreeMap<u64, u64>>,
+    mapped: RefCell<BTreeSet<u64>>,
+    capacity: u64,
+    maps: std::cell::Cell<u64>,
+    unmaps: std::cell::Cell<u64>,
+    syncs: std::cell::Cell<u64>,
+    fail_map: RefCell<Option<DeviceError>>,
+    /// Marker records in order: (event, stream, completed).
+    markers: RefCell<Vec<(EventId, u32, bool)>>,
+    next_marker: std::cell::Cell<u32>,
+    /// Memory freed stream-ordered: (addr, size, stream, markers recorded on the stream before).
+    /// It stays in use on the device until a later marker of its stream completes or the device
+    /// is quiesced; unmapping it before is an error.
+    freed: RefCell<Vec<(u64, u64, u32, usize)>>,
+}
+
+impl VFake {
+    fn new() -> VFake {
+        VFake::with_capacity(u64::MAX)
+    }
+    fn with_capacity(capacity: u64) -> VFake {
+        VFake {
+            plain: Fake::new(),
+            next: std::cell::Cell::new(1 << 44),
+            ranges: RefCell::new(BTreeMap::new()),
+            mapped: RefCell::new(BTreeSet::new()),
+            capacity,
+            maps: Default::default(),
+            unmaps: Default::default(),
+            syncs: Default::default(),
+            fail_map: RefCell::new(None),
+            markers: RefCell::new(Vec::new()),
+            next_marker: std::cell::Cell::new(1 << 30),
+            freed: RefCell::new(Vec::new()),
+        }
+    }
+    /// The test freed `[addr, addr + size)` stream-ordered on `stream`.
+    fn note_freed(&self, addr: u64, size: u64, stream: u32) {
+        let before = self
+            .markers
+            .borrow()
+            .iter()
+            .filter(|m| m.1 == stream)
+            .count();
+        self.freed.borrow_mut().push((addr, size, stream, before));
+    }
+    /// The device passes the oldest pending marker.
+    fn complete_marker(&self) {
+        if let Some(m) = self.markers.borrow_mut().iter_mut().find(|m| !m.2) {
+            m.2 = true;
+        }
+    }
+    /// Memory some queued work may still use.
+    fn in_use_on_device(&self, page: u64) -> bool {
+        let markers = self.markers.borrow();
+        self.freed.borrow().iter().any(|&(a, n, s, before)| {
+            let passed = markers
+                .iter()
+                .filter(|m| m.1 == s)
+                .skip(before)
+                .any(|m| m.2);
+            !passed && page < a + n && a < page + PAGE
+        })
+    }
+    fn mapped_bytes(&self) -> u64 {
+        self.mapped.borrow().len() as u64 * PAGE
+    }
+    /// Every page that `[addr, addr + size)` touches is mapped.
+    fn covers(&self, addr: u64, size: u64) -> bool {
+        let m = self.mapped.borrow();
+        let (p0, p1) = (addr / PAGE, (addr + size).div_ceil(PAGE));
+        (p0..p1).all(|p| m.contains(&(p * PAGE)))
+    }
+    fn in_range(&self, addr: u64) -> bool {
+        let r = self.ranges.borrow();
+        r.range(..=addr)
+            .next_back()
+            .is_some_and(|(&b, &n)| addr < b + n)
+    }
+}
+
+impl PoolBacking for VFake {
+    fn alloc_segment(&self, bytes: u64) -> Result<u64, DeviceError> {
+        let cap = self.capacity.saturating_sub(self.mapped_bytes());
+        if self.plain.reserved().saturating_add(bytes) > cap {
+            return Err(DeviceError::OutOfMemory {
+                requested: bytes,
+                message: "vfake full".into(),
+            });
+        }
+        self.plain.alloc_segment(bytes)
+    }
+    fn free_segment(&self, addr: u64, bytes: u64) -> Result<(), DeviceError> {
+        self.plain.free_segment(addr, bytes)
+    }
+    fn event_complete(&self, event: EventId) -> bool {
+        if event.0 >= 1 << 30 {
+            let m = self.markers.borrow();
+            return m.iter().rev().find(|m| m.0 == event).is_some_and(|m| m.2);
+        }
+        self.plain.event_complete(event)
+    }
+    fn vmm(&self) -> Option<&dyn VirtualMemory> {
+        Some(self)
+    }
+    fn record_marker(&self, stream: StreamId, reuse: Option<EventId>) -> Option<EventId> {
+        let e = reuse.unwrap_or_else(|| {
+            let n = self.next_marker.get();
+            self.next_marker.set(n + 1);
+            EventId(n)
+        });
+        self.markers.borrow_mut().push((e, stream.0, false));
+        Some(e)
+    }
+}
+
+impl VirtualMemory for VFake {
+    fn granularity(&self) -> u64 {
+        PAGE
+    }
+    fn reserve(&self, bytes: u64) -> Result<u64, DeviceError> {
+        assert!(
+            bytes > 0 && bytes.is_multiple_of(PAGE),
+            "reserve of {bytes}"
+        );
+        let base = self.next.get();
+        self.next.set(base + bytes + PAGE);
+        self.ranges.borrow_mut().insert(base, bytes);
+        Ok(base)
+    }
+    fn unreserve(&self, base: u64, bytes: u64) -> Result<(), DeviceError> {
+        assert_eq!(
+            self.ranges.borrow_mut().remove(&base),
+            Some(bytes),
+            "unreserve {base:#x}"
+        );
+        let m = self.mapped.borrow();
+        assert!(
+            m.range(base..base + bytes).next().is_none(),
+            "range {base:#x} released with pages mapped"
+        );
+        Ok(())
+    }
+    fn map(&self, addr: u64, page: u64, count: u64) -> Result<(), DeviceError> {
+        if let Some(e) = self.fail_map.borrow_mut().take() {
+            return Err(e);
+        }
+        let bytes = page * count;
+        assert!(addr.is_multiple_of(PAGE) && count > 0 && page.is_multiple_of(PAGE));
+        if self.mapped_bytes() + self.plain.reserved() + bytes > self.capacity {
+            return Err(DeviceError::OutOfMemory {
+                requested: bytes,
+                message: "vfake full".into(),
+            });
+        }
+        let mut m = self.mapped.borrow_mut();
+        for p in (addr..addr + bytes).step_by(PAGE as usize) {
+            assert!(self.in_range(p), "map outside a reservation at {p:#x}");
+            assert!(m.insert(p), "page {p:#x} mapped twice");
+        }
+        self.maps.set(self.maps.get() + bytes / PAGE);
+        Ok(())
+    }
+    fn unmap(&self, addr: u64, page: u64, count: u64) -> Result<(), DeviceError> {
+        for p in (addr..addr + page * count).step_by(PAGE as usize) {
+            assert!(
+                !self.in_use_on_device(p),
+                "page {p:#x} unmapped while queued work may still use it"
+            );
+        }
+        let mut m = self.mapped.borrow_mut();
+        for p in (addr..addr + page * count).step_by(PAGE as usize) {
+            assert!(m.remove(&p), "page {p:#x} unmapped but not mapped");
+        }
+        self.unmaps.set(self.unmaps.get() + page * count / PAGE);
+        Ok(())
+    }
+    fn quiesce(&self) -> Result<(), DeviceError> {
+        self.syncs.set(self.syncs.get() + 1);
+        for m in self.markers.borrow_mut().iter_mut() {
+            m.2 = true;
+        }
+        self.freed.borrow_mut().clear();
+        Ok(())
+    }
+    fn trim(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+}
+
+fn vpool(limit: u64) -> Pool {
+    Pool::new(PoolConfig {
+        memory_limit: limit,
+        vmm_reserve_bytes: 4 << 30,
+        vmm_page_bytes: PAGE,
+        ..PoolConfig::default()
+    })
+}
+
+#[test]
+fn virtual_range_packs_small_and_large_blocks_without_seams() {
+    let f = VFake::new();
+    let mut p = vpool(u64::MAX);
+    let a = p.alloc(&f, 1000, st(0)).unwrap();
+    let b = p.alloc(&f, 3 * MIB, st(0)).unwrap();
+    let c = p.alloc(&f, 100, st(0)).unwrap();
+    // One range, blocks back to back, pages mapped only under them.
+    assert_eq!((b, c), (a + 1024, a + 1024 + 3 * MIB));
+    let s = p.stats();
+    assert_eq!((s.segment_count, s.reserved_bytes), (1, 2 * PAGE));
+    assert_eq!(f.mapped_bytes(), 2 * PAGE);
+    assert!(f.covers(a, 1024) && f.covers(b, 3 * MIB) && f.covers(c, 256));
+    assert_eq!(f.plain.allocs(), 0, "no plain segment");
+    // Freed neighbours coalesce across what would be a segment seam elsewhere.
+    p.free(&f, a).unwrap();
+    p.free(&f, b).unwrap();
+    let d = p.alloc(&f, 3 * MIB + 1024, st(0)).unwrap();
+    assert_eq!(d, a);
+    assert_eq!(f.maps.get(), 2, "reuse maps nothing");
+    check(&p);
+}
+
+#[test]
+fn virtual_streams_get_their_own_ranges() {
+    let f = VFake::new();
+    let mut p = vpool(u64::MAX);
+    let a = p.alloc(&f, 4096, st(0)).unwrap();
+    p.free(&f, a).unwrap();
+    let b = p.alloc(&f, 4096, st(1)).unwrap();
+    assert!(
+        b.abs_diff(a) >= 4 << 30,
+        "stream 1 got memory from stream 0's range"
+    );
+    assert_eq!(p.stats().segment_count, 2);
+    assert_eq!(p.alloc(&f, 4096, st(0)).unwrap(), a);
+    assert_eq!(
+        p.block_info(b)
+            .map(|i| (i.stream, i.tag, i.size, i.requested)),
+        Some((st(1), 0, 4096, 4096))
+    );
+    check(&p);
+}
+
+#[test]
+fn budget_recycles_free_pages_of_other_streams() {
+    let f = VFake::new();
+    let mut p = vpool(16 * MIB);
+    let a = p.alloc(&f, 12 * MIB, st(0)).unwrap();
+    p.free(&f, a).unwrap();
+    assert_eq!(p.stats().reserved_bytes, 12 * MIB);
+    // Stream 1 needs 10 MiB: 12 + 10 > 16, so stream 0's free pages are unmapped first.
+    let b = p.alloc(&f, 10 * MIB, st(1)).unwrap();
+    let s = p.stats();
+    assert!(s.reserved_bytes <= 16 * MIB, "{s:?}");
+    assert_eq!(s.reserved_bytes, f.mapped_bytes());
+    assert!(f.covers(b, 10 * MIB));
+    assert!(
+        s.recycle_count >= 1 && f.syncs.get() >= 1,
+        "unmapping waits for the device"
+    );
+    // Over the budget even with everything recycled: out of memory, with numbers.
+    let err = p.alloc(&f, 8 * MIB, st(0)).unwrap_err();
+    assert!(
+        matches!(err, PoolError::OutOfMemory { requested, limit, .. } if requested == 8 * MIB && limit == 16 * MIB),
+        "{err:?}"
+    );
+    assert_eq!(p.stats().failed_alloc_count, 1);
+    check(&p);
+}
+
+#[test]
+fn large_requests_reuse_hole_pages_beyond_the_slack_waiting_if_needed() {
+    let f = VFake::new();
+    let mut p = Pool::new(PoolConfig {
+        recycle_waits: true,
+        ..vpool(u64::MAX).config().clone()
+    });
+    let x = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+    let _y = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+    p.free(&f, x).unwrap();
+    f.note_freed(x, 64 * MIB, 0);
+    // 96 MiB does not fit x's hole; mapping 96 new MiB would put 224 MiB behind a high-water
+    // mark of 160 MiB: x's pages move, after waiting once for the device (it may still use them).
+    let z = p.alloc(&f, 96 * MIB, st(0)).unwrap();
+    assert!(f.covers(z, 96 * MIB));
+    let s = p.stats();
+    let cap = (160 * MIB / 1000 * 1030).div_ceil(PAGE) * PAGE;
+    assert!(s.reserved_bytes <= cap, "{} > {cap}", s.reserved_bytes);
+    assert_eq!(s.reserved_bytes, f.mapped_bytes());
+    assert_eq!((f.syncs.get(), s.recycle_count), (1, 1));
+    check(&p);
+}
+
+#[test]
+fn large_requests_reuse_idle_hole_pages_beyond_the_slack() {
+    let f = VFake::new();
+    let mut p = Pool::new(PoolConfig {
+        recycle_waits: false,
+        ..vpool(u64::MAX).config().clone()
+    });
+    let x = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+    let _y = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+    p.free(&f, x).unwrap();
+    f.note_freed(x, 64 * MIB, 0);
+    // 96 MiB does not fit x's hole, and mapping 96 new MiB exceeds the slack over the high-water
+    // mark; but the device may still use x's memory: no waiting for it, new pages instead.
+    let z = p.alloc(&f, 96 * MIB, st(0)).unwrap();
+    assert!(f.covers(z, 96 * MIB));
+    assert_eq!(p.stats().reserved_bytes, 224 * MIB);
+    assert_eq!((f.syncs.get(), p.stats().page_unmap_count), (0, 0));
+    // The device passes the marker recorded then (after x's free, before z's).
+    f.complete_marker();
+    p.free(&f, z).unwrap();
+    f.note_freed(z, 96 * MIB, 0);
+    // 160 MiB goes where z was (its pages are mapped) plus 64 new MiB: x's idle hole gives them.
+    let u = p.alloc(&f, 160 * MIB, st(0)).unwrap();
+    assert_eq!(u, z);
+    assert!(f.covers(u, 160 * MIB));
+    let s = p.stats();
+    let cap = (224 * MIB / 1000 * 1030).div_ceil(PAGE) * PAGE;
+    assert!(s.reserved_bytes <= cap, "{} > {cap}", s.reserved_bytes);
+    assert_eq!(s.reserved_bytes, f.mapped_bytes());
+    assert!(s.page_unmap_count > 0 && s.recycle_count == 1);
+    assert_eq!(
+        f.syncs.get(),
+        0,
+        "idle pages move without waiting for the device"
+    );
+    // Small growth never recycles: it maps new pages.
+    let unmaps = f.unmaps.get();
+    let _w = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    assert_eq!(f.unmaps.get(), unmaps);
+    check(&p);
+}
+
+#[test]
+fn placement_prefers_mapped_pages_at_either_end_of_a_hole() {
+    let f = VFake::new();
+    let mut p = vpool(64 * MIB);
+    let a = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    let b = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    let c = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    p.free(&f, b).unwrap();
+    // Unmap the free pages (as the budget would), then map the upper half of the hole again.
+    assert_eq!(p.release_cached(&f).unwrap(), 8 * MIB);
+    let u = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    p.free(&f, a).unwrap();
+    let _ = (u, c);
+    check(&p);
+    // A 4 MiB request: the hole [b, b+8M) has unmapped pages; a's hole is fully mapped.
+    let v = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    assert!(f.covers(v, 4 * MIB));
+    assert_eq!(p.stats().reserved_bytes, f.mapped_bytes());
+    check(&p);
+}
+
+#[test]
+fn virtual_range_too_small_falls_back_to_plain_segments() {
+    let f = VFake::new();
+    let mut p = Pool::new(PoolConfig {
+        vmm_reserve_bytes: 8 * MIB,
+        vmm_page_bytes: PAGE,
+        ..PoolConfig::default()
+    });
+    let a = p.alloc(&f, 6 * MIB, st(0)).unwrap();
+    let b = p.alloc(&f, 6 * MIB, st(0)).unwrap();
+    assert!(f.covers(a, 6 * MIB));
+    assert_eq!(
+        f.plain.allocs(),
+        1,
+        "the second block comes from a plain segment"
+    );
+    assert_eq!(p.block_size(b), Some(6 * MIB));
+    assert_eq!(p.stats().reserved_bytes, 6 * MIB + 20 * MIB);
+    p.free(&f, a).unwrap();
+    p.free(&f, b).unwrap();
+    assert_eq!(p.release_cached(&f).unwrap(), 6 * MIB + 20 * MIB);
+    assert_eq!((p.stats().reserved_bytes, f.mapped_bytes()), (0, 0));
+    check(&p);
+    p.release_all(&f).unwrap();
+    assert!(f.ranges.borrow().is_empty());
+}
+
+#[test]
+fn failed_map_leaves_the_pool_consistent() {
+    let f = VFake::new();
+    let mut p = vpool(u64::MAX);
+    let a = p.alloc(&f, MIB, st(0)).unwrap();
+    *f.fail_map.borrow_mut() = Some(DeviceError::Driver {
+        call: "cuMemMap",
+        name: "CUDA_ERROR_UNKNOWN".into(),
+        message: "test".into(),
+    });
+    let err = p.alloc(&f, 40 * MIB, st(0)).unwrap_err();
+    assert!(err.to_string().contains("CUDA_ERROR_UNKNOWN"), "{err}");
+    check(&p);
+    let b = p.alloc(&f, 40 * MIB, st(0)).unwrap();
+    assert!(f.covers(b, 40 * MIB) && f.covers(a, MIB));
+    // The device itself running out: recycle everything, then out of memory.
+    let g = VFake::with_capacity(8 * MIB);
+    let mut q = vpool(u64::MAX);
+    let x = q.alloc(&g, 6 * MIB, st(0)).unwrap();
+    q.free(&g, x).unwrap();
+    let y = q.alloc(&g, 7 * MIB, st(1)).unwrap();
+    assert!(g.covers(y, 7 * MIB));
+    assert!(matches!(
+        q.alloc(&g, 4 * MIB, st(1)),
+        Err(PoolError::OutOfMemory { .. })
+    ));
+    check(&q);
+}
+
+#[test]
+fn virtual_release_all_and_dry_run() {
+    let f = VFake::new();
+    let mut p = vpool(64 * MIB);
+    let live = p.alloc(&f, 5 * MIB, st(0)).unwrap();
+    let steps = [
+        DryRunStep::Alloc {
+            bytes: 20 * MIB,
+            stream: st(0),
+        },
+        DryRunStep::Free { step: 0 },
+        DryRunStep::Alloc {
+            bytes: 30 * MIB,
+            stream: st(1),
+        },
+        DryRunStep::FreeLive { addr: live },
+    ];
+    let before = (p.stats(), f.maps.get());
+    let dry = p.dry_run(&steps).unwrap();
+    assert_eq!(
+        (p.stats(), f.maps.get()),
+        before,
+        "dry run changed the pool"
+    );
+    let mut real = p.clone();
+    let x = real.alloc(&f, 20 * MIB, st(0)).unwrap();
+    real.free(&f, x).unwrap();
+    real.alloc(&f, 30 * MIB, st(1)).unwrap();
+    real.free(&f, live).unwrap();
+    assert_eq!(real.stats(), dry);
+    let (i, e) = p
+        .dry_run(&[DryRunStep::Alloc {
+            bytes: 70 * MIB,
+            stream: st(0),
+        }])
+        .unwrap_err();
+    assert!(i == 0 && matches!(e, PoolError::OutOfMemory { .. }));
+    let err = real.release_all(&f).unwrap_err();
+    assert!(
+        matches!(err, PoolError::LiveBlocks { live: 1, .. }),
+        "{err:?}"
+    );
+    assert!(f.ranges.borrow().is_empty() && f.mapped.borrow().is_empty());
+    assert_eq!(real.stats().reserved_bytes, 0);
+    check(&real);
+}
+
+/// Random operations on a pool with virtual memory: blocks never overlap, every page under a
+/// block in use is mapped, pages are unmapped only under free memory, other streams' blocks are
+/// reused only after their event, reserved bytes match the device and stay within the budget.
+fn run_virtual_ops(
+    limit: u64,
+    capacity: u64,
+    nstreams: u32,
+    waits: bool,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let f = VFake::with_capacity(capacity);
+    let mut p = Pool::new(PoolConfig {
+        memory_limit: limit,
+        vmm_reserve_bytes: 256 * MIB,
+        vmm_page_bytes: PAGE,
+        recycle_min_bytes: 4 * MIB,
+        recycle_waits: waits,
+        ..PoolConfig::default()
+    });
+    let mut live: Vec<LiveBlock> = Vec::new();
+    let mut retired: Vec<Retired> = Vec::new();
+    let mut incomplete: Vec<EventId> = Vec::new();
+    let mut next_event = 0;
+    for op in ops {
+        match *op {
+            Op::Alloc(n, s) => {
+                let s = s % nstreams;
+                match p.alloc(&f, n, st(s)) {
+                    Ok(addr) => {
+                        let r = n.div_ceil(256) * 256;
+                        for b in &live {
+                            prop_assert!(!overlaps(b.addr, b.size, addr, r), "live blocks overlap");
+                        }
+                        for x in &retired {
+                            if overlaps(x.addr, x.size, addr, r) {
+                                prop_assert_eq!(x.stream, s, "block of another stream reused");
+                                prop_assert!(
+                                    x.event.is_none_or(|e| f.event_complete(e)),
+                                    "reused before its event"
+                                );
+                            }
+                        }
+                        live.push(LiveBlock {
+                            addr,
+                            size: r,
+                            requested: n,
+                            stream: s,
+                        });
+                    }
+                    Err(PoolError::OutOfMemory { .. }) => {
+                        // Memory in use (live, or pending on an incomplete event), each block
+                        // rounded out to whole pages at both ends, plus the request: more than
+                        // the budget or the device.
+                        let blocked = |x: &Retired| x.event.is_some_and(|e| !f.event_complete(e));
+                        let held = live.iter().map(|b| b.size + 2 * PAGE).sum::<u64>()
+                            + retired
+                                .iter()
+                                .filter(|x| blocked(x))
+                                .map(|x| x.size + 2 * PAGE)
+                                .sum::<u64>();
+                        prop_assert!(
+                            held + n + 2 * PAGE > limit.min(capacity),
+                            "out of memory with {held} bytes held"
+                        );
+                    }
+                    Err(e) => return Err(TestCaseError::fail(format!("alloc: {e}"))),
+                }
+            }
+            Op::Free(i) | Op::FreeAfterEvent(i, _) if !live.is_empty() => {
+                let b = live.swap_remove(i % live.len());
+                let event = if let Op::FreeAfterEvent(_, reuse) = *op {
+                    let e = match incomplete.last() {
+                        Some(&e) if reuse => e,
+                        _ => {
+                            next_event += 1;
+                            incomplete.push(EventId(next_event));
+                            EventId(next_event)
+                        }
+                    };
+                    prop_assert_eq!(p.free_after_event(&f, b.addr, e), Ok(()));
+                    Some(e)
+                } else {
+                    prop_assert_eq!(p.free(&f, b.addr), Ok(()));
+                    f.note_freed(b.addr, b.size, b.stream);
+                    None
+                };
+                retired.push(Retired {
+                    addr: b.addr,
+                    size: b.size,
+                    stream: b.stream,
+                    event,
+                });
+            }
+            Op::Free(_) | Op::FreeAfterEvent(..) => {}
+            Op::Complete(i) => {
+                if !incomplete.is_empty() {
+                    f.plain.complete(incomplete.remove(i % incomplete.len()));
+                }
+                f.complete_marker();
+            }
+            Op::BadFree(i) => {
+                let a = 0x1000 + (i as u64 % 1000) * 256;
+                prop_assert_eq!(p.free(&f, a), Err(PoolError::UnknownPointer(a)));
+            }
+            Op::ReleaseCached => {
+                let before = p.stats().reserved_bytes;
+                let released = p.release_cached(&f);
+                prop_assert_eq!(released, Ok(before - p.stats().reserved_bytes));
+            }
+            Op::ResetPeaks => p.reset_peaks(),
+        }
+        if let Err(e) = p.validate() {
+            return Err(TestCaseError::fail(format!("invariant: {e}")));
+        }
+        let s = p.stats();
+        prop_assert_eq!(s.reserved_bytes, f.mapped_bytes() + f.plain.reserved());
+        prop_assert!(s.reserved_bytes <= limit, "over the budget");
+        for b in &live {
+            prop_assert!(
+                f.covers(b.addr, b.size) || f.plain.reserved() > 0,
+                "live block unmapped"
+            );
+        }
+        let blocked = |x: &Retired| x.event.is_some_and(|e| !f.event_complete(e));
+        for x in retired.iter().filter(|x| blocked(x)) {
+            prop_assert!(
+                f.covers(x.addr, x.size) || f.plain.reserved() > 0,
+                "pages unmapped under a block pending on an event"
+            );
+        }
+    }
+    for b in std::mem::take(&mut live) {
+        prop_assert_eq!(p.free(&f, b.addr), Ok(()));
+    }
+    for e in incomplete {
+        f.plain.complete(e);
+    }
+    p.release_cached(&f)
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    prop_assert_eq!(p.stats().reserved_bytes, 0);
+    prop_assert_eq!(f.mapped_bytes(), 0);
+    prop_assert_eq!(p.release_all(&f), Ok(()));
+    prop_assert!(f.ranges.borrow().is_empty());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_sequences_on_virtual_memory_keep_every_invariant(
+        nstreams in 1u32..=3,
+        limit in prop_oneof![Just(u64::MAX), 16 * MIB..=128 * MIB],
+        capacity in prop_oneof![3 => Just(u64::MAX), 1 => 16 * MIB..=160 * MIB],
+        waits in any::<bool>(),
+        ops in proptest::collection::vec(op_strategy(), 1..200),
+    ) {
+        run_virtual_ops(limit, capacity, nstreams, waits, &ops)?;
+    }
+}
+
+// --- trace replay (host only; `cargo test --release -- --ignored replay --nocapture`) ---
+
+/// A device with virtual memory that records nothing but counts: the pool's own cost.
+struct CountingVm {
+    next: std::cell::Cell<u64>,
+    maps: std::cell::Cell<u64>,
+    unmaps: std::cell::Cell<u64>,
+    plain: std::cell::Cell<u64>,
+    vmm: bool,
+}
+
+impl PoolBacking for CountingVm {
+    fn alloc_segment(&self, bytes: u64) -> Result<u64, DeviceError> {
+        let base = self.next.get();
+        self.next.set(base + bytes.next_multiple_of(PAGE) + PAGE);
+        self.plain.set(self.plain.get() + 1);
+        Ok(base)
+    }
+    fn free_segment(&self, _: u64, _: u64) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    fn event_complete(&self, _: EventId) -> bool {
+        true
+    }
+    fn vmm(&self) -> Option<&dyn VirtualMemory> {
+        self.vmm.then_some(self as &dyn VirtualMemory)
+    }
+    fn record_marker(&self, _: StreamId, reuse: Option<EventId>) -> Option<EventId> {
+        // Nothing runs on this device: every marker is passed at once.
+        Some(reuse.unwrap_or(EventId(0)))
+    }
+}
+
+impl VirtualMemory for CountingVm {
+    fn granularity(&self) -> u64 {
+        PAGE
+    }
+    fn reserve(&self, bytes: u64) -> Result<u64, DeviceError> {
+        self.alloc_segment(bytes)
+    }
+    fn unreserve(&self, _: u64, _: u64) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    fn map(&self, _: u64, _: u64, count: u64) -> Result<(), DeviceError> {
+        self.maps.set(self.maps.get() + count);
+        Ok(())
+    }
+    fn unmap(&self, _: u64, _: u64, count: u64) -> Result<(), DeviceError> {
+        self.unmaps.set(self.unmaps.get() + count);
+        Ok(())
+    }
+    fn quiesce(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    fn trim(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Ev {
+    A(u32, u64),
+    F(u32),
+}
+
+/// Events of a trace file (`a ID BYTES STREAM` / `f ID`, gzipped or not), ids made dense.
+fn load_trace(path: &str) -> Vec<Ev> {
+    let raw = std::process::Command::new("gzip")
+        .args(["-dcf", path])
+        .output()
+        .expect("gzip runs");
+    assert!(raw.status.success(), "reading {path}");
+    let text = String::from_utf8(raw.stdout).expect("utf-8 trace");
+    let mut ids = HashMap::new();
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let mut w = line.split_whitespace();
+        let (op, id) = (w.next().unwrap(), w.next().unwrap().to_string());
+        if op == "a" {
+            let n = ids.len() as u32;
+            let bytes = w.next().unwrap().parse().unwrap();
+            ids.insert(id, n);
+            out.push(Ev::A(n, bytes));
+        } else {
+            out.push(Ev::F(ids[&id]));
+        }
+    }
+    out
+}
+
+fn trace_paths() -> Vec<String> {
+    match std::env::var("GKRT_TRACES") {
+        Ok(v) => v.split(':').map(str::to_string).collect(),
+        Err(_) => ["gpt2_train", "resnet50_train"]
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}/../shared/traces/{t}.trace.gz",
+                    env!("CARGO_MANIFEST_DIR")
+                )
+            })
+            .collect(),
+    }
+}
+
+fn replay(evs: &[Ev], cfg: PoolConfig, vmm: bool, passes: usize) -> (f64, Vec<f64>, u64, u64, u64) {
+    let b = CountingVm {
+        next: std::cell::Cell::new(1 << 40),
+        maps: Default::default(),
+        unmaps: Default::default(),
+        plain: Default::default(),
+        vmm,
+    };
+    let mut p = Pool::new(cfg);
+    let n = evs.iter().filter(|e| matches!(e, Ev::A(..))).count();
+    let mut addr = vec![0u64; n];
+    let (mut live, mut peak) = (0u64, 0u64);
+    let mut sizes = vec![0u64; n];
+    let mut per_pass = Vec::new();
+    let mut unmaps_after_first = 0;
+    for pass in 0..passes {
+        let u0 = b.unmaps.get();
+        let t = std::time::Instant::now();
+        for e in evs {
+            match *e {
+                Ev::A(i, bytes) => {
+                    addr[i as usize] = p.alloc(&b, bytes, st(0)).unwrap();
+                    if pass == 0 {
+                        sizes[i as usize] = bytes;
+                        live += bytes;
+                        peak = peak.max(live);
+                    }
+                }
+                Ev::F(i) => {
+                    p.free(&b, addr[i as usize]).unwrap();
+                    if pass == 0 {
+                        live -= sizes[i as usize];
+                    }
+                }
+            }
+        }
+        per_pass.push(t.elapsed().as_secs_f64() * 1e9 / evs.len() as f64);
+        if std::env::var("GKRT_REPLAY_VERBOSE").is_ok() {
+            println!(
+                "pass {pass}: unmapped {} mapped {} reserved {}",
+                b.unmaps.get() - u0,
+                b.maps.get(),
+                p.stats().reserved_bytes
+            );
+        }
+        if pass > 0 {
+            unmaps_after_first += b.unmaps.get() - u0;
+        }
+    }
+    check(&p);
+    let frag = p.stats().peak_reserved_bytes as f64 / peak as f64;
+    (
+        frag,
+        per_pass,
+        unmaps_after_first,
+        b.maps.get(),
+        b.plain.get(),
+    )
+}
+
+#[test]
+#[ignore = "benchmark: replays ../shared/traces (or GKRT_TRACES) and prints figures"]
+fn replay_traces_through_the_pool() {
+    let passes: usize = std::env::var("GKRT_PASSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    println!("| trace | pool | peak reserved / peak live | ns/op (median pass) | first pass | pages mapped | pages unmapped after pass 1 |");
+    println!("|---|---|---|---|---|---|---|");
+    for path in trace_paths() {
+        let evs = load_trace(&path);
+        let name = path
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".gz")
+            .trim_end_matches(".trace");
+        // The defaults, or GKRT_POOL_* knobs (read by Pool::new) for exploring.
+        for (label, vmm, cfg) in [
+            ("virtual ranges", true, PoolConfig::default()),
+            ("plain segments", false, PoolConfig::default()),
+        ] {
+            let (frag, mut t, unmaps, maps, _) = replay(&evs, cfg, vmm, passes);
+            let first = t[0];
+            t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "| {name} | {label} | {frag:.4} | {:.1} | {first:.1} | {maps} | {unmaps} |",
+                t[t.len() / 2]
+            );
+        }
     }
 }

@@ -51,6 +51,8 @@ impl TensorMemory {
 
     /// Contents exist somewhere (device or host).
     pub fn has_data(&self) -> bool {
-        self.on_device() || (self.host_valid && matches!(self.state, Residency::OnHost | Residency::CopyingToHost))
+        self.on_device()
+            || (self.host_valid
+                && matches!(self.state, Residency::OnHost | Residency::CopyingToHost))
     }
 }

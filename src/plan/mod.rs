@@ -24,7 +24,11 @@ pub struct ArenaLayout {
 /// Plans the arena of a finalized graph: each intermediate lives from the node that first
 /// touches it to the node that last does; a workspace lives during its node. The search runs
 /// for at most `search_time` after the greedy placement (zero: greedy only).
-pub fn plan_graph_arena(graph: &Graph, align: u64, search_time: Duration) -> Result<ArenaLayout, String> {
+pub fn plan_graph_arena(
+    graph: &Graph,
+    align: u64,
+    search_time: Duration,
+) -> Result<ArenaLayout, String> {
     let lv = graph.liveness().ok_or("the graph is not finalized")?;
     enum Owner {
         Tensor(usize),
@@ -37,26 +41,43 @@ pub fn plan_graph_arena(graph: &Graph, align: u64, search_time: Duration) -> Res
             continue;
         }
         if let (Some(first), Some(last)) = (lv.first_use[t], lv.last_use[t]) {
-            buffers.push(BufferSpec { start: first, end: last + 1, size: round_up(tensor.size, align), align });
+            buffers.push(BufferSpec {
+                start: first,
+                end: last + 1,
+                size: round_up(tensor.size, align),
+                align,
+            });
             owners.push(Owner::Tensor(t));
         }
     }
     for (n, node) in graph.nodes().iter().enumerate() {
         for (i, &w) in node.workspaces.iter().enumerate() {
-            buffers.push(BufferSpec { start: n as u32, end: n as u32 + 1, size: round_up(w, align), align });
+            buffers.push(BufferSpec {
+                start: n as u32,
+                end: n as u32 + 1,
+                size: round_up(w, align),
+                align,
+            });
             owners.push(Owner::Workspace(n, i));
         }
     }
     let mut layout = ArenaLayout {
         tensor_offsets: vec![0; graph.tensors().len()],
-        workspace_offsets: graph.nodes().iter().map(|n| vec![0; n.workspaces.len()]).collect(),
+        workspace_offsets: graph
+            .nodes()
+            .iter()
+            .map(|n| vec![0; n.workspaces.len()])
+            .collect(),
         size: 0,
         lower_bound: 0,
     };
     if buffers.is_empty() {
         return Ok(layout);
     }
-    let problem = ArenaProblem { buffers, groups: Vec::new() };
+    let problem = ArenaProblem {
+        buffers,
+        groups: Vec::new(),
+    };
     layout.lower_bound = arena::lower_bound(&problem);
     let placement = if search_time.is_zero() {
         arena::plan_greedy(&problem)

@@ -16,10 +16,10 @@
 //! `check_with_pool` replays the plan's allocations through a dry run of the real pool, so a plan
 //! that fits on paper fits at run time; the runtime lowers the budget and replans when it does not.
 
+use crate::device::StreamId;
 use crate::graph::liveness::{round_up, NEVER};
 use crate::graph::{Liveness, Node, Tensor};
 use crate::memory::pool::{DryRunStep, Pool};
-use crate::device::StreamId;
 use std::collections::BTreeSet;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -87,7 +87,13 @@ impl Sim<'_> {
 const KEEP_FIRST_NODES: u32 = 2;
 
 /// Plans swaps for `budget` bytes of device memory.
-pub fn plan_swaps(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64, align: u64) -> SwapPlan {
+pub fn plan_swaps(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    budget: u64,
+    align: u64,
+) -> SwapPlan {
     let cold = simulate(tensors, nodes, lv, budget, align, &[]);
     // Only what the first nodes read: bringing back more at the end of a run moves copies
     // from the start of the next run, where the link is often idle (a forward pass mostly
@@ -95,7 +101,12 @@ pub fn plan_swaps(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64
     let keep: Vec<u32> = cold.prefetch_before[0]
         .iter()
         .copied()
-        .filter(|&t| tensors[t as usize].kind.persists() && lv.uses[t as usize].first().is_some_and(|&u| u <= KEEP_FIRST_NODES))
+        .filter(|&t| {
+            tensors[t as usize].kind.persists()
+                && lv.uses[t as usize]
+                    .first()
+                    .is_some_and(|&u| u <= KEEP_FIRST_NODES)
+        })
         .collect();
     if keep.is_empty() {
         return cold;
@@ -110,7 +121,14 @@ pub fn plan_swaps(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64
 }
 
 /// One planning pass; `keep` are resident when the run starts and must be again when it ends.
-fn simulate(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64, align: u64, keep: &[u32]) -> SwapPlan {
+fn simulate(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    budget: u64,
+    align: u64,
+    keep: &[u32],
+) -> SwapPlan {
     let n_nodes = nodes.len();
     let mut sim = Sim {
         tensors,
@@ -142,18 +160,26 @@ fn simulate(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64, alig
         let n32 = n as u32;
         let touched = node_tensors(node);
         let workspace: u64 = node.workspaces.iter().map(|&w| round_up(w, align)).sum();
-        let incoming: Vec<u32> = touched.iter().copied().filter(|&t| !sim.resident[t as usize]).collect();
+        let incoming: Vec<u32> = touched
+            .iter()
+            .copied()
+            .filter(|&t| !sim.resident[t as usize])
+            .collect();
         let need: u64 = incoming.iter().map(|&t| sim.size(t)).sum::<u64>() + workspace;
 
         // Make room: evict the resident tensor used farthest in the future.
         while sim.used + need > budget {
-            let Some(&(key, victim)) = sim.by_next_use.iter().next_back() else { break };
+            let Some(&(key, victim)) = sim.by_next_use.iter().next_back() else {
+                break;
+            };
             if key <= n32 {
                 break; // only this node's own tensors are left
             }
             sim.leave(victim);
             // A resident tensor arrived at a node before this one, so it has a last use.
-            let last = lv.last_use_before(victim, n32).expect("a resident tensor was used before");
+            let last = lv
+                .last_use_before(victim, n32)
+                .expect("a resident tensor was used before");
             // It leaves right after that use, so a copy overlaps what runs until now; a clean
             // one (host copy current) leaves without a copy.
             plan.swap_out_after[last as usize].push(victim);
@@ -165,7 +191,12 @@ fn simulate(tensors: &[Tensor], nodes: &[Node], lv: &Liveness, budget: u64, alig
             sim.left_after[victim as usize] = last;
             // It has been off the device since `last`: lower the profile retroactively.
             let size = sim.size(victim);
-            for u in sim.usage.iter_mut().take(n).skip((last + 1).max(0) as usize) {
+            for u in sim
+                .usage
+                .iter_mut()
+                .take(n)
+                .skip((last + 1).max(0) as usize)
+            {
                 *u -= size;
             }
         }
@@ -265,11 +296,15 @@ pub fn check_with_pool(
         for &t in plan.prefetch_before[n].iter().chain(&node_tensors(node)) {
             if block[t as usize].is_none() {
                 let bytes = tensors[t as usize].size;
-                block[t as usize] = Some(push(&mut steps, n32, DryRunStep::Alloc { bytes, stream }));
+                block[t as usize] =
+                    Some(push(&mut steps, n32, DryRunStep::Alloc { bytes, stream }));
             }
         }
-        let ws: Vec<usize> =
-            node.workspaces.iter().map(|&bytes| push(&mut steps, n32, DryRunStep::Alloc { bytes, stream })).collect();
+        let ws: Vec<usize> = node
+            .workspaces
+            .iter()
+            .map(|&bytes| push(&mut steps, n32, DryRunStep::Alloc { bytes, stream }))
+            .collect();
         for step in ws {
             push(&mut steps, n32, DryRunStep::Free { step });
         }
@@ -293,5 +328,7 @@ pub fn check_with_pool(
             block[t as usize] = Some(push(&mut steps, last, DryRunStep::Alloc { bytes, stream }));
         }
     }
-    pool.dry_run(&steps).map(|_| ()).map_err(|(i, _)| step_node[i])
+    pool.dry_run(&steps)
+        .map(|_| ())
+        .map_err(|(i, _)| step_node[i])
 }

@@ -73,7 +73,11 @@ impl RuntimeGraph {
     /// Pool bytes this graph's tensors hold on the device between runs (persistent tensors on
     /// the device, rounded as the pool rounds) — what `allocated_bytes` returns to after a run.
     pub fn resident_bytes(&self) -> u64 {
-        let arena = self.arena.as_ref().and_then(|(l, base)| base.map(|_| l.size)).unwrap_or(0);
+        let arena = self
+            .arena
+            .as_ref()
+            .and_then(|(l, base)| base.map(|_| l.size))
+            .unwrap_or(0);
         let tensors = self.graph.tensors();
         self.mem
             .iter()
@@ -95,7 +99,8 @@ impl RuntimeGraph {
         let lv = self.graph.finalize(ALIGNMENT)?;
         let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
         if rt.config().memory_mode == MemoryMode::Planned {
-            let layout = plan_graph_arena(&self.graph, ALIGNMENT, ARENA_SEARCH_TIME).map_err(Error::Internal)?;
+            let layout = plan_graph_arena(&self.graph, ALIGNMENT, ARENA_SEARCH_TIME)
+                .map_err(Error::Internal)?;
             if persistent + layout.size > limit {
                 log::warn!(
                     "planned mode: arena of {} bytes plus {persistent} persistent bytes exceeds the memory limit \
@@ -117,7 +122,12 @@ impl RuntimeGraph {
         }
         if !self.is_planned() || !rt.device.supports_capture() {
             self.replay = Replay::Off;
-        } else if self.graph.nodes().iter().any(|n| matches!(n.kernel, Kernel::Callback(_))) {
+        } else if self
+            .graph
+            .nodes()
+            .iter()
+            .any(|n| matches!(n.kernel, Kernel::Callback(_)))
+        {
             log::info!(
                 "planned graph not captured for replay: host callbacks run on the host when a node is queued, \
                  so a replayed capture would skip them"
@@ -183,7 +193,10 @@ impl RuntimeGraph {
     fn check_size(&self, t: u32, size: u64, verb: &str) -> Result<()> {
         let tensor = &self.graph.tensors()[t as usize];
         if size != tensor.size {
-            return Err(Error::InvalidArgument(format!("{verb} of {size} bytes does not match {}", tensor.describe(t))));
+            return Err(Error::InvalidArgument(format!(
+                "{verb} of {size} bytes does not match {}",
+                tensor.describe(t)
+            )));
         }
         Ok(())
     }
@@ -222,7 +235,11 @@ impl RuntimeGraph {
         if to_host {
             let slot = match m.host {
                 Some(slot) => slot,
-                None => *m.host.insert(st.pinned.alloc(&PinnedBacking(rt.device()), bytes, crate::device::StreamId(0))?),
+                None => *m.host.insert(st.pinned.alloc(
+                    &PinnedBacking(rt.device()),
+                    bytes,
+                    crate::device::StreamId(0),
+                )?),
             };
             // SAFETY: the slot holds `bytes` bytes and no copy uses it (settled above).
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), slot as *mut u8, data.len()) };
@@ -231,12 +248,19 @@ impl RuntimeGraph {
         } else {
             let ptr = match m.device {
                 Some(p) => p,
-                None => *m.device.insert(st.pool.alloc(&DeviceBacking(rt.device()), bytes, rt.compute)?),
+                None => *m.device.insert(st.pool.alloc(
+                    &DeviceBacking(rt.device()),
+                    bytes,
+                    rt.compute,
+                )?),
             };
             m.state = Residency::OnDevice;
             m.host_valid = false;
             // SAFETY: `data` outlives the copy: the stream is synchronised before we return.
-            unsafe { rt.device.copy_h2d_async(ptr, data.as_ptr(), bytes, rt.compute)? };
+            unsafe {
+                rt.device
+                    .copy_h2d_async(ptr, data.as_ptr(), bytes, rt.compute)?
+            };
             rt.device.stream_synchronize(rt.compute)?;
         }
         self.has_contents[t as usize] = true;
@@ -260,12 +284,17 @@ impl RuntimeGraph {
         match (m.state, m.device, m.host) {
             (Residency::OnDevice, Some(ptr), _) => {
                 // SAFETY: `out` outlives the copy: the stream is synchronised before we return.
-                unsafe { rt.device.copy_d2h_async(out.as_mut_ptr(), ptr, out.len() as u64, rt.compute)? };
+                unsafe {
+                    rt.device
+                        .copy_d2h_async(out.as_mut_ptr(), ptr, out.len() as u64, rt.compute)?
+                };
                 rt.device.stream_synchronize(rt.compute)?;
             }
             (Residency::OnHost, _, Some(slot)) if m.host_valid => {
                 // SAFETY: the slot holds the tensor's bytes and no copy uses it (settled above).
-                unsafe { std::ptr::copy_nonoverlapping(slot as *const u8, out.as_mut_ptr(), out.len()) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(slot as *const u8, out.as_mut_ptr(), out.len())
+                };
             }
             (state, _, _) => {
                 return Err(Error::Internal(format!(
@@ -281,11 +310,14 @@ impl RuntimeGraph {
     /// pool, and the runtime and graph stay usable.
     pub fn run(&mut self) -> Result<()> {
         if !self.graph.is_finalized() {
-            return Err(Error::InvalidState("the graph must be finalized before it runs".into()));
+            return Err(Error::InvalidState(
+                "the graph must be finalized before it runs".into(),
+            ));
         }
         let lv = self.graph.liveness().expect("finalized");
         for (t, tensor) in self.graph.tensors().iter().enumerate() {
-            let read_first = lv.first_use[t].is_some_and(|n| self.graph.nodes()[n as usize].inputs.contains(&(t as u32)));
+            let read_first = lv.first_use[t]
+                .is_some_and(|n| self.graph.nodes()[n as usize].inputs.contains(&(t as u32)));
             if tensor.kind.host_written() && read_first && !self.has_contents[t] {
                 return Err(Error::InvalidState(format!(
                     "{} is read by node {} but was never written",
@@ -300,20 +332,33 @@ impl RuntimeGraph {
         // Planned mode takes its arena from the pool once, at the first run, and keeps it.
         if let Some((layout, base @ None)) = &mut self.arena {
             if layout.size > 0 {
-                *base = Some(st.pool.alloc(&DeviceBacking(rt.device()), layout.size, rt.compute).map_err(|e| {
-                    Error::from(e).context(format!("allocating the planned arena of {} bytes", layout.size))
-                })?);
+                *base = Some(
+                    st.pool
+                        .alloc(&DeviceBacking(rt.device()), layout.size, rt.compute)
+                        .map_err(|e| {
+                            Error::from(e).context(format!(
+                                "allocating the planned arena of {} bytes",
+                                layout.size
+                            ))
+                        })?,
+                );
             }
         }
-        let capture = self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(&rt);
+        let capture =
+            self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(&rt);
         if self.replay == Replay::NotYet && self.successful_runs > 0 && !capture {
             self.replay = Replay::Off;
         }
         let mut counters;
         let mut queued = match self.replay {
             Replay::Captured(exec_graph) => {
-                counters = crate::exec::RunCounters { nodes: self.graph.nodes().len() as u64, ..Default::default() };
-                rt.device.launch_graph(exec_graph, rt.compute).map_err(Error::from)
+                counters = crate::exec::RunCounters {
+                    nodes: self.graph.nodes().len() as u64,
+                    ..Default::default()
+                };
+                rt.device
+                    .launch_graph(exec_graph, rt.compute)
+                    .map_err(Error::from)
             }
             _ => {
                 let mut exec = Executor::new(
@@ -335,7 +380,10 @@ impl RuntimeGraph {
             match (rt.device.end_capture(rt.compute), &queued) {
                 (Ok(exec_graph), Ok(())) => {
                     self.replay = Replay::Captured(exec_graph);
-                    queued = rt.device.launch_graph(exec_graph, rt.compute).map_err(Error::from);
+                    queued = rt
+                        .device
+                        .launch_graph(exec_graph, rt.compute)
+                        .map_err(Error::from);
                 }
                 (Ok(exec_graph), Err(_)) => {
                     let _ = rt.device.destroy_graph(exec_graph);
@@ -425,7 +473,12 @@ impl Drop for RuntimeGraph {
         let mut st = rt.lock();
         let st = &mut *st;
         let arena = self.arena.as_mut().and_then(|(_, base)| base.take());
-        for ptr in self.mem.iter_mut().filter_map(|m| m.device.take()).chain(arena) {
+        for ptr in self
+            .mem
+            .iter_mut()
+            .filter_map(|m| m.device.take())
+            .chain(arena)
+        {
             if let Err(e) = st.pool.free(&DeviceBacking(rt.device()), ptr) {
                 log::error!("releasing a graph's tensor: {e}");
             }

@@ -99,9 +99,21 @@ impl Runtime {
             copy_out: device.create_stream()?,
             marker: device.create_event()?,
         };
-        let pool = Pool::new(PoolConfig { alignment: ALIGNMENT, memory_limit: limit, ..PoolConfig::default() });
-        let host_limit = if config.host_memory_limit == 0 { u64::MAX } else { config.host_memory_limit };
-        let pinned = Pool::new(PoolConfig { alignment: ALIGNMENT, memory_limit: host_limit, ..PoolConfig::default() });
+        let pool = Pool::new(PoolConfig {
+            alignment: ALIGNMENT,
+            memory_limit: limit,
+            ..PoolConfig::default()
+        });
+        let host_limit = if config.host_memory_limit == 0 {
+            u64::MAX
+        } else {
+            config.host_memory_limit
+        };
+        let pinned = Pool::new(PoolConfig {
+            alignment: ALIGNMENT,
+            memory_limit: host_limit,
+            ..PoolConfig::default()
+        });
         log::info!(
             "gkrt runtime on {} ({:?}), memory limit {} bytes, {:?} mode",
             device.name(),
@@ -115,7 +127,12 @@ impl Runtime {
             device,
             compute,
             streams,
-            state: Mutex::new(State { pool, pinned, counters: RuntimeCounters::default(), stall_pairs: Vec::new() }),
+            state: Mutex::new(State {
+                pool,
+                pinned,
+                counters: RuntimeCounters::default(),
+                stall_pairs: Vec::new(),
+            }),
         }))
     }
 
@@ -170,7 +187,11 @@ impl Runtime {
     /// Waits for every stream of the runtime (callers hold the state lock or own the runtime).
     fn drain(&self) -> Result<()> {
         let mut first = Ok(());
-        for s in [self.streams.compute, self.streams.copy_in, self.streams.copy_out] {
+        for s in [
+            self.streams.compute,
+            self.streams.copy_in,
+            self.streams.copy_out,
+        ] {
             if let (Err(e), Ok(())) = (self.device.stream_synchronize(s), &first) {
                 first = Err(Error::from(e));
             }
@@ -203,7 +224,11 @@ impl Drop for Runtime {
             let _ = self.device.destroy_event(b);
         }
         let _ = self.device.destroy_event(self.streams.marker);
-        for s in [self.streams.compute, self.streams.copy_in, self.streams.copy_out] {
+        for s in [
+            self.streams.compute,
+            self.streams.copy_in,
+            self.streams.copy_out,
+        ] {
             let _ = self.device.destroy_stream(s);
         }
     }
@@ -261,4 +286,3 @@ fn open_device(config: &Config) -> Result<Arc<dyn Device>> {
         },
     }
 }
-

@@ -1,1 +1,191 @@
-//! Raw pool use from the C API (gkrt_malloc / gkrt_free): not yet in this commit.
+//! Raw pool use: buffers a host program keeps in the runtime's pool (`gkrt_malloc` /
+//! `gkrt_free`, and the PyTorch allocator entry points), stream-ordered like `cuMemAllocAsync` /
+//! `cuMemFreeAsync`.
+//!
+//! A block belongs to the stream it was allocated on. Freed on that stream, it is reusable at
+//! once by later allocations there (the stream runs in order). Freed on another stream, the
+//! owning stream is made to wait (on the device, not the host) for the work the freeing stream
+//! has queued so far, and then the block is reused as above: later work on the owning stream
+//! cannot overtake the last use of the buffer.
+//!
+//! Raw blocks carry their own tag in the pool, so a graph's tensor can never be freed through
+//! `gkrt_free`, nor a raw buffer by a graph.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+
+use super::{Error, Result, Runtime};
+use crate::device::{DevPtr, StreamId};
+use crate::memory::DeviceBacking;
+
+/// Pool tag of raw blocks (a graph's blocks have tag 0).
+const RAW_TAG: u8 = 1;
+
+thread_local! {
+    /// The last stream this thread imported: (runtime serial, native handle, stream id). Raw
+    /// calls nearly always repeat the previous stream, so this skips the device's stream table.
+    static LAST_STREAM: Cell<(u64, usize, u32)> = const { Cell::new((0, 0, 0)) };
+}
+
+impl Runtime {
+    /// The id of the native stream `stream` (NULL: the device's default stream).
+    #[inline]
+    fn raw_stream(&self, stream: *mut c_void) -> Result<StreamId> {
+        let key = stream as usize;
+        let (serial, native, id) = LAST_STREAM.with(Cell::get);
+        if serial == self.serial && native == key {
+            return Ok(StreamId(id));
+        }
+        let id = self
+            .device
+            .import_stream(stream)
+            .map_err(|e| Error::InvalidArgument(format!("stream {stream:p}: {e}")))?;
+        LAST_STREAM.with(|c| c.set((self.serial, key, id.0)));
+        Ok(id)
+    }
+
+    /// Allocates `bytes` from the runtime's pool for use on the native stream `stream` (NULL:
+    /// the device's default stream). Counts against the memory limit like any tensor.
+    pub fn raw_alloc(&self, bytes: u64, stream: *mut c_void) -> Result<DevPtr> {
+        if bytes == 0 {
+            return Err(Error::InvalidArgument(
+                "gkrt_malloc of 0 bytes (a size must be at least 1)".into(),
+            ));
+        }
+        let s = self.raw_stream(stream)?;
+        let mut st = self.lock_for_call()?;
+        st.pool
+            .alloc_tagged(&DeviceBacking(&*self.device), bytes, s, RAW_TAG)
+            .map_err(|e| Error::from(e).context(format_args!("gkrt_malloc of {bytes} bytes")))
+    }
+
+    /// Returns a block from `raw_alloc` to the pool, ordered on the native stream `stream`.
+    /// With `expected_size`, a block whose requested size differs is logged (and still freed:
+    /// the address identifies it).
+    pub fn raw_free(
+        &self,
+        ptr: DevPtr,
+        stream: *mut c_void,
+        expected_size: Option<u64>,
+    ) -> Result<()> {
+        let s = self.raw_stream(stream)?;
+        let mut st = self.lock_for_call()?;
+        let backing = DeviceBacking(&*self.device);
+        // The common case in one lookup: a raw block freed on its own stream, sizes agreeing.
+        if let Ok(None) = st
+            .pool
+            .free_if_owned(&backing, ptr, RAW_TAG, s, expected_size)
+        {
+            return Ok(());
+        }
+        match st.pool.block_info(ptr) {
+            None => Err(Error::InvalidArgument(format!(
+                "gkrt_free of {ptr:#x}: not a live block of this runtime's pool (never returned by \
+                 gkrt_malloc, already freed, or not the start of the block)"
+            ))),
+            Some(b) if b.tag != RAW_TAG => Err(Error::InvalidArgument(format!(
+                "gkrt_free of {ptr:#x}: the block holds a tensor of a graph, not memory from gkrt_malloc"
+            ))),
+            Some(b) => {
+                if let Some(n) = expected_size.filter(|&n| n != b.requested) {
+                    log::warn!(
+                        "free of {ptr:#x} with size {n}, but {} bytes were allocated there",
+                        b.requested
+                    );
+                }
+                if b.stream != s {
+                    self.order_after(s, b.stream)?;
+                }
+                Ok(st.pool.free(&backing, ptr)?)
+            }
+        }
+    }
+
+    /// Makes later work on `owner` wait for the work queued on `freeing` so far. One event,
+    /// recorded, waited on (the wait captures that record), and destroyed at once: the device
+    /// keeps it alive until the wait is resolved.
+    fn order_after(&self, freeing: StreamId, owner: StreamId) -> Result<()> {
+        let d = &*self.device;
+        let event = d.create_event()?;
+        let ordered = d
+            .record_event(event, freeing)
+            .and_then(|()| d.stream_wait_event(owner, event));
+        let destroyed = d.destroy_event(event);
+        ordered?;
+        Ok(destroyed?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Config, DeviceChoice};
+
+    fn host() -> std::sync::Arc<Runtime> {
+        Runtime::new(Config {
+            device: DeviceChoice::Host,
+            memory_limit: 64 << 20,
+            ..Config::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn raw_blocks_round_trip_and_bad_frees_are_named() {
+        let rt = host();
+        let null = std::ptr::null_mut();
+        let a = rt.raw_alloc(1000, null).unwrap();
+        let b = rt.raw_alloc(3000, null).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(rt.stats().unwrap().pool.allocated_bytes, 1024 + 3072);
+        rt.raw_free(a, null, None).unwrap();
+        let e = rt.raw_free(a, null, None).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument(m) if m.contains("already freed")),
+            "{e:?}"
+        );
+        let e = rt.raw_free(b + 256, null, None).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)));
+        let e = rt.raw_alloc(0, null).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("0 bytes")));
+        let e = rt.raw_alloc(65 << 20, null).unwrap_err();
+        assert!(
+            matches!(&e, Error::OutOfMemory(m) if m.contains("gkrt_malloc of 68157440 bytes")),
+            "{e:?}"
+        );
+        let e = rt.raw_alloc(8, 0x1234 as *mut c_void).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument(m) if m.contains("0x1234")),
+            "{e:?}"
+        );
+        rt.raw_free(b, null, Some(3000)).unwrap();
+        assert_eq!(rt.stats().unwrap().pool.allocated_bytes, 0);
+    }
+
+    #[test]
+    fn a_graph_tensor_cannot_be_freed_raw() {
+        let rt = host();
+        let tensor = {
+            let mut st = rt.lock();
+            st.pool
+                .alloc(&DeviceBacking(rt.device()), 512, rt.compute)
+                .unwrap()
+        };
+        let e = rt.raw_free(tensor, std::ptr::null_mut(), None).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument(m) if m.contains("tensor of a graph")),
+            "{e:?}"
+        );
+        assert_eq!(rt.lock().pool.block_size(tensor), Some(512));
+    }
+
+    #[test]
+    fn free_on_another_stream_orders_the_owner_after_it() {
+        let rt = host();
+        let own = rt.device.native_stream(rt.compute).unwrap();
+        let a = rt.raw_alloc(4096, std::ptr::null_mut()).unwrap();
+        // Freed on the compute stream: the default stream waits for it, then reuses the block.
+        rt.raw_free(a, own, None).unwrap();
+        assert_eq!(rt.raw_alloc(4096, std::ptr::null_mut()).unwrap(), a);
+    }
+}

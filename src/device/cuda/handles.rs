@@ -109,12 +109,47 @@ macro_rules! owned_handle {
     };
 }
 
-owned_handle!(
-    Stream,
-    sys::CUstream,
-    "cuStreamDestroy_v2",
-    sys::cuStreamDestroy_v2
-);
+/// A stream: one we created (destroyed exactly once), or one imported from the host program
+/// (`import_stream`), which we never destroy.
+pub(super) struct Stream(pub(super) sys::CUstream, pub(super) Owned);
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Owned {
+    Yes,
+    Borrowed,
+}
+
+impl Stream {
+    pub(super) fn destroy(self) -> DeviceResult<()> {
+        let (raw, owned) = (self.0, self.1);
+        std::mem::forget(self);
+        if owned == Owned::Borrowed {
+            return Ok(());
+        }
+        // SAFETY: the stream is live and owned by `self`, which no longer exists.
+        check("cuStreamDestroy_v2", unsafe {
+            sys::cuStreamDestroy_v2(raw)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.1 == Owned::Borrowed {
+            return;
+        }
+        // SAFETY: as in `destroy`; this is the stream's only destruction.
+        let r = unsafe { sys::cuStreamDestroy_v2(self.0) };
+        if r != CUresult::CUDA_SUCCESS {
+            log::warn!(
+                "gkrt cuda: cuStreamDestroy_v2 failed in drop: {}",
+                error_name(r)
+            );
+        }
+    }
+}
 owned_handle!(
     Event,
     sys::CUevent,
@@ -172,6 +207,14 @@ impl<T> Table<T> {
             Some(Some(v)) => Ok(Arc::clone(v)),
             _ => Err(self.unknown(id)),
         }
+    }
+
+    /// The id of the first live entry for which `pred` holds.
+    pub(super) fn find(&self, pred: impl Fn(&T) -> bool) -> Option<u32> {
+        read(&self.slots)
+            .iter()
+            .position(|s| s.as_deref().is_some_and(&pred))
+            .map(|i| i as u32)
     }
 
     pub(super) fn remove(&self, id: u32) -> DeviceResult<Arc<T>> {

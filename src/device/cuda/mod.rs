@@ -39,6 +39,7 @@ mod launch;
 mod modules;
 mod nvrtc;
 mod probe;
+mod vmm;
 
 pub use probe::probe;
 
@@ -54,13 +55,13 @@ use cudarc::driver::sys::{self, CUresult};
 use builtins::Builtins;
 use handles::{
     check, driver_error, error_name, error_string, invalid, lock, read, to_usize, write, Ctx,
-    Event, Func, FuncEntry, GraphExec, Stream, Table,
+    Event, Func, FuncEntry, GraphExec, Owned, Stream, Table,
 };
 use modules::Modules;
 
 use super::{
     Buffer, BuiltinOp, DevPtr, Device, DeviceError, DeviceKind, DeviceResult, EventId, FunctionId,
-    GraphExecId, HostWork, LaunchDims, ModuleSource, StreamId,
+    GraphExecId, HostWork, LaunchDims, ModuleSource, StreamId, VirtualMemory,
 };
 
 /// The alignment `Device::alloc_segment` promises.
@@ -87,6 +88,12 @@ pub struct CudaDevice {
     builtins_init: Mutex<()>,
     /// Segments whose driver address was not `SEGMENT_ALIGN`-aligned: aligned → raw address.
     realigned: Mutex<HashMap<DevPtr, DevPtr>>,
+    /// Streams of the host program wrapped by `import_stream`: native handle → id.
+    imported: Mutex<HashMap<usize, u32>>,
+    /// Virtual-memory granularity, probed on first use; `None`: unsupported or turned off.
+    vmm_page: OnceLock<Option<u64>>,
+    /// Physical allocations of virtual memory: mapped ones by address, and spares.
+    vmm_handles: Mutex<vmm::Handles>,
 }
 
 impl fmt::Debug for CudaDevice {
@@ -157,6 +164,9 @@ impl CudaDevice {
             builtins: OnceLock::new(),
             builtins_init: Mutex::new(()),
             realigned: Mutex::new(HashMap::new()),
+            imported: Mutex::new(HashMap::new()),
+            vmm_page: OnceLock::new(),
+            vmm_handles: Mutex::new(vmm::Handles::default()),
         })
     }
 
@@ -257,6 +267,7 @@ impl Drop for CudaDevice {
         self.graphs.clear();
         self.events.clear();
         self.streams.clear();
+        self.release_vmm_handles();
         write(&self.functions).clear();
         let modules = std::mem::take(&mut *lock(&self.modules));
         drop(modules); // unloads every module
@@ -364,12 +375,13 @@ impl Device for CudaDevice {
         check("cuStreamCreate", unsafe {
             sys::cuStreamCreate(&mut s, flags)
         })?;
-        self.streams.insert(Stream(s)).map(StreamId)
+        self.streams.insert(Stream(s, Owned::Yes)).map(StreamId)
     }
 
     fn destroy_stream(&self, stream: StreamId) -> DeviceResult<()> {
         self.bind()?;
         let s = self.streams.remove(stream.0)?;
+        lock(&self.imported).retain(|_, id| *id != stream.0);
         // If another thread is still using it, its last Arc destroys it.
         match Arc::try_unwrap(s) {
             Ok(s) => s.destroy(),
@@ -379,6 +391,25 @@ impl Device for CudaDevice {
 
     fn native_stream(&self, stream: StreamId) -> DeviceResult<*mut c_void> {
         Ok(self.streams.get(stream.0)?.0 as *mut c_void)
+    }
+
+    fn import_stream(&self, native: *mut c_void) -> DeviceResult<StreamId> {
+        let key = native as usize;
+        if let Some(id) = self
+            .streams
+            .find(|s| s.0 as usize == key && s.1 == Owned::Yes)
+        {
+            return Ok(StreamId(id));
+        }
+        let mut imported = lock(&self.imported);
+        if let Some(&id) = imported.get(&key) {
+            return Ok(StreamId(id));
+        }
+        let id = self
+            .streams
+            .insert(Stream(native as sys::CUstream, Owned::Borrowed))?;
+        imported.insert(key, id);
+        Ok(StreamId(id))
     }
 
     fn stream_synchronize(&self, stream: StreamId) -> DeviceResult<()> {
@@ -576,6 +607,10 @@ impl Device for CudaDevice {
                 Err(DeviceError::Async(format!("host work panicked: {what}")))
             }
         }
+    }
+
+    fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+        self.vmm_page().map(|_| self as &dyn VirtualMemory)
     }
 
     // --- capture ---

@@ -40,6 +40,8 @@ pub struct HostDevice {
     segments: Mutex<BTreeMap<DevPtr, u64>>,
     segment_bytes: Mutex<u64>,
     epoch: Instant,
+    /// The stream `import_stream(NULL)` stands for, created on first use.
+    default_stream: Mutex<Option<StreamId>>,
 }
 
 impl HostDevice {
@@ -55,6 +57,7 @@ impl HostDevice {
             segments: Mutex::new(BTreeMap::new()),
             segment_bytes: Mutex::new(0),
             epoch: Instant::now(),
+            default_stream: Mutex::new(None),
         }
     }
 
@@ -170,7 +173,14 @@ impl Device for HostDevice {
     fn free_segment(&self, ptr: DevPtr, bytes: u64) -> DeviceResult<()> {
         // Like cuMemFree, freeing waits for queued work: a block freed stream-ordered may still
         // be read by work in flight when the pool hands its whole segment back.
-        let streams: Vec<Arc<Stream>> = self.streams.read().unwrap().iter().flatten().cloned().collect();
+        let streams: Vec<Arc<Stream>> = self
+            .streams
+            .read()
+            .unwrap()
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
         for s in streams {
             s.wait_idle();
         }
@@ -252,6 +262,30 @@ impl Device for HostDevice {
     fn native_stream(&self, stream: StreamId) -> DeviceResult<*mut c_void> {
         let s = self.stream(stream)?;
         Ok(Arc::as_ptr(&s) as *mut c_void)
+    }
+
+    fn import_stream(&self, native: *mut c_void) -> DeviceResult<StreamId> {
+        if native.is_null() {
+            let mut default = self.default_stream.lock().unwrap();
+            return match *default {
+                Some(id) => Ok(id),
+                None => {
+                    let id = self.create_stream()?;
+                    *default = Some(id);
+                    Ok(id)
+                }
+            };
+        }
+        let streams = self.streams.read().unwrap();
+        streams
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| Arc::as_ptr(s) as *mut c_void == native))
+            .map(|i| StreamId(i as u32))
+            .ok_or_else(|| {
+                DeviceError::Invalid(format!(
+                    "stream handle {native:p} is not a stream of the host backend (pass NULL for its default stream)"
+                ))
+            })
     }
 
     fn stream_synchronize(&self, stream: StreamId) -> DeviceResult<()> {

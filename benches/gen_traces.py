@@ -1,0 +1,81 @@
+"""Synthetic allocation traces in the format of ../shared/traces/README.md, for the workloads the
+shared traces lack: generation with a key/value cache grown by concatenation (kv_growth),
+inference with changing batch sizes (infer_batches), training with a variable sequence length
+(varlen_train). Deterministic (seeded). Usage: python3 gen_traces.py OUT_DIR (writes *.trace.gz).
+The first line holds {"synthetic": true, "peak_live": ...}: no PyTorch figures for these."""
+import gzip, json, random, sys
+class T:
+    def __init__(s,name): s.name=name; s.ev=[]; s.n=0; s.live={}; s.cur=0; s.peak=0
+    def a(s,b,stream=0):
+        s.n+=1; s.ev.append('a %d %d %d'%(s.n,b,stream)); s.live[s.n]=b; s.cur+=b; s.peak=max(s.peak,s.cur); return s.n
+    def f(s,i): s.ev.append('f %d'%i); s.cur-=s.live.pop(i)
+    def write(s,path,meta):
+        for i in list(s.live): s.f(i)
+        meta.update(name=s.name, synthetic=True, peak_live=s.peak)
+        with gzip.open(path,'wt') as o:
+            o.write('# '+json.dumps(meta)+'\n'); o.write('\n'.join(s.ev)+'\n')
+
+def kv_growth(seed=1):
+    r=random.Random(seed); t=T('kv_growth')
+    L=12; hid=1024; B=8; bpe=2
+    w=[t.a(hid*hid*4*bpe) for _ in range(L*4)]  # weights
+    for req in range(2):
+        prompt=r.randint(256,512); gen=256
+        c=B*hid*bpe
+        K=[t.a(prompt*c) for _ in range(L)]; V=[t.a(prompt*c) for _ in range(L)]
+        for step in range(gen):
+            n=prompt+step+1
+            x=t.a(B*hid*bpe)
+            for l in range(L):
+                k=t.a(n*c); t.f(K[l]); K[l]=k
+                v=t.a(n*c); t.f(V[l]); V[l]=v
+                att=t.a(B*16*n*4); h=t.a(B*hid*4*bpe); t.f(att); t.f(h)
+            lo=t.a(B*50257*4); t.f(lo); t.f(x)
+        for i in K+V: t.f(i)
+    return t
+
+def infer_batches(seed=2):
+    r=random.Random(seed); t=T('infer_batches')
+    w=[t.a(r.choice([2,4,8,16])*2**20) for _ in range(100)]
+    layers=[r.choice([1,2,4])*2**20//8 for _ in range(50)]  # per-sample activation bytes
+    for it in range(60):
+        B=r.choice([1,2,4,8,16,24,32,48,64])
+        prev=t.a(B*3*224*224*4)
+        for l in layers:
+            ws=t.a(r.choice([0,1])*2**20+512) if r.random()<0.3 else None
+            y=t.a(B*l); t.f(prev); prev=y
+            if ws: t.f(ws)
+        t.f(prev)
+    return t
+
+def varlen_train(seed=3):
+    r=random.Random(seed); t=T('varlen_train')
+    L=12; hid=768; B=8; bpe=2
+    params=[t.a(hid*hid*4*4) for _ in range(L*4)]
+    adam=[t.a(hid*hid*4*4*2) for _ in range(L*4)]
+    for step in range(20):
+        S=r.choice([128,192,256,384,512,640,768,1024])
+        tok=B*S
+        saved=[]
+        for l in range(L):
+            for k in [1,1,4,4,1,1]:
+                saved.append(t.a(tok*hid*k*bpe))
+            tmp=t.a(tok*hid*bpe*3); t.f(tmp)
+            att=t.a(B*12*S*S*bpe); saved.append(att)
+        lo=t.a(tok*50257*4); lo2=t.a(tok*50257*4); t.f(lo)
+        grads=[]
+        t.f(lo2)
+        for l in reversed(range(L)):
+            g=t.a(tok*hid*bpe*4)
+            for _ in range(7): t.f(saved.pop())
+            gw=[t.a(hid*hid*4*4) for _ in range(4)]; grads+=gw
+            t.f(g)
+        for g in grads: t.f(g)
+    return t
+
+if __name__=='__main__':
+    out=sys.argv[1]
+    import os; os.makedirs(out, exist_ok=True)
+    for fn in [kv_growth, infer_batches, varlen_train]:
+        t=fn(); t.write('%s/%s.trace.gz'%(out,t.name),{})
+        print(t.name,len(t.ev),'events, peak live %.1f MiB'%(t.peak/2**20))

@@ -1,0 +1,333 @@
+//! C API: raw pool use — `gkrt_malloc` / `gkrt_free` on a stream, and the entry points PyTorch's
+//! pluggable allocator loads from a shared library (`gkrt_torch_alloc` / `gkrt_torch_free`).
+//!
+//! The PyTorch entry points carry no runtime handle, so they use a process-wide runtime per
+//! device ordinal, created on first use from the environment:
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `GKRT_DEVICE` | `auto`, `host` or `cuda` | `auto` |
+//! | `GKRT_MEMORY_LIMIT` | cap on the device memory the pool takes: bytes, with an optional suffix `K`/`M`/`G`/`T` (powers of 1024, `KiB`…`TiB` too), or a fraction of the device's memory such as `0.9` | the device's memory |
+//! | `GKRT_LOG_LEVEL` | 0 off … 5 trace | 2 (warnings) |
+//! | `GKRT_VMM` | `0` turns virtual-memory growth off (plain `cuMemAlloc` segments) | on |
+//! | `GKRT_POOL_PAGE_MIB`, `GKRT_POOL_SLACK_PERMILLE`, `GKRT_POOL_RECYCLE_MIN_MIB`, `GKRT_POOL_RECYCLE_WAIT` | the pool's virtual-memory knobs (`memory::pool::PoolConfig`), read by every runtime | 64, 30, 32, 0 |
+//!
+//! That runtime is the one process-wide singleton of gkrt besides the handle table, and it is
+//! justified the same way: the allocator interface PyTorch defines is a pair of plain functions
+//! with no context argument, so the state they share can only live in the process. It is made
+//! once per device (a failed creation is remembered and reported on every call) and never
+//! destroyed: PyTorch frees tensors until the very end of the process.
+
+use super::boundary::guard;
+use super::handles::{self, Object};
+use super::logging;
+use super::types::*;
+use crate::runtime::{Config, Error, Runtime};
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, OnceLock};
+
+/// Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
+/// `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on
+/// CUDA, where NULL is the legacy default stream; on the host backend NULL is its default stream
+/// and the only one a host program can name). The memory counts against the runtime's memory
+/// limit and shows in `gkrt_runtime_stats`. On success `*out` receives the address (aligned to
+/// 256 bytes), which the caller owns and returns with `gkrt_free`; on failure `*out` is left
+/// untouched: GKRT_STATUS_INVALID_ARGUMENT for a NULL or unknown runtime, a NULL `out`, a size of
+/// 0 or a stream the backend does not know; GKRT_STATUS_OUT_OF_MEMORY (with the sizes and the
+/// limit in the message) when the limit or the device is exhausted. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_malloc(
+    runtime: *mut gkrt_runtime,
+    size: usize,
+    stream: *mut c_void,
+    out: *mut *mut c_void,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        if out.is_null() {
+            return Err(Error::InvalidArgument("out (void **) is NULL".into()));
+        }
+        let ptr = rt.raw_alloc(size as u64, stream)?;
+        *out = ptr as *mut c_void;
+        Ok(())
+    })
+}
+
+/// Returns memory from `gkrt_malloc` to the runtime's pool, in stream order on `stream` like
+/// `cuMemFreeAsync`: work queued on `stream` before this call may still use it; freed on the
+/// stream it was allocated on, the block is reusable by the next allocation there at once;
+/// freed on another stream, the allocation stream first waits (on the device) for the work
+/// queued on `stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory stays
+/// as it was) for a NULL or unknown runtime, a pointer that is not the start of a live
+/// `gkrt_malloc` block of this runtime (never allocated, freed already, or a graph's tensor),
+/// or an unknown stream. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_free(
+    runtime: *mut gkrt_runtime,
+    ptr: *mut c_void,
+    stream: *mut c_void,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        if ptr.is_null() {
+            return Ok(());
+        }
+        rt.raw_free(ptr as u64, stream, None)
+    })
+}
+
+/// Most device ordinals the PyTorch entry points serve.
+const MAX_DEVICES: usize = 64;
+
+type Shared = Result<Arc<Runtime>, String>;
+
+static PROCESS_RUNTIMES: [OnceLock<Shared>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
+
+/// Parses `GKRT_MEMORY_LIMIT`: bytes with an optional binary suffix, or a fraction in (0, 1]
+/// of `total`.
+fn parse_limit(text: &str, total: u64) -> Result<u64, String> {
+    let t = text.trim();
+    let bad = || {
+        format!("GKRT_MEMORY_LIMIT='{text}' is not a size (bytes, 512M, 20GiB) or a fraction such as 0.9")
+    };
+    if t.contains('.') {
+        let f: f64 = t.parse().map_err(|_| bad())?;
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(bad());
+        }
+        return Ok((total as f64 * f) as u64);
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1 << shift).filter(|&b| b > 0).ok_or_else(bad)
+}
+
+fn create_process_runtime(ordinal: u32) -> Shared {
+    let level = match std::env::var("GKRT_LOG_LEVEL") {
+        Ok(v) => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&l| l <= 5)
+            .ok_or_else(|| format!("GKRT_LOG_LEVEL='{v}' is not a level 0..5"))?,
+        Err(_) => 2,
+    };
+    logging::init(level);
+    let config = Config {
+        device_ordinal: ordinal,
+        log_level: level,
+        ..Config::default()
+    };
+    let limit = std::env::var("GKRT_MEMORY_LIMIT").ok();
+    let rt = Runtime::new(config.clone()).map_err(|e| e.to_string())?;
+    if let Some(text) = limit {
+        let total = rt.device().total_memory();
+        let bytes = parse_limit(&text, total)?;
+        rt.lock().pool.set_memory_limit(bytes);
+    }
+    log::info!(
+        "gkrt: process-wide runtime for device {ordinal} on {}",
+        rt.device().name()
+    );
+    Ok(rt)
+}
+
+/// The process-wide runtime of device `ordinal`, created on first use.
+fn process_runtime(device: c_int) -> Result<&'static Arc<Runtime>, Error> {
+    let slot = usize::try_from(device)
+        .ok()
+        .and_then(|d| PROCESS_RUNTIMES.get(d))
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "device {device} is outside 0..{MAX_DEVICES} for the process-wide runtime"
+            ))
+        })?;
+    slot.get_or_init(|| create_process_runtime(device as u32))
+        .as_ref()
+        .map_err(|why| {
+            Error::NoDevice(format!(
+                "the process-wide gkrt runtime for device {device} could not be created: {why}"
+            ))
+        })
+}
+
+/// PyTorch's pluggable-allocator `alloc`: `size` bytes on `device` for use on `stream`
+/// (`cudaStream_t`), from the process-wide runtime of that device (see the environment variables
+/// in the module documentation). Returns NULL for a size of 0, and on failure — then the reason
+/// is logged to stderr and kept as the thread's last error (`gkrt_last_error_message`).
+/// Load it with `torch.cuda.memory.CUDAPluggableAllocator(path_to_libgkrt, "gkrt_torch_alloc",
+/// "gkrt_torch_free")`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn gkrt_torch_alloc(size: usize, device: c_int, stream: *mut c_void) -> *mut c_void {
+    if size == 0 {
+        return std::ptr::null_mut();
+    }
+    let mut out = std::ptr::null_mut();
+    let status = guard(|| {
+        let rt = process_runtime(device)?;
+        out = rt.raw_alloc(size as u64, stream)? as *mut c_void;
+        Ok(())
+    });
+    if status != gkrt_status::GKRT_STATUS_OK {
+        report("gkrt_torch_alloc");
+    }
+    out
+}
+
+/// PyTorch's pluggable-allocator `free`: returns `ptr` (from `gkrt_torch_alloc` with the same
+/// `size` and `device`) in stream order on `stream`. NULL is a no-op. A pointer gkrt does not
+/// know, or a size that differs from the allocation's, is logged to stderr (and kept as the
+/// thread's last error); a known pointer is freed even when the size disagrees. Thread-safe.
+#[no_mangle]
+pub extern "C" fn gkrt_torch_free(
+    ptr: *mut c_void,
+    size: usize,
+    device: c_int,
+    stream: *mut c_void,
+) {
+    if ptr.is_null() {
+        return;
+    }
+    let status = guard(|| process_runtime(device)?.raw_free(ptr as u64, stream, Some(size as u64)));
+    if status != gkrt_status::GKRT_STATUS_OK {
+        report("gkrt_torch_free");
+    }
+}
+
+fn report(what: &str) {
+    let mut buf = vec![0u8; 1024];
+    // SAFETY: buf has buf.len() writable bytes.
+    let n = unsafe { super::boundary::gkrt_last_error_message(buf.as_mut_ptr().cast(), buf.len()) };
+    buf.truncate(n.min(buf.len() - 1));
+    let msg = String::from_utf8_lossy(&buf);
+    log::error!("{what} failed: {msg}");
+    if log::max_level() < log::LevelFilter::Error {
+        eprintln!("[gkrt error] {what} failed: {msg}");
+    }
+}
+
+/// A new handle to the process-wide runtime of `device` that the PyTorch entry points use
+/// (created now if needed), so its statistics can be read with `gkrt_runtime_stats`, its peaks
+/// reset with `gkrt_runtime_reset_peak_stats`, and so on. The caller owns the handle and releases
+/// it with `gkrt_runtime_release`; the runtime itself lives until the process ends. `*out` is
+/// written only on success; GKRT_STATUS_NO_DEVICE when the runtime cannot be created (the
+/// message says why), GKRT_STATUS_INVALID_ARGUMENT for a NULL `out` or a negative device.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_torch_runtime(
+    device: c_int,
+    out: *mut *mut gkrt_runtime,
+) -> gkrt_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(Error::InvalidArgument(
+                "out (gkrt_runtime **) is NULL".into(),
+            ));
+        }
+        let rt = process_runtime(device)?;
+        *out = handles::register(Object::Runtime(Arc::clone(rt))) as *mut gkrt_runtime;
+        Ok(())
+    })
+}
+
+/// Returns every free block the pool caches to the device: plain segments that are wholly free
+/// and free pages of virtual ranges (waiting for the device to be idle first). `*released`
+/// (may be NULL) receives the bytes given back. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_runtime_release_cached(
+    runtime: *mut gkrt_runtime,
+    released: *mut u64,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        let n = {
+            let mut st = rt.lock_for_call()?;
+            st.pool
+                .release_cached(&crate::memory::DeviceBacking(rt.device()))?
+        };
+        if let Some(out) = released.as_mut() {
+            *out = n;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_limits_parse_with_suffixes_and_fractions() {
+        let g = 1u64 << 30;
+        assert_eq!(parse_limit("1048576", g), Ok(1 << 20));
+        assert_eq!(parse_limit("512M", g), Ok(512 << 20));
+        assert_eq!(parse_limit(" 20GiB ", g), Ok(20 << 30));
+        assert_eq!(parse_limit("3k", g), Ok(3 << 10));
+        assert_eq!(parse_limit("0.5", g), Ok(g / 2));
+        for bad in ["", "0", "12X", "1.5", "-3", "G", "0.0", "99999999999999T"] {
+            let e = parse_limit(bad, g).unwrap_err();
+            assert!(e.contains("GKRT_MEMORY_LIMIT"), "{bad}: {e}");
+        }
+    }
+
+    /// The PyTorch entry points on the host backend: NULL and zero sizes, round trips, unknown
+    /// pointers reported, statistics through a handle to the process-wide runtime.
+    #[test]
+    fn torch_entry_points_round_trip_on_the_process_runtime() {
+        // Device 63 is used by no other test; GKRT_DEVICE is read when it is created.
+        std::env::set_var("GKRT_DEVICE", "host");
+        let dev = 63;
+        assert!(gkrt_torch_alloc(0, dev, std::ptr::null_mut()).is_null());
+        gkrt_torch_free(std::ptr::null_mut(), 0, dev, std::ptr::null_mut());
+        let p = gkrt_torch_alloc(1000, dev, std::ptr::null_mut());
+        assert!(!p.is_null() && (p as usize).is_multiple_of(256));
+        let q = gkrt_torch_alloc(5 << 20, dev, std::ptr::null_mut());
+        assert!(!q.is_null());
+        let mut rt = std::ptr::null_mut();
+        assert_eq!(
+            unsafe { gkrt_torch_runtime(dev, &mut rt) },
+            gkrt_status::GKRT_STATUS_OK
+        );
+        let mut s = gkrt_stats::default();
+        assert_eq!(
+            unsafe { super::super::gkrt_runtime_stats(rt, &mut s) },
+            gkrt_status::GKRT_STATUS_OK
+        );
+        assert_eq!(s.allocated_bytes, 1024 + (5 << 20));
+        gkrt_torch_free(p, 1000, dev, std::ptr::null_mut());
+        gkrt_torch_free(q, 5 << 20, dev, std::ptr::null_mut());
+        // A second free is reported, not a crash.
+        gkrt_torch_free(q, 5 << 20, dev, std::ptr::null_mut());
+        let mut msg = [0u8; 256];
+        let n = unsafe { super::super::gkrt_last_error_message(msg.as_mut_ptr().cast(), 256) };
+        assert!(String::from_utf8_lossy(&msg[..n.min(255)]).contains("already freed"));
+        assert_eq!(
+            unsafe { super::super::gkrt_runtime_stats(rt, &mut s) },
+            gkrt_status::GKRT_STATUS_OK
+        );
+        assert_eq!(s.allocated_bytes, 0);
+        let mut released = 0;
+        assert_eq!(
+            unsafe { gkrt_runtime_release_cached(rt, &mut released) },
+            gkrt_status::GKRT_STATUS_OK
+        );
+        assert!(released > 0);
+        assert_eq!(
+            super::super::gkrt_runtime_release(rt),
+            gkrt_status::GKRT_STATUS_OK
+        );
+        // The process-wide runtime outlives the handle.
+        let r = gkrt_torch_alloc(64, dev, std::ptr::null_mut());
+        assert!(!r.is_null());
+        gkrt_torch_free(r, 64, dev, std::ptr::null_mut());
+        assert!(gkrt_torch_alloc(64, -1, std::ptr::null_mut()).is_null());
+    }
+}

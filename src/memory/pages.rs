@@ -1,0 +1,167 @@
+//! Which pages of a reserved virtual range have physical memory mapped (one bit per page).
+//!
+//! Owns nothing on the device: it is the pool's record of what it asked the device to map.
+//! Counting and run-finding work a 64-page word at a time, so a query over a range of `n`
+//! pages costs O(n / 64).
+
+#[derive(Clone, Debug, Default)]
+pub struct PageMap {
+    bits: Vec<u64>,
+    pages: u64,
+    mapped: u64,
+}
+
+impl PageMap {
+    pub fn new(pages: u64) -> PageMap {
+        PageMap {
+            bits: vec![0; pages.div_ceil(64) as usize],
+            pages,
+            mapped: 0,
+        }
+    }
+
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// Pages mapped in the whole range.
+    pub fn mapped(&self) -> u64 {
+        self.mapped
+    }
+
+    #[cfg(test)]
+    pub fn is_mapped(&self, p: u64) -> bool {
+        self.bits[(p / 64) as usize] >> (p % 64) & 1 == 1
+    }
+
+    /// Calls `f(word_index, mask)` for the words covering pages `[p0, p1)`.
+    fn words(&self, p0: u64, p1: u64, mut f: impl FnMut(usize, u64)) {
+        let mut p = p0;
+        while p < p1 {
+            let w = p / 64;
+            let lo = p % 64;
+            let hi = (p1 - w * 64).min(64);
+            let mask = if hi - lo == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            f(w as usize, mask);
+            p = (w + 1) * 64;
+        }
+    }
+
+    /// Mapped pages among `[p0, p1)`.
+    pub fn count_mapped(&self, p0: u64, p1: u64) -> u64 {
+        let mut n = 0;
+        self.words(p0, p1, |w, m| n += (self.bits[w] & m).count_ones() as u64);
+        n
+    }
+
+    /// Unmapped pages among `[p0, p1)`.
+    pub fn count_unmapped(&self, p0: u64, p1: u64) -> u64 {
+        p1.saturating_sub(p0) - self.count_mapped(p0, p1)
+    }
+
+    /// Marks `[p0, p1)` mapped (`true`) or unmapped; returns how many pages changed.
+    pub fn set(&mut self, p0: u64, p1: u64, mapped: bool) -> u64 {
+        let mut changed = 0;
+        let bits = &mut self.bits;
+        let mut p = p0;
+        while p < p1 {
+            let w = p / 64;
+            let lo = p % 64;
+            let hi = (p1 - w * 64).min(64);
+            let mask = if hi - lo == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            let word = &mut bits[w as usize];
+            if mapped {
+                changed += (!*word & mask).count_ones() as u64;
+                *word |= mask;
+            } else {
+                changed += (*word & mask).count_ones() as u64;
+                *word &= !mask;
+            }
+            p = (w + 1) * 64;
+        }
+        if mapped {
+            self.mapped += changed;
+        } else {
+            self.mapped -= changed;
+        }
+        changed
+    }
+
+    /// The maximal runs `(start, len)` of pages in `[p0, p1)` whose state is `mapped`, in
+    /// address order.
+    pub fn runs(&self, p0: u64, p1: u64, mapped: bool) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let mut p = p0;
+        while p < p1 {
+            let w = (p / 64) as usize;
+            let word = if mapped { self.bits[w] } else { !self.bits[w] } >> (p % 64);
+            if word == 0 {
+                p = (p / 64 + 1) * 64;
+                continue;
+            }
+            let skip = word.trailing_zeros() as u64;
+            let start = p + skip;
+            if start >= p1 {
+                break;
+            }
+            let len = ((word >> skip).trailing_ones() as u64).min(p1 - start);
+            match out.last_mut() {
+                Some((s, l)) if *s + *l == start => *l += len,
+                _ => out.push((start, len)),
+            }
+            p = start + len;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive_runs(m: &PageMap, p0: u64, p1: u64, want: bool) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for p in p0..p1 {
+            if m.is_mapped(p) == want {
+                match out.last_mut() {
+                    Some((s, l)) if *s + *l == p => *l += 1,
+                    _ => out.push((p, 1)),
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn set_count_and_runs_agree_with_a_naive_scan() {
+        let mut m = PageMap::new(300);
+        assert_eq!(m.set(3, 70, true), 67);
+        assert_eq!(m.set(60, 130, true), 60);
+        assert_eq!(m.set(100, 101, false), 1);
+        assert_eq!(m.set(250, 300, true), 50);
+        assert_eq!(m.mapped(), 176);
+        for (p0, p1) in [(0, 300), (3, 4), (64, 128), (99, 102), (129, 251), (5, 5)] {
+            let naive = (p0..p1).filter(|&p| m.is_mapped(p)).count() as u64;
+            assert_eq!(m.count_mapped(p0, p1), naive, "[{p0}, {p1})");
+            assert_eq!(m.count_unmapped(p0, p1), p1 - p0 - naive);
+            for want in [true, false] {
+                assert_eq!(
+                    m.runs(p0, p1, want),
+                    naive_runs(&m, p0, p1, want),
+                    "[{p0},{p1}) {want}"
+                );
+            }
+        }
+        assert_eq!(m.runs(0, 300, true), vec![(3, 97), (101, 29), (250, 50)]);
+        assert_eq!(m.set(0, 300, false), 176);
+        assert_eq!(m.mapped(), 0);
+    }
+}

@@ -94,6 +94,7 @@ fn config_from_c(c: &gkrt_config) -> Result<Config, Error> {
         host_jitter_us: c.host_jitter_us,
         seed: c.seed,
         host_memory_limit: c.host_memory_limit,
+        ..Config::default()
     })
 }
 

@@ -99,10 +99,13 @@ impl Runtime {
             copy_out: device.create_stream()?,
             marker: device.create_event()?,
         };
+        let defaults = PoolConfig::default();
+        let vmm = config.pool_virtual_memory && limit >= 8 * defaults.vmm_page_bytes;
         let pool = Pool::new(PoolConfig {
             alignment: ALIGNMENT,
             memory_limit: limit,
-            ..PoolConfig::default()
+            vmm,
+            ..defaults
         });
         let host_limit = if config.host_memory_limit == 0 {
             u64::MAX

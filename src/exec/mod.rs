@@ -80,6 +80,8 @@ pub struct Executor<'a> {
     pub counters: RunCounters,
     /// Planned returns that found no room yet; retried before each node.
     deferred: Vec<u32>,
+    scratch_batch: Vec<(u64, u32, usize)>,
+    scratch_taken: Vec<DevPtr>,
     workspaces: Vec<DevPtr>,
     buffers: Vec<Buffer>,
 }
@@ -107,6 +109,8 @@ impl<'a> Executor<'a> {
             stall_pairs,
             counters: RunCounters::default(),
             deferred: Vec::new(),
+            scratch_batch: Vec::new(),
+            scratch_taken: Vec::new(),
             workspaces: Vec::new(),
             buffers: Vec::new(),
         }
@@ -243,8 +247,11 @@ impl<'a> Executor<'a> {
         let tensors = graph.tensors();
         self.workspaces.clear();
         self.workspaces.resize(node.workspaces.len(), 0);
-        // (bytes, output tensor or u32::MAX, workspace index)
-        let mut batch: Vec<(u64, u32, usize)> = Vec::new();
+        // (bytes, output tensor or u32::MAX, workspace index); scratch vectors are reused so the
+        // per-node path allocates nothing on the host.
+        let mut batch = std::mem::take(&mut self.scratch_batch);
+        let mut taken = std::mem::take(&mut self.scratch_taken);
+        batch.clear();
         for &t in &node.outputs {
             let m = &mut self.mem[t as usize];
             if m.on_device() {
@@ -265,11 +272,25 @@ impl<'a> Executor<'a> {
             }
         }
         batch.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
+        let result = self.take_batch(graph, n, &batch, &mut taken);
+        self.scratch_batch = batch;
+        self.scratch_taken = taken;
+        result
+    }
+
+    fn take_batch(
+        &mut self,
+        graph: &Graph,
+        n: usize,
+        batch: &[(u64, u32, usize)],
+        taken: &mut Vec<DevPtr>,
+    ) -> Result<()> {
+        let tensors = graph.tensors();
         let mut last_error = None;
         for attempt in 0..2 {
-            let mut taken: Vec<DevPtr> = Vec::with_capacity(batch.len());
+            taken.clear();
             let mut failed = None;
-            for &(bytes, t, i) in &batch {
+            for &(bytes, t, i) in batch {
                 match self.alloc(graph, n, bytes) {
                     Ok(ptr) => taken.push(ptr),
                     Err(e) => {
@@ -285,7 +306,7 @@ impl<'a> Executor<'a> {
             }
             match failed {
                 None => {
-                    for (&(_, t, i), ptr) in batch.iter().zip(taken) {
+                    for (&(_, t, i), &ptr) in batch.iter().zip(taken.iter()) {
                         if t == u32::MAX {
                             self.workspaces[i] = ptr;
                         } else {
@@ -297,7 +318,7 @@ impl<'a> Executor<'a> {
                     return Ok(());
                 }
                 Some(e) => {
-                    for ptr in taken {
+                    for &ptr in taken.iter() {
                         self.give(ptr);
                     }
                     let out_of_memory = matches!(e, Error::OutOfMemory(_));

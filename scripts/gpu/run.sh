@@ -74,7 +74,7 @@ run_swap() {
   done
 }
 
-# The pool against PyTorch's caching allocator and cuMemAllocAsync (benches/pool_results.md): builds
+# The pool against PyTorch's caching allocator and cuMemAllocAsync (BENCHMARKS.md, section 3): builds
 # the benches, replays the shared traces (staged in .gpu/pool/) and the synthetic ones, runs the
 # micro-benchmarks, the C test of gkrt_malloc on CUDA, and GPT-2 / ResNet-50 training steps on each
 # allocator (alternating: three runs each for GPT-2, two for ResNet-50). Tables go to stdout and $OUT/pool_*.

@@ -9,7 +9,11 @@ use gkrt::runtime::{Config, DeviceChoice, MemoryMode, Runtime, RuntimeGraph};
 use proptest::prelude::*;
 use std::ffi::c_void;
 
-const DIMS: LaunchDims = LaunchDims { grid: [1; 3], block: [1; 3], shared_mem_bytes: 0 };
+const DIMS: LaunchDims = LaunchDims {
+    grid: [1; 3],
+    block: [1; 3],
+    shared_mem_bytes: 0,
+};
 
 /// A host callback: out[i] = in[i] * 2 + 1 (elementwise over f32), touching memory directly,
 /// which the host backend allows because it runs callbacks in stream order.
@@ -49,37 +53,52 @@ struct Spec {
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
-    (1usize..5, 1usize..4, 1usize..24).prop_flat_map(|(side8, params, n_ops)| {
-        let side = side8 * 8;
-        let ops = (0..n_ops)
-            .map(move |i| {
-                let avail = params + i;
-                prop_oneof![
-                    (-2.0f32..2.0).prop_map(Op::Fill),
-                    (0..avail, 0..avail).prop_map(|(a, b)| Op::Add(a, b)),
-                    (0..avail, -1.5f32..1.5).prop_map(|(a, s)| Op::Scale(a, s)),
-                    (0..avail).prop_map(Op::Relu),
-                    (0..avail, 0..avail).prop_map(|(a, b)| Op::ReluGrad(a, b)),
-                    (0..avail).prop_map(Op::Copy),
-                    (0..avail).prop_map(Op::Callback),
-                    (0..avail, 0..avail).prop_map(|(a, b)| Op::Matmul(a, b)),
-                ]
-                .boxed()
-            })
-            .collect::<Vec<_>>();
-        let total = params + n_ops;
-        (Just(side), Just(params), ops, proptest::collection::vec(params..total, 1..3), 0u64..3000)
-    })
-    .prop_map(|(side, params, ops, mut outputs, workspace)| {
-        outputs.sort();
-        outputs.dedup();
-        Spec { side, params, ops, outputs, workspace }
-    })
+    (1usize..5, 1usize..4, 1usize..24)
+        .prop_flat_map(|(side8, params, n_ops)| {
+            let side = side8 * 8;
+            let ops = (0..n_ops)
+                .map(move |i| {
+                    let avail = params + i;
+                    prop_oneof![
+                        (-2.0f32..2.0).prop_map(Op::Fill),
+                        (0..avail, 0..avail).prop_map(|(a, b)| Op::Add(a, b)),
+                        (0..avail, -1.5f32..1.5).prop_map(|(a, s)| Op::Scale(a, s)),
+                        (0..avail).prop_map(Op::Relu),
+                        (0..avail, 0..avail).prop_map(|(a, b)| Op::ReluGrad(a, b)),
+                        (0..avail).prop_map(Op::Copy),
+                        (0..avail).prop_map(Op::Callback),
+                        (0..avail, 0..avail).prop_map(|(a, b)| Op::Matmul(a, b)),
+                    ]
+                    .boxed()
+                })
+                .collect::<Vec<_>>();
+            let total = params + n_ops;
+            (
+                Just(side),
+                Just(params),
+                ops,
+                proptest::collection::vec(params..total, 1..3),
+                0u64..3000,
+            )
+        })
+        .prop_map(|(side, params, ops, mut outputs, workspace)| {
+            outputs.sort();
+            outputs.dedup();
+            Spec {
+                side,
+                params,
+                ops,
+                outputs,
+                workspace,
+            }
+        })
 }
 
 fn param_values(spec: &Spec, p: usize) -> Vec<f32> {
     let n = spec.side * spec.side;
-    (0..n).map(|i| (((i * 7 + p * 13) % 17) as f32 - 8.0) / 4.0).collect()
+    (0..n)
+        .map(|i| (((i * 7 + p * 13) % 17) as f32 - 8.0) / 4.0)
+        .collect()
 }
 
 /// The same graph interpreted directly (the arithmetic the built-ins promise).
@@ -91,8 +110,15 @@ fn reference(spec: &Spec) -> Vec<Vec<f32>> {
             Op::Fill(x) => vec![x; s * s],
             Op::Add(a, b) => vals[a].iter().zip(&vals[b]).map(|(x, y)| x + y).collect(),
             Op::Scale(a, k) => vals[a].iter().map(|x| k * x).collect(),
-            Op::Relu(a) => vals[a].iter().map(|&x| if x > 0.0 { x } else { 0.0 }).collect(),
-            Op::ReluGrad(g, x) => vals[g].iter().zip(&vals[x]).map(|(&g, &x)| if x > 0.0 { g } else { 0.0 }).collect(),
+            Op::Relu(a) => vals[a]
+                .iter()
+                .map(|&x| if x > 0.0 { x } else { 0.0 })
+                .collect(),
+            Op::ReluGrad(g, x) => vals[g]
+                .iter()
+                .zip(&vals[x])
+                .map(|(&g, &x)| if x > 0.0 { g } else { 0.0 })
+                .collect(),
             Op::Copy(a) => vals[a].clone(),
             Op::Callback(a) => vals[a].iter().map(|x| x * 2.0 + 1.0).collect(),
             Op::Matmul(a, b) => {
@@ -130,7 +156,9 @@ fn to_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn from_bytes(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 /// Builds, runs `runs` times and returns the outputs; checks memory returns to its baseline.
@@ -143,22 +171,36 @@ fn build(spec: &Spec, rt: &std::sync::Arc<Runtime>) -> (RuntimeGraph, Vec<u64>) 
     let bytes = (spec.side * spec.side * 4) as u64;
     let mut ids = Vec::new();
     for p in 0..spec.params {
-        ids.push(g.add_tensor(bytes, TensorKind::Parameter, &format!("p{p}")).unwrap());
+        ids.push(
+            g.add_tensor(bytes, TensorKind::Parameter, &format!("p{p}"))
+                .unwrap(),
+        );
     }
     for (i, _) in spec.ops.iter().enumerate() {
         let value = spec.params + i;
-        let kind = if spec.outputs.contains(&value) { TensorKind::Output } else { TensorKind::Intermediate };
+        let kind = if spec.outputs.contains(&value) {
+            TensorKind::Output
+        } else {
+            TensorKind::Intermediate
+        };
         ids.push(g.add_tensor(bytes, kind, &format!("v{value}")).unwrap());
     }
     let s = spec.side as u32;
-    let callback = Kernel::Callback(HostCallback { func: twice_plus_one, user_data: 0 });
+    let callback = Kernel::Callback(HostCallback {
+        func: twice_plus_one,
+        user_data: 0,
+    });
     for (i, op) in spec.ops.iter().enumerate() {
         let out = [ids[spec.params + i]];
         let b = |k| Kernel::Builtin(k);
         let (kernel, inputs, params): (Kernel, Vec<u64>, Vec<u8>) = match *op {
             Op::Fill(x) => (b(BuiltinKind::Fill), vec![], x.to_ne_bytes().to_vec()),
             Op::Add(a, c) => (b(BuiltinKind::Add), vec![ids[a], ids[c]], vec![]),
-            Op::Scale(a, k) => (b(BuiltinKind::Scale), vec![ids[a]], k.to_ne_bytes().to_vec()),
+            Op::Scale(a, k) => (
+                b(BuiltinKind::Scale),
+                vec![ids[a]],
+                k.to_ne_bytes().to_vec(),
+            ),
             Op::Relu(a) => (b(BuiltinKind::Relu), vec![ids[a]], vec![]),
             Op::ReluGrad(a, c) => (b(BuiltinKind::ReluGrad), vec![ids[a], ids[c]], vec![]),
             Op::Copy(a) => (b(BuiltinKind::Copy), vec![ids[a]], vec![]),
@@ -168,8 +210,14 @@ fn build(spec: &Spec, rt: &std::sync::Arc<Runtime>) -> (RuntimeGraph, Vec<u64>) 
                 (b(BuiltinKind::Matmul), vec![ids[a], ids[c]], p)
             }
         };
-        let ws: Vec<u64> = if spec.workspace > 0 && i % 2 == 0 { vec![spec.workspace] } else { vec![] };
-        g.graph.add_node(kernel, &inputs, &out, &ws, DIMS, &params).unwrap();
+        let ws: Vec<u64> = if spec.workspace > 0 && i % 2 == 0 {
+            vec![spec.workspace]
+        } else {
+            vec![]
+        };
+        g.graph
+            .add_node(kernel, &inputs, &out, &ws, DIMS, &params)
+            .unwrap();
     }
     g.finalize().unwrap();
     (g, ids)
@@ -179,7 +227,12 @@ fn run_spec_with_limit(spec: &Spec, mode: MemoryMode, runs: usize, limit: u64) -
     run_and_stats(spec, mode, runs, limit).0
 }
 
-fn run_and_stats(spec: &Spec, mode: MemoryMode, runs: usize, limit: u64) -> (Vec<Vec<f32>>, gkrt::runtime::Stats) {
+fn run_and_stats(
+    spec: &Spec,
+    mode: MemoryMode,
+    runs: usize,
+    limit: u64,
+) -> (Vec<Vec<f32>>, gkrt::runtime::Stats) {
     let rt = runtime(mode, limit);
     let (mut g, ids) = build(spec, &rt);
     let bytes = (spec.side * spec.side * 4) as u64;
@@ -195,16 +248,27 @@ fn run_and_stats(spec: &Spec, mode: MemoryMode, runs: usize, limit: u64) -> (Vec
         let after = rt.stats().unwrap();
         // No transient buffer outlives the run: what stays allocated is exactly the persistent
         // tensors left on the device (none when the graph swaps: runs end with them on the host).
-        assert_eq!(after.pool.allocated_bytes, g.resident_bytes(), "allocated bytes after a run");
+        assert_eq!(
+            after.pool.allocated_bytes,
+            g.resident_bytes(),
+            "allocated bytes after a run"
+        );
         if let Some(plan) = g.swap_plan() {
-            let kept: u64 = plan.keep.iter().map(|&t| g.graph.tensors()[t as usize].size.div_ceil(256) * 256).sum();
+            let kept: u64 = plan
+                .keep
+                .iter()
+                .map(|&t| g.graph.tensors()[t as usize].size.div_ceil(256) * 256)
+                .sum();
             assert!(
                 after.pool.allocated_bytes <= kept,
                 "a swapping graph ends its runs with only the kept tensors on the device"
             );
         }
         if mode == MemoryMode::Planned && g.is_planned() && after.counters.runs > 1 {
-            assert_eq!(after.counters.last_run_pool_allocs, 0, "planned runs make no pool calls");
+            assert_eq!(
+                after.counters.last_run_pool_allocs, 0,
+                "planned runs make no pool calls"
+            );
         }
         outs = spec
             .outputs
@@ -246,7 +310,9 @@ fn smallest_budget(g: &RuntimeGraph) -> u64 {
             let mut ts: Vec<u32> = n.inputs.iter().chain(&n.outputs).copied().collect();
             ts.sort_unstable();
             ts.dedup();
-            ts.iter().map(|&t| round(g.graph.tensors()[t as usize].size)).sum::<u64>()
+            ts.iter()
+                .map(|&t| round(g.graph.tensors()[t as usize].size))
+                .sum::<u64>()
                 + n.workspaces.iter().map(|&w| round(w)).sum::<u64>()
         })
         .max()
@@ -293,20 +359,45 @@ fn a_node_too_large_fails_cleanly_and_the_runtime_stays_usable() {
     let mut big = RuntimeGraph::new(rt.clone());
     let x = big.add_tensor(40 << 10, TensorKind::Input, "x").unwrap();
     let y = big.add_tensor(40 << 10, TensorKind::Output, "y").unwrap();
-    big.graph.add_node(Kernel::Builtin(BuiltinKind::Relu), &[x], &[y], &[], DIMS, &[]).unwrap();
+    big.graph
+        .add_node(
+            Kernel::Builtin(BuiltinKind::Relu),
+            &[x],
+            &[y],
+            &[],
+            DIMS,
+            &[],
+        )
+        .unwrap();
     big.finalize().unwrap();
-    assert_eq!(big.swap_plan().map(|p| p.infeasible_nodes.clone()), Some(vec![0]));
+    assert_eq!(
+        big.swap_plan().map(|p| p.infeasible_nodes.clone()),
+        Some(vec![0])
+    );
     big.write(x, &vec![0u8; 40 << 10]).unwrap();
     let baseline = rt.stats().unwrap().pool.allocated_bytes;
     let err = big.run().unwrap_err();
-    assert!(matches!(err, gkrt::runtime::Error::OutOfMemory(_)), "{err:?}");
+    assert!(
+        matches!(err, gkrt::runtime::Error::OutOfMemory(_)),
+        "{err:?}"
+    );
     assert!(err.message().contains("node 0"), "{}", err.message());
     assert_eq!(rt.stats().unwrap().pool.allocated_bytes, baseline);
 
     let mut small = RuntimeGraph::new(rt.clone());
     let a = small.add_tensor(1024, TensorKind::Input, "a").unwrap();
     let b = small.add_tensor(1024, TensorKind::Output, "b").unwrap();
-    small.graph.add_node(Kernel::Builtin(BuiltinKind::Scale), &[a], &[b], &[], DIMS, &2f32.to_ne_bytes()).unwrap();
+    small
+        .graph
+        .add_node(
+            Kernel::Builtin(BuiltinKind::Scale),
+            &[a],
+            &[b],
+            &[],
+            DIMS,
+            &2f32.to_ne_bytes(),
+        )
+        .unwrap();
     small.finalize().unwrap();
     small.write(a, &to_bytes(&[1.5; 256])).unwrap();
     small.run().unwrap();
@@ -324,20 +415,47 @@ fn weights_larger_than_the_budget_stream_through() {
     let rt = runtime(MemoryMode::Dynamic, 6 * bytes); // weights alone are 12 tensors
     let mut g = RuntimeGraph::new(rt.clone());
     let x = g.add_tensor(bytes, TensorKind::Input, "x").unwrap();
-    let ws: Vec<u64> = (0..layers).map(|i| g.add_tensor(bytes, TensorKind::Parameter, &format!("w{i}")).unwrap()).collect();
+    let ws: Vec<u64> = (0..layers)
+        .map(|i| {
+            g.add_tensor(bytes, TensorKind::Parameter, &format!("w{i}"))
+                .unwrap()
+        })
+        .collect();
     let mut h = x;
-    let mm: Vec<u8> = [side as u32; 3].iter().flat_map(|d| d.to_ne_bytes()).collect();
+    let mm: Vec<u8> = [side as u32; 3]
+        .iter()
+        .flat_map(|d| d.to_ne_bytes())
+        .collect();
     for (i, &w) in ws.iter().enumerate() {
-        let kind = if i + 1 == layers { TensorKind::Output } else { TensorKind::Intermediate };
+        let kind = if i + 1 == layers {
+            TensorKind::Output
+        } else {
+            TensorKind::Intermediate
+        };
         let next = g.add_tensor(bytes, kind, &format!("h{i}")).unwrap();
-        g.graph.add_node(Kernel::Builtin(BuiltinKind::Matmul), &[h, w], &[next], &[], DIMS, &mm).unwrap();
+        g.graph
+            .add_node(
+                Kernel::Builtin(BuiltinKind::Matmul),
+                &[h, w],
+                &[next],
+                &[],
+                DIMS,
+                &mm,
+            )
+            .unwrap();
         h = next;
     }
     g.finalize().unwrap();
     assert!(g.swap_plan().is_some());
-    let xv: Vec<f32> = (0..side * side).map(|i| ((i % 7) as f32 - 3.0) / 8.0).collect();
+    let xv: Vec<f32> = (0..side * side)
+        .map(|i| ((i % 7) as f32 - 3.0) / 8.0)
+        .collect();
     let wv: Vec<Vec<f32>> = (0..layers)
-        .map(|l| (0..side * side).map(|i| (((i * 5 + l) % 11) as f32 - 5.0) / 32.0).collect())
+        .map(|l| {
+            (0..side * side)
+                .map(|i| (((i * 5 + l) % 11) as f32 - 5.0) / 32.0)
+                .collect()
+        })
         .collect();
     g.write(x, &to_bytes(&xv)).unwrap();
     for (w, v) in ws.iter().zip(&wv) {
@@ -363,6 +481,14 @@ fn weights_larger_than_the_budget_stream_through() {
         assert_eq!(from_bytes(&out), want);
     }
     let s = rt.stats().unwrap();
-    assert!(s.counters.swap_in_bytes >= 3 * (layers as u64) * bytes, "weights came in every run: {:?}", s.counters);
-    assert!(s.pool.peak_reserved_bytes <= 6 * bytes, "the budget held: {:?}", s.pool);
+    assert!(
+        s.counters.swap_in_bytes >= 3 * (layers as u64) * bytes,
+        "weights came in every run: {:?}",
+        s.counters
+    );
+    assert!(
+        s.pool.peak_reserved_bytes <= 6 * bytes,
+        "the budget held: {:?}",
+        s.pool
+    );
 }

@@ -361,18 +361,8 @@ impl RuntimeGraph {
                     .map_err(Error::from)
             }
             _ => {
-                let mut exec = Executor::new(
-                    rt.device(),
-                    rt.streams,
-                    &mut st.pool,
-                    &mut st.pinned,
-                    fixed_layout(&self.arena),
-                    &mut self.mem,
-                    self.swap.as_ref(),
-                    &mut st.stall_pairs,
-                );
-                let r = exec.run(&self.graph);
-                counters = exec.counters;
+                let r;
+                (r, counters) = self.execute(&rt, st);
                 r
             }
         };
@@ -392,18 +382,7 @@ impl RuntimeGraph {
                     // The work was recorded, not run: run it the ordinary way.
                     log::warn!("planned graph not captured for replay: {e}");
                     self.replay = Replay::Off;
-                    let mut exec = Executor::new(
-                        rt.device(),
-                        rt.streams,
-                        &mut st.pool,
-                        &mut st.pinned,
-                        fixed_layout(&self.arena),
-                        &mut self.mem,
-                        self.swap.as_ref(),
-                        &mut st.stall_pairs,
-                    );
-                    queued = exec.run(&self.graph);
-                    counters = exec.counters;
+                    (queued, counters) = self.execute(&rt, st);
                 }
             }
         }
@@ -441,6 +420,28 @@ impl RuntimeGraph {
             }
         }
         Ok(())
+    }
+}
+
+impl RuntimeGraph {
+    /// Queues one run through the executor (the state lock is held by the caller).
+    fn execute(
+        &mut self,
+        rt: &Runtime,
+        st: &mut super::State,
+    ) -> (Result<()>, crate::exec::RunCounters) {
+        let mut exec = Executor::new(
+            rt.device(),
+            rt.streams,
+            &mut st.pool,
+            &mut st.pinned,
+            fixed_layout(&self.arena),
+            &mut self.mem,
+            self.swap.as_ref(),
+            &mut st.stall_pairs,
+        );
+        let r = exec.run(&self.graph);
+        (r, exec.counters)
     }
 }
 

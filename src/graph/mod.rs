@@ -231,26 +231,28 @@ impl Graph {
     ) -> GraphResult<u32> {
         self.check_editable()?;
         let node = self.nodes.len() as u32;
-        let what = format!("node {node} ({})", kernel.describe());
+        // Formatted only when an error needs it: graphs of many thousand nodes are built often.
+        let what = || format!("node {node} ({})", kernel.describe());
         let resolve = |ids: &[u64], role: &str| -> GraphResult<Vec<u32>> {
             ids.iter()
                 .enumerate()
                 .map(|(i, &id)| {
                     self.tensor_index(id)
-                        .map_err(|e| GraphError::Invalid(format!("{what}, {role} {i}: {e}")))
+                        .map_err(|e| GraphError::Invalid(format!("{}, {role} {i}: {e}", what())))
                 })
                 .collect()
         };
         let inputs = resolve(input_ids, "input")?;
         let outputs = resolve(output_ids, "output")?;
         if outputs.is_empty() && !matches!(kernel, Kernel::Callback(_)) {
-            return invalid(format!("{what} has no outputs"));
+            return invalid(format!("{} has no outputs", what()));
         }
         for (i, &t) in inputs.iter().enumerate() {
             let tensor = &self.tensors[t as usize];
             if !tensor.kind.host_written() && tensor.producer.is_none() {
                 return invalid(format!(
-                    "{what}, input {i}: {} is read before any node writes it",
+                    "{}, input {i}: {} is read before any node writes it",
+                    what(),
                     tensor.describe(t)
                 ));
             }
@@ -258,7 +260,8 @@ impl Graph {
         for (i, &t) in outputs.iter().enumerate() {
             if outputs[..i].contains(&t) {
                 return invalid(format!(
-                    "{what}: {} appears twice among the outputs",
+                    "{}: {} appears twice among the outputs",
+                    what(),
                     self.tensors[t as usize].describe(t)
                 ));
             }
@@ -266,7 +269,8 @@ impl Graph {
         for (i, &w) in workspaces.iter().enumerate() {
             if w == 0 || w > MAX_BUFFER_BYTES {
                 return invalid(format!(
-                    "{what}, workspace {i}: size {w} bytes (must be between 1 and {MAX_BUFFER_BYTES})"
+                    "{}, workspace {i}: size {w} bytes (must be between 1 and {MAX_BUFFER_BYTES})",
+                    what()
                 ));
             }
         }
@@ -278,11 +282,14 @@ impl Graph {
                         .collect::<Vec<_>>()
                 };
                 let op = validate_builtin(*kind, &sizes(&inputs), &sizes(&outputs), params)
-                    .map_err(|e| GraphError::Invalid(format!("{what}: {e}")))?;
+                    .map_err(|e| GraphError::Invalid(format!("{}: {e}", what())))?;
                 if matches!(op, BuiltinOp::Matmul { .. })
                     && inputs.iter().any(|t| outputs.contains(t))
                 {
-                    return invalid(format!("{what}: matmul cannot write one of its own inputs"));
+                    return invalid(format!(
+                        "{}: matmul cannot write one of its own inputs",
+                        what()
+                    ));
                 }
                 Some(op)
             }

@@ -7,8 +7,9 @@ use crate::kernels::Kernel;
 use crate::runtime::{Error, Result, Runtime, RuntimeGraph};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 pub struct KernelObject {
     pub runtime: Arc<Runtime>,
@@ -32,17 +33,38 @@ impl Object {
     }
 }
 
-static TABLE: Lazy<Mutex<HashMap<usize, Object>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+/// Keys are distinct integers we made, so a multiplicative hash is enough (SipHash's
+/// resistance to chosen keys buys nothing here and costs on every C call).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, key: usize) {
+        self.0 = (key as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Table = HashMap<usize, Object, BuildHasherDefault<KeyHasher>>;
+
+/// Read-mostly: every call looks a handle up, only create and release write.
+static TABLE: Lazy<RwLock<Table>> = Lazy::new(|| RwLock::new(Table::default()));
 /// Keys start high and step by 16 so they look like (and are sized like) aligned pointers.
 static NEXT_KEY: AtomicUsize = AtomicUsize::new(0x10_0000);
 
-fn table() -> std::sync::MutexGuard<'static, HashMap<usize, Object>> {
-    TABLE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 pub fn register(obj: Object) -> usize {
     let key = NEXT_KEY.fetch_add(16, Ordering::Relaxed);
-    table().insert(key, obj);
+    TABLE
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, obj);
     key
 }
 
@@ -50,7 +72,7 @@ fn lookup(key: usize, want: &'static str) -> Result<Object> {
     if key == 0 {
         return Err(Error::InvalidArgument(format!("{want} handle is NULL")));
     }
-    match table().get(&key) {
+    match TABLE.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
         Some(obj) if obj.kind() == want => Ok(obj.clone()),
         Some(obj) => Err(Error::InvalidArgument(format!(
             "handle {key:#x} is a {}, not a {want}",
@@ -87,7 +109,18 @@ pub fn kernel(key: usize) -> Result<Arc<KernelObject>> {
 /// a graph waits for its device work).
 pub fn release(key: usize, want: &'static str) -> Result<()> {
     lookup(key, want)?;
-    let obj = table().remove(&key);
-    drop(obj);
-    Ok(())
+    let obj = TABLE
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&key);
+    // Another thread may have released it between the check and the removal.
+    match obj {
+        Some(obj) => {
+            drop(obj);
+            Ok(())
+        }
+        None => Err(Error::InvalidArgument(format!(
+            "{want} handle {key:#x} was released by another call"
+        ))),
+    }
 }

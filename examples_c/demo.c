@@ -69,10 +69,16 @@ int main(void) {
          (unsigned long long)before.allocated_bytes,
          100.0 * (double)(after.peak_allocated_bytes - before.allocated_bytes) / (double)m.intermediate_bytes,
          (unsigned long long)info.peak_transient_bytes);
-  printf("pool: allocated now %llu B (back to %llu B), reserved %llu B, %llu allocs / %llu frees, %llu nodes run\n",
-         (unsigned long long)after.allocated_bytes, (unsigned long long)before.allocated_bytes,
+  printf("pool: %llu B allocated after the run = the graph's persistent tensors (inputs, parameters and the "
+         "outputs the run produced: %llu B), no intermediate left; reserved %llu B; %llu allocs / %llu frees; "
+         "%llu nodes run\n",
+         (unsigned long long)after.allocated_bytes, (unsigned long long)info.persistent_bytes,
          (unsigned long long)after.reserved_bytes, (unsigned long long)after.alloc_count,
          (unsigned long long)after.free_count, (unsigned long long)after.nodes_launched);
+  if (after.allocated_bytes != info.persistent_bytes) {
+    printf("MEMORY CHECK FAILED: something besides the persistent tensors is still allocated\n");
+    mismatches++;
+  }
 
   MLP_TRY(gkrt_graph_release(m.graph));
   MLP_TRY(gkrt_runtime_release(rt));

@@ -98,6 +98,28 @@ impl HostDevice {
         }
     }
 
+    /// Queues a copy; every copy on the host backend is a `memmove` run in stream order. The
+    /// device side of it was range-checked by the caller, and the host side is the caller's
+    /// contract (valid until the stream passes the copy).
+    fn enqueue_copy(
+        &self,
+        dst: *mut u8,
+        src: *const u8,
+        bytes: u64,
+        stream: StreamId,
+    ) -> DeviceResult<()> {
+        let (dst, src) = (SendPtr(dst), SendPtr(src as *mut u8));
+        self.enqueue(
+            stream,
+            Box::new(move || {
+                let (dst, src) = (dst, src);
+                // SAFETY: see above.
+                unsafe { std::ptr::copy(src.0, dst.0, bytes as usize) };
+                Ok(())
+            }),
+        )
+    }
+
     fn enqueue(&self, stream: StreamId, job: stream::Job) -> DeviceResult<()> {
         self.stream(stream)?.push(job);
         Ok(())
@@ -365,16 +387,7 @@ impl Device for HostDevice {
         stream: StreamId,
     ) -> DeviceResult<()> {
         self.check_range(dst, bytes)?;
-        let (dst, src) = (SendPtr(dst as *mut u8), SendPtr(src as *mut u8));
-        self.enqueue(
-            stream,
-            Box::new(move || {
-                let (dst, src) = (dst, src);
-                // SAFETY: range checked above; the caller keeps `src` valid until the stream passes.
-                unsafe { std::ptr::copy(src.0, dst.0, bytes as usize) };
-                Ok(())
-            }),
-        )
+        self.enqueue_copy(dst as *mut u8, src, bytes, stream)
     }
 
     unsafe fn copy_d2h_async(
@@ -385,16 +398,7 @@ impl Device for HostDevice {
         stream: StreamId,
     ) -> DeviceResult<()> {
         self.check_range(src, bytes)?;
-        let (dst, src) = (SendPtr(dst), SendPtr(src as *mut u8));
-        self.enqueue(
-            stream,
-            Box::new(move || {
-                let (dst, src) = (dst, src);
-                // SAFETY: as in copy_h2d_async.
-                unsafe { std::ptr::copy(src.0, dst.0, bytes as usize) };
-                Ok(())
-            }),
-        )
+        self.enqueue_copy(dst, src as *const u8, bytes, stream)
     }
 
     fn copy_d2d_async(
@@ -406,16 +410,7 @@ impl Device for HostDevice {
     ) -> DeviceResult<()> {
         self.check_range(dst, bytes)?;
         self.check_range(src, bytes)?;
-        let (dst, src) = (SendPtr(dst as *mut u8), SendPtr(src as *mut u8));
-        self.enqueue(
-            stream,
-            Box::new(move || {
-                let (dst, src) = (dst, src);
-                // SAFETY: both ranges are inside live segments.
-                unsafe { std::ptr::copy(src.0, dst.0, bytes as usize) };
-                Ok(())
-            }),
-        )
+        self.enqueue_copy(dst as *mut u8, src as *const u8, bytes, stream)
     }
 
     fn load_function(&self, source: ModuleSource<'_>, function: &str) -> DeviceResult<FunctionId> {

@@ -18,43 +18,16 @@
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <gkrt.h>
+
+#include "bench_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define CU(call)                                                               \
-  do {                                                                         \
-    CUresult r_ = (call);                                                      \
-    if (r_ != CUDA_SUCCESS) {                                                  \
-      const char *n_;                                                          \
-      cuGetErrorName(r_, &n_);                                                 \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, n_);     \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
 
-#define GK(call)                                                                               \
-  do {                                                                                         \
-    gkrt_status s_ = (call);                                                                   \
-    if (s_ != GKRT_STATUS_OK) {                                                                \
-      char m_[2048];                                                                           \
-      gkrt_last_error_message(m_, sizeof m_);                                                  \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, gkrt_status_name(s_), m_); \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* C[m×n] = op(A)·op(B), row-major bf16, fp32 accumulation; A is m×k (k×m if trans_a), B is
  * k×n (n×k if trans_b). Passed to the callback as the node's parameter blob. */

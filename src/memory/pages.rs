@@ -34,28 +34,27 @@ impl PageMap {
         self.bits[(p / 64) as usize] >> (p % 64) & 1 == 1
     }
 
-    /// Calls `f(word_index, mask)` for the words covering pages `[p0, p1)`.
-    fn words(&self, p0: u64, p1: u64, mut f: impl FnMut(usize, u64)) {
-        let mut p = p0;
-        while p < p1 {
-            let w = p / 64;
-            let lo = p % 64;
+    /// `(word index, mask)` for the words covering pages `[p0, p1)`.
+    fn word_masks(p0: u64, p1: u64) -> impl Iterator<Item = (usize, u64)> {
+        let first = p0 / 64;
+        let last = if p1 > p0 { p1.div_ceil(64) } else { first };
+        (first..last).map(move |w| {
+            let lo = p0.max(w * 64) - w * 64;
             let hi = (p1 - w * 64).min(64);
             let mask = if hi - lo == 64 {
                 u64::MAX
             } else {
                 ((1u64 << (hi - lo)) - 1) << lo
             };
-            f(w as usize, mask);
-            p = (w + 1) * 64;
-        }
+            (w as usize, mask)
+        })
     }
 
     /// Mapped pages among `[p0, p1)`.
     pub fn count_mapped(&self, p0: u64, p1: u64) -> u64 {
-        let mut n = 0;
-        self.words(p0, p1, |w, m| n += (self.bits[w] & m).count_ones() as u64);
-        n
+        Self::word_masks(p0, p1)
+            .map(|(w, m)| (self.bits[w] & m).count_ones() as u64)
+            .sum()
     }
 
     /// Unmapped pages among `[p0, p1)`.
@@ -66,18 +65,8 @@ impl PageMap {
     /// Marks `[p0, p1)` mapped (`true`) or unmapped; returns how many pages changed.
     pub fn set(&mut self, p0: u64, p1: u64, mapped: bool) -> u64 {
         let mut changed = 0;
-        let bits = &mut self.bits;
-        let mut p = p0;
-        while p < p1 {
-            let w = p / 64;
-            let lo = p % 64;
-            let hi = (p1 - w * 64).min(64);
-            let mask = if hi - lo == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << (hi - lo)) - 1) << lo
-            };
-            let word = &mut bits[w as usize];
+        for (w, mask) in Self::word_masks(p0, p1) {
+            let word = &mut self.bits[w];
             if mapped {
                 changed += (!*word & mask).count_ones() as u64;
                 *word |= mask;
@@ -85,7 +74,6 @@ impl PageMap {
                 changed += (*word & mask).count_ones() as u64;
                 *word &= !mask;
             }
-            p = (w + 1) * 64;
         }
         if mapped {
             self.mapped += changed;

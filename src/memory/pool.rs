@@ -437,7 +437,8 @@ struct Block {
     /// Free blocks of a virtual range: unmapped pages lying wholly inside the block.
     unmapped: u64,
     /// Free blocks: the marker epoch of the last stream-ordered free of memory in the block
-    /// (0: never in use, or in use only until an event that completed).
+    /// (0: never in use, or in use only until an event that completed). Pending blocks: when
+    /// they were parked (`Pool::park_seq`).
     freed_epoch: u64,
     kind: Kind,
     state: State,
@@ -509,6 +510,8 @@ pub struct Pool {
     high_water: u64,
     /// Epoch of the next stream-ordered free (advances with each marker recorded).
     epoch: u64,
+    /// Blocks parked on events so far.
+    park_seq: u64,
     stats: PoolStats,
 }
 
@@ -533,6 +536,7 @@ impl Pool {
             mapped_pages: 0,
             high_water: 0,
             epoch: 1,
+            park_seq: 0,
             stats: PoolStats::default(),
         }
     }
@@ -678,6 +682,9 @@ impl Pool {
         let idx = self.take_live(addr)?;
         let size = self.slab[idx as usize].size;
         self.slab[idx as usize].state = State::Pending(event);
+        // Parking order, for `take_pending` (the field is reset when the block is freed).
+        self.park_seq += 1;
+        self.slab[idx as usize].freed_epoch = self.park_seq;
         self.pending_bytes += size;
         self.pending_blocks += 1;
         self.pending.entry(event).or_default().push(idx);
@@ -876,6 +883,69 @@ impl Pool {
             }
         }
         Ok(sim.stats)
+    }
+
+    /// Allocates `bytes` on `stream` from a block pending on an event, without waiting: the
+    /// smallest pending block of that stream large enough and at most 1/8 larger (the oldest
+    /// of equal ones, whose copy ends first), split if larger (the rest stays pending on the
+    /// same event). Returns the
+    /// address and the event: the caller makes the stream that will use the block wait for it
+    /// (`cuStreamWaitEvent`) before any use. `None` when no single pending block is large
+    /// enough.
+    pub fn take_pending(&mut self, bytes: u64, stream: StreamId) -> Option<(u64, EventId)> {
+        let rounded = round_up(bytes, self.config.alignment)?;
+        let slot = *self.slot_of.get(&stream)?;
+        let mut best: Option<(u64, u64, EventId, usize)> = None;
+        for (&event, blocks) in &self.pending {
+            for (pos, &i) in blocks.iter().enumerate() {
+                let b = &self.slab[i as usize];
+                // A close fit only: splitting a much larger block leaves pieces that keep
+                // pending memory from coalescing (measured: fallback evictions on a chain of
+                // mixed sizes, where waiting for all pending copies needed none).
+                if b.slot != slot || b.size < rounded || b.size - rounded > rounded / 8 {
+                    continue;
+                }
+                let key = (b.size, b.freed_epoch);
+                if best.is_none_or(|(size, seq, _, _)| key < (size, seq)) {
+                    best = Some((b.size, b.freed_epoch, event, pos));
+                }
+            }
+        }
+        let (size, _, event, pos) = best?;
+        let blocks = self.pending.get_mut(&event).expect("found above");
+        let idx = blocks.swap_remove(pos);
+        if blocks.is_empty() {
+            self.pending.remove(&event);
+        }
+        self.pending_bytes -= size;
+        self.pending_blocks -= 1;
+        if size > rounded {
+            // The rest stays pending on the same event (it counts as a busy block of its segment).
+            let j = self.cut(idx, rounded);
+            let rest = &mut self.slab[j as usize];
+            rest.state = State::Pending(event);
+            let rest_size = rest.size;
+            self.pending_bytes += rest_size;
+            self.pending_blocks += 1;
+            self.pending.entry(event).or_default().push(j);
+            if self.slab[j as usize].kind != Kind::Virtual {
+                self.mark_busy(self.slab[j as usize].seg);
+            }
+        }
+        let addr = {
+            let b = &mut self.slab[idx as usize];
+            b.state = State::Allocated;
+            b.requested = bytes;
+            b.tag = 0;
+            b.addr
+        };
+        self.live.insert(addr, idx);
+        let s = &mut self.stats;
+        s.allocated_bytes += rounded;
+        s.requested_bytes += bytes;
+        s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
+        s.alloc_count += 1;
+        Some((addr, event))
     }
 
     /// Events that blocks are pending on (each once).

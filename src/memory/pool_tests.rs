@@ -560,6 +560,46 @@ fn free_after_event_waits_for_the_event() {
 }
 
 #[test]
+fn take_pending_hands_out_the_smallest_oldest_pending_block() {
+    let f = Fake::new();
+    let mut p = pool();
+    let a = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    let b = p.alloc(&f, MIB, st(0)).unwrap();
+    let c = p.alloc(&f, MIB, st(0)).unwrap();
+    assert_eq!(p.take_pending(MIB, st(0)), None, "nothing pending yet");
+    p.free_after_event(&f, a, EventId(1)).unwrap();
+    p.free_after_event(&f, c, EventId(3)).unwrap();
+    p.free_after_event(&f, b, EventId(2)).unwrap();
+    // Best fit among pending blocks; of the two 1 MiB ones, c was parked first.
+    assert_eq!(p.take_pending(MIB, st(0)), Some((c, EventId(3))));
+    assert_eq!(p.take_pending(MIB, st(0)), Some((b, EventId(2))));
+    // Another stream's allocation never takes stream 0's blocks, and nothing is too large.
+    assert_eq!(p.take_pending(MIB, st(1)), None);
+    assert_eq!(p.take_pending(5 * MIB, st(0)), None);
+    // A much larger block is not split for a small request; a close fit is, and the rest
+    // stays pending on the same event.
+    assert_eq!(p.take_pending(MIB, st(0)), None);
+    assert_eq!(
+        p.take_pending(4 * MIB - 256 * KIB, st(0)),
+        Some((a, EventId(1)))
+    );
+    assert_eq!(
+        (p.pending_free_bytes(), p.pending_free_blocks()),
+        (256 * KIB, 1)
+    );
+    assert_eq!(p.stats().allocated_bytes, 6 * MIB - 256 * KIB);
+    check(&p);
+    for x in [a, b, c] {
+        p.free(&f, x).unwrap();
+    }
+    f.complete(EventId(1));
+    let whole = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    assert_eq!(whole, a, "the rest coalesces once its event completes");
+    assert_eq!(p.pending_free_bytes(), 0);
+    check(&p);
+}
+
+#[test]
 fn free_after_event_shares_one_event_between_blocks() {
     let f = Fake::new();
     let mut p = pool();
@@ -1275,6 +1315,23 @@ fn virtual_range_packs_small_and_large_blocks_without_seams() {
     let d = p.alloc(&f, 3 * MIB + 1024, st(0)).unwrap();
     assert_eq!(d, a);
     assert_eq!(f.maps.get(), 2, "reuse maps nothing");
+    check(&p);
+}
+
+#[test]
+fn take_pending_works_inside_a_virtual_range() {
+    let f = VFake::new();
+    let mut p = vpool(u64::MAX);
+    let a = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    let b = p.alloc(&f, MIB, st(0)).unwrap();
+    p.free_after_event(&f, a, EventId(5)).unwrap();
+    let (x, e) = p.take_pending(7 * MIB + 512 * KIB, st(0)).unwrap();
+    assert_eq!((x, e), (a, EventId(5)));
+    assert!(f.covers(x, 7 * MIB + 512 * KIB));
+    assert_eq!(p.pending_free_bytes(), 512 * KIB);
+    check(&p);
+    p.free(&f, x).unwrap();
+    p.free(&f, b).unwrap();
     check(&p);
 }
 

@@ -243,7 +243,17 @@ fn run_and_stats(
         g.write(id, &to_bytes(&param_values(spec, p))).unwrap();
     }
     let mut outs = Vec::new();
-    for _ in 0..runs {
+    // With several swap plans, later runs go through each in turn (switching between plans
+    // must be seamless too).
+    let policies = if runs > 1 {
+        g.swap_policies()
+    } else {
+        Vec::new()
+    };
+    for r in 0..runs + policies.len().saturating_sub(1) {
+        if r > 0 && !policies.is_empty() {
+            g.use_swap_policy(policies[r % policies.len()]).unwrap();
+        }
         g.run().unwrap();
         let after = rt.stats().unwrap();
         // No transient buffer outlives the run: what stays allocated is exactly the persistent

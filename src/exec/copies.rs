@@ -45,18 +45,24 @@ impl Executor<'_> {
         Ok(true)
     }
 
-    /// A block without evicting: the free pool, else blocks whose copy-out is queued (the
-    /// compute stream then waits for those copies: the memory the plan counted on is exactly
-    /// theirs, and the link is the bottleneck whenever they are not done yet).
-    fn alloc_without_evicting(&mut self, bytes: u64) -> Result<Option<u64>> {
+    /// A block without evicting, for a copy in: the free pool, else one block whose copy-out
+    /// is queued (returned with the copy's event, which the copy-in stream then waits for:
+    /// compute does not stall), else all such blocks (the compute stream waits for them: the
+    /// memory the plan counted on is exactly theirs, and the link is the bottleneck whenever
+    /// they are not done yet).
+    fn alloc_without_evicting(&mut self, bytes: u64) -> Result<Option<(u64, Option<EventId>)>> {
         for attempt in 0..2 {
             self.counters.pool_allocs += 1;
             match self
                 .pool
                 .alloc(&DeviceBacking(self.device), bytes, self.streams.compute)
             {
-                Ok(ptr) => return Ok(Some(ptr)),
+                Ok(ptr) => return Ok(Some((ptr, None))),
                 Err(crate::memory::pool::PoolError::OutOfMemory { .. }) if attempt == 0 => {
+                    if let Some((ptr, event)) = self.pool.take_pending(bytes, self.streams.compute)
+                    {
+                        return Ok(Some((ptr, Some(event))));
+                    }
                     let pending = self.pool.pending_events();
                     if pending.is_empty() {
                         return Ok(None);
@@ -83,31 +89,38 @@ impl Executor<'_> {
                 tensor.describe(t)
             )));
         }
-        let ptr = if may_evict {
-            self.alloc(graph, n, tensor.size)
-                .map_err(|e| e.context(format!("bringing back {}", tensor.describe(t))))?
+        let (ptr, block_copy) = if may_evict {
+            let ptr = self
+                .alloc(graph, n, tensor.size)
+                .map_err(|e| e.context(format!("bringing back {}", tensor.describe(t))))?;
+            (ptr, None)
         } else {
             match self.alloc_without_evicting(tensor.size)? {
-                Some(ptr) => ptr,
+                Some(found) => found,
                 None => return Ok(false),
             }
         };
         let copy_in = self.streams.copy_in;
-        // The block's previous users are on the compute stream; the source is written by the
-        // tensor's own copy-out, if one is still in flight.
+        // The block's previous users are on the compute stream, or the copy-out still reading
+        // it; the source is written by the tensor's own copy-out, if one is still in flight.
         self.copy_stream_waits_compute(copy_in)?;
+        if let Some(event) = block_copy {
+            self.device.stream_wait_event(copy_in, event)?;
+        }
         if let Some(out) = self.mem[t as usize].copy_out {
             self.device.stream_wait_event(copy_in, out)?;
         }
         let host = self.mem[t as usize]
             .host
             .expect("a valid host copy has a slot");
+        let timing = self.copy_timing_start(copy_in)?;
         // SAFETY: the slot belongs to this tensor until it is discarded, which waits for this
         // copy's event.
         unsafe {
             self.device
                 .copy_h2d_async(ptr, host as *const u8, tensor.size, copy_in)?
         };
+        self.copy_timing_end(timing, copy_in, tensor.size, true)?;
         let event = self.event_of(t, true)?;
         self.device.record_event(event, copy_in)?;
         let m = &mut self.mem[t as usize];
@@ -154,11 +167,13 @@ impl Executor<'_> {
         if let Some(prev) = self.mem[t as usize].copy_in {
             self.device.stream_wait_event(copy_out, prev)?;
         }
+        let timing = self.copy_timing_start(copy_out)?;
         // SAFETY: the slot is this tensor's and stays allocated until its copies' events pass.
         unsafe {
             self.device
                 .copy_d2h_async(host as *mut u8, ptr, tensor.size, copy_out)?
         };
+        self.copy_timing_end(timing, copy_out, tensor.size, false)?;
         let event = self.event_of(t, false)?;
         self.device.record_event(event, copy_out)?;
         self.pool
@@ -185,6 +200,30 @@ impl Executor<'_> {
         self.device.record_event(start, compute)?;
         self.device.stream_wait_event(compute, event)?;
         self.device.record_event(end, compute)?;
+        Ok(())
+    }
+
+    /// In a profiled run: records the start of a copy on `stream` (after its waits).
+    fn copy_timing_start(&mut self, stream: StreamId) -> Result<Option<(EventId, EventId)>> {
+        let Some(profile) = self.profile.as_deref_mut() else {
+            return Ok(None);
+        };
+        let pair = profile.copy_pair(self.device)?;
+        self.device.record_event(pair.0, stream)?;
+        Ok(Some(pair))
+    }
+
+    fn copy_timing_end(
+        &mut self,
+        timing: Option<(EventId, EventId)>,
+        stream: StreamId,
+        bytes: u64,
+        incoming: bool,
+    ) -> Result<()> {
+        if let (Some((start, end)), Some(profile)) = (timing, self.profile.as_deref_mut()) {
+            self.device.record_event(end, stream)?;
+            profile.copies.push((start, end, bytes, incoming));
+        }
         Ok(())
     }
 

@@ -67,6 +67,49 @@ pub struct RunCounters {
     pub stall_pairs_used: usize,
 }
 
+/// Timing events of one profiled run (the first run of a swapping graph): a pair around each
+/// node's kernel on the compute stream and around each swap copy on its stream. Events are
+/// created on first use and reused by later profiled runs.
+#[derive(Default, Debug)]
+pub struct RunProfile {
+    pub nodes: Vec<(EventId, EventId)>,
+    /// (start, end, bytes, host to device)
+    pub copies: Vec<(EventId, EventId, u64, bool)>,
+    spare_copy_events: Vec<(EventId, EventId)>,
+}
+
+impl RunProfile {
+    /// Every event it holds, for destruction.
+    pub fn events(&self) -> impl Iterator<Item = EventId> + '_ {
+        self.nodes
+            .iter()
+            .map(|&(a, b)| (a, b))
+            .chain(self.copies.iter().map(|&(a, b, _, _)| (a, b)))
+            .chain(self.spare_copy_events.iter().copied())
+            .flat_map(|(a, b)| [a, b])
+    }
+
+    fn reset(&mut self) {
+        let used = self.copies.drain(..).map(|(a, b, _, _)| (a, b));
+        self.spare_copy_events.extend(used);
+    }
+
+    fn node_pair(&mut self, device: &dyn Device, n: usize) -> Result<(EventId, EventId)> {
+        while self.nodes.len() <= n {
+            self.nodes
+                .push((device.create_event()?, device.create_event()?));
+        }
+        Ok(self.nodes[n])
+    }
+
+    fn copy_pair(&mut self, device: &dyn Device) -> Result<(EventId, EventId)> {
+        match self.spare_copy_events.pop() {
+            Some(pair) => Ok(pair),
+            None => Ok((device.create_event()?, device.create_event()?)),
+        }
+    }
+}
+
 pub struct Executor<'a> {
     device: &'a dyn Device,
     streams: Streams,
@@ -77,6 +120,7 @@ pub struct Executor<'a> {
     plan: Option<&'a SwapPlan>,
     /// Reusable (start, end) timing events recorded around each compute-stream wait on a copy.
     stall_pairs: &'a mut Vec<(EventId, EventId)>,
+    profile: Option<&'a mut RunProfile>,
     pub counters: RunCounters,
     /// Planned returns that found no room yet; retried before each node.
     deferred: Vec<u32>,
@@ -97,7 +141,11 @@ impl<'a> Executor<'a> {
         mem: &'a mut [TensorMemory],
         plan: Option<&'a SwapPlan>,
         stall_pairs: &'a mut Vec<(EventId, EventId)>,
+        mut profile: Option<&'a mut RunProfile>,
     ) -> Self {
+        if let Some(p) = profile.as_deref_mut() {
+            p.reset();
+        }
         Executor {
             device,
             streams,
@@ -107,6 +155,7 @@ impl<'a> Executor<'a> {
             mem,
             plan,
             stall_pairs,
+            profile,
             counters: RunCounters::default(),
             deferred: Vec::new(),
             scratch_batch: Vec::new(),
@@ -121,7 +170,20 @@ impl<'a> Executor<'a> {
     /// returned (after the streams have drained) and the error names the node at fault. The
     /// caller synchronises the streams afterwards; asynchronous failures surface there.
     pub fn run(&mut self, graph: &Graph) -> Result<()> {
-        let mut result = (0..graph.nodes().len()).try_for_each(|n| self.run_node(graph, n));
+        let mut result = self.enter_start_state(graph);
+        if let (Ok(()), Some(plan)) = (&result, self.plan) {
+            for &t in &plan.leave_at_start {
+                if self.mem[t as usize].state == Residency::OnDevice {
+                    result = self.swap_out(graph, t);
+                    if result.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        if result.is_ok() {
+            result = (0..graph.nodes().len()).try_for_each(|n| self.run_node(graph, n));
+        }
         if let (Ok(()), Some(plan)) = (&result, self.plan) {
             // The returns for the next run, then everything else persistent goes to the host.
             let last = graph.nodes().len();
@@ -137,7 +199,7 @@ impl<'a> Executor<'a> {
                 }
             }
             if result.is_ok() {
-                result = self.return_persistent_to_host(graph);
+                result = self.return_persistent_to_host(graph, false);
             }
         }
         if result.is_err() {
@@ -214,6 +276,13 @@ impl<'a> Executor<'a> {
         let n_in = node.inputs.len();
         let n_out = node.outputs.len();
         let stream = self.streams.compute;
+        let timing = match self.profile.as_deref_mut() {
+            Some(p) => Some(p.node_pair(self.device, n)?),
+            None => None,
+        };
+        if let Some((start, _)) = timing {
+            self.device.record_event(start, stream)?;
+        }
         match &node.kernel {
             Kernel::Builtin(_) => {
                 let op = node.builtin.expect("validated at add_kernel");
@@ -234,6 +303,9 @@ impl<'a> Executor<'a> {
                     .enqueue_host_work(stream, work)
                     .map_err(|e| Error::CallbackFailed(e.to_string()))?;
             }
+        }
+        if let Some((_, end)) = timing {
+            self.device.record_event(end, stream)?;
         }
         Ok(())
     }
@@ -362,7 +434,8 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// Device memory from the pool; on failure takes back blocks pending on copy-outs, then
+    /// Device memory (for the compute stream) from the pool; on failure takes one block pending
+    /// on a copy-out (the compute stream waits for that copy alone), else all of them, then
     /// evicts the resident tensor used farthest in the future, and retries.
     fn alloc(&mut self, graph: &Graph, n: usize, bytes: u64) -> Result<DevPtr> {
         loop {
@@ -374,6 +447,10 @@ impl<'a> Executor<'a> {
                 Ok(ptr) => return Ok(ptr),
                 Err(PoolError::OutOfMemory { .. }) => {}
                 Err(e) => return Err(e.into()),
+            }
+            if let Some((ptr, event)) = self.pool.take_pending(bytes, self.streams.compute) {
+                self.compute_waits(event)?;
+                return Ok(ptr);
             }
             let pending = self.pool.pending_events();
             if !pending.is_empty() {
@@ -442,11 +519,37 @@ impl<'a> Executor<'a> {
         best.map(|(_, t)| t)
     }
 
-    /// After a run with a swap plan: persistent tensors go back to the host (a copy only when the
-    /// host copy is stale), so every run starts from the same state.
-    fn return_persistent_to_host(&mut self, graph: &Graph) -> Result<()> {
+    /// A swap plan starts from its `keep` on the device and every other persistent tensor on
+    /// the host: one left on the device otherwise (the plan was just changed) is sent home
+    /// (a copy only when the host copy is stale). The caller synchronises the copy stream.
+    pub fn enter_start_state(&mut self, graph: &Graph) -> Result<()> {
+        let Some(plan) = self.plan else {
+            return Ok(());
+        };
         for (t, tensor) in graph.tensors().iter().enumerate() {
-            if tensor.kind.persists() && self.mem[t].state == Residency::OnDevice {
+            if tensor.kind.persists()
+                && self.mem[t].state == Residency::OnDevice
+                && plan.keep.binary_search(&(t as u32)).is_err()
+            {
+                self.swap_out(graph, t as u32)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a run with a swap plan: persistent tensors other than the plan's `keep` (all of
+    /// them after a failure: a clean slate that gives the memory back) go back to the host (a
+    /// copy only when the host copy is stale), so every run starts from the same state.
+    fn return_persistent_to_host(&mut self, graph: &Graph, including_kept: bool) -> Result<()> {
+        let keep: &[u32] = match self.plan {
+            Some(p) if !including_kept => &p.keep,
+            _ => &[],
+        };
+        for (t, tensor) in graph.tensors().iter().enumerate() {
+            if tensor.kind.persists()
+                && self.mem[t].state == Residency::OnDevice
+                && keep.binary_search(&(t as u32)).is_err()
+            {
                 self.swap_out(graph, t as u32)?;
             }
         }
@@ -528,7 +631,7 @@ impl<'a> Executor<'a> {
         // A swapping graph starts every run from the host: go back there now too (nothing is
         // lost — a tensor the failed run changed is copied out).
         if self.plan.is_some() {
-            if let Err(e) = self.return_persistent_to_host(graph) {
+            if let Err(e) = self.return_persistent_to_host(graph, true) {
                 log::warn!("while cleaning up after a failed run: {e}");
             }
             drain(self.device, self.streams);

@@ -3,6 +3,7 @@
 
 pub mod arena;
 pub mod swap;
+pub mod swap_model;
 
 use crate::graph::liveness::round_up;
 use crate::graph::{Graph, TensorKind};

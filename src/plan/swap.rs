@@ -8,10 +8,10 @@
 //! copies overlap compute. A tensor whose host copy is still current (a parameter not written
 //! since it was last saved) leaves without a copy.
 //!
-//! Run boundaries are canonical in swap mode, so every run follows the same plan: a persistent
-//! tensor leaves for the host after its last use in the run, and the few the next run's first
-//! nodes read (`keep`) come back before the run ends, in memory the end of the run no longer
-//! uses, so the next run does not start by waiting for them.
+//! Run boundaries are canonical in swap mode, so every run follows the same plan: the
+//! persistent tensors in `keep` are on the device when a run starts and again when it ends,
+//! every other one on the host. Runs repeat, so the policy looks across the boundary: after its
+//! last use a persistent tensor's next use is its first use in the next run (see `plan_swaps`).
 //!
 //! `check_with_pool` replays the plan's allocations through a dry run of the real pool, so a plan
 //! that fits on paper fits at run time; the runtime lowers the budget and replans when it does not.
@@ -30,9 +30,12 @@ pub struct SwapPlan {
     /// Before node n is queued: start copying these tensors back in. It has one entry more
     /// than there are nodes: returns queued after the last node, for the next run.
     pub prefetch_before: Vec<Vec<u32>>,
-    /// Persistent tensors the next run's first nodes read, brought back before a run ends so
-    /// its start does not wait for them; every other persistent tensor ends a run on the host.
+    /// Persistent tensors on the device at the start and the end of every run (sorted); every
+    /// other persistent tensor ends a run on the host.
     pub keep: Vec<u32>,
+    /// Kept tensors that leave as a run starts (the policy needs their room before their first
+    /// use in the run).
+    pub leave_at_start: Vec<u32>,
     /// Bytes the plan moves each way in one run (both include the run-boundary traffic).
     pub bytes_out: u64,
     pub bytes_in: u64,
@@ -57,9 +60,10 @@ struct Sim<'a> {
     host_valid: Vec<bool>,
     /// Node after which the tensor last left the device (-1: on the host since the run began).
     left_after: Vec<i64>,
-    /// Resident tensors by next use: the last entry is the Belady victim.
-    by_next_use: BTreeSet<(u32, u32)>,
-    next_key: Vec<u32>,
+    /// Resident tensors by (next use, clean): the last entry is the Belady victim, and of two
+    /// used next at the same node the clean one (host copy current: leaves without a copy).
+    by_next_use: BTreeSet<(u32, bool, u32)>,
+    next_key: Vec<(u32, bool)>,
     used: u64,
     usage: Vec<u64>,
 }
@@ -72,21 +76,31 @@ impl Sim<'_> {
     fn arrive(&mut self, t: u32, n: u32) {
         self.resident[t as usize] = true;
         self.used += self.size(t);
-        self.next_key[t as usize] = n;
-        self.by_next_use.insert((n, t));
+        self.index(t, n);
+    }
+
+    /// (Re)indexes resident `t` under its next use `n`.
+    fn index(&mut self, t: u32, n: u32) {
+        let key = (n, self.host_valid[t as usize]);
+        self.next_key[t as usize] = key;
+        self.by_next_use.insert((key.0, key.1, t));
+    }
+
+    fn unindex(&mut self, t: u32) {
+        let (n, clean) = self.next_key[t as usize];
+        self.by_next_use.remove(&(n, clean, t));
     }
 
     fn leave(&mut self, t: u32) {
         self.resident[t as usize] = false;
         self.used -= self.size(t);
-        self.by_next_use.remove(&(self.next_key[t as usize], t));
+        self.unindex(t);
     }
 }
 
-/// The tensors the first nodes of a run read are kept across runs (see `SwapPlan::keep`).
-const KEEP_FIRST_NODES: u32 = 2;
-
-/// Plans swaps for `budget` bytes of device memory.
+/// Plans swaps for `budget` bytes of device memory: the policy that needs no measurement (see
+/// `Policy::default`). `candidates` gives the alternatives the runtime chooses among once a
+/// run has been timed.
 pub fn plan_swaps(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -94,33 +108,129 @@ pub fn plan_swaps(
     budget: u64,
     align: u64,
 ) -> SwapPlan {
-    let cold = simulate(tensors, nodes, lv, budget, align, &[]);
-    // Only what the first nodes read: bringing back more at the end of a run moves copies
-    // from the start of the next run, where the link is often idle (a forward pass mostly
-    // copies out), to the end of this one, where it is often busy (a backward pass copies in).
-    let keep: Vec<u32> = cold.prefetch_before[0]
+    plan_with(tensors, nodes, lv, budget, align, Policy::default())
+}
+
+/// The knobs of the planning policy. Which setting is best depends on how long nodes take
+/// against the link, which the plan cannot know before a run; `candidates` tries them all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// After its last use in a run, a persistent tensor that the next run reads waits on the
+    /// device for its first use there, evicted first when room is needed (runs repeat, so the schedule is
+    /// cyclic: a weight used at the end of a backward pass and at the start of the next
+    /// forward pass need not leave at all). The tensors resident at a run boundary (`keep`)
+    /// are then found by iterating: plan from a state, take the state that plan ends in, plan
+    /// again, until it repeats. Off: a persistent tensor leaves for the host after its last
+    /// use, and only what the first nodes of a run read is kept.
+    pub linger: bool,
+    /// Bytes the returns leave free (in units of the largest tensor): room for copy-outs in
+    /// flight, whose memory is not reusable until their copy ends, so a node's allocation
+    /// need not wait for one.
+    pub slack_tensors: u64,
+}
+
+/// How many times the run-boundary state is refined (`Policy::linger`).
+const BOUNDARY_ROUNDS: usize = 4;
+
+/// The tensors the first nodes of a run read are kept across runs (`Policy::linger` off).
+const KEEP_FIRST_NODES: u32 = 2;
+
+fn plan_with(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    budget: u64,
+    align: u64,
+    policy: Policy,
+) -> SwapPlan {
+    let largest = tensors
         .iter()
-        .copied()
-        .filter(|&t| {
-            tensors[t as usize].kind.persists()
-                && lv.uses[t as usize]
-                    .first()
-                    .is_some_and(|&u| u <= KEEP_FIRST_NODES)
-        })
-        .collect();
-    if keep.is_empty() {
-        return cold;
-    }
-    let warm = simulate(tensors, nodes, lv, budget, align, &keep);
-    // Keeping them must not cost a node its feasibility.
-    if warm.infeasible_nodes.len() > cold.infeasible_nodes.len() {
-        cold
+        .map(|t| round_up(t.size, align))
+        .max()
+        .unwrap_or(0);
+    let slack = policy.slack_tensors * largest;
+    let sim = |keep: &[u32]| {
+        simulate(
+            tensors,
+            nodes,
+            lv,
+            budget,
+            align,
+            keep,
+            policy.linger,
+            slack,
+        )
+    };
+    let (cold, end_state) = sim(&[]);
+    let mut best = cold;
+    let consider = |plan: SwapPlan, best: &mut SwapPlan| {
+        // Keeping tensors must not cost a node its feasibility; then fewer bytes moved wins.
+        let key = |p: &SwapPlan| (p.infeasible_nodes.len(), p.bytes_in + p.bytes_out);
+        if key(&plan) <= key(best) {
+            *best = plan;
+        }
+    };
+    if policy.linger {
+        let mut keep = end_state;
+        for _ in 0..BOUNDARY_ROUNDS {
+            let (plan, next_keep) = sim(&keep);
+            consider(plan, &mut best);
+            if next_keep == keep {
+                break;
+            }
+            keep = next_keep;
+        }
     } else {
-        warm
+        let mut first: Vec<u32> = best.prefetch_before[0]
+            .iter()
+            .copied()
+            .filter(|&t| {
+                tensors[t as usize].kind.persists()
+                    && lv.uses[t as usize]
+                        .first()
+                        .is_some_and(|&u| u <= KEEP_FIRST_NODES)
+            })
+            .collect();
+        first.sort_unstable();
+        if !first.is_empty() {
+            let (plan, _) = sim(&first);
+            // Only what the first nodes read: bringing back more at the end of a run moves
+            // copies from the start of the next run to the end of this one.
+            if plan.infeasible_nodes.len() <= best.infeasible_nodes.len() {
+                best = plan;
+            }
+        }
     }
+    best
+}
+
+/// The plans of every policy for `budget`, the default first, distinct ones only.
+pub fn candidates(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    budget: u64,
+    align: u64,
+) -> Vec<(Policy, SwapPlan)> {
+    let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
+    for linger in [false, true] {
+        for slack_tensors in [0, 1, 2] {
+            let policy = Policy {
+                linger,
+                slack_tensors,
+            };
+            let plan = plan_with(tensors, nodes, lv, budget, align, policy);
+            if !out.iter().any(|(_, p)| *p == plan) {
+                out.push((policy, plan));
+            }
+        }
+    }
+    out
 }
 
 /// One planning pass; `keep` are resident when the run starts and must be again when it ends.
+/// Also returns the persistent tensors the policy would leave resident at the end.
+#[allow(clippy::too_many_arguments)]
 fn simulate(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -128,7 +238,9 @@ fn simulate(
     budget: u64,
     align: u64,
     keep: &[u32],
-) -> SwapPlan {
+    linger: bool,
+    slack: u64,
+) -> (SwapPlan, Vec<u32>) {
     let n_nodes = nodes.len();
     let mut sim = Sim {
         tensors,
@@ -138,7 +250,7 @@ fn simulate(
         host_valid: tensors.iter().map(|t| t.kind.persists()).collect(),
         left_after: vec![-1; tensors.len()],
         by_next_use: BTreeSet::new(),
-        next_key: vec![NEVER; tensors.len()],
+        next_key: vec![(NEVER, false); tensors.len()],
         used: 0,
         usage: vec![0; n_nodes + 1],
     };
@@ -169,34 +281,30 @@ fn simulate(
 
         // Make room: evict the resident tensor used farthest in the future.
         while sim.used + need > budget {
-            let Some(&(key, victim)) = sim.by_next_use.iter().next_back() else {
+            let Some(&(key, _, victim)) = sim.by_next_use.iter().next_back() else {
                 break;
             };
             if key <= n32 {
                 break; // only this node's own tensors are left
             }
             sim.leave(victim);
-            // A resident tensor arrived at a node before this one, so it has a last use.
-            let last = lv
-                .last_use_before(victim, n32)
-                .expect("a resident tensor was used before");
-            // It leaves right after that use, so a copy overlaps what runs until now; a clean
-            // one (host copy current) leaves without a copy.
-            plan.swap_out_after[last as usize].push(victim);
+            // It leaves right after its last use, so a copy overlaps what runs until now; a
+            // clean one (host copy current) leaves without a copy. A kept tensor not used yet
+            // in this run leaves as the run starts.
+            let last = lv.last_use_before(victim, n32);
+            match last {
+                Some(last) => plan.swap_out_after[last as usize].push(victim),
+                None => plan.leave_at_start.push(victim),
+            }
             if !sim.host_valid[victim as usize] {
                 plan.bytes_out += sim.size(victim);
                 sim.host_valid[victim as usize] = true;
             }
-            let last = last as i64;
-            sim.left_after[victim as usize] = last;
-            // It has been off the device since `last`: lower the profile retroactively.
+            let left = last.map_or(-1, |l| l as i64);
+            sim.left_after[victim as usize] = left;
+            // It has been off the device since then: lower the profile retroactively.
             let size = sim.size(victim);
-            for u in sim
-                .usage
-                .iter_mut()
-                .take(n)
-                .skip((last + 1).max(0) as usize)
-            {
+            for u in &mut sim.usage[(left + 1) as usize..n] {
                 *u -= size;
             }
         }
@@ -216,33 +324,67 @@ fn simulate(
         }
         sim.usage[n] = sim.used + workspace;
 
-        // After the node: dead intermediates leave; persistent tensors at their last use in the
-        // run leave for the host now (the run would send them there at its end anyway), so
-        // their copies overlap the rest of the run and their memory serves it; the rest move
-        // to their next use.
+        // After the node: dead intermediates leave; a persistent tensor at its last use in
+        // the run waits for its first use in the next one (evicted first when room is needed);
+        // the rest move to their next use.
         for &t in &touched {
-            sim.by_next_use.remove(&(n32, t));
+            sim.unindex(t);
             let tensor = &tensors[t as usize];
             if lv.last_use[t as usize] == Some(n32) {
-                sim.resident[t as usize] = false;
-                sim.used -= sim.size(t);
-                sim.left_after[t as usize] = n as i64;
-                if tensor.kind.persists() {
-                    plan.swap_out_after[n].push(t);
-                    if !sim.host_valid[t as usize] {
-                        plan.bytes_out += sim.size(t);
-                        sim.host_valid[t as usize] = true;
+                // Only what the next run reads lingers: one it first overwrites (an output)
+                // has no use for its device contents and leaves now, its copy overlapping
+                // this run.
+                let first = lv.uses[t as usize][0];
+                let read_next = nodes[first as usize].inputs.contains(&t);
+                if tensor.kind.persists() && linger && read_next {
+                    sim.index(t, n_nodes as u32 + first);
+                } else {
+                    if tensor.kind.persists() {
+                        plan.swap_out_after[n].push(t);
+                        if !sim.host_valid[t as usize] {
+                            plan.bytes_out += sim.size(t);
+                            sim.host_valid[t as usize] = true;
+                        }
                     }
+                    sim.resident[t as usize] = false;
+                    sim.used -= sim.size(t);
+                    sim.left_after[t as usize] = n as i64;
                 }
             } else {
                 let next = lv.next_use_after(t, n32);
-                sim.next_key[t as usize] = next;
-                sim.by_next_use.insert((next, t));
+                sim.index(t, next);
             }
         }
     }
 
-    // Run boundary: persistent tensors have left after their last use; the kept ones return.
+    // Run boundary. What the policy leaves resident is the next state to try; what is resident
+    // but not kept leaves after its last use (copied if dirty), and the kept ones that left
+    // come back.
+    let mut end_state: Vec<u32> = (0..tensors.len() as u32)
+        .filter(|&t| sim.resident[t as usize] && tensors[t as usize].kind.persists())
+        .collect();
+    end_state.sort_unstable();
+    let mut kept = vec![false; tensors.len()];
+    for &t in keep {
+        kept[t as usize] = true;
+    }
+    for &t in &end_state {
+        if kept[t as usize] {
+            continue;
+        }
+        let last = lv.last_use[t as usize].expect("a resident tensor was used");
+        sim.leave(t);
+        plan.swap_out_after[last as usize].push(t);
+        if !sim.host_valid[t as usize] {
+            plan.bytes_out += sim.size(t);
+            sim.host_valid[t as usize] = true;
+        }
+        sim.left_after[t as usize] = last as i64;
+        let size = sim.size(t);
+        for u in &mut sim.usage[last as usize + 1..n_nodes] {
+            *u -= size;
+        }
+    }
     sim.usage[n_nodes] = sim.used;
     for &t in keep {
         if !sim.resident[t as usize] {
@@ -257,7 +399,7 @@ fn simulate(
         let size = sim.size(t);
         let earliest = (left + 1).max(0) as usize;
         let mut k = m as usize;
-        while k > earliest && sim.usage[k - 1] + size <= budget {
+        while k > earliest && sim.usage[k - 1] + size + slack <= budget {
             k -= 1;
         }
         for u in &mut sim.usage[k..m as usize] {
@@ -266,7 +408,7 @@ fn simulate(
         plan.prefetch_before[k].push(t);
     }
     plan.peak = sim.usage.iter().copied().max().unwrap_or(0);
-    plan
+    (plan, end_state)
 }
 
 /// Replays the allocations the executor will make under `plan` through a dry run of `pool` (its
@@ -290,6 +432,11 @@ pub fn check_with_pool(
     for &t in &plan.keep {
         let bytes = tensors[t as usize].size;
         block[t as usize] = Some(push(&mut steps, 0, DryRunStep::Alloc { bytes, stream }));
+    }
+    for &t in &plan.leave_at_start {
+        if let Some(step) = block[t as usize].take() {
+            push(&mut steps, 0, DryRunStep::Free { step });
+        }
     }
     for (n, node) in nodes.iter().enumerate() {
         let n32 = n as u32;

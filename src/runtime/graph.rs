@@ -2,13 +2,14 @@
 //! slots), its plans (arena, swap), its captured replay, and the run / write / read entry points.
 
 use super::{Error, MemoryMode, Result, Runtime, ALIGNMENT};
-use crate::device::{DevPtr, DeviceError, GraphExecId};
-use crate::exec::{Executor, FixedLayout};
+use crate::device::{DevPtr, DeviceError, EventId, GraphExecId};
+use crate::exec::{Executor, FixedLayout, RunProfile};
 use crate::graph::{Graph, TensorKind};
 use crate::kernels::Kernel;
 use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
-use crate::plan::swap::{check_with_pool, plan_swaps, SwapPlan};
+use crate::plan::swap::{candidates, check_with_pool, plan_swaps, Policy, SwapPlan};
+use crate::plan::swap_model::{choose, estimate, Link};
 use crate::plan::{plan_graph_arena, ArenaLayout};
 use std::sync::Arc;
 
@@ -36,6 +37,14 @@ pub struct RuntimeGraph {
     arena: Option<(ArenaLayout, Option<DevPtr>)>,
     /// Made at finalize when the working set exceeds the budget.
     swap: Option<SwapPlan>,
+    /// The plans of the other swap policies (each passed the pool's dry run), default first:
+    /// the first successful run is timed and the plan the timeline model finds fastest on
+    /// those timings replaces the default (`tune_swap_plan`).
+    swap_candidates: Vec<(Policy, SwapPlan)>,
+    /// Timing events of that run.
+    profile: RunProfile,
+    /// The plan was chosen (by the timed run, or by `use_swap_policy`).
+    swap_chosen: bool,
     replay: Replay,
     successful_runs: u64,
 }
@@ -49,6 +58,9 @@ impl RuntimeGraph {
             has_contents: Vec::new(),
             arena: None,
             swap: None,
+            swap_candidates: Vec::new(),
+            profile: RunProfile::default(),
+            swap_chosen: false,
             replay: Replay::NotYet,
             successful_runs: 0,
         }
@@ -118,7 +130,9 @@ impl RuntimeGraph {
             }
         }
         if self.arena.is_none() && persistent + peak > limit {
-            self.swap = Some(self.make_swap_plan(limit)?);
+            let (plan, candidates) = self.make_swap_plan(limit)?;
+            self.swap = Some(plan);
+            self.swap_candidates = candidates;
         }
         if !self.is_planned() || !rt.device.supports_capture() {
             self.replay = Replay::Off;
@@ -139,7 +153,7 @@ impl RuntimeGraph {
 
     /// Plans swaps for what the pool leaves this graph, checked by a dry run of the pool; when
     /// the dry run fails (fragmentation), plans again for a smaller budget.
-    fn make_swap_plan(&self, limit: u64) -> Result<SwapPlan> {
+    fn make_swap_plan(&self, limit: u64) -> Result<(SwapPlan, Vec<(Policy, SwapPlan)>)> {
         let rt = &self.runtime;
         let st = rt.lock_for_call()?;
         let lv = self.graph.liveness().expect("finalized");
@@ -168,7 +182,94 @@ impl RuntimeGraph {
             plan.bytes_out,
             plan.bytes_in
         );
-        Ok(plan)
+        let mut candidates = candidates(tensors, nodes, lv, plan.budget, ALIGNMENT);
+        candidates.retain(|(_, p)| {
+            *p == plan
+                || (p.infeasible_nodes.len() <= plan.infeasible_nodes.len()
+                    && check_with_pool(tensors, nodes, lv, p, &st.pool, rt.compute).is_ok())
+        });
+        if candidates.len() < 2 {
+            candidates.clear();
+        }
+        Ok((plan, candidates))
+    }
+
+    /// The swap policies among which the first run's timings choose (default first); empty
+    /// when the graph does not swap or only one plan exists.
+    pub fn swap_policies(&self) -> Vec<Policy> {
+        self.swap_candidates.iter().map(|(p, _)| *p).collect()
+    }
+
+    /// Runs with the plan of `policy` (one of `swap_policies`) from the next run on, and stops
+    /// the choice by timings: for experiments, and for tests that must cover every plan.
+    pub fn use_swap_policy(&mut self, policy: Policy) -> Result<()> {
+        let Some(i) = self.swap_candidates.iter().position(|(p, _)| *p == policy) else {
+            return Err(Error::InvalidArgument(format!(
+                "swap policy {policy:?} is not among this graph's candidates {:?}",
+                self.swap_policies()
+            )));
+        };
+        self.swap = Some(self.swap_candidates[i].1.clone());
+        self.swap_chosen = true;
+        Ok(())
+    }
+
+    /// After the timed first run: estimate every candidate plan with the measured node times
+    /// and link bandwidths, and switch to the fastest (the executor moves persistent tensors
+    /// to the new plan's starting state at the next run).
+    fn tune_swap_plan(&mut self, device: &dyn crate::device::Device) {
+        let candidates = &self.swap_candidates;
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let timed = |(a, b): (EventId, EventId)| device.event_elapsed_ms(a, b).map(f64::from);
+        let cost: std::result::Result<Vec<f64>, _> = self.profile.nodes[..nodes.len()]
+            .iter()
+            .map(|&p| timed(p))
+            .collect();
+        let mut moved = [(0u64, 0.0f64); 2]; // (bytes, ms): out, in
+        let mut copies_ok = true;
+        for &(a, b, bytes, incoming) in &self.profile.copies {
+            match timed((a, b)) {
+                Ok(ms) => {
+                    moved[incoming as usize].0 += bytes;
+                    moved[incoming as usize].1 += ms;
+                }
+                Err(_) => copies_ok = false,
+            }
+        }
+        let gbps = |(bytes, ms): (u64, f64)| (ms > 0.0).then(|| bytes as f64 / (ms * 1e6));
+        let (Ok(cost), true) = (cost, copies_ok) else {
+            log::warn!("swap plan not tuned: the first run's timing events could not be read");
+            return;
+        };
+        let (out, inc) = (gbps(moved[0]), gbps(moved[1]));
+        let Some(either) = out.or(inc) else {
+            return; // nothing moved: every plan is as good
+        };
+        let link = Link {
+            in_gbps: inc.unwrap_or(either),
+            out_gbps: out.unwrap_or(either),
+        };
+        let estimates: Vec<_> = candidates
+            .iter()
+            .map(|(_, p)| estimate(tensors, nodes, lv, p, &cost, link, ALIGNMENT))
+            .collect();
+        let best = choose(&estimates);
+        log::info!(
+            "swap plan tuned on the first run (nodes {:.2} ms, link in {:.1} / out {:.1} GB/s): {:?}, estimated \
+             step {:.2} ms against {:.2} ms for the default plan; per run {} bytes out, {} in",
+            cost.iter().sum::<f64>(),
+            link.in_gbps,
+            link.out_gbps,
+            candidates[best].0,
+            estimates[best].step_ms,
+            estimates[0].step_ms,
+            candidates[best].1.bytes_out,
+            candidates[best].1.bytes_in
+        );
+        if best != 0 {
+            self.swap = Some(candidates[best].1.clone());
+        }
     }
 
     fn persistent_index(&self, id: u64, verb: &str) -> Result<u32> {
@@ -414,6 +515,20 @@ impl RuntimeGraph {
         queued?;
         finished?;
         self.successful_runs += 1;
+        if self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen {
+            self.swap_chosen = true;
+            self.tune_swap_plan(rt.device());
+            // Runs end in the plan's start state, a new plan's too.
+            let (r, _) =
+                self.execute_with(&rt, st, |exec, graph| exec.enter_start_state(graph), false);
+            r?;
+            rt.device.stream_synchronize(rt.streams.copy_out)?;
+            for m in &mut self.mem {
+                if m.state == Residency::CopyingToHost {
+                    m.state = Residency::OnHost;
+                }
+            }
+        }
         for (t, tensor) in self.graph.tensors().iter().enumerate() {
             if tensor.kind.persists() && self.mem[t].has_data() {
                 self.has_contents[t] = true;
@@ -430,6 +545,18 @@ impl RuntimeGraph {
         rt: &Runtime,
         st: &mut super::State,
     ) -> (Result<()>, crate::exec::RunCounters) {
+        let profiled = self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen;
+        self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
+    }
+
+    /// `what` through an executor over this graph's state (the state lock is held by the caller).
+    fn execute_with(
+        &mut self,
+        rt: &Runtime,
+        st: &mut super::State,
+        what: impl FnOnce(&mut Executor<'_>, &Graph) -> Result<()>,
+        profiled: bool,
+    ) -> (Result<()>, crate::exec::RunCounters) {
         let mut exec = Executor::new(
             rt.device(),
             rt.streams,
@@ -439,8 +566,9 @@ impl RuntimeGraph {
             &mut self.mem,
             self.swap.as_ref(),
             &mut st.stall_pairs,
+            profiled.then_some(&mut self.profile),
         );
-        let r = exec.run(&self.graph);
+        let r = what(&mut exec, &self.graph);
         (r, exec.counters)
     }
 }
@@ -483,6 +611,9 @@ impl Drop for RuntimeGraph {
             if let Err(e) = st.pool.free(&DeviceBacking(rt.device()), ptr) {
                 log::error!("releasing a graph's tensor: {e}");
             }
+        }
+        for event in self.profile.events() {
+            let _ = rt.device.destroy_event(event);
         }
         for m in &mut self.mem {
             if let Some(slot) = m.host.take() {

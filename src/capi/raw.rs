@@ -127,7 +127,7 @@ fn create_process_runtime(ordinal: u32) -> Shared {
         device_ordinal: ordinal,
         log_level: level,
         // PyTorch's allocation stream is where fragmentation bites (see BENCHMARKS.md).
-        pool_virtual_memory: true,
+        pool_virtual_memory: Some(true),
         ..Config::default()
     };
     let limit = std::env::var("GKRT_MEMORY_LIMIT").ok();

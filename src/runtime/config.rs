@@ -30,12 +30,15 @@ pub struct Config {
     /// Cap on pinned host memory for swapped tensors; 0 = no cap.
     pub host_memory_limit: u64,
     /// Grow the device pool by mapping pages into one reserved virtual range per stream
-    /// (CUDA only), instead of separate segments: less fragmentation for allocation streams
-    /// like PyTorch's, at some cost per operation. Off for graph runtimes (measured on the H200:
-    /// the 10,000-kernel chain's per-node time went from 1.11 to 1.38 times a plain launch
-    /// loop), on for the PyTorch entry points; `GKRT_POOL_VMM=1|0` overrides. Budgets under
-    /// 512 MiB always use segments (a page is 64 MiB).
-    pub pool_virtual_memory: bool,
+    /// (CUDA only), instead of separate segments: less fragmentation (free memory never split
+    /// at segment seams), at some cost per operation. `None` (auto): on when `memory_limit` is
+    /// set — such a runtime works at its limit, where seams strand memory (measured on the
+    /// H200: a swapping chain at half its working set needed fallback evictions on segments
+    /// and ran 1.48 times its bound, 1.07 on one range) — and off otherwise (the 10,000-kernel
+    /// chain's per-node time went from 1.11 to 1.38 times a plain launch loop with it on). On
+    /// for the PyTorch entry points; `GKRT_POOL_VMM=1|0` overrides. Budgets under 512 MiB
+    /// always use segments (a page is 64 MiB).
+    pub pool_virtual_memory: Option<bool>,
     /// Host backend only: random delay (µs) before each queued item.
     pub host_jitter_us: u32,
     pub seed: u64,
@@ -50,7 +53,7 @@ impl Default for Config {
             memory_mode: MemoryMode::Dynamic,
             log_level: 2,
             host_memory_limit: 0,
-            pool_virtual_memory: false,
+            pool_virtual_memory: None,
             host_jitter_us: 0,
             seed: 0x6b72_7447,
         }
@@ -78,8 +81,8 @@ impl Config {
         }
         if let Ok(v) = std::env::var("GKRT_POOL_VMM") {
             self.pool_virtual_memory = match v.trim() {
-                "1" => true,
-                "0" => false,
+                "1" => Some(true),
+                "0" => Some(false),
                 other => {
                     return Err(Error::InvalidArgument(format!(
                         "GKRT_POOL_VMM='{other}' is not 0 or 1"

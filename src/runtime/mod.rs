@@ -100,7 +100,10 @@ impl Runtime {
             marker: device.create_event()?,
         };
         let defaults = PoolConfig::default();
-        let vmm = config.pool_virtual_memory && limit >= 8 * defaults.vmm_page_bytes;
+        let vmm = config
+            .pool_virtual_memory
+            .unwrap_or(config.memory_limit != 0)
+            && limit >= 8 * defaults.vmm_page_bytes;
         let pool = Pool::new(PoolConfig {
             alignment: ALIGNMENT,
             memory_limit: limit,

@@ -127,6 +127,10 @@ pub struct Policy {
     /// flight, whose memory is not reusable until their copy ends, so a node's allocation
     /// need not wait for one.
     pub slack_tensors: u64,
+    /// With `linger` off: a kept tensor stays on the device after its last use in a run
+    /// (evicted first when room is needed) instead of leaving and coming back at the run's end
+    /// (cheaper when it is used late in the run; dearer when it is used only at the start).
+    pub kept_wait: bool,
 }
 
 /// How many times the run-boundary state is refined (`Policy::linger`).
@@ -158,6 +162,7 @@ fn plan_with(
             align,
             keep,
             policy.linger,
+            policy.kept_wait,
             slack,
         )
     };
@@ -213,11 +218,13 @@ pub fn candidates(
     align: u64,
 ) -> Vec<(Policy, SwapPlan)> {
     let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
-    for linger in [false, true] {
+    let knobs = [(false, false), (false, true), (true, false)];
+    for (linger, kept_wait) in knobs {
         for slack_tensors in [0, 1, 2] {
             let policy = Policy {
                 linger,
                 slack_tensors,
+                kept_wait,
             };
             let plan = plan_with(tensors, nodes, lv, budget, align, policy);
             if !out.iter().any(|(_, p)| *p == plan) {
@@ -239,6 +246,7 @@ fn simulate(
     align: u64,
     keep: &[u32],
     linger: bool,
+    kept_wait: bool,
     slack: u64,
 ) -> (SwapPlan, Vec<u32>) {
     let n_nodes = nodes.len();
@@ -261,7 +269,9 @@ fn simulate(
         keep: keep.to_vec(),
         ..SwapPlan::default()
     };
+    let mut kept = vec![false; tensors.len()];
     for &t in keep {
+        kept[t as usize] = true;
         let first = lv.uses[t as usize].first().copied().unwrap_or(NEVER);
         sim.arrive(t, first);
     }
@@ -333,10 +343,12 @@ fn simulate(
             if lv.last_use[t as usize] == Some(n32) {
                 // Only what the next run reads lingers: one it first overwrites (an output)
                 // has no use for its device contents and leaves now, its copy overlapping
-                // this run.
+                // this run. With `kept_wait`, a kept tensor waits too (rather than leave and
+                // come back at the end).
                 let first = lv.uses[t as usize][0];
                 let read_next = nodes[first as usize].inputs.contains(&t);
-                if tensor.kind.persists() && linger && read_next {
+                let waits = (linger && read_next) || (kept_wait && kept[t as usize]);
+                if tensor.kind.persists() && waits {
                     sim.index(t, n_nodes as u32 + first);
                 } else {
                     if tensor.kind.persists() {
@@ -364,10 +376,6 @@ fn simulate(
         .filter(|&t| sim.resident[t as usize] && tensors[t as usize].kind.persists())
         .collect();
     end_state.sort_unstable();
-    let mut kept = vec![false; tensors.len()];
-    for &t in keep {
-        kept[t as usize] = true;
-    }
     for &t in &end_state {
         if kept[t as usize] {
             continue;

@@ -255,6 +255,15 @@ impl RuntimeGraph {
             .map(|(_, p)| estimate(tensors, nodes, lv, p, &cost, link, ALIGNMENT))
             .collect();
         let best = choose(&estimates);
+        for ((policy, plan), e) in candidates.iter().zip(&estimates) {
+            log::debug!(
+                "swap candidate {policy:?}: estimated step {:.2} ms (compute waits {:.2} ms), {} bytes out, {} in",
+                e.step_ms,
+                e.compute_waited_ms,
+                plan.bytes_out,
+                plan.bytes_in
+            );
+        }
         log::info!(
             "swap plan tuned on the first run (nodes {:.2} ms, link in {:.1} / out {:.1} GB/s): {:?}, estimated \
              step {:.2} ms against {:.2} ms for the default plan; per run {} bytes out, {} in",

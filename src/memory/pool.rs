@@ -161,6 +161,13 @@ pub struct PoolConfig {
     /// H200: waiting made a GPT-2 training step 10% slower for 1.2% less memory). The budget
     /// may always wait.
     pub recycle_waits: bool,
+    /// When the slack rule finds no page known idle, it records a marker and polls it for up
+    /// to this long (default 20 µs): an idle or nearly idle device passes it at once, and its
+    /// pages can move without a stall; a busy one does not, and new pages are mapped. After a
+    /// miss it does not spin again until a marker completes. Measured on the H200: without it,
+    /// a trace replayed on an idle GPU never recycled (fragmentation 1.093 against 1.038 on
+    /// GPT-2).
+    pub recycle_spin_ns: u64,
 }
 
 impl Default for PoolConfig {
@@ -179,6 +186,7 @@ impl Default for PoolConfig {
             recycle_slack_permille: 30,
             recycle_min_bytes: 32 * MIB,
             recycle_waits: false,
+            recycle_spin_ns: 20_000,
         }
     }
 }
@@ -201,8 +209,9 @@ impl PoolConfig {
 
     /// Benchmark knobs, read when a pool is made: `GKRT_POOL_PAGE_MIB` (`vmm_page_bytes` in
     /// MiB), `GKRT_POOL_SLACK_PERMILLE` (`recycle_slack_permille`), `GKRT_POOL_RECYCLE_MIN_MIB`
-    /// (`recycle_min_bytes` in MiB), `GKRT_POOL_RECYCLE_WAIT` (`recycle_waits`, 0 or 1). Values
-    /// that do not parse are ignored with a warning.
+    /// (`recycle_min_bytes` in MiB), `GKRT_POOL_RECYCLE_WAIT` (`recycle_waits`, 0 or 1),
+    /// `GKRT_POOL_RECYCLE_SPIN_US` (`recycle_spin_ns` in µs). Values that do not parse are
+    /// ignored with a warning.
     fn with_env_overrides(mut self) -> PoolConfig {
         let read = |name: &str| -> Option<u64> {
             let v = std::env::var(name).ok()?;
@@ -223,6 +232,9 @@ impl PoolConfig {
         }
         if let Some(w) = read("GKRT_POOL_RECYCLE_WAIT") {
             self.recycle_waits = w != 0;
+        }
+        if let Some(us) = read("GKRT_POOL_RECYCLE_SPIN_US") {
+            self.recycle_spin_ns = us.saturating_mul(1000);
         }
         self
     }
@@ -482,6 +494,8 @@ struct Slot {
     safe_epoch: u64,
     /// Frees since the last marker.
     frees: u32,
+    /// `safe_epoch` when a spin on a marker last timed out (no spin until it advances).
+    spin_missed_at: u64,
 }
 
 /// The caching device-memory pool. See the module comment for the policies.
@@ -997,6 +1011,7 @@ impl Pool {
             spare_markers: Vec::new(),
             safe_epoch: 1,
             frees: 0,
+            spin_missed_at: 0,
         });
         self.slot_of.insert(stream, s);
         s
@@ -1032,6 +1047,28 @@ impl Pool {
         if let Some(e) = backing.record_marker(sl.stream, reuse) {
             self.epoch += 1;
             sl.markers.push_back((e, self.epoch));
+        }
+    }
+
+    /// Polls `slot`'s newest marker for up to `recycle_spin_ns` (see there); never waits on the
+    /// device. Skipped after a miss until some marker completes.
+    fn spin_on_newest_marker(&mut self, backing: &dyn PoolBacking, slot: u32) {
+        let spin = self.config.recycle_spin_ns;
+        let sl = &self.slots[slot as usize];
+        let Some(&(e, _)) = sl.markers.back() else {
+            return;
+        };
+        if spin == 0 || (sl.spin_missed_at == sl.safe_epoch && sl.spin_missed_at != 0) {
+            return;
+        }
+        let start = std::time::Instant::now();
+        while !backing.event_complete(e) {
+            if start.elapsed().as_nanos() as u64 >= spin {
+                let sl = &mut self.slots[slot as usize];
+                sl.spin_missed_at = sl.safe_epoch;
+                return;
+            }
+            std::hint::spin_loop();
         }
     }
 
@@ -1813,6 +1850,7 @@ impl Pool {
                 if !waits && must < want {
                     // A fresh marker passed at once means the device is idle: nothing to wait for.
                     self.mark(backing, slot);
+                    self.spin_on_newest_marker(backing, slot);
                 }
                 self.poll_markers(backing, slot);
             }

@@ -1922,6 +1922,23 @@ impl Pool {
             .map(|(mapped, i)| (self.idle_on_device(i), mapped, i))
             .collect();
         victims.sort_unstable_by(|a, b| b.cmp(a));
+        if log::log_enabled!(log::Level::Trace) {
+            let idle = victims.iter().filter(|v| v.0).count();
+            let slots: Vec<(usize, u64)> = self
+                .slots
+                .iter()
+                .map(|s| (s.markers.len(), s.safe_epoch))
+                .collect();
+            let epochs: Vec<u64> = victims
+                .iter()
+                .map(|v| self.slab[v.2 as usize].freed_epoch)
+                .collect();
+            log::trace!(
+                "pool recycle: want {want} must {must}, {} victims ({idle} idle, freed epochs {epochs:?}), epoch {}, slots (markers, safe epoch) {slots:?}",
+                victims.len(),
+                self.epoch
+            );
+        }
         let page = self.page;
         let mut done = 0u64;
         let mut quiet = false;

@@ -161,12 +161,10 @@ pub struct PoolConfig {
     /// H200: waiting made a GPT-2 training step 10% slower for 1.2% less memory). The budget
     /// may always wait.
     pub recycle_waits: bool,
-    /// When the slack rule finds no page known idle, it records a marker and polls it for up
-    /// to this long (default 20 µs): an idle or nearly idle device passes it at once, and its
-    /// pages can move without a stall; a busy one does not, and new pages are mapped. After a
-    /// miss it does not spin again until a marker completes. Measured on the H200: without it,
-    /// a trace replayed on an idle GPU never recycled (fragmentation 1.093 against 1.038 on
-    /// GPT-2).
+    /// Before the slack rule picks pages to move, it records a marker after the latest frees
+    /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
+    /// it, and the pages freed before it can move without a stall; a busy one does not, and new
+    /// pages are mapped (after a miss, spins back off exponentially).
     pub recycle_spin_ns: u64,
 }
 
@@ -186,7 +184,7 @@ impl Default for PoolConfig {
             recycle_slack_permille: 30,
             recycle_min_bytes: 32 * MIB,
             recycle_waits: false,
-            recycle_spin_ns: 20_000,
+            recycle_spin_ns: 200_000,
         }
     }
 }
@@ -494,8 +492,9 @@ struct Slot {
     safe_epoch: u64,
     /// Frees since the last marker.
     frees: u32,
-    /// `safe_epoch` when a spin on a marker last timed out (no spin until it advances).
-    spin_missed_at: u64,
+    /// Spin opportunities to skip after consecutive misses (backoff), and the current streak.
+    spin_skip: u32,
+    spin_misses: u32,
 }
 
 /// The caching device-memory pool. See the module comment for the policies.
@@ -1011,7 +1010,8 @@ impl Pool {
             spare_markers: Vec::new(),
             safe_epoch: 1,
             frees: 0,
-            spin_missed_at: 0,
+            spin_skip: 0,
+            spin_misses: 0,
         });
         self.slot_of.insert(stream, s);
         s
@@ -1037,9 +1037,13 @@ impl Pool {
 
     /// Records a marker on `slot`'s stream (unless too many are in flight).
     fn mark(&mut self, backing: &dyn PoolBacking, slot: u32) {
+        self.mark_capped(backing, slot, MARKERS_IN_FLIGHT);
+    }
+
+    fn mark_capped(&mut self, backing: &dyn PoolBacking, slot: u32, cap: usize) {
         self.poll_markers(backing, slot);
         let sl = &mut self.slots[slot as usize];
-        if sl.markers.len() >= MARKERS_IN_FLIGHT {
+        if sl.markers.len() >= cap {
             return;
         }
         let reuse = sl.spare_markers.pop();
@@ -1051,25 +1055,32 @@ impl Pool {
     }
 
     /// Polls `slot`'s newest marker for up to `recycle_spin_ns` (see there); never waits on the
-    /// device. Skipped after a miss until some marker completes.
+    /// device. After a miss (a busy device) the next 1, 2, 4 … 64 opportunities are skipped, so
+    /// a device that stays busy costs few spins; a hit resets the backoff.
     fn spin_on_newest_marker(&mut self, backing: &dyn PoolBacking, slot: u32) {
         let spin = self.config.recycle_spin_ns;
-        let sl = &self.slots[slot as usize];
+        let sl = &mut self.slots[slot as usize];
         let Some(&(e, _)) = sl.markers.back() else {
             return;
         };
-        if spin == 0 || (sl.spin_missed_at == sl.safe_epoch && sl.spin_missed_at != 0) {
+        if spin == 0 {
+            return;
+        }
+        if sl.spin_skip > 0 {
+            sl.spin_skip -= 1;
             return;
         }
         let start = std::time::Instant::now();
         while !backing.event_complete(e) {
             if start.elapsed().as_nanos() as u64 >= spin {
                 let sl = &mut self.slots[slot as usize];
-                sl.spin_missed_at = sl.safe_epoch;
+                sl.spin_skip = 1 << sl.spin_misses.min(6);
+                sl.spin_misses += 1;
                 return;
             }
             std::hint::spin_loop();
         }
+        self.slots[slot as usize].spin_misses = 0;
     }
 
     /// Advances `slot`'s safe epoch past every completed marker.
@@ -1849,7 +1860,9 @@ impl Pool {
             if self.slots[slot as usize].range != NIL {
                 if !waits && must < want {
                     // A fresh marker passed at once means the device is idle: nothing to wait for.
-                    self.mark(backing, slot);
+                    // It must come after the latest frees even when the usual markers have not
+                    // been seen complete yet (a slow round trip), so the cap is doubled here.
+                    self.mark_capped(backing, slot, 2 * MARKERS_IN_FLIGHT);
                     self.spin_on_newest_marker(backing, slot);
                 }
                 self.poll_markers(backing, slot);

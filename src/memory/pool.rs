@@ -47,7 +47,9 @@
 //!   records a marker event on the stream and polls it later; pages freed before a completed
 //!   marker move at once, others only after waiting for the device (`VirtualMemory::quiesce`) —
 //!   which the budget always may, and the slack rule only with `recycle_waits` (off by default:
-//!   the pool never stalls the device for the slack and maps new pages instead).
+//!   the pool never stalls the device for the slack and maps new pages instead). Before picking,
+//!   the slack rule records a marker after the latest frees and polls it briefly
+//!   (`recycle_spin_ns`): an idle device passes it, a busy one does not.
 //! - **Plain segments (devices without virtual memory, the pinned pool, fallbacks).** As in
 //!   PyTorch, requests of at most `small_request_max` (1 MiB) are served only from the small
 //!   pool, whose segments are `small_segment_bytes` (2 MiB); larger requests only from the large

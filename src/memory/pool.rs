@@ -592,22 +592,7 @@ impl Pool {
                 return Err(e);
             }
         };
-        let (addr, size) = {
-            let b = &mut self.slab[idx as usize];
-            b.state = State::Allocated;
-            b.requested = bytes;
-            b.tag = tag;
-            (b.addr, b.size)
-        };
-        self.live.insert(addr, idx);
-        let s = &mut self.stats;
-        s.allocated_bytes += size;
-        s.requested_bytes += bytes;
-        s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
-        s.alloc_count += 1;
-        let in_use = s.allocated_bytes + self.pending_bytes;
-        self.high_water = self.high_water.max(in_use);
-        Ok(addr)
+        Ok(self.hand_out(idx, bytes, tag))
     }
 
     fn alloc_inner(
@@ -947,20 +932,28 @@ impl Pool {
                 self.mark_busy(self.slab[j as usize].seg);
             }
         }
-        let addr = {
+        Some((self.hand_out(idx, bytes, 0), event))
+    }
+
+    /// Block `idx` (out of every index) becomes an allocation of `bytes` with `tag`: counted,
+    /// findable by address. Returns its address.
+    fn hand_out(&mut self, idx: u32, bytes: u64, tag: u8) -> u64 {
+        let (addr, size) = {
             let b = &mut self.slab[idx as usize];
             b.state = State::Allocated;
             b.requested = bytes;
-            b.tag = 0;
-            b.addr
+            b.tag = tag;
+            (b.addr, b.size)
         };
         self.live.insert(addr, idx);
         let s = &mut self.stats;
-        s.allocated_bytes += rounded;
+        s.allocated_bytes += size;
         s.requested_bytes += bytes;
         s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
         s.alloc_count += 1;
-        Some((addr, event))
+        let in_use = s.allocated_bytes + self.pending_bytes;
+        self.high_water = self.high_water.max(in_use);
+        addr
     }
 
     /// Events that blocks are pending on (each once).

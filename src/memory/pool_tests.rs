@@ -1421,21 +1421,30 @@ fn large_requests_reuse_hole_pages_beyond_the_slack_waiting_if_needed() {
     check(&p);
 }
 
+/// A non-waiting pool (spin as given) with a freed 64 MiB block `x` below a live one, then a
+/// 96 MiB request: it does not fit x's hole, and mapping 96 new MiB exceeds the slack over the
+/// high-water mark. Returns the pool and the 96 MiB block.
+fn slack_case(f: &VFake, spin_ns: u64) -> (Pool, u64) {
+    let mut p = Pool::new(PoolConfig {
+        recycle_waits: false,
+        recycle_spin_ns: spin_ns,
+        ..vpool(u64::MAX).config().clone()
+    });
+    let x = p.alloc(f, 64 * MIB, st(0)).unwrap();
+    let _y = p.alloc(f, 64 * MIB, st(0)).unwrap();
+    p.free(f, x).unwrap();
+    f.note_freed(x, 64 * MIB, 0);
+    let z = p.alloc(f, 96 * MIB, st(0)).unwrap();
+    assert!(f.covers(z, 96 * MIB));
+    (p, z)
+}
+
 #[test]
 fn large_requests_reuse_idle_hole_pages_beyond_the_slack() {
     let f = VFake::new();
-    let mut p = Pool::new(PoolConfig {
-        recycle_waits: false,
-        ..vpool(u64::MAX).config().clone()
-    });
-    let x = p.alloc(&f, 64 * MIB, st(0)).unwrap();
-    let _y = p.alloc(&f, 64 * MIB, st(0)).unwrap();
-    p.free(&f, x).unwrap();
-    f.note_freed(x, 64 * MIB, 0);
-    // 96 MiB does not fit x's hole, and mapping 96 new MiB exceeds the slack over the high-water
-    // mark; but the device may still use x's memory: no waiting for it, new pages instead.
-    let z = p.alloc(&f, 96 * MIB, st(0)).unwrap();
-    assert!(f.covers(z, 96 * MIB));
+    // The device may still use x's memory (its marker is not passed): no waiting for it, new
+    // pages instead.
+    let (mut p, z) = slack_case(&f, PoolConfig::default().recycle_spin_ns);
     assert_eq!(p.stats().reserved_bytes, 224 * MIB);
     assert_eq!((f.syncs.get(), p.stats().page_unmap_count), (0, 0));
     // The device passes the marker recorded then (after x's free, before z's).
@@ -1467,18 +1476,9 @@ fn large_requests_reuse_idle_hole_pages_beyond_the_slack() {
 fn an_idle_device_lets_the_slack_rule_move_pages_without_waiting() {
     let f = VFake::new();
     f.idle_device.set(true);
-    let mut p = Pool::new(PoolConfig {
-        recycle_waits: false,
-        ..vpool(u64::MAX).config().clone()
-    });
-    let x = p.alloc(&f, 64 * MIB, st(0)).unwrap();
-    let _y = p.alloc(&f, 64 * MIB, st(0)).unwrap();
-    p.free(&f, x).unwrap();
-    f.note_freed(x, 64 * MIB, 0);
     // As in the test above, but the device passes the fresh marker within the spin: x's pages
     // move, the footprint stays within the slack, and nothing waited for the device.
-    let z = p.alloc(&f, 96 * MIB, st(0)).unwrap();
-    assert!(f.covers(z, 96 * MIB));
+    let (p, _) = slack_case(&f, PoolConfig::default().recycle_spin_ns);
     let s = p.stats();
     let cap = (160 * MIB / 1000 * 1030).div_ceil(PAGE) * PAGE;
     assert!(s.reserved_bytes <= cap, "{} > {cap}", s.reserved_bytes);
@@ -1488,16 +1488,7 @@ fn an_idle_device_lets_the_slack_rule_move_pages_without_waiting() {
     // With the spin off, the same requests map new pages instead.
     let g = VFake::new();
     g.idle_device.set(true);
-    let mut q = Pool::new(PoolConfig {
-        recycle_waits: false,
-        recycle_spin_ns: 0,
-        ..vpool(u64::MAX).config().clone()
-    });
-    let x = q.alloc(&g, 64 * MIB, st(0)).unwrap();
-    let _y = q.alloc(&g, 64 * MIB, st(0)).unwrap();
-    q.free(&g, x).unwrap();
-    g.note_freed(x, 64 * MIB, 0);
-    let _z = q.alloc(&g, 96 * MIB, st(0)).unwrap();
+    let (q, _) = slack_case(&g, 0);
     assert_eq!(q.stats().reserved_bytes, 224 * MIB);
     check(&q);
 }

@@ -83,7 +83,7 @@ impl RunProfile {
     pub fn events(&self) -> impl Iterator<Item = EventId> + '_ {
         self.nodes
             .iter()
-            .map(|&(a, b)| (a, b))
+            .copied()
             .chain(self.copies.iter().map(|&(a, b, _, _)| (a, b)))
             .chain(self.spare_copy_events.iter().copied())
             .flat_map(|(a, b)| [a, b])

@@ -118,7 +118,7 @@ pub trait PoolBacking {
 
 /// Frees between two marker events on a stream with a virtual range.
 const MARKER_EVERY: u32 = 256;
-/// Markers in flight per stream, at most.
+/// Markers in flight per stream, at most (the slack rule's own may take it to twice that).
 const MARKERS_IN_FLIGHT: usize = 8;
 
 /// Pool configuration. [`Pool::new`] normalises it (see [`Pool::config`]): `alignment` becomes a

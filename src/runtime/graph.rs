@@ -222,10 +222,10 @@ impl RuntimeGraph {
         let lv = self.graph.liveness().expect("finalized");
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
         let timed = |(a, b): (EventId, EventId)| device.event_elapsed_ms(a, b).map(f64::from);
-        let cost: std::result::Result<Vec<f64>, _> = self.profile.nodes[..nodes.len()]
-            .iter()
-            .map(|&p| timed(p))
-            .collect();
+        let Some(pairs) = self.profile.nodes.get(..nodes.len()) else {
+            return; // not every node was timed
+        };
+        let cost: std::result::Result<Vec<f64>, _> = pairs.iter().map(|&p| timed(p)).collect();
         let mut moved = [(0u64, 0.0f64); 2]; // (bytes, ms): out, in
         let mut copies_ok = true;
         for &(a, b, bytes, incoming) in &self.profile.copies {
@@ -527,11 +527,14 @@ impl RuntimeGraph {
         if self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen {
             self.swap_chosen = true;
             self.tune_swap_plan(rt.device());
-            // Runs end in the plan's start state, a new plan's too.
+            // Runs end in the plan's start state, a new plan's too. The run itself succeeded:
+            // a failure here is only logged (the next run's start retries the move).
             let (r, _) =
                 self.execute_with(&rt, st, |exec, graph| exec.enter_start_state(graph), false);
-            r?;
-            rt.device.stream_synchronize(rt.streams.copy_out)?;
+            let synced = rt.device.stream_synchronize(rt.streams.copy_out);
+            if let Err(e) = r.and(synced.map_err(Error::from)) {
+                log::warn!("moving tensors to the tuned swap plan's starting state: {e}");
+            }
             for m in &mut self.mem {
                 if m.state == Residency::CopyingToHost {
                     m.state = Residency::OnHost;

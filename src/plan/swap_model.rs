@@ -319,6 +319,87 @@ mod tests {
         }
     }
 
+    const MB: u64 = 1_000_000;
+    /// 1 GB/s each way: a MB moves in a millisecond.
+    const SLOW: Link = Link {
+        in_gbps: 1.0,
+        out_gbps: 1.0,
+    };
+
+    fn empty_plan(nodes: usize, budget: u64) -> SwapPlan {
+        SwapPlan {
+            budget,
+            swap_out_after: vec![Vec::new(); nodes],
+            prefetch_before: vec![Vec::new(); nodes + 1],
+            ..SwapPlan::default()
+        }
+    }
+
+    /// Hand-computed timelines: a return the first node waits for, and an output sent home
+    /// after the last node.
+    #[test]
+    fn estimate_follows_a_hand_computed_timeline() {
+        let mut c = Chain {
+            tensors: Vec::new(),
+            nodes: Vec::new(),
+            cost: Vec::new(),
+        };
+        let p = c.tensor(MB, TensorKind::Parameter, "p".into());
+        let a = c.tensor(MB, TensorKind::Intermediate, "a".into());
+        let out = c.tensor(MB, TensorKind::Output, "out".into());
+        c.node(&[p], a, 2.0);
+        c.node(&[a], out, 1.0);
+        let lv = Liveness::analyse(&c.tensors, &c.nodes, 1);
+        let mut plan = empty_plan(2, 10 * MB);
+        plan.prefetch_before[0].push(p);
+        plan.swap_out_after[0].push(p);
+        let e = estimate(&c.tensors, &c.nodes, &lv, &plan, &c.cost, SLOW, 1);
+        // p comes in over [0, 1]; node 0 runs over [1, 3] (it waited 1 ms), node 1 over [3, 4];
+        // p leaves clean (no copy), out is copied home over [4, 5].
+        assert_eq!(e.starts, vec![(1.0, 1.0), (3.0, 0.0)]);
+        assert_eq!((e.bytes_in, e.bytes_out), (MB, MB));
+        assert!((e.step_ms - 5.0).abs() < 1e-9, "{}", e.step_ms);
+        assert!((e.compute_waited_ms - 1.0).abs() < 1e-9);
+
+        // The same graph when p stays on the device across runs: nothing waits, nothing comes in.
+        let mut kept = empty_plan(2, 10 * MB);
+        kept.keep.push(p);
+        let e = estimate(&c.tensors, &c.nodes, &lv, &kept, &c.cost, SLOW, 1);
+        assert_eq!(e.starts, vec![(0.0, 0.0), (2.0, 0.0)]);
+        assert_eq!((e.bytes_in, e.bytes_out), (0, MB));
+        assert!((e.step_ms - 4.0).abs() < 1e-9, "{}", e.step_ms);
+    }
+
+    /// A node's output allocation that finds only a block pending on a copy-out waits for that
+    /// copy (as `Pool::take_pending` makes the executor do), and no longer.
+    #[test]
+    fn estimate_waits_for_the_copy_out_whose_block_it_takes() {
+        let mut c = Chain {
+            tensors: Vec::new(),
+            nodes: Vec::new(),
+            cost: Vec::new(),
+        };
+        let x = c.tensor(MB, TensorKind::Input, "x".into());
+        let a = c.tensor(MB, TensorKind::Output, "a".into());
+        let b = c.tensor(MB, TensorKind::Output, "b".into());
+        let y = c.tensor(MB, TensorKind::Output, "y".into());
+        c.node(&[x], a, 1.0);
+        c.node(&[a], b, 1.0);
+        c.node(&[b], y, 1.0);
+        let lv = Liveness::analyse(&c.tensors, &c.nodes, 1);
+        // Budget 2 MB, x kept from the last run. x leaves clean after node 0; a (dirty) is
+        // copied out after node 1, over [2, 3]; y's memory at node 2 is a's pending block.
+        let mut plan = empty_plan(3, 2 * MB);
+        plan.keep.push(x);
+        plan.swap_out_after[0].push(x);
+        plan.swap_out_after[1].push(a);
+        let e = estimate(&c.tensors, &c.nodes, &lv, &plan, &c.cost, SLOW, 1);
+        assert_eq!(e.starts, vec![(0.0, 0.0), (1.0, 0.0), (3.0, 1.0)]);
+        // a, then b and y (sent home at the end: [4, 5], [5, 6]).
+        assert_eq!((e.bytes_out, e.bytes_in), (3 * MB, 0));
+        assert!((e.step_ms - 6.0).abs() < 1e-9, "{}", e.step_ms);
+    }
+
     /// The graph of benches/swap_chain.c: Linear+ReLU layers, forward and (optionally) backward.
     fn swap_chain(hidden: u64, tokens: u64, layers: usize, train: bool) -> Chain {
         let act = tokens * hidden * 2;

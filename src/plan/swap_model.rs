@@ -139,6 +139,7 @@ pub fn estimate(
         }
     }
     let mut deferred: Vec<u32> = Vec::new();
+    let mut waited_until_last = 0.0f64;
     let n_nodes = nodes.len();
     for n in 0..=n_nodes {
         let mut waiting = std::mem::take(&mut deferred);
@@ -211,9 +212,9 @@ pub fn estimate(
             }
             host_valid[t as usize] = false;
         }
-        let waited_before: f64 = e.starts.iter().map(|s| s.1).sum();
         e.starts
-            .push((compute, e.compute_waited_ms - waited_before));
+            .push((compute, e.compute_waited_ms - waited_until_last));
+        waited_until_last = e.compute_waited_ms;
         compute += cost_ms[n];
         e.compute_ms += cost_ms[n];
         for &t in &lv.frees[n] {
@@ -246,7 +247,7 @@ pub fn estimate(
     for t in 0..tensors.len() {
         if tensors[t].kind.persists()
             && at[t] == Where::Device
-            && !plan.keep.contains(&(t as u32))
+            && plan.keep.binary_search(&(t as u32)).is_err()
             && !host_valid[t]
         {
             copy_out = copy_out.max(compute) + ms_out(size(t as u32));

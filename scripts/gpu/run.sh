@@ -6,6 +6,8 @@
 #   demo    the demo on the GPU and on the host backend
 #   bench   benches/launch_overhead (10,000-kernel chain: gkrt dynamic / planned+replay vs a loop)
 #   swap    benches/swap_chain (bf16 Linear+ReLU training step at 1x, 2x, 3x its memory limit)
+#   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
+#           and torch in python3; BENCHMARKS.md section 3)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -113,6 +115,6 @@ for w in "${what[@]}"; do
     bench) run_bench ;;
     pool) run_pool ;;
     swap) run_swap ;;
-    *) echo "unknown: $w (tests, demo, bench, swap)" ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool)" ;;
   esac
 done

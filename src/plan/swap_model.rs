@@ -1,4 +1,4 @@
-//! A timeline model of one swapping run, for judging swap plans on this machine: the executor's
+//! A timeline model of one swapping run, for judging swap plans without a device: the executor's
 //! queueing order and its waits (see `exec`), three streams (compute, copy in, copy out), node
 //! costs given in milliseconds, one link bandwidth each way, and a pool counted in bytes (no
 //! fragmentation). The host queues far ahead of the device, so a pending block is never seen
@@ -71,8 +71,8 @@ pub fn estimate(
         allocated += size(t);
     }
 
-    // Memory for `bytes`: free, else pending blocks as the executor takes them. Returns the time the
-    // block is usable, or None when nothing would do.
+    // Memory for `bytes`: free, else pending blocks as the executor takes them. Returns the
+    // time the block is usable, or None when nothing would do.
     let take = |bytes: u64,
                 allocated: &mut u64,
                 pending: &mut Vec<Pending>,

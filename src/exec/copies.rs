@@ -63,13 +63,8 @@ impl Executor<'_> {
                     {
                         return Ok(Some((ptr, Some(event))));
                     }
-                    let pending = self.pool.pending_events();
-                    if pending.is_empty() {
+                    if !self.take_back_all_pending()? {
                         return Ok(None);
-                    }
-                    for event in pending {
-                        self.compute_waits(event)?;
-                        self.pool.assume_complete(event);
                     }
                 }
                 Err(crate::memory::pool::PoolError::OutOfMemory { .. }) => return Ok(None),
@@ -184,6 +179,17 @@ impl Executor<'_> {
         self.counters.bytes_out += tensor.size;
         self.counters.tensors_out += 1;
         Ok(())
+    }
+
+    /// Makes every block pending on a copy free again for the compute stream, which waits for
+    /// those copies. False when there was none.
+    pub(super) fn take_back_all_pending(&mut self) -> Result<bool> {
+        let pending = self.pool.pending_events();
+        for &event in &pending {
+            self.compute_waits(event)?;
+            self.pool.assume_complete(event);
+        }
+        Ok(!pending.is_empty())
     }
 
     /// The compute stream waits for `event`, with the wait timed by a pair of events so the

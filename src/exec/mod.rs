@@ -171,16 +171,6 @@ impl<'a> Executor<'a> {
     /// caller synchronises the streams afterwards; asynchronous failures surface there.
     pub fn run(&mut self, graph: &Graph) -> Result<()> {
         let mut result = self.enter_start_state(graph);
-        if let (Ok(()), Some(plan)) = (&result, self.plan) {
-            for &t in &plan.leave_at_start {
-                if self.mem[t as usize].state == Residency::OnDevice {
-                    result = self.swap_out(graph, t);
-                    if result.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
         if result.is_ok() {
             result = (0..graph.nodes().len()).try_for_each(|n| self.run_node(graph, n));
         }
@@ -421,10 +411,7 @@ impl<'a> Executor<'a> {
                 self.swap_out(graph, t)?;
             }
         }
-        for event in self.pool.pending_events() {
-            self.compute_waits(event)?;
-            self.pool.assume_complete(event);
-        }
+        self.take_back_all_pending()?;
         self.pool.release_cached(&DeviceBacking(self.device))?;
         let mut by_size = movable;
         by_size.sort_unstable_by_key(|&t| std::cmp::Reverse(graph.tensors()[t as usize].size));
@@ -452,12 +439,7 @@ impl<'a> Executor<'a> {
                 self.compute_waits(event)?;
                 return Ok(ptr);
             }
-            let pending = self.pool.pending_events();
-            if !pending.is_empty() {
-                for event in pending {
-                    self.compute_waits(event)?;
-                    self.pool.assume_complete(event);
-                }
+            if self.take_back_all_pending()? {
                 continue;
             }
             match self.pick_victim(graph, n) {
@@ -519,19 +501,20 @@ impl<'a> Executor<'a> {
         best.map(|(_, t)| t)
     }
 
-    /// A swap plan starts from its `keep` on the device and every other persistent tensor on
-    /// the host: one left on the device otherwise (the plan was just changed) is sent home
-    /// (a copy only when the host copy is stale). The caller synchronises the copy stream.
+    /// A swap plan starts from its `keep` on the device, less `leave_at_start`, and every other
+    /// persistent tensor on the host: one left on the device otherwise (the plan was just
+    /// changed) is sent home (a copy only when the host copy is stale). The caller
+    /// synchronises the copy stream.
     pub fn enter_start_state(&mut self, graph: &Graph) -> Result<()> {
         let Some(plan) = self.plan else {
             return Ok(());
         };
-        for (t, tensor) in graph.tensors().iter().enumerate() {
-            if tensor.kind.persists()
-                && self.mem[t].state == Residency::OnDevice
-                && plan.keep.binary_search(&(t as u32)).is_err()
-            {
-                self.swap_out(graph, t as u32)?;
+        let not_kept = (0..graph.tensors().len() as u32).filter(|&t| {
+            graph.tensors()[t as usize].kind.persists() && plan.keep.binary_search(&t).is_err()
+        });
+        for t in not_kept.chain(plan.leave_at_start.iter().copied()) {
+            if self.mem[t as usize].state == Residency::OnDevice {
+                self.swap_out(graph, t)?;
             }
         }
         Ok(())

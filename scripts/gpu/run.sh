@@ -5,7 +5,9 @@
 #   tests   every C test with GKRT_DEVICE=cuda, the Rust GPU tests, and the no-device check
 #   demo    the demo on the GPU and on the host backend
 #   bench   benches/launch_overhead (10,000-kernel chain: gkrt dynamic / planned+replay vs a loop)
-#   swap    benches/swap_chain (bf16 Linear+ReLU training step at 1x, 2x, 3x its memory limit)
+#   swap    benches/swap_chain (bf16 Linear+ReLU training step at 1x, 2x, 3x its memory limit);
+#           SWAP_TIMELINE=1 also times every swapping run with events and summarises where the
+#           links and the compute stream idle (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3)
 set -uo pipefail
@@ -71,8 +73,14 @@ run_swap() {
   cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
     -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
   for args in "${SWAP_ARGS:-8192 8192 16 5 train}" "${SWAP_FWD_ARGS:-8192 16384 16 5 forward}"; do
+    # SWAP_TIMELINE=1: every swapping run is timed with events and summarised (a diagnostic:
+    # the events add a little to each step).
+    local tl="$OUT/swap_timeline_${args##* }.csv"
+    [ "${SWAP_TIMELINE:-0}" = 1 ] && export GKRT_SWAP_TIMELINE="$tl"
     LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" $args 2>&1 |
       grep -v '^\[gkrt INFO\] gkrt runtime' | tee -a "$OUT/bench_swap.log"
+    unset GKRT_SWAP_TIMELINE
+    [ -f "$tl" ] && python3 scripts/gpu/timeline.py "$tl" | tee -a "$OUT/bench_swap.log"
   done
 }
 

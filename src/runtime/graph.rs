@@ -281,6 +281,40 @@ impl RuntimeGraph {
         }
     }
 
+    /// Appends the last profiled run's measured timeline to `path` (CSV: run, `node` / `in` /
+    /// `out`, node index or copy bytes, start and end in ms from the first node's start), for
+    /// `scripts/gpu/timeline.py`.
+    fn write_timeline(&self, device: &dyn crate::device::Device, path: &str) -> Result<()> {
+        use std::io::Write;
+        let Some(&(zero, _)) = self.profile.nodes.first() else {
+            return Ok(());
+        };
+        let at = |e: EventId| -> Result<f64> {
+            // Events before the first node's start give negative offsets.
+            match device.event_elapsed_ms(zero, e) {
+                Ok(ms) => Ok(f64::from(ms)),
+                Err(_) => Ok(-f64::from(device.event_elapsed_ms(e, zero)?)),
+            }
+        };
+        let run = self.successful_runs;
+        let mut text = String::new();
+        let n = self.graph.nodes().len().min(self.profile.nodes.len());
+        for (i, &(a, b)) in self.profile.nodes[..n].iter().enumerate() {
+            text += &format!("{run},node,{i},{:.4},{:.4}\n", at(a)?, at(b)?);
+        }
+        for &(a, b, bytes, incoming) in &self.profile.copies {
+            let dir = if incoming { "in" } else { "out" };
+            text += &format!("{run},{dir},{bytes},{:.4},{:.4}\n", at(a)?, at(b)?);
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::InvalidArgument(format!("{path}: {e}")))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| Error::InvalidArgument(format!("{path}: {e}")))
+    }
+
     fn persistent_index(&self, id: u64, verb: &str) -> Result<u32> {
         let t = self.graph.tensor_index(id)?;
         let tensor = &self.graph.tensors()[t as usize];
@@ -524,6 +558,11 @@ impl RuntimeGraph {
         queued?;
         finished?;
         self.successful_runs += 1;
+        if let (Some(path), Some(_)) = (timeline_path(), &self.swap) {
+            if let Err(e) = self.write_timeline(rt.device(), path) {
+                log::warn!("swap timeline not written to {path}: {e}");
+            }
+        }
         if self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen {
             self.swap_chosen = true;
             self.tune_swap_plan(rt.device());
@@ -557,7 +596,9 @@ impl RuntimeGraph {
         rt: &Runtime,
         st: &mut super::State,
     ) -> (Result<()>, crate::exec::RunCounters) {
-        let profiled = self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen;
+        let profiled = self.swap.is_some()
+            && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
+                || timeline_path().is_some());
         self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
     }
 
@@ -645,4 +686,16 @@ impl Drop for RuntimeGraph {
             st.pinned.assume_complete(event);
         }
     }
+}
+
+/// `GKRT_SWAP_TIMELINE`: a file to which every run of a swapping graph appends its measured
+/// timeline (each such run is then timed with events: a diagnostic, not for production).
+fn timeline_path() -> Option<&'static str> {
+    static PATH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        std::env::var("GKRT_SWAP_TIMELINE")
+            .ok()
+            .filter(|p| !p.is_empty())
+    })
+    .as_deref()
 }

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Summarises the measured swap timelines that GKRT_SWAP_TIMELINE=FILE makes gkrt append (one CSV
+line per node and per copy of every run of a swapping graph: run, node|in|out, node index or copy
+bytes, start ms, end ms, from the run's first node start).
+
+Usage: python3 scripts/gpu/timeline.py FILE [--gaps N]
+
+A new graph starts where the run number goes back to 1. For each graph it takes the last run (warm,
+on the tuned plan) and prints: the step span, compute busy time and the largest waits between
+nodes, and for each direction of the link the bytes, the busy time (union of copies), its idle
+time inside the step and the largest idle stretches, and per-copy bandwidth.
+"""
+import sys
+from collections import defaultdict
+
+
+def union(intervals):
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def idle_stretches(busy, lo, hi):
+    gaps, t = [], lo
+    for a, b in busy:
+        if a > t:
+            gaps.append((t, a))
+        t = max(t, b)
+    if hi > t:
+        gaps.append((t, hi))
+    return gaps
+
+
+def node_at(nodes, t):
+    """Index of the node running (or last started) at time t."""
+    best = None
+    for i, a, _ in nodes:
+        if a <= t:
+            best = i
+    return best
+
+
+def report(graph, rows, top):
+    nodes = [(int(k), a, b) for kind, k, a, b in rows if kind == "node"]
+    copies = {d: [(int(k), a, b) for kind, k, a, b in rows if kind == d] for d in ("in", "out")}
+    if not nodes:
+        return
+    start = min(a for _, a, _ in nodes)
+    end = max(b for _, _, b in nodes)
+    compute = sum(b - a for _, a, b in nodes)
+    print(f"## graph {graph}: {len(nodes)} nodes, step {end - start:.2f} ms, compute busy {compute:.2f} ms")
+    waits = sorted(((nodes[j][1] - nodes[j - 1][2], nodes[j][0]) for j in range(1, len(nodes))), reverse=True)
+    total_wait = sum(w for w, _ in waits if w > 0)
+    print(f"waits between nodes: {total_wait:.2f} ms in all; largest: "
+          + ", ".join(f"{w:.2f} ms before node {i}" for w, i in waits[:top]))
+    for d, cs in copies.items():
+        if not cs:
+            continue
+        nbytes = sum(k for k, _, _ in cs)
+        busy = union([[a, b] for _, a, b in cs])
+        busy_ms = sum(b - a for a, b in busy)
+        lo, hi = min(start, min(a for _, a, _ in cs)), max(end, max(b for _, _, b in cs))
+        idle = sorted(((b - a, a) for a, b in idle_stretches(busy, lo, hi)), reverse=True)
+        rates = sorted(k / ((b - a) * 1e6) for k, a, b in cs if b > a)
+        print(f"{d}: {len(cs)} copies, {nbytes / 2**30:.2f} GiB, busy {busy_ms:.2f} ms "
+              f"({nbytes / (busy_ms * 1e6):.1f} GB/s while busy), span {lo:.2f}..{hi:.2f} ms, "
+              f"idle {sum(w for w, _ in idle):.2f} ms; per copy GB/s min {rates[0]:.1f} "
+              f"median {rates[len(rates) // 2]:.1f}")
+        print("  largest idle: " + ", ".join(
+            f"{w:.2f} ms at {t:.2f} (node {node_at(nodes, t)})" for w, t in idle[:top]))
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    top = int(sys.argv[sys.argv.index("--gaps") + 1]) if "--gaps" in sys.argv else 6
+    graphs, prev = [], None
+    for line in open(sys.argv[1]):
+        run, kind, k, a, b = line.strip().split(",")
+        run = int(run)
+        if prev is None or run < prev:
+            graphs.append(defaultdict(list))
+        graphs[-1][run].append((kind, k, float(a), float(b)))
+        prev = run
+    for g, runs in enumerate(graphs, 1):
+        report(g, runs[max(runs)], top)
+
+
+if __name__ == "__main__":
+    main()

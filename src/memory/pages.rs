@@ -9,6 +9,9 @@ pub struct PageMap {
     bits: Vec<u64>,
     pages: u64,
     mapped: u64,
+    /// No page at or above this one has ever been mapped (bounds scans of a range that is
+    /// mostly unreserved tail).
+    ceiling: u64,
 }
 
 impl PageMap {
@@ -17,6 +20,7 @@ impl PageMap {
             bits: vec![0; pages.div_ceil(64) as usize],
             pages,
             mapped: 0,
+            ceiling: 0,
         }
     }
 
@@ -77,6 +81,7 @@ impl PageMap {
         }
         if mapped {
             self.mapped += changed;
+            self.ceiling = self.ceiling.max(p1);
         } else {
             self.mapped -= changed;
         }
@@ -87,7 +92,20 @@ impl PageMap {
     /// address order.
     pub fn runs(&self, p0: u64, p1: u64, mapped: bool) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = Vec::new();
+        self.each_run(p0, p1, mapped, |run| {
+            out.push(run);
+            true
+        });
+        out
+    }
+
+    /// Calls `f` with each maximal run of `runs(p0, p1, mapped)` in address order, without
+    /// allocating, until `f` returns false.
+    pub fn each_run(&self, p0: u64, p1: u64, mapped: bool, mut f: impl FnMut((u64, u64)) -> bool) {
+        let mut pending: Option<(u64, u64)> = None;
         let mut p = p0;
+        // Past the ceiling every page is unmapped.
+        let p1 = if mapped { p1.min(self.ceiling) } else { p1 };
         while p < p1 {
             let w = (p / 64) as usize;
             let word = if mapped { self.bits[w] } else { !self.bits[w] } >> (p % 64);
@@ -101,13 +119,22 @@ impl PageMap {
                 break;
             }
             let len = ((word >> skip).trailing_ones() as u64).min(p1 - start);
-            match out.last_mut() {
+            match pending.as_mut() {
                 Some((s, l)) if *s + *l == start => *l += len,
-                _ => out.push((start, len)),
+                _ => {
+                    if let Some(run) = pending.take() {
+                        if !f(run) {
+                            return;
+                        }
+                    }
+                    pending = Some((start, len));
+                }
             }
             p = start + len;
         }
-        out
+        if let Some(run) = pending {
+            f(run);
+        }
     }
 }
 

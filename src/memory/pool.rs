@@ -90,6 +90,8 @@ const MIB: u64 = 1 << 20;
 const FIT_SCAN: usize = 32;
 /// Cold blocks looked at when no mapped free block fits.
 const COLD_SCAN: usize = 32;
+/// Runs of mapped pages inside a cold block whose ends are tried as placements.
+const MAPPED_RUNS_TRIED: usize = 4;
 
 /// What the pool needs from below: segments, event completion and, optionally, virtual memory.
 /// The runtime implements it over `dyn Device`; tests implement it with a fake.
@@ -1711,26 +1713,59 @@ impl Pool {
     fn place_cold(&self, slot: u32, r: u32, size: u64) -> Option<(u32, u64)> {
         let sl = &self.slots[slot as usize];
         let pages = self.pages_of(r);
-        let mut best: Option<((u64, u64, u64), u32)> = None;
-        let mut consider = |i: u32| {
-            let b = &self.slab[i as usize];
-            if b.state != State::Free || b.size < size {
-                return;
-            }
-            for pos in [b.addr, b.addr + b.size - size] {
-                let (p0, p1) = self.touched(r, pos, size);
-                let key = (pages.count_unmapped(p0, p1), b.size, pos);
-                if best.is_none_or(|(k, _)| key < k) {
-                    best = Some((key, i));
-                }
+        type Best = Option<((u64, u64, u64), u32)>;
+        let mut best: Best = None;
+        let try_at = |best: &mut Best, i: u32, pos: u64, bsize: u64| {
+            let (p0, p1) = self.touched(r, pos, size);
+            let key = (pages.count_unmapped(p0, p1), bsize, pos);
+            if best.is_none_or(|(k, _)| key < k) {
+                *best = Some((key, i));
             }
         };
-        for &(_, _, i) in sl.cold.range((size, 0, 0)..).take(COLD_SCAN) {
-            consider(i);
-        }
         let tail = self.segs[r as usize].tail;
-        if self.slab[tail as usize].cold {
-            consider(tail);
+        let tail = self.slab[tail as usize].cold.then_some(tail);
+        let candidates = || {
+            sl.cold
+                .range((size, 0, 0)..)
+                .take(COLD_SCAN)
+                .map(|&(_, _, i)| i)
+                .chain(tail)
+                .filter(|&i| {
+                    let b = &self.slab[i as usize];
+                    b.state == State::Free && b.size >= size
+                })
+        };
+        for i in candidates() {
+            let b = &self.slab[i as usize];
+            try_at(&mut best, i, b.addr, b.size);
+            try_at(&mut best, i, b.addr + b.size - size, b.size);
+        }
+        if best.is_some_and(|((unmapped, _, _), _)| unmapped > 0) {
+            // No end of a block avoids new pages: try the ends of the runs of mapped pages
+            // inside large blocks, so mapped memory in the middle of a block is used where it
+            // is rather than moved to an end (which moved pages back and forth every step on
+            // the GPT-2 trace).
+            let base = self.segs[r as usize].base;
+            for i in candidates() {
+                let b = &self.slab[i as usize];
+                let (q0, q1) = self.interior(r, b.addr, b.size);
+                if b.size <= size + self.page || q1.saturating_sub(q0) <= b.unmapped {
+                    continue;
+                }
+                let (lo_end, hi_end) = (b.addr, b.addr + b.size);
+                let mut runs = 0;
+                pages.each_run(q0, q1, true, |(p, n)| {
+                    let (lo, hi) = (base + p * self.page, base + (p + n) * self.page);
+                    if lo + size <= hi_end {
+                        try_at(&mut best, i, lo, b.size);
+                    }
+                    if hi >= lo_end + size {
+                        try_at(&mut best, i, hi - size, b.size);
+                    }
+                    runs += 1;
+                    runs < MAPPED_RUNS_TRIED
+                });
+            }
         }
         best.map(|((_, _, pos), i)| (i, pos))
     }

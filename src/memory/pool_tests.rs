@@ -1515,6 +1515,32 @@ fn placement_prefers_mapped_pages_at_either_end_of_a_hole() {
 }
 
 #[test]
+fn placement_uses_mapped_pages_in_the_middle_of_a_hole() {
+    let f = VFake::new();
+    let mut p = vpool(u64::MAX);
+    let a = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    let b = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    let c = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    let _d = p.alloc(&f, 2 * MIB, st(0)).unwrap();
+    p.free(&f, a).unwrap();
+    p.free(&f, c).unwrap();
+    assert_eq!(p.release_cached(&f).unwrap(), 16 * MIB);
+    // One hole [a, c + 8M): unmapped, mapped (b's pages), unmapped.
+    p.free(&f, b).unwrap();
+    check(&p);
+    let (maps, reserved) = (p.stats().page_map_count, p.stats().reserved_bytes);
+    // Either end of the hole needs four new pages; b's place needs none.
+    let u = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    assert_eq!(u, b);
+    assert_eq!(
+        (p.stats().page_map_count, p.stats().reserved_bytes),
+        (maps, reserved)
+    );
+    assert!(f.covers(u, 8 * MIB));
+    check(&p);
+}
+
+#[test]
 fn virtual_range_too_small_falls_back_to_plain_segments() {
     let f = VFake::new();
     let mut p = Pool::new(PoolConfig {

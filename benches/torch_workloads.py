@@ -20,14 +20,18 @@ import time
 
 
 class GkrtStats(ctypes.Structure):
-    # The leading fields of gkrt_stats (include/gkrt.h); the tail is room for the rest.
+    # gkrt_stats (include/gkrt.h), field for field; the tail is room for fields added later.
     _fields_ = [
-        ("allocated_bytes", ctypes.c_uint64),
-        ("reserved_bytes", ctypes.c_uint64),
-        ("peak_allocated_bytes", ctypes.c_uint64),
-        ("peak_reserved_bytes", ctypes.c_uint64),
-        ("rest", ctypes.c_uint64 * 64),
-    ]
+        (name, ctypes.c_uint64)
+        for name in (
+            "allocated_bytes reserved_bytes peak_allocated_bytes peak_reserved_bytes requested_bytes "
+            "alloc_count free_count failed_alloc_count segment_count segment_alloc_count "
+            "segment_free_count memory_limit runs nodes_launched last_run_pool_allocs swap_out_bytes "
+            "swap_in_bytes tensors_swapped_out tensors_swapped_in evictions copy_wait_ns "
+            "pinned_reserved_bytes pinned_peak_reserved_bytes page_map_count page_unmap_count "
+            "pool_device_waits"
+        ).split()
+    ] + [("rest", ctypes.c_uint64 * 32)]
 
 
 def gkrt_stats(lib):
@@ -95,16 +99,24 @@ def main():
         lib = ctypes.CDLL(path)
     step = build(a.model, torch)
     times = []
+    timed_from = None
     for i in range(a.warmup + a.steps):
+        if i == a.warmup and lib is not None:
+            timed_from = gkrt_stats(lib)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         step()
         torch.cuda.synchronize()
         if i >= a.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
+    pool = {}
     if lib is not None:
         s = gkrt_stats(lib)
         peak_res, peak_alloc = s.peak_reserved_bytes, s.peak_allocated_bytes
+        # Page moves and waits for the device, over the whole run and over the timed steps.
+        for k in ("page_map_count", "page_unmap_count", "pool_device_waits"):
+            pool[k] = getattr(s, k)
+            pool["timed_" + k] = getattr(s, k) - getattr(timed_from, k)
     else:
         peak_res, peak_alloc = torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated()
     print(
@@ -117,6 +129,7 @@ def main():
                 "peak_reserved": peak_res,
                 "peak_allocated": peak_alloc,
                 "steps": a.steps,
+                **pool,
             }
         ),
         flush=True,

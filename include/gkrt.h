@@ -200,6 +200,12 @@ typedef struct gkrt_stats {
   // Pinned host memory held for swapped tensors: reserved now and at its peak.
   uint64_t pinned_reserved_bytes;
   uint64_t pinned_peak_reserved_bytes;
+  // Pool pages (virtual-memory growth) mapped and unmapped, cumulative: a page moved from a
+  // free hole to where a request needs it counts once each way.
+  uint64_t page_map_count;
+  uint64_t page_unmap_count;
+  // Times the pool waited for the device to finish queued work before moving pages.
+  uint64_t pool_device_waits;
 } gkrt_stats;
 
 // The GPU when a CUDA driver and device are present, else the host backend.

@@ -190,6 +190,9 @@ pub unsafe extern "C" fn gkrt_runtime_stats(
             copy_wait_ns: s.counters.copy_wait_ns,
             pinned_reserved_bytes: s.pinned.reserved_bytes,
             pinned_peak_reserved_bytes: s.pinned.peak_reserved_bytes,
+            page_map_count: s.pool.page_map_count,
+            page_unmap_count: s.pool.page_unmap_count,
+            pool_device_waits: s.pool.device_wait_count,
         };
         Ok(())
     })

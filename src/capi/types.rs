@@ -159,6 +159,12 @@ pub struct gkrt_stats {
     /// Pinned host memory held for swapped tensors: reserved now and at its peak.
     pub pinned_reserved_bytes: u64,
     pub pinned_peak_reserved_bytes: u64,
+    /// Pool pages (virtual-memory growth) mapped and unmapped, cumulative: a page moved from a
+    /// free hole to where a request needs it counts once each way.
+    pub page_map_count: u64,
+    pub page_unmap_count: u64,
+    /// Times the pool waited for the device to finish queued work before moving pages.
+    pub pool_device_waits: u64,
 }
 
 /// What finalize derived from a graph (`gkrt_graph_get_info`).

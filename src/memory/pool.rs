@@ -279,8 +279,10 @@ pub struct PoolStats {
     pub page_map_count: u64,
     /// Pages unmapped from virtual ranges, cumulative.
     pub page_unmap_count: u64,
-    /// Times free pages were recycled (each waits for the device to be idle), cumulative.
+    /// Times free pages were recycled, cumulative.
     pub recycle_count: u64,
+    /// Times recycling waited for the device (`VirtualMemory::quiesce`), cumulative.
+    pub device_wait_count: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -2024,6 +2026,7 @@ impl Pool {
                         break;
                     }
                     quiet = true;
+                    self.stats.device_wait_count += 1;
                 }
                 let k = n.min(want - done);
                 let start = p + n - k;

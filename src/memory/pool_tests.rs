@@ -1417,7 +1417,10 @@ fn large_requests_reuse_hole_pages_beyond_the_slack_waiting_if_needed() {
     let cap = (160 * MIB / 1000 * 1030).div_ceil(PAGE) * PAGE;
     assert!(s.reserved_bytes <= cap, "{} > {cap}", s.reserved_bytes);
     assert_eq!(s.reserved_bytes, f.mapped_bytes());
-    assert_eq!((f.syncs.get(), s.recycle_count), (1, 1));
+    assert_eq!(
+        (f.syncs.get(), s.recycle_count, s.device_wait_count),
+        (1, 1, 1)
+    );
     check(&p);
 }
 
@@ -1482,7 +1485,10 @@ fn an_idle_device_lets_the_slack_rule_move_pages_without_waiting() {
     let s = p.stats();
     let cap = (160 * MIB / 1000 * 1030).div_ceil(PAGE) * PAGE;
     assert!(s.reserved_bytes <= cap, "{} > {cap}", s.reserved_bytes);
-    assert_eq!((f.syncs.get(), s.recycle_count), (0, 1));
+    assert_eq!(
+        (f.syncs.get(), s.recycle_count, s.device_wait_count),
+        (0, 1, 0)
+    );
     check(&p);
 
     // With the spin off, the same requests map new pages instead.

@@ -1103,13 +1103,24 @@ impl Pool {
 
     // --- free indexes ---
 
+    /// Whether cold block `i` is its range's last block, which stays out of the cold set:
+    /// placement looks at it anyway, and it changes with nearly every allocation or free at the
+    /// top of the used memory (an ordered-set update each time, measured as most of the cost of
+    /// such workloads).
+    #[inline]
+    fn is_range_tail(&self, i: u32) -> bool {
+        self.segs[self.slab[i as usize].seg as usize].tail == i
+    }
+
     /// Puts a free block into its stream's warm list or cold set.
     fn link(&mut self, i: u32) {
         let b = &self.slab[i as usize];
         let (slot, kind) = (b.slot as usize, b.kind as usize);
         if b.kind == Kind::Virtual && b.unmapped > 0 {
             let key = (b.size, b.addr, i);
-            self.slots[slot].cold.insert(key);
+            if !self.is_range_tail(i) {
+                self.slots[slot].cold.insert(key);
+            }
             self.slab[i as usize].cold = true;
             return;
         }
@@ -1133,8 +1144,10 @@ impl Pool {
         let (slot, kind) = (b.slot as usize, b.kind as usize);
         if b.cold {
             let key = (b.size, b.addr, i);
-            let removed = self.slots[slot].cold.remove(&key);
-            debug_assert!(removed);
+            if !self.is_range_tail(i) {
+                let removed = self.slots[slot].cold.remove(&key);
+                debug_assert!(removed);
+            }
             self.slab[i as usize].cold = false;
             return;
         }
@@ -1927,7 +1940,9 @@ impl Pool {
             if sl.range == NIL {
                 continue;
             }
-            for &(_, _, i) in &sl.cold {
+            let tail = self.segs[sl.range as usize].tail;
+            let tail = self.slab[tail as usize].cold.then_some(tail);
+            for i in sl.cold.iter().map(|&(_, _, i)| i).chain(tail) {
                 let mapped = self.mapped_interior(i);
                 if mapped > 0 {
                     victims.push((mapped, i));
@@ -2071,6 +2086,7 @@ impl Pool {
             (0usize, 0usize, 0usize, 0u64, 0u64);
         let mut mapped_total = 0u64;
         let mut nsegs = 0u64;
+        let mut cold_tails = 0usize;
         for (s, seg) in self.segs.iter().enumerate() {
             if !seg.live {
                 continue;
@@ -2136,8 +2152,16 @@ impl Pool {
                         if b.cold != want_cold {
                             return Err(format!("free block {:#x} in the wrong index", b.addr));
                         }
-                        if b.cold && !sl.cold.contains(&(b.size, b.addr, cur)) {
-                            return Err(format!("cold block {:#x} not in the cold set", b.addr));
+                        let in_set = sl.cold.contains(&(b.size, b.addr, cur));
+                        if b.cold && in_set == (seg.tail == cur) {
+                            return Err(format!(
+                                "cold block {:#x}: in the cold set {in_set}, range tail {}",
+                                b.addr,
+                                seg.tail == cur
+                            ));
+                        }
+                        if b.cold && seg.tail == cur {
+                            cold_tails += 1;
                         }
                         nfree += 1;
                     }
@@ -2225,7 +2249,7 @@ impl Pool {
         {
             return Err(format!("stats disagree with blocks: {s:?}"));
         }
-        if nfree != listed
+        if nfree != listed + cold_tails
             || nlive != self.live.len()
             || npending != self.pending_blocks
             || pending_bytes != self.pending_bytes

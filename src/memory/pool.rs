@@ -516,6 +516,8 @@ pub struct Pool {
     live: HashMap<u64, u32, FastHash>,
     slots: Vec<Slot>,
     slot_of: HashMap<StreamId, u32, FastHash>,
+    /// The stream of the latest allocation and its slot (nearly every allocation repeats it).
+    last_slot: (StreamId, u32),
     pending: BTreeMap<EventId, Vec<u32>>,
     pending_bytes: u64,
     pending_blocks: u64,
@@ -547,6 +549,7 @@ impl Pool {
             live: HashMap::default(),
             slots: Vec::new(),
             slot_of: HashMap::default(),
+            last_slot: (StreamId(u32::MAX), NIL),
             pending: BTreeMap::new(),
             pending_bytes: 0,
             pending_blocks: 0,
@@ -651,10 +654,11 @@ impl Pool {
         stream: StreamId,
         requested: Option<u64>,
     ) -> Result<Option<BlockInfo>, PoolError> {
-        let idx = *self
-            .live
-            .get(&addr)
-            .ok_or(PoolError::UnknownPointer(addr))?;
+        // One probe of the live map for the common case.
+        let std::collections::hash_map::Entry::Occupied(entry) = self.live.entry(addr) else {
+            return Err(PoolError::UnknownPointer(addr));
+        };
+        let idx = *entry.get();
         let b = &self.slab[idx as usize];
         let owner = self.slots[b.slot as usize].stream;
         if b.tag != tag || owner != stream || requested.is_some_and(|n| n != b.requested) {
@@ -665,7 +669,8 @@ impl Pool {
                 requested: b.requested,
             }));
         }
-        let idx = self.take_live(addr)?;
+        entry.remove();
+        self.count_free(idx);
         self.release_block(idx);
         self.note_free(backing, idx);
         Ok(None)
@@ -995,7 +1000,11 @@ impl Pool {
 
     #[inline]
     fn slot(&mut self, stream: StreamId) -> u32 {
+        if self.last_slot.0 == stream && self.last_slot.1 != NIL {
+            return self.last_slot.1;
+        }
         if let Some(&s) = self.slot_of.get(&stream) {
+            self.last_slot = (stream, s);
             return s;
         }
         let s = self.slots.len() as u32;
@@ -1272,12 +1281,18 @@ impl Pool {
             .live
             .remove(&addr)
             .ok_or(PoolError::UnknownPointer(addr))?;
+        self.count_free(idx);
+        Ok(idx)
+    }
+
+    /// The statistics of freeing live block `idx` (already out of the live map).
+    #[inline]
+    fn count_free(&mut self, idx: u32) {
         let b = &self.slab[idx as usize];
         let s = &mut self.stats;
         s.allocated_bytes -= b.size;
         s.requested_bytes -= b.requested;
         s.free_count += 1;
-        Ok(idx)
     }
 
     /// Block `i` (allocated or pending, already out of its index; every page it touches is

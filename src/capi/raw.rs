@@ -11,7 +11,7 @@
 //! | `GKRT_LOG_LEVEL` | 0 off … 5 trace | 2 (warnings) |
 //! | `GKRT_VMM` | `0` turns virtual-memory growth off (plain `cuMemAlloc` segments) | on |
 //! | `GKRT_POOL_VMM` | `1`/`0`: whether a runtime's pool grows by virtual-memory pages; the PyTorch entry points' runtime does by default, graph runtimes do not | see left |
-//! | `GKRT_POOL_PAGE_MIB`, `GKRT_POOL_SLACK_PERMILLE`, `GKRT_POOL_RECYCLE_MIN_MIB`, `GKRT_POOL_RECYCLE_WAIT` | the pool's virtual-memory knobs (`memory::pool::PoolConfig`), read by every runtime | 64, 30, 32, 0 |
+//! | `GKRT_POOL_PAGE_MIB`, `GKRT_POOL_SLACK_PERMILLE`, `GKRT_POOL_RECYCLE_MIN_MIB`, `GKRT_POOL_RECYCLE_WAIT` | the pool's virtual-memory knobs (`memory::pool::PoolConfig`), read by every runtime | 64, 30, 32, 0 (1 for this runtime) |
 //!
 //! That runtime is the one process-wide singleton of gkrt besides the handle table, and it is
 //! justified the same way: the allocator interface PyTorch defines is a pair of plain functions
@@ -126,8 +126,10 @@ fn create_process_runtime(ordinal: u32) -> Shared {
     let config = Config {
         device_ordinal: ordinal,
         log_level: level,
-        // PyTorch's allocation stream is where fragmentation bites (see BENCHMARKS.md).
+        // PyTorch's allocation stream is where fragmentation bites (see BENCHMARKS.md); a
+        // training loop needs page moves only while it warms up, so they may wait for the device.
         pool_virtual_memory: Some(true),
+        pool_recycle_waits: true,
         ..Config::default()
     };
     let limit = std::env::var("GKRT_MEMORY_LIMIT").ok();
@@ -292,6 +294,17 @@ mod tests {
         gkrt_torch_free(std::ptr::null_mut(), 0, dev, std::ptr::null_mut());
         let p = gkrt_torch_alloc(1000, dev, std::ptr::null_mut());
         assert!(!p.is_null() && (p as usize).is_multiple_of(256));
+        // This runtime's pool may wait for the device to move pages (`pool_recycle_waits`).
+        let waits = process_runtime(dev)
+            .unwrap()
+            .lock()
+            .pool
+            .config()
+            .recycle_waits;
+        assert_eq!(
+            waits,
+            std::env::var("GKRT_POOL_RECYCLE_WAIT").map_or(true, |v| v != "0")
+        );
         let q = gkrt_torch_alloc(5 << 20, dev, std::ptr::null_mut());
         assert!(!q.is_null());
         let mut rt = std::ptr::null_mut();

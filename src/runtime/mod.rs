@@ -108,6 +108,7 @@ impl Runtime {
             alignment: ALIGNMENT,
             memory_limit: limit,
             vmm,
+            recycle_waits: config.pool_recycle_waits,
             ..defaults
         });
         let host_limit = if config.host_memory_limit == 0 {

@@ -3,12 +3,16 @@
 //
 //   trace_replay [--passes N] [--only NAMES] TRACE...
 //
-// Per allocator and trace: one warm-up pass (its mean time is reported apart: it includes the
-// allocator taking memory from the device), then 2N passes: N timed as a whole — the mean time
-// per operation is the median over them of pass time / operations — and N with the time-stamp
-// counter read after every operation, for the median and 99th percentile of single operations
-// (they include one counter read, whose cost is printed first). Also reported: the peak memory
-// held from the device over all passes divided by the trace's peak of live (requested) bytes. Every trace stream gets its own CUstream. Output: one table
+// Per trace, all allocators interleaved (the GPU machine's pace changes between processes and
+// within one, by up to 1.7x in our runs, so allocators timed one after the other compare badly):
+// one warm-up pass each (its mean time is reported apart: it includes taking memory from the
+// device), then 2N rounds giving every allocator one pass, in a rotating order. N rounds time
+// whole passes — the mean time per operation is the median over them of pass time / operations,
+// and "÷ PyTorch" / "÷ cuMemAllocAsync" are medians over them of the ratio of pass times in the
+// same round — and N read the time-stamp counter after every operation, for the median and 99th
+// percentile of single operations (they include one counter read, whose cost is printed first).
+// Also reported: the peak memory held from the device over all passes divided by the trace's
+// peak of live (requested) bytes. Every trace stream gets its own CUstream. Output: one table
 // row per allocator and trace, in Markdown.
 #include "pool_allocators.hpp"
 
@@ -76,56 +80,92 @@ static Trace load(const char *path) {
   return t;
 }
 
-struct Result {
-  double warm_ns, mean_ns, p50_ns, p99_ns, frag;
+/// One allocator's replay of one trace: its pointers, and the timings of its passes.
+struct Replay {
+  std::vector<void *> ptr;
+  std::vector<CUstream> owner;
+  std::vector<uint32_t> cycles;  // per operation, counter ticks (per-op passes)
+  std::vector<double> pass_ns;   // per operation, whole-pass timing (one per round)
+  double warm_ns = 0;
 };
 
-static Result replay(Allocator &a, const Trace &t, int passes, double tpn,
-                     const std::vector<CUstream> &streams) {
-  std::vector<void *> ptr(t.nids, nullptr);
-  std::vector<CUstream> owner(t.nids, nullptr);
-  std::vector<uint32_t> cycles;
-  cycles.reserve((size_t)passes * t.evs.size());
-  std::vector<double> pass_ns;
-  a.reset_peak();
-  double warm = 0;
-  // Pass 0 warms up; then odd passes time every operation (for p50 / p99) and even ones only
-  // the whole pass (for the mean, free of the timer's own cost).
-  for (int pass = 0; pass <= 2 * passes; pass++) {
-    bool per_op = pass % 2 == 1;
-    auto t0 = std::chrono::steady_clock::now();
-    uint64_t prev = __rdtsc();
-    for (const Ev &e : t.evs) {
-      if (e.alloc) {
-        CUstream s = streams[e.stream];
-        ptr[e.id] = a.alloc(e.bytes, s);
-        owner[e.id] = s;
-      } else {
-        a.free(ptr[e.id], e.bytes, owner[e.id]);
-      }
-      if (per_op) {
-        uint64_t now = __rdtsc();
-        cycles.push_back((uint32_t)std::min<uint64_t>(now - prev, UINT32_MAX));
-        prev = now;
-      }
+/// One pass of trace `t` through `a`; returns ns per operation. With `per_op`, the counter is
+/// read after every operation (for p50 / p99) and the pass time includes those reads.
+static double pass(Allocator &a, const Trace &t, Replay &r, bool per_op, const std::vector<CUstream> &streams) {
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t prev = __rdtsc();
+  for (const Ev &e : t.evs) {
+    if (e.alloc) {
+      CUstream s = streams[e.stream];
+      r.ptr[e.id] = a.alloc(e.bytes, s);
+      r.owner[e.id] = s;
+    } else {
+      a.free(r.ptr[e.id], e.bytes, r.owner[e.id]);
     }
-    auto t1 = std::chrono::steady_clock::now();
-    double ns = (double)std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count() / t.evs.size();
-    if (pass == 0)
-      warm = ns;
-    else if (!per_op)
-      pass_ns.push_back(ns);
+    if (per_op) {
+      uint64_t now = __rdtsc();
+      r.cycles.push_back((uint32_t)std::min<uint64_t>(now - prev, UINT32_MAX));
+      prev = now;
+    }
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  return (double)std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count() / t.evs.size();
+}
+
+static double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Replays `t` through every allocator, interleaved: a warm-up pass each, then 2N rounds, each
+/// giving every allocator one pass (in a rotating order), so that the machine's changes of pace
+/// over time (large on the GPU machine, between processes and within one) touch all alike.
+/// Odd rounds read the counter per operation; even rounds time whole passes, and the ratios
+/// between allocators are medians over those rounds of the ratio of their pass times.
+static void replay_all(std::vector<std::unique_ptr<Allocator>> &allocators, const Trace &t, int passes, double tpn,
+                       const std::vector<CUstream> &streams) {
+  size_t n = allocators.size();
+  std::vector<Replay> rs(n);
+  for (size_t k = 0; k < n; k++) {
+    rs[k].ptr.assign(t.nids, nullptr);
+    rs[k].owner.assign(t.nids, nullptr);
+    rs[k].cycles.reserve((size_t)passes * t.evs.size());
+    allocators[k]->reset_peak();
+    rs[k].warm_ns = pass(*allocators[k], t, rs[k], false, streams);
+  }
+  for (int round = 1; round <= 2 * passes; round++) {
+    bool per_op = round % 2 == 1;
+    for (size_t j = 0; j < n; j++) {
+      size_t k = (j + round) % n;
+      double ns = pass(*allocators[k], t, rs[k], per_op, streams);
+      if (!per_op) rs[k].pass_ns.push_back(ns);
+    }
   }
   CU_CHECK(cuCtxSynchronize());
-  Result r;
-  r.warm_ns = warm;
-  std::sort(pass_ns.begin(), pass_ns.end());
-  r.mean_ns = pass_ns[pass_ns.size() / 2];
-  std::sort(cycles.begin(), cycles.end());
-  r.p50_ns = cycles[cycles.size() / 2] / tpn;
-  r.p99_ns = cycles[cycles.size() * 99 / 100] / tpn;
-  r.frag = (double)a.peak_reserved() / (double)t.peak_live;
-  return r;
+  auto find = [&](const char *name) -> int {
+    for (size_t k = 0; k < n; k++)
+      if (!std::strcmp(allocators[k]->name(), name)) return (int)k;
+    return -1;
+  };
+  int torch = find("PyTorch caching"), async = find("cuMemAllocAsync");
+  auto ratio = [&](size_t k, int base) -> std::string {
+    if (base < 0 || (int)k == base) return "—";
+    std::vector<double> q;
+    for (size_t i = 0; i < rs[k].pass_ns.size(); i++) q.push_back(rs[k].pass_ns[i] / rs[base].pass_ns[i]);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", median(q));
+    return buf;
+  };
+  for (size_t k = 0; k < n; k++) {
+    Replay &r = rs[k];
+    std::sort(r.cycles.begin(), r.cycles.end());
+    double p50 = r.cycles[r.cycles.size() / 2] / tpn, p99 = r.cycles[r.cycles.size() * 99 / 100] / tpn;
+    double frag = (double)allocators[k]->peak_reserved() / (double)t.peak_live;
+    std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.4f | %s | %s |\n", t.name.c_str(), allocators[k]->name(),
+                median(r.pass_ns), p50, p99, r.warm_ns, frag, ratio(k, torch).c_str(), ratio(k, async).c_str());
+  }
+  std::fflush(stdout);
+  for (auto &a : allocators) a->trim();
 }
 
 int main(int argc, char **argv) {
@@ -165,17 +205,10 @@ int main(int argc, char **argv) {
   for (auto &s : streams) CU_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
   auto allocators = make_allocators(only);
-  std::printf("\n| trace | allocator | ns/op mean | ns/op p50 | ns/op p99 | first pass ns/op | peak reserved / peak live |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
-  for (auto &t : traces) {
-    for (auto &a : allocators) {
-      Result r = replay(*a, t, passes, tpn, streams);
-      std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.4f |\n", t.name.c_str(), a->name(),
-                  r.mean_ns, r.p50_ns, r.p99_ns, r.warm_ns, r.frag);
-      std::fflush(stdout);
-      a->trim();
-    }
-  }
+  std::printf("\n| trace | allocator | ns/op mean | ns/op p50 | ns/op p99 | first pass ns/op | peak reserved / peak live "
+              "| mean ÷ PyTorch (same rounds) | mean ÷ cuMemAllocAsync (same rounds) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (auto &t : traces) replay_all(allocators, t, passes, tpn, streams);
   allocators.clear();
   for (auto &s : streams) cuStreamDestroy(s);
   return 0;

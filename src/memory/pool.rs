@@ -118,8 +118,6 @@ pub trait PoolBacking {
     fn release_marker(&self, _event: EventId) {}
 }
 
-/// Frees between two marker events on a stream with a virtual range.
-const MARKER_EVERY: u32 = 256;
 /// Markers in flight per stream, at most (the slack rule's own may take it to twice that).
 const MARKERS_IN_FLIGHT: usize = 8;
 
@@ -170,6 +168,10 @@ pub struct PoolConfig {
     /// it, and the pages freed before it can move without a stall; a busy one does not, and new
     /// pages are mapped (after a miss, spins back off exponentially).
     pub recycle_spin_ns: u64,
+    /// Stream-ordered frees between two marker events on a stream with a virtual range
+    /// (default 256): more frequent markers tell recycling sooner which free pages the device
+    /// is done with, at one event query and one record each.
+    pub marker_every: u32,
 }
 
 impl Default for PoolConfig {
@@ -189,6 +191,7 @@ impl Default for PoolConfig {
             recycle_min_bytes: 32 * MIB,
             recycle_waits: false,
             recycle_spin_ns: 200_000,
+            marker_every: 256,
         }
     }
 }
@@ -212,7 +215,8 @@ impl PoolConfig {
     /// Benchmark knobs, read when a pool is made: `GKRT_POOL_PAGE_MIB` (`vmm_page_bytes` in
     /// MiB), `GKRT_POOL_SLACK_PERMILLE` (`recycle_slack_permille`), `GKRT_POOL_RECYCLE_MIN_MIB`
     /// (`recycle_min_bytes` in MiB), `GKRT_POOL_RECYCLE_WAIT` (`recycle_waits`, 0 or 1),
-    /// `GKRT_POOL_RECYCLE_SPIN_US` (`recycle_spin_ns` in µs). Values that do not parse are
+    /// `GKRT_POOL_RECYCLE_SPIN_US` (`recycle_spin_ns` in µs), `GKRT_POOL_MARKER_EVERY`
+    /// (`marker_every`). Values that do not parse are
     /// ignored with a warning.
     fn with_env_overrides(mut self) -> PoolConfig {
         let read = |name: &str| -> Option<u64> {
@@ -237,6 +241,9 @@ impl PoolConfig {
         }
         if let Some(us) = read("GKRT_POOL_RECYCLE_SPIN_US") {
             self.recycle_spin_ns = us.saturating_mul(1000);
+        }
+        if let Some(n) = read("GKRT_POOL_MARKER_EVERY") {
+            self.marker_every = n.clamp(1, u32::MAX as u64) as u32;
         }
         self
     }
@@ -1027,7 +1034,7 @@ impl Pool {
 
     // --- markers: which stream-ordered frees the device has passed ---
 
-    /// Counts a stream-ordered free of block `i`; every `MARKER_EVERY` frees on a stream with a
+    /// Counts a stream-ordered free of block `i`; every `marker_every` frees on a stream with a
     /// virtual range, records a marker there.
     #[inline]
     fn note_free(&mut self, backing: &dyn PoolBacking, i: u32) {
@@ -1037,7 +1044,7 @@ impl Pool {
             return;
         }
         sl.frees += 1;
-        if sl.frees >= MARKER_EVERY {
+        if sl.frees >= self.config.marker_every {
             sl.frees = 0;
             self.mark(backing, slot);
         }

@@ -73,6 +73,9 @@ pub struct State {
     pub counters: RuntimeCounters,
     /// Timing events reused around compute-stream waits on copies.
     pub stall_pairs: Vec<(EventId, EventId)>,
+    /// The native stream of the latest raw allocation or free and its id: raw calls nearly
+    /// always repeat it, and this skips the device's stream table.
+    pub last_raw_stream: Option<(usize, StreamId)>,
 }
 
 pub struct Runtime {
@@ -139,6 +142,7 @@ impl Runtime {
                 pinned,
                 counters: RuntimeCounters::default(),
                 stall_pairs: Vec::new(),
+                last_raw_stream: None,
             }),
         }))
     }
@@ -245,18 +249,23 @@ impl Drop for Runtime {
 /// with the run (the run holds the runtime's and the graph's locks; on the host backend it also
 /// waits for the callback's thread), so from inside a callback a busy lock is an error, not a
 /// wait that could never end.
+///
+/// The free lock is taken before the thread-local "inside a callback" flag is read: the pool's
+/// raw calls come here on every operation, and with the CUDA driver loaded a thread-local read
+/// from this library measured tens of nanoseconds on the GPU machine.
 pub fn lock_for_call<'a, T>(m: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
-    if !crate::kernels::inside_callback() {
-        return Ok(m.lock().unwrap_or_else(|p| p.into_inner()));
-    }
     match m.try_lock() {
-        Ok(g) => Ok(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => Err(Error::InvalidState(format!(
+        Ok(g) => return Ok(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => {}
+    }
+    if crate::kernels::inside_callback() {
+        return Err(Error::InvalidState(format!(
             "the {what} is busy (running the graph whose host callback made this call, or another); \
              a host callback cannot call into a runtime or graph that is running"
-        ))),
+        )));
     }
+    Ok(m.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 fn open_device(config: &Config) -> Result<Arc<dyn Device>> {

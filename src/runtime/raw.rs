@@ -11,36 +11,32 @@
 //! Raw blocks carry their own tag in the pool, so a graph's tensor can never be freed through
 //! `gkrt_free`, nor a raw buffer by a graph.
 
-use std::cell::Cell;
 use std::ffi::c_void;
 
-use super::{Error, Result, Runtime};
+use super::{Error, Result, Runtime, State};
 use crate::device::{DevPtr, StreamId};
 use crate::memory::DeviceBacking;
 
 /// Pool tag of raw blocks (a graph's blocks have tag 0).
 const RAW_TAG: u8 = 1;
 
-thread_local! {
-    /// The last stream this thread imported: (runtime serial, native handle, stream id). Raw
-    /// calls nearly always repeat the previous stream, so this skips the device's stream table.
-    static LAST_STREAM: Cell<(u64, usize, u32)> = const { Cell::new((0, 0, 0)) };
-}
-
 impl Runtime {
-    /// The id of the native stream `stream` (NULL: the device's default stream).
+    /// The id of the native stream `stream` (NULL: the device's default stream), remembered
+    /// in the state (under its lock; a thread-local would cost more than the pool on the GPU
+    /// machine, see `lock_for_call`).
     #[inline]
-    fn raw_stream(&self, stream: *mut c_void) -> Result<StreamId> {
+    fn raw_stream(&self, st: &mut State, stream: *mut c_void) -> Result<StreamId> {
         let key = stream as usize;
-        let (serial, native, id) = LAST_STREAM.with(Cell::get);
-        if serial == self.serial && native == key {
-            return Ok(StreamId(id));
+        if let Some((native, id)) = st.last_raw_stream {
+            if native == key {
+                return Ok(id);
+            }
         }
         let id = self
             .device
             .import_stream(stream)
             .map_err(|e| Error::InvalidArgument(format!("stream {stream:p}: {e}")))?;
-        LAST_STREAM.with(|c| c.set((self.serial, key, id.0)));
+        st.last_raw_stream = Some((key, id));
         Ok(id)
     }
 
@@ -52,8 +48,8 @@ impl Runtime {
                 "gkrt_malloc of 0 bytes (a size must be at least 1)".into(),
             ));
         }
-        let s = self.raw_stream(stream)?;
         let mut st = self.lock_for_call()?;
+        let s = self.raw_stream(&mut st, stream)?;
         st.pool
             .alloc_tagged(&DeviceBacking(&*self.device), bytes, s, RAW_TAG)
             .map_err(|e| Error::from(e).context(format_args!("gkrt_malloc of {bytes} bytes")))
@@ -68,8 +64,8 @@ impl Runtime {
         stream: *mut c_void,
         expected_size: Option<u64>,
     ) -> Result<()> {
-        let s = self.raw_stream(stream)?;
         let mut st = self.lock_for_call()?;
+        let s = self.raw_stream(&mut st, stream)?;
         let backing = DeviceBacking(&*self.device);
         // The common case in one lookup: a raw block freed on its own stream, sizes agreeing.
         if let Ok(None) = st

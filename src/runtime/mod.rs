@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 mod graph;
 mod raw;
+mod state_lock;
 
 use crate::device::cuda;
 use crate::device::host::{HostDevice, HostOptions};
@@ -19,6 +20,7 @@ use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
 pub use error::{Error, Result};
 pub use graph::RuntimeGraph;
+use state_lock::{StateGuard, StateLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -84,7 +86,7 @@ pub struct Runtime {
     device: Arc<dyn Device>,
     compute: StreamId,
     streams: Streams,
-    state: Mutex<State>,
+    state: StateLock<State>,
 }
 
 impl Runtime {
@@ -137,7 +139,7 @@ impl Runtime {
             device,
             compute,
             streams,
-            state: Mutex::new(State {
+            state: StateLock::new(State {
                 pool,
                 pinned,
                 counters: RuntimeCounters::default(),
@@ -163,15 +165,22 @@ impl Runtime {
         self.device.kind()
     }
 
-    /// The state lock. A panic while it was held (caught at the C boundary) must not make the
-    /// runtime unusable, so a poisoned lock is taken over.
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// The state lock. A panic while it was held (caught at the C boundary) released it and
+    /// must not make the runtime unusable.
+    pub fn lock(&self) -> StateGuard<'_, State> {
+        self.state.lock()
     }
 
-    /// The state lock for a call from outside (see `lock_for_call`).
-    pub fn lock_for_call(&self) -> Result<MutexGuard<'_, State>> {
-        lock_for_call(&self.state, "runtime")
+    /// The state lock for a call from outside (see `lock_for_call`): the free lock is taken at
+    /// once; a busy one is an error inside a host callback and a wait elsewhere.
+    pub fn lock_for_call(&self) -> Result<StateGuard<'_, State>> {
+        if let Some(g) = self.state.try_lock() {
+            return Ok(g);
+        }
+        if crate::kernels::inside_callback() {
+            return Err(busy_inside_callback("runtime"));
+        }
+        Ok(self.state.lock())
     }
 
     pub fn stats(&self) -> Result<Stats> {
@@ -223,7 +232,7 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.drain();
-        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let st = self.state.get_mut();
         if let Err(e) = st.pool.release_all(&DeviceBacking(&*self.device)) {
             log::warn!("releasing the runtime's pool: {e}");
         }
@@ -251,8 +260,8 @@ impl Drop for Runtime {
 /// wait that could never end.
 ///
 /// The free lock is taken before the thread-local "inside a callback" flag is read: the pool's
-/// raw calls come here on every operation, and with the CUDA driver loaded a thread-local read
-/// from this library measured tens of nanoseconds on the GPU machine.
+/// raw calls come through here on every operation, and with the CUDA driver loaded a
+/// thread-local read from this library measured tens of nanoseconds on the GPU machine.
 pub fn lock_for_call<'a, T>(m: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
     match m.try_lock() {
         Ok(g) => return Ok(g),
@@ -260,12 +269,16 @@ pub fn lock_for_call<'a, T>(m: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a
         Err(std::sync::TryLockError::WouldBlock) => {}
     }
     if crate::kernels::inside_callback() {
-        return Err(Error::InvalidState(format!(
-            "the {what} is busy (running the graph whose host callback made this call, or another); \
-             a host callback cannot call into a runtime or graph that is running"
-        )));
+        return Err(busy_inside_callback(what));
     }
     Ok(m.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+fn busy_inside_callback(what: &str) -> Error {
+    Error::InvalidState(format!(
+        "the {what} is busy (running the graph whose host callback made this call, or another); \
+         a host callback cannot call into a runtime or graph that is running"
+    ))
 }
 
 fn open_device(config: &Config) -> Result<Arc<dyn Device>> {

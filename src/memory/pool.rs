@@ -19,7 +19,9 @@
 //! - live blocks are found by address in a `HashMap` with a multiplicative hash;
 //! - free blocks of a virtual range that contain unmapped pages ("cold" blocks, few: the
 //!   unreserved tail of the range and holes whose pages were recycled) sit in an ordered set per
-//!   stream, searched only when no mapped free block fits.
+//!   stream, searched only when no mapped free block fits; the range's last block is not in it
+//!   (placement and recycling look at it directly: it changes with nearly every allocation at the
+//!   top of the used memory).
 //!
 //! Policies:
 //! - **Rounding / splitting.** Every request is rounded up to `alignment` (a power of two,
@@ -33,7 +35,9 @@
 //!   share one range, and reserved bytes are mapped pages, not address space. A request first
 //!   tries the free blocks whose pages are all mapped (no device call); otherwise it is placed,
 //!   at the low or the high end of a free block, where it needs the fewest new pages (then best
-//!   fit, then lowest address). If the range cannot hold it (or the device cannot reserve one),
+//!   fit, then lowest address) — and when every end needs new pages, also at the ends of the runs
+//!   of mapped pages inside large free blocks, so mapped memory in the middle of a hole is used
+//!   where it lies instead of being moved (the GPT-2 trace moved ten pages every step before). If the range cannot hold it (or the device cannot reserve one),
 //!   the request falls back to plain segments.
 //! - **Recycling pages.** A mapped page lying wholly inside a free block can be unmapped and
 //!   its memory mapped where it is needed. The pool does so (a) when the budget would be

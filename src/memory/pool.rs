@@ -37,8 +37,9 @@
 //!   at the low or the high end of a free block, where it needs the fewest new pages (then best
 //!   fit, then lowest address) — and when every end needs new pages, also at the ends of the runs
 //!   of mapped pages inside large free blocks, so mapped memory in the middle of a hole is used
-//!   where it lies instead of being moved (the GPT-2 trace moved ten pages every step before). If the range cannot hold it (or the device cannot reserve one),
-//!   the request falls back to plain segments.
+//!   where it lies instead of being moved (the GPT-2 trace moved ten pages every step before).
+//!   If the range cannot hold it (or the device cannot reserve one), the request falls back to
+//!   plain segments.
 //! - **Recycling pages.** A mapped page lying wholly inside a free block can be unmapped and
 //!   its memory mapped where it is needed. The pool does so (a) when the budget would be
 //!   exceeded, and (b) when a request needs at least `recycle_min_bytes` of new pages and the

@@ -1,8 +1,8 @@
 //! The runtime: one device, its pool and streams, and the graphs and kernels made on it.
 //!
 //! A `Runtime` is shared (`Arc`) by every graph and kernel made from it, so release order
-//! cannot leave a dangling device. Its mutable state sits behind one lock (`state_lock.rs`): runs, tensor
-//! writes and reads, and pool calls are serialised per runtime.
+//! cannot leave a dangling device. Its mutable state sits behind one lock (`state_lock.rs`):
+//! runs, tensor writes and reads, and pool calls are serialised per runtime.
 
 pub mod config;
 pub mod error;

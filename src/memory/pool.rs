@@ -433,7 +433,8 @@ type FastHash = BuildHasherDefault<AddrHasher>;
 enum State {
     Free,
     Allocated,
-    Pending(EventId),
+    /// Waiting for an event (kept in `fprev`: a pending block is in no free list).
+    Pending,
     /// Slab slot not in use.
     Vacant,
 }
@@ -446,7 +447,10 @@ enum Kind {
     Virtual = 2,
 }
 
+/// One block of a segment or range: 64 bytes, one cache line (the pool's operations are mostly
+/// reads of a few blocks at scattered slab slots).
 #[derive(Clone, Debug)]
+#[repr(align(64))]
 struct Block {
     addr: u64,
     size: u64,
@@ -459,11 +463,12 @@ struct Block {
     /// Neighbours by address inside the segment.
     prev: u32,
     next: u32,
-    /// Links of the free list the block is in (warm blocks only).
+    /// Links of the free list the block is in (warm blocks only); a pending block keeps the
+    /// id of its event in `fprev`.
     fprev: u32,
     fnext: u32,
     /// Free blocks of a virtual range: unmapped pages lying wholly inside the block.
-    unmapped: u64,
+    unmapped: u32,
     /// Free blocks: the marker epoch of the last stream-ordered free of memory in the block
     /// (0: never in use, or in use only until an event that completed). Pending blocks: when
     /// they were parked (`Pool::park_seq`).
@@ -702,7 +707,8 @@ impl Pool {
     fn park(&mut self, addr: u64, event: EventId) -> Result<(), PoolError> {
         let idx = self.take_live(addr)?;
         let size = self.slab[idx as usize].size;
-        self.slab[idx as usize].state = State::Pending(event);
+        self.slab[idx as usize].state = State::Pending;
+        self.slab[idx as usize].fprev = event.0;
         // Parking order, for `take_pending` (the field is reset when the block is freed).
         self.park_seq += 1;
         self.slab[idx as usize].freed_epoch = self.park_seq;
@@ -944,7 +950,8 @@ impl Pool {
             // The rest stays pending on the same event (it counts as a busy block of its segment).
             let j = self.cut(idx, rounded);
             let rest = &mut self.slab[j as usize];
-            rest.state = State::Pending(event);
+            rest.state = State::Pending;
+            rest.fprev = event.0;
             let rest_size = rest.size;
             self.pending_bytes += rest_size;
             self.pending_blocks += 1;
@@ -1326,7 +1333,7 @@ impl Pool {
         let mut epoch = self.epoch;
         if prev != NIL && self.slab[prev as usize].state == State::Free {
             self.unlink(prev);
-            unmapped += self.slab[prev as usize].unmapped;
+            unmapped += self.slab[prev as usize].unmapped as u64;
             epoch = epoch.max(self.slab[prev as usize].freed_epoch);
             self.absorb_next(prev);
             i = prev;
@@ -1334,11 +1341,11 @@ impl Pool {
         let next = self.slab[i as usize].next;
         if next != NIL && self.slab[next as usize].state == State::Free {
             self.unlink(next);
-            unmapped += self.slab[next as usize].unmapped;
+            unmapped += self.slab[next as usize].unmapped as u64;
             epoch = epoch.max(self.slab[next as usize].freed_epoch);
             self.absorb_next(i);
         }
-        self.slab[i as usize].unmapped = unmapped;
+        self.slab[i as usize].unmapped = pages32(unmapped);
         self.slab[i as usize].freed_epoch = epoch;
         self.link(i);
         if kind != Kind::Virtual {
@@ -1552,7 +1559,8 @@ impl Pool {
                     self.stats.allocated_bytes -= b.size;
                     self.stats.requested_bytes -= b.requested;
                 }
-                State::Pending(e) => {
+                State::Pending => {
+                    let e = EventId(self.slab[cur as usize].fprev);
                     if let Some(v) = self.pending.get_mut(&e) {
                         v.retain(|&j| j != cur);
                         if v.is_empty() {
@@ -1662,7 +1670,7 @@ impl Pool {
         let i = self.add_segment(base, size, Kind::Virtual, slot);
         let r = self.slab[i as usize].seg;
         self.segs[r as usize].pages = Some(PageMap::new(size / page));
-        self.slab[i as usize].unmapped = size / page;
+        self.slab[i as usize].unmapped = pages32(size / page);
         self.link(i);
         self.slots[slot as usize].range = r;
         Some(r)
@@ -1698,13 +1706,14 @@ impl Pool {
                     let b = &self.slab[cand as usize];
                     self.interior(r, b.addr, b.size)
                 };
-                self.slab[cand as usize].unmapped = self.pages_of(r).count_unmapped(q0, q1);
+                self.slab[cand as usize].unmapped =
+                    pages32(self.pages_of(r).count_unmapped(q0, q1));
                 self.link(cand);
                 return Err(e);
             }
         }
         // Carve [pos, pos + rounded) out of the candidate; the pieces' unmapped pages.
-        let total = self.slab[cand as usize].unmapped - need;
+        let total = self.slab[cand as usize].unmapped as u64 - need;
         let (addr, size) = (self.slab[cand as usize].addr, self.slab[cand as usize].size);
         let mut block = cand;
         let mut low = None;
@@ -1734,13 +1743,13 @@ impl Pool {
                     (h, l)
                 };
                 let n = count(self, small);
-                self.slab[small as usize].unmapped = n;
-                self.slab[big as usize].unmapped = total - n;
+                self.slab[small as usize].unmapped = pages32(n);
+                self.slab[big as usize].unmapped = pages32(total - n);
                 self.link(l);
                 self.link(h);
             }
             (Some(p), None) | (None, Some(p)) => {
-                self.slab[p as usize].unmapped = total;
+                self.slab[p as usize].unmapped = pages32(total);
                 self.link(p);
             }
             (None, None) => debug_assert_eq!(total, 0),
@@ -1791,7 +1800,7 @@ impl Pool {
             for i in candidates() {
                 let b = &self.slab[i as usize];
                 let (q0, q1) = self.interior(r, b.addr, b.size);
-                if b.size <= size + self.page || q1.saturating_sub(q0) <= b.unmapped {
+                if b.size <= size + self.page || q1.saturating_sub(q0) <= b.unmapped as u64 {
                     continue;
                 }
                 let (lo_end, hi_end) = (b.addr, b.addr + b.size);
@@ -1910,7 +1919,7 @@ impl Pool {
         let b = &self.slab[i as usize];
         let r = self.slots[b.slot as usize].range;
         let (q0, q1) = self.interior(r, b.addr, b.size);
-        q1.saturating_sub(q0) - b.unmapped
+        q1.saturating_sub(q0) - b.unmapped as u64
     }
 
     /// Unmaps up to `want` mapped pages lying wholly inside free blocks of every range, each
@@ -2089,10 +2098,10 @@ impl Pool {
                 took += k;
             }
             if took > 0 && placing.is_some_and(|(j, _, _)| j == i) {
-                self.slab[i as usize].unmapped += took;
+                self.slab[i as usize].unmapped += pages32(took);
             } else if took > 0 {
                 self.unlink(i);
-                self.slab[i as usize].unmapped += took;
+                self.slab[i as usize].unmapped += pages32(took);
                 self.link(i);
             }
             if let Some(e) = failed {
@@ -2166,7 +2175,7 @@ impl Pool {
                             } else {
                                 0
                             };
-                            if n != b.unmapped {
+                            if n != b.unmapped as u64 {
                                 return Err(format!(
                                     "free block {:#x}: {} unmapped pages recorded, {n} found",
                                     b.addr, b.unmapped
@@ -2192,7 +2201,7 @@ impl Pool {
                         }
                         nfree += 1;
                     }
-                    State::Allocated | State::Pending(_) => {
+                    State::Allocated | State::Pending => {
                         if virt {
                             let (p0, p1) = self.touched(s, b.addr, b.size);
                             if self.pages_of(s).count_unmapped(p0, p1) != 0 {
@@ -2203,7 +2212,8 @@ impl Pool {
                             }
                         }
                         busy += 1;
-                        if let State::Pending(e) = b.state {
+                        if b.state == State::Pending {
+                            let e = EventId(b.fprev);
                             if !self.pending.get(&e).is_some_and(|v| v.contains(&cur)) {
                                 return Err(format!("pending block {:#x} not in pending", b.addr));
                             }
@@ -2367,3 +2377,10 @@ impl VirtualMemory for SimBacking {
 #[cfg(test)]
 #[path = "pool_tests.rs"]
 mod tests;
+
+/// A page count as kept in a block (ranges hold far fewer than 2^32 pages).
+#[inline]
+fn pages32(n: u64) -> u32 {
+    debug_assert!(n <= u32::MAX as u64, "{n} pages");
+    n as u32
+}

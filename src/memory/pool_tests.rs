@@ -2014,3 +2014,9 @@ fn replay_traces_through_the_pool() {
         }
     }
 }
+
+#[test]
+fn a_block_record_is_one_cache_line() {
+    assert_eq!(std::mem::size_of::<Block>(), 64);
+    assert_eq!(std::mem::align_of::<Block>(), 64);
+}

@@ -15,6 +15,7 @@
 //! `std::sync::Mutex` whose poison the runtime ignores.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -31,6 +32,9 @@ unsafe impl<T: Send> Sync for StateLock<T> {}
 
 pub struct StateGuard<'a, T> {
     lock: &'a StateLock<T>,
+    /// Shared across threads only when `T` is `Sync` (the guard hands out `&T`), like a
+    /// `MutexGuard`; without it the guard would be `Sync` whenever `T` is `Send`.
+    _value: PhantomData<&'a mut T>,
 }
 
 impl<T> StateLock<T> {
@@ -52,7 +56,10 @@ impl<T> StateLock<T> {
         self.held
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| StateGuard { lock: self })
+            .map(|_| StateGuard {
+                lock: self,
+                _value: PhantomData,
+            })
     }
 
     /// Waits for the lock.

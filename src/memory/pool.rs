@@ -1693,6 +1693,9 @@ impl Pool {
         let Some(r) = self.ensure_range(vm, slot) else {
             return Ok(None);
         };
+        if let Some(i) = self.take_tail_prefix(slot, r, rounded) {
+            return Ok(Some(i));
+        }
         let Some((cand, pos)) = self.place_cold(slot, r, rounded) else {
             return Ok(None);
         };
@@ -1756,6 +1759,33 @@ impl Pool {
         }
         self.slab[block as usize].unmapped = 0;
         Ok(Some(block))
+    }
+
+    /// The common cold placement in one step: no other cold block, and the range's last block
+    /// (free) has `size` mapped bytes at its start — `place_cold` would choose exactly that, the
+    /// only position needing no new page. The block is carved there; the rest stays the last
+    /// block with the same unmapped pages (none of them is under the carved part).
+    fn take_tail_prefix(&mut self, slot: u32, r: u32, size: u64) -> Option<u32> {
+        let t = self.segs[r as usize].tail;
+        let b = &self.slab[t as usize];
+        if !self.slots[slot as usize].cold.is_empty()
+            || b.state != State::Free
+            || !b.cold
+            || b.size <= size
+        {
+            return None;
+        }
+        let (p0, p1) = self.touched(r, b.addr, size);
+        if self.pages_of(r).count_unmapped(p0, p1) != 0 {
+            return None;
+        }
+        let unmapped = b.unmapped;
+        self.unlink(t);
+        let rest = self.cut(t, size);
+        self.slab[rest as usize].unmapped = unmapped;
+        self.slab[t as usize].unmapped = 0;
+        self.link(rest);
+        Some(t)
     }
 
     /// Where to put `size` bytes among the cold blocks of `slot` (and the range's tail): the

@@ -1521,6 +1521,29 @@ fn placement_prefers_mapped_pages_at_either_end_of_a_hole() {
 }
 
 #[test]
+fn the_mapped_start_of_the_range_tail_is_reused_in_place() {
+    let f = VFake::new();
+    let mut p = vpool(u64::MAX);
+    let a = p.alloc(&f, MIB, st(0)).unwrap();
+    p.free(&f, a).unwrap();
+    // a's memory merged into the range's last block, whose first page is mapped.
+    check(&p);
+    let maps = p.stats().page_map_count;
+    for size in [MIB, 3 * MIB / 2, 256] {
+        let b = p.alloc(&f, size, st(0)).unwrap();
+        assert_eq!(b, a, "{size} bytes at the start of the tail");
+        assert_eq!(p.stats().page_map_count, maps);
+        check(&p);
+        p.free(&f, b).unwrap();
+    }
+    // Larger than the mapped start: new pages, still at the same place.
+    let c = p.alloc(&f, 3 * MIB, st(0)).unwrap();
+    assert_eq!(c, a);
+    assert!(p.stats().page_map_count > maps && f.covers(c, 3 * MIB));
+    check(&p);
+}
+
+#[test]
 fn placement_uses_mapped_pages_in_the_middle_of_a_hole() {
     let f = VFake::new();
     let mut p = vpool(u64::MAX);

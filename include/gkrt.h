@@ -206,6 +206,9 @@ typedef struct gkrt_stats {
   uint64_t page_unmap_count;
   // Times the pool waited for the device to finish queued work before moving pages.
   uint64_t pool_device_waits;
+  // Tensors a swap plan rebuilt by running their producer again (nodes declared with
+  // `gkrt_graph_set_node_recomputable`) instead of copying them out and back, cumulative.
+  uint64_t tensors_recomputed;
 } gkrt_stats;
 
 // The GPU when a CUDA driver and device are present, else the host backend.
@@ -299,6 +302,20 @@ enum gkrt_status gkrt_graph_add_kernel(struct gkrt_graph *graph,
                                        size_t num_workspaces,
                                        const struct gkrt_launch *launch,
                                        uint32_t *node_out);
+
+// Declares node `node` (an index from `gkrt_graph_add_kernel`) recomputable (`recomputable`
+// non-zero) or not (0, the default): a pure function of its inputs, which run again on the
+// same inputs writes the same bytes to its output and has no other effect. When the graph
+// must swap, its plan may then drop that output instead of copying it to the host and back,
+// and run the node once more right before the output's next reader (only where the node's
+// inputs are still unchanged there); the first run's timings decide whether recomputing beats
+// copying. gkrt never runs any other node twice in a run. Qualifies: a node with exactly one
+// output that it does not also read. Before `gkrt_graph_finalize` only:
+// GKRT_STATUS_INVALID_STATE after it, GKRT_STATUS_INVALID_ARGUMENT for an unknown node or one
+// that does not qualify.
+enum gkrt_status gkrt_graph_set_node_recomputable(struct gkrt_graph *graph,
+                                                  uint32_t node,
+                                                  int recomputable);
 
 // Freezes the graph and derives liveness (and the plan in planned mode). After this the graph
 // can run but not change. Fails on a graph without nodes or with an output no node writes.

@@ -5,6 +5,7 @@
 use gkrt::device::LaunchDims;
 use gkrt::graph::TensorKind;
 use gkrt::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel};
+use gkrt::plan::swap::Policy;
 use gkrt::runtime::{Config, DeviceChoice, MemoryMode, Runtime, RuntimeGraph};
 use proptest::prelude::*;
 use std::ffi::c_void;
@@ -50,6 +51,8 @@ struct Spec {
     ops: Vec<Op>,
     outputs: Vec<usize>,
     workspace: u64,
+    /// Bit `i % 32` set: op `i`'s node is declared recomputable (every op here is pure).
+    recomputable: u32,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -79,19 +82,23 @@ fn spec() -> impl Strategy<Value = Spec> {
                 ops,
                 proptest::collection::vec(params..total, 1..3),
                 0u64..3000,
+                any::<u32>(),
             )
         })
-        .prop_map(|(side, params, ops, mut outputs, workspace)| {
-            outputs.sort();
-            outputs.dedup();
-            Spec {
-                side,
-                params,
-                ops,
-                outputs,
-                workspace,
-            }
-        })
+        .prop_map(
+            |(side, params, ops, mut outputs, workspace, recomputable)| {
+                outputs.sort();
+                outputs.dedup();
+                Spec {
+                    side,
+                    params,
+                    ops,
+                    outputs,
+                    workspace,
+                    recomputable,
+                }
+            },
+        )
 }
 
 fn param_values(spec: &Spec, p: usize) -> Vec<f32> {
@@ -215,9 +222,13 @@ fn build(spec: &Spec, rt: &std::sync::Arc<Runtime>) -> (RuntimeGraph, Vec<u64>) 
         } else {
             vec![]
         };
-        g.graph
+        let node = g
+            .graph
             .add_node(kernel, &inputs, &out, &ws, DIMS, &params)
             .unwrap();
+        if spec.recomputable & (1 << (i % 32)) != 0 {
+            g.graph.set_recomputable(node, true).unwrap();
+        }
     }
     g.finalize().unwrap();
     (g, ids)
@@ -350,7 +361,8 @@ proptest! {
             let (got, stats) = run_and_stats(&spec, MemoryMode::Dynamic, 2, budget);
             if budget < peak {
                 let moved = stats.counters.swap_out_bytes + stats.counters.swap_in_bytes;
-                prop_assert!(moved > 0, "a budget of {} under the peak {} moved nothing: {:?}", budget, peak, stats.counters);
+                let rebuilt = stats.counters.tensors_recomputed;
+                prop_assert!(moved + rebuilt > 0, "a budget of {} under the peak {} moved and recomputed nothing: {:?}", budget, peak, stats.counters);
             }
             prop_assert!(stats.pool.peak_reserved_bytes <= budget, "reserved {} over the budget {}", stats.pool.peak_reserved_bytes, budget);
             for (i, w) in want.iter().enumerate() {
@@ -501,4 +513,91 @@ fn weights_larger_than_the_budget_stream_through() {
         "the budget held: {:?}",
         s.pool
     );
+}
+
+/// A training-like chain (matrix products, ReLUs declared recomputable, then a backward pass
+/// that reads every activation again): under budgets below its peak, plans drop ReLU outputs
+/// and run the ReLU again before the backward reader, outputs stay bit-identical under every
+/// plan, and a plan that recomputes moves fewer bytes than one that may not.
+#[test]
+fn recomputable_relus_are_rebuilt_instead_of_copied() {
+    use Op::*;
+    // Values 0, 1: parameters. Forward: x0 = fill, z_i = x_i·w, x_{i+1} = relu(z_i).
+    // Backward: dz_i = relu'(g, z_i) and a product with x_i (a far use of each ReLU output).
+    let ops = vec![
+        Fill(0.5),       // 2: x0
+        Matmul(2, 0),    // 3: z0
+        Relu(3),         // 4: x1
+        Matmul(4, 1),    // 5: z1
+        Relu(5),         // 6: x2
+        Matmul(6, 0),    // 7: z2
+        Relu(7),         // 8: x3
+        ReluGrad(8, 7),  // 9: dz2
+        Matmul(6, 9),    // 10: reads x2
+        ReluGrad(10, 5), // 11: dz1
+        Matmul(4, 11),   // 12: reads x1
+        ReluGrad(12, 3), // 13: dz0
+        Add(13, 10),     // 14
+    ];
+    let relus = (1 << 2) | (1 << 4) | (1 << 6);
+    let spec = Spec {
+        side: 16,
+        params: 2,
+        ops,
+        outputs: vec![14],
+        workspace: 0,
+        recomputable: relus,
+    };
+    let want = reference(&spec);
+    let probe = runtime(MemoryMode::Dynamic, 64 << 20);
+    let (g, _) = build(&spec, &probe);
+    let lv = g.graph.liveness().unwrap();
+    let peak = lv.persistent_bytes + lv.peak_transient_bytes;
+    let least = smallest_budget(&g);
+    drop(g);
+    let (mut recomputed, mut compared, mut fewer) = (0, 0, 0);
+    for budget in [peak * 3 / 4, peak / 2, least + least / 2, least] {
+        if budget < least {
+            continue;
+        }
+        // The default plan recomputes; the same policy without recomputing moves no fewer bytes
+        // (and more under some budget).
+        let rt = runtime(MemoryMode::Dynamic, budget);
+        let (mut g, _) = build(&spec, &rt);
+        if let Some(plan) = g.swap_plan().cloned() {
+            let copy_only = Policy {
+                recompute: false,
+                ..Policy::default()
+            };
+            if plan.recomputes() > 0 && g.use_swap_policy(copy_only).is_ok() {
+                let other = g.swap_plan().unwrap();
+                let (mine, theirs) = (
+                    plan.bytes_in + plan.bytes_out,
+                    other.bytes_in + other.bytes_out,
+                );
+                assert!(
+                    mine <= theirs,
+                    "budget {budget}: recomputing moved {mine} bytes, copying {theirs}"
+                );
+                fewer += (mine < theirs) as u32;
+                compared += 1;
+            }
+        }
+        drop(g);
+        let (got, stats) = run_and_stats(&spec, MemoryMode::Dynamic, 2, budget);
+        recomputed += stats.counters.tensors_recomputed;
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&got[0]),
+            bits(&want[0]),
+            "budget {budget} (peak {peak})"
+        );
+        assert!(stats.pool.peak_reserved_bytes <= budget);
+    }
+    assert!(recomputed > 0, "no plan recomputed a ReLU output");
+    assert!(
+        compared > 0,
+        "no budget had plans with and without recomputing"
+    );
+    assert!(fewer > 0, "recomputing never moved fewer bytes than copying");
 }

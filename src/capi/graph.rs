@@ -6,7 +6,7 @@ use super::types::*;
 use crate::device::LaunchDims;
 use crate::graph::TensorKind;
 use crate::runtime::{lock_for_call, Error, RuntimeGraph};
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 fn lock_graph(graph: *const gkrt_graph) -> Result<Arc<Mutex<RuntimeGraph>>, Error> {
@@ -154,6 +154,29 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
             *out = node;
         }
         Ok(())
+    })
+}
+
+/// Declares node `node` (an index from `gkrt_graph_add_kernel`) recomputable (`recomputable`
+/// non-zero) or not (0, the default): a pure function of its inputs, which run again on the
+/// same inputs writes the same bytes to its output and has no other effect. When the graph
+/// must swap, its plan may then drop that output instead of copying it to the host and back,
+/// and run the node once more right before the output's next reader (only where the node's
+/// inputs are still unchanged there); the first run's timings decide whether recomputing beats
+/// copying. gkrt never runs any other node twice in a run. Qualifies: a node with exactly one
+/// output that it does not also read. Before `gkrt_graph_finalize` only:
+/// GKRT_STATUS_INVALID_STATE after it, GKRT_STATUS_INVALID_ARGUMENT for an unknown node or one
+/// that does not qualify.
+#[no_mangle]
+pub extern "C" fn gkrt_graph_set_node_recomputable(
+    graph: *mut gkrt_graph,
+    node: u32,
+    recomputable: c_int,
+) -> gkrt_status {
+    guard(|| {
+        let g = lock_graph(graph)?;
+        let mut g = locked(&g)?;
+        Ok(g.graph.set_recomputable(node, recomputable != 0)?)
     })
 }
 

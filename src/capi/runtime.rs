@@ -193,6 +193,7 @@ pub unsafe extern "C" fn gkrt_runtime_stats(
             page_map_count: s.pool.page_map_count,
             page_unmap_count: s.pool.page_unmap_count,
             pool_device_waits: s.pool.device_wait_count,
+            tensors_recomputed: s.counters.tensors_recomputed,
         };
         Ok(())
     })

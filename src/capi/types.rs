@@ -165,6 +165,9 @@ pub struct gkrt_stats {
     pub page_unmap_count: u64,
     /// Times the pool waited for the device to finish queued work before moving pages.
     pub pool_device_waits: u64,
+    /// Tensors a swap plan rebuilt by running their producer again (nodes declared with
+    /// `gkrt_graph_set_node_recomputable`) instead of copying them out and back, cumulative.
+    pub tensors_recomputed: u64,
 }
 
 /// What finalize derived from a graph (`gkrt_graph_get_info`).

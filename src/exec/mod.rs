@@ -1,9 +1,11 @@
 //! The executor: interprets a finalized graph's step program.
 //!
-//! Per node, in order: start the returns the swap plan scheduled here; make the node's inputs
-//! resident (the compute stream waits on a copy-in event, never the host); give its new
-//! outputs and workspaces memory; queue the kernel; return its workspaces and the intermediates
-//! whose last use it was; start the swap-outs the plan scheduled after it. Nothing here analyses
+//! Per node, in order: start the returns the swap plan scheduled here; rebuild the tensors the
+//! plan recomputes here (their producer's inputs made resident, the producer queued again);
+//! make the node's inputs resident (the compute stream waits on a copy-in event, never the
+//! host); give its new outputs and workspaces memory; queue the kernel; return its workspaces
+//! and the intermediates whose last use it was; start the swap-outs the plan scheduled after
+//! it and drop the tensors it will recompute. Nothing here analyses
 //! the graph: alloc/free lists, next uses and the swap plan were computed at finalize.
 //!
 //! Memory comes from the pool on the compute stream. Because everything that touches a block
@@ -63,6 +65,8 @@ pub struct RunCounters {
     pub tensors_in: u64,
     /// Evictions made by the fallback (not planned).
     pub evictions: u64,
+    /// Tensors rebuilt by running their producer again (planned rematerialisation).
+    pub recomputes: u64,
     /// Timing-event pairs used around compute-stream waits on copies (see `stall_pairs`).
     pub stall_pairs_used: usize,
 }
@@ -128,6 +132,8 @@ pub struct Executor<'a> {
     scratch_taken: Vec<DevPtr>,
     workspaces: Vec<DevPtr>,
     buffers: Vec<Buffer>,
+    /// Tensors of a recompute in progress: the fallback must not evict them.
+    protected: Vec<u32>,
 }
 
 impl<'a> Executor<'a> {
@@ -162,6 +168,7 @@ impl<'a> Executor<'a> {
             scratch_taken: Vec::new(),
             workspaces: Vec::new(),
             buffers: Vec::new(),
+            protected: Vec::new(),
         }
     }
 
@@ -212,6 +219,9 @@ impl<'a> Executor<'a> {
                     self.deferred.push(t);
                 }
             }
+            for &x in &plan.recompute_before[n] {
+                self.recompute(graph, n, x).map_err(at)?;
+            }
         }
         for &t in &node.inputs {
             self.ensure_resident(graph, n, t).map_err(at)?;
@@ -227,7 +237,7 @@ impl<'a> Executor<'a> {
             self.mem[t as usize].host_valid = false;
         }
 
-        let launched = self.launch(graph, n, node).map_err(at);
+        let launched = self.launch(graph, n, node, true).map_err(at);
         self.give_workspaces();
         launched?;
         self.counters.nodes += 1;
@@ -241,11 +251,84 @@ impl<'a> Executor<'a> {
                     self.swap_out(graph, t).map_err(at)?;
                 }
             }
+            for &t in &plan.drop_after[n] {
+                // (A tensor the fallback sent to the host stays there and is read back.)
+                if self.mem[t as usize].state == Residency::OnDevice {
+                    self.discard(t);
+                }
+            }
         }
         Ok(())
     }
 
-    fn launch(&mut self, graph: &Graph, n: usize, node: &Node) -> Result<()> {
+    /// Rebuilds intermediate `x`, dropped by the plan, before node `n` reads it: its producer
+    /// (declared recomputable; its inputs unchanged since it ran, which the plan checked) is
+    /// queued again with the same parameters. The fallback may evict around it, but not the
+    /// tensors of this recompute.
+    fn recompute(&mut self, graph: &Graph, n: usize, x: u32) -> Result<()> {
+        if self.mem[x as usize].state != Residency::Unallocated {
+            return Ok(()); // the fallback sent it to the host before the drop: read back instead
+        }
+        let tensor = &graph.tensors()[x as usize];
+        let p = tensor.producer.expect("a planned recompute has a producer") as usize;
+        let producer = &graph.nodes()[p];
+        let context = |e: Error| {
+            e.context(format!(
+                "recomputing {} by running node {p} ({}) again",
+                tensor.describe(x),
+                producer.kernel.describe()
+            ))
+        };
+        self.protected.clear();
+        self.protected.extend(producer.inputs.iter().copied());
+        self.protected.push(x);
+        let result = (|| -> Result<()> {
+            for &y in &producer.inputs {
+                self.ensure_resident(graph, n, y)?;
+            }
+            // Its block and the producer's workspaces, as a node's own (largest first, one
+            // more try on a clean slate when they do not fit).
+            self.workspaces.clear();
+            self.workspaces.resize(producer.workspaces.len(), 0);
+            let mut batch = std::mem::take(&mut self.scratch_batch);
+            let mut taken = std::mem::take(&mut self.scratch_taken);
+            batch.clear();
+            batch.push((tensor.size, x, 0));
+            batch.extend(
+                producer
+                    .workspaces
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &w)| (w, u32::MAX, i)),
+            );
+            batch.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
+            // A clean slate may move the producer's inputs and node n's (returns started for it).
+            // (Not `x`, which node n reads too: it has no contents yet.)
+            let movable: Vec<u32> = producer
+                .inputs
+                .iter()
+                .chain(&graph.nodes()[n].inputs)
+                .copied()
+                .filter(|&t| t != x)
+                .collect();
+            let allocated = self.take_batch(graph, n, &batch, &mut taken, &movable);
+            self.scratch_batch = batch;
+            self.scratch_taken = taken;
+            allocated?;
+            self.mem[x as usize].host_valid = false;
+            let launched = self.launch(graph, p, producer, false);
+            self.give_workspaces();
+            launched
+        })();
+        self.protected.clear();
+        result.map_err(context)?;
+        self.counters.recomputes += 1;
+        Ok(())
+    }
+
+    /// Queues node `n`'s kernel on the compute stream (timed when the run is profiled and
+    /// `timed`: a recompute is not the node's own measurement).
+    fn launch(&mut self, graph: &Graph, n: usize, node: &Node, timed: bool) -> Result<()> {
         let tensors = graph.tensors();
         self.buffers.clear();
         for &t in node.inputs.iter().chain(&node.outputs) {
@@ -267,8 +350,8 @@ impl<'a> Executor<'a> {
         let n_out = node.outputs.len();
         let stream = self.streams.compute;
         let timing = match self.profile.as_deref_mut() {
-            Some(p) => Some(p.node_pair(self.device, n)?),
-            None => None,
+            Some(p) if timed => Some(p.node_pair(self.device, n)?),
+            _ => None,
         };
         if let Some((start, _)) = timing {
             self.device.record_event(start, stream)?;
@@ -334,18 +417,21 @@ impl<'a> Executor<'a> {
             }
         }
         batch.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
-        let result = self.take_batch(graph, n, &batch, &mut taken);
+        let result = self.take_batch(graph, n, &batch, &mut taken, &node.inputs);
         self.scratch_batch = batch;
         self.scratch_taken = taken;
         result
     }
 
+    /// Takes the blocks of `batch` (bytes, output tensor or `u32::MAX`, workspace index) for
+    /// work queued before node `n` that reads `inputs`; see `alloc_node_buffers`.
     fn take_batch(
         &mut self,
         graph: &Graph,
         n: usize,
         batch: &[(u64, u32, usize)],
         taken: &mut Vec<DevPtr>,
+        inputs: &[u32],
     ) -> Result<()> {
         let tensors = graph.tensors();
         let mut last_error = None;
@@ -388,7 +474,7 @@ impl<'a> Executor<'a> {
                     if !out_of_memory || attempt == 1 {
                         break;
                     }
-                    self.repack_inputs(graph, n)?;
+                    self.repack_inputs(graph, n, inputs)?;
                 }
             }
         }
@@ -396,12 +482,12 @@ impl<'a> Executor<'a> {
         Err(last_error.expect("a failed attempt left its error"))
     }
 
-    /// Last resort before declaring node `n` too large: its resident inputs may sit in segments
-    /// whose free space is too fragmented for the rest. Send them out, take back every block
-    /// pending on a copy, release every free segment, and bring the inputs back largest first.
-    fn repack_inputs(&mut self, graph: &Graph, n: usize) -> Result<()> {
-        let node = &graph.nodes()[n];
-        let mut inputs: Vec<u32> = node.inputs.clone();
+    /// Last resort before declaring node `n` too large: the resident `inputs` of what is being
+    /// queued may sit in segments whose free space is too fragmented for the rest. Send them
+    /// out, take back every block pending on a copy, release every free segment, and bring the
+    /// inputs back largest first.
+    fn repack_inputs(&mut self, graph: &Graph, n: usize, inputs: &[u32]) -> Result<()> {
+        let mut inputs: Vec<u32> = inputs.to_vec();
         inputs.sort_unstable();
         inputs.dedup();
         let in_pool = |t: u32| self.layout.is_none() || graph.tensors()[t as usize].kind.persists();
@@ -487,7 +573,12 @@ impl<'a> Executor<'a> {
             // A tensor still copying in may go too: it is cheap to drop (its host copy is
             // current) once the compute stream has waited for the copy.
             let movable = matches!(m.state, Residency::OnDevice | Residency::CopyingToDevice);
-            if !movable || in_arena || node.inputs.contains(&t32) || node.outputs.contains(&t32) {
+            if !movable
+                || in_arena
+                || node.inputs.contains(&t32)
+                || node.outputs.contains(&t32)
+                || self.protected.contains(&t32)
+            {
                 continue;
             }
             let next = lv.next_use_after(t32, n as u32);

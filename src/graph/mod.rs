@@ -98,6 +98,9 @@ pub struct Node {
     pub workspaces: Vec<u64>,
     pub dims: LaunchDims,
     pub params: Vec<u8>,
+    /// The host declared the node a pure function of its inputs (`Graph::set_recomputable`):
+    /// a swap plan may drop its output and run the node again before a later reader.
+    pub recomputable: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -306,8 +309,41 @@ impl Graph {
             workspaces: workspaces.to_vec(),
             dims,
             params: params.to_vec(),
+            recomputable: false,
         });
         Ok(node)
+    }
+
+    /// Declares node `node` a pure function of its inputs: run again on the same inputs it
+    /// writes the same bytes to its output and has no other effect. Only then may a swap plan
+    /// drop the node's output instead of copying it to the host, and run the node once more
+    /// before the output's next reader (rematerialisation); nothing else ever runs a node
+    /// twice. Only a node with exactly one output, which it does not also read, qualifies.
+    pub fn set_recomputable(&mut self, node: u32, recomputable: bool) -> GraphResult<()> {
+        self.check_editable()?;
+        let Some(n) = self.nodes.get(node as usize) else {
+            return invalid(format!(
+                "node {node} does not exist (the graph has {} nodes)",
+                self.nodes.len()
+            ));
+        };
+        if recomputable {
+            if n.outputs.len() != 1 {
+                return invalid(format!(
+                    "node {node} ({}) writes {} outputs; only a node with exactly one output can be recomputed",
+                    n.kernel.describe(),
+                    n.outputs.len()
+                ));
+            }
+            if n.inputs.contains(&n.outputs[0]) {
+                return invalid(format!(
+                    "node {node} ({}) reads the tensor it writes; running it again would not give the same bytes",
+                    n.kernel.describe()
+                ));
+            }
+        }
+        self.nodes[node as usize].recomputable = recomputable;
+        Ok(())
     }
 
     /// Freezes the graph and derives liveness. `align` is the pool's allocation granule, so the

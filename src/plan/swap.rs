@@ -13,6 +13,12 @@
 //! every other one on the host. Runs repeat, so the policy looks across the boundary: after its
 //! last use a persistent tensor's next use is its first use in the next run (see `plan_swaps`).
 //!
+//! Rematerialisation (`Policy::recompute`): when the victim is the only output of a node the
+//! host declared recomputable (`Node::recomputable`) and that node's inputs are still on hand,
+//! unchanged, at the victim's next use, the plan drops it without a copy and runs its producer
+//! again right before that use. Its bytes never cross the link; the producer's inputs gain a use
+//! there (they are kept or brought back for it). Only the plan reruns nodes, and only those.
+//!
 //! `check_with_pool` replays the plan's allocations through a dry run of the real pool, so a plan
 //! that fits on paper fits at run time; the runtime lowers the budget and replans when it does not.
 
@@ -36,6 +42,10 @@ pub struct SwapPlan {
     /// Kept tensors that leave as a run starts (the policy needs their room before their first
     /// use in the run).
     pub leave_at_start: Vec<u32>,
+    /// After node n: drop these intermediates without a copy (they are recomputed later).
+    pub drop_after: Vec<Vec<u32>>,
+    /// Before node n (after its returns start): run each tensor's producer again to rebuild it.
+    pub recompute_before: Vec<Vec<u32>>,
     /// Bytes the plan moves each way in one run (both include the run-boundary traffic).
     pub bytes_out: u64,
     pub bytes_in: u64,
@@ -43,6 +53,13 @@ pub struct SwapPlan {
     pub peak: u64,
     /// Nodes whose own inputs, outputs and workspaces exceed the budget: a run fails there.
     pub infeasible_nodes: Vec<u32>,
+}
+
+impl SwapPlan {
+    /// Tensors the plan rebuilds by running their producer again, per run.
+    pub fn recomputes(&self) -> usize {
+        self.recompute_before.iter().map(Vec::len).sum()
+    }
 }
 
 /// The distinct tensors a node touches.
@@ -66,6 +83,12 @@ struct Sim<'a> {
     next_key: Vec<(u32, bool)>,
     used: u64,
     usage: Vec<u64>,
+    /// Uses added by planned recomputes (the producer's inputs are read there), ascending.
+    extra_uses: Vec<Vec<u32>>,
+    /// Dropped for a planned recompute and not rebuilt yet.
+    dropped: Vec<bool>,
+    /// Read by some planned recompute: must stay rebuildable-from, so never dropped itself.
+    feeds_recompute: Vec<bool>,
 }
 
 impl Sim<'_> {
@@ -96,6 +119,106 @@ impl Sim<'_> {
         self.used -= self.size(t);
         self.unindex(t);
     }
+
+    /// The next use of `t` after node `n`, planned recomputes included.
+    fn next_use_after(&self, lv: &Liveness, t: u32, n: u32) -> u32 {
+        let extra = &self.extra_uses[t as usize];
+        let i = extra.partition_point(|&u| u <= n);
+        lv.next_use_after(t, n)
+            .min(extra.get(i).copied().unwrap_or(NEVER))
+    }
+
+    /// The last use of `t` before node `n`, planned recomputes included.
+    fn last_use_before(&self, lv: &Liveness, t: u32, n: u32) -> Option<u32> {
+        let extra = &self.extra_uses[t as usize];
+        let i = extra.partition_point(|&u| u < n);
+        let e = i.checked_sub(1).map(|i| extra[i]);
+        lv.last_use_before(t, n).max(e)
+    }
+}
+
+/// What the rematerialisation rule needs to know of the graph beyond liveness.
+struct Writers {
+    /// Per tensor: the nodes that write it, ascending.
+    of: Vec<Vec<u32>>,
+}
+
+impl Writers {
+    fn new(tensors: &[Tensor], nodes: &[Node]) -> Writers {
+        let mut of = vec![Vec::new(); tensors.len()];
+        for (n, node) in nodes.iter().enumerate() {
+            for &t in &node.outputs {
+                of[t as usize].push(n as u32);
+            }
+        }
+        Writers { of }
+    }
+
+    /// Whether some node strictly between `a` and `b` writes `t`.
+    fn written_between(&self, t: u32, a: u32, b: u32) -> bool {
+        self.of[t as usize].iter().any(|&w| w > a && w < b)
+    }
+}
+
+/// The node that can rebuild intermediate `t` right before node `m` reads it (with the tensors
+/// of `rebuilt_before[m]` rebuilt there too, within `budget`): its only writer,
+/// declared recomputable and without workspaces, whose inputs all live unchanged until `m` and
+/// are not themselves waiting for a recompute.
+#[allow(clippy::too_many_arguments)]
+fn recompute_source(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    writers: &Writers,
+    sim: &Sim,
+    rebuilt_before: &[Vec<u32>],
+    budget: u64,
+    t: u32,
+    m: u32,
+) -> Option<u32> {
+    let tensor = &tensors[t as usize];
+    let p = tensor.producer?;
+    let node = &nodes[p as usize];
+    let ok = tensor.kind == crate::graph::TensorKind::Intermediate
+        && node.recomputable
+        && node.outputs == [t]
+        // Its workspaces would add to the memory the reader's node needs.
+        && node.workspaces.is_empty()
+        && writers.of[t as usize] == [p]
+        && (m as usize) < nodes.len()
+        && nodes[m as usize].inputs.contains(&t)
+        && !sim.feeds_recompute[t as usize]
+        && node.inputs.iter().all(|&y| {
+            lv.last_use[y as usize].is_some_and(|l| l >= m)
+                && !writers.written_between(y, p, m)
+                && !sim.dropped[y as usize]
+        });
+    if !ok {
+        return None;
+    }
+    // Node m then needs its own tensors, the producer's inputs and the rebuilt tensors (of
+    // every recompute before it) at once: within the budget, or the copy is the only way.
+    let reader = &nodes[m as usize];
+    let mut at_m = node_tensors(reader);
+    at_m.extend(node.inputs.iter().copied());
+    for &x in rebuilt_before[m as usize].iter().chain([&t]) {
+        at_m.push(x);
+        at_m.extend(
+            nodes[tensors[x as usize].producer? as usize]
+                .inputs
+                .iter()
+                .copied(),
+        );
+    }
+    at_m.sort_unstable();
+    at_m.dedup();
+    let ws: u64 = reader
+        .workspaces
+        .iter()
+        .map(|&w| round_up(w, sim.align))
+        .sum();
+    let need = at_m.iter().map(|&x| sim.size(x)).sum::<u64>() + ws;
+    (need <= budget).then_some(p)
 }
 
 /// Plans swaps for `budget` bytes of device memory: the policy that needs no measurement (see
@@ -113,7 +236,7 @@ pub fn plan_swaps(
 
 /// The knobs of the planning policy. Which setting is best depends on how long nodes take
 /// against the link, which the plan cannot know before a run; `candidates` tries them all.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// After its last use in a run, a persistent tensor that the next run reads waits on the
     /// device for its first use there, evicted first when room is needed (runs repeat, so the schedule is
@@ -131,6 +254,21 @@ pub struct Policy {
     /// (evicted first when room is needed) instead of leaving and coming back at the run's end
     /// (cheaper when it is used late in the run; dearer when it is used only at the start).
     pub kept_wait: bool,
+    /// A victim that a recomputable node can rebuild is dropped and recomputed rather than
+    /// copied out and back (see the module's documentation). On by default: the host declared
+    /// those nodes cheap enough to rerun; the first run's timings may still prefer copies.
+    pub recompute: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            linger: false,
+            slack_tensors: 0,
+            kept_wait: false,
+            recompute: true,
+        }
+    }
 }
 
 /// How many times the run-boundary state is refined (`Policy::linger`).
@@ -153,19 +291,7 @@ fn plan_with(
         .max()
         .unwrap_or(0);
     let slack = policy.slack_tensors * largest;
-    let sim = |keep: &[u32]| {
-        simulate(
-            tensors,
-            nodes,
-            lv,
-            budget,
-            align,
-            keep,
-            policy.linger,
-            policy.kept_wait,
-            slack,
-        )
-    };
+    let sim = |keep: &[u32]| simulate(tensors, nodes, lv, budget, align, keep, policy, slack);
     let (cold, end_state) = sim(&[]);
     let mut best = cold;
     let consider = |plan: SwapPlan, best: &mut SwapPlan| {
@@ -219,16 +345,21 @@ pub fn candidates(
 ) -> Vec<(Policy, SwapPlan)> {
     let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
     let knobs = [(false, false), (false, true), (true, false)];
-    for (linger, kept_wait) in knobs {
-        for slack_tensors in [0, 1, 2] {
-            let policy = Policy {
-                linger,
-                slack_tensors,
-                kept_wait,
-            };
-            let plan = plan_with(tensors, nodes, lv, budget, align, policy);
-            if !out.iter().any(|(_, p)| *p == plan) {
-                out.push((policy, plan));
+    let default = Policy::default();
+    let recompute = [default.recompute, !default.recompute];
+    for recompute in recompute {
+        for (linger, kept_wait) in knobs {
+            for slack_tensors in [0, 1, 2] {
+                let policy = Policy {
+                    linger,
+                    slack_tensors,
+                    kept_wait,
+                    recompute,
+                };
+                let plan = plan_with(tensors, nodes, lv, budget, align, policy);
+                if !out.iter().any(|(_, p)| *p == plan) {
+                    out.push((policy, plan));
+                }
             }
         }
     }
@@ -245,11 +376,12 @@ fn simulate(
     budget: u64,
     align: u64,
     keep: &[u32],
-    linger: bool,
-    kept_wait: bool,
+    policy: Policy,
     slack: u64,
 ) -> (SwapPlan, Vec<u32>) {
+    let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
+    let writers = Writers::new(tensors, nodes);
     let mut sim = Sim {
         tensors,
         align,
@@ -261,11 +393,16 @@ fn simulate(
         next_key: vec![(NEVER, false); tensors.len()],
         used: 0,
         usage: vec![0; n_nodes + 1],
+        extra_uses: vec![Vec::new(); tensors.len()],
+        dropped: vec![false; tensors.len()],
+        feeds_recompute: vec![false; tensors.len()],
     };
     let mut plan = SwapPlan {
         budget,
         swap_out_after: vec![Vec::new(); n_nodes],
         prefetch_before: vec![Vec::new(); n_nodes + 1],
+        drop_after: vec![Vec::new(); n_nodes],
+        recompute_before: vec![Vec::new(); n_nodes],
         keep: keep.to_vec(),
         ..SwapPlan::default()
     };
@@ -280,8 +417,23 @@ fn simulate(
 
     for (n, node) in nodes.iter().enumerate() {
         let n32 = n as u32;
-        let touched = node_tensors(node);
-        let workspace: u64 = node.workspaces.iter().map(|&w| round_up(w, align)).sum();
+        // The node's tensors, and those of the recomputes planned before it: the rebuilt
+        // tensors and their producers' inputs (read here), plus the producers' workspaces.
+        let mut touched = node_tensors(node);
+        let mut reads: Vec<u32> = node.inputs.clone();
+        let mut workspace: u64 = node.workspaces.iter().map(|&w| round_up(w, align)).sum();
+        for &x in &plan.recompute_before[n] {
+            let p = &nodes[tensors[x as usize].producer.expect("planned") as usize];
+            touched.extend(p.inputs.iter().copied());
+            reads.extend(p.inputs.iter().copied());
+            workspace += p
+                .workspaces
+                .iter()
+                .map(|&w| round_up(w, align))
+                .sum::<u64>();
+        }
+        touched.sort_unstable();
+        touched.dedup();
         let incoming: Vec<u32> = touched
             .iter()
             .copied()
@@ -301,7 +453,44 @@ fn simulate(
             // It leaves right after its last use, so a copy overlaps what runs until now; a
             // clean one (host copy current) leaves without a copy. A kept tensor not used yet
             // in this run leaves as the run starts.
-            let last = lv.last_use_before(victim, n32);
+            let last = sim.last_use_before(lv, victim, n32);
+            let next = key; // its next use: the eviction order's key
+            let source = policy
+                .recompute
+                .then(|| {
+                    let rebuilt = &plan.recompute_before;
+                    recompute_source(
+                        tensors, nodes, lv, &writers, &sim, rebuilt, budget, victim, next,
+                    )
+                })
+                .flatten();
+            if let (Some(p), Some(last)) = (source, last) {
+                // Dropped without a copy; its producer runs again before its next use, which
+                // becomes a use of the producer's inputs.
+                plan.drop_after[last as usize].push(victim);
+                plan.recompute_before[next as usize].push(victim);
+                sim.dropped[victim as usize] = true;
+                for &y in &nodes[p as usize].inputs {
+                    sim.feeds_recompute[y as usize] = true;
+                    let extra = &mut sim.extra_uses[y as usize];
+                    if let Err(i) = extra.binary_search(&next) {
+                        extra.insert(i, next);
+                    }
+                    if sim.resident[y as usize] {
+                        let (key, _) = sim.next_key[y as usize];
+                        if next < key {
+                            sim.unindex(y);
+                            sim.index(y, next);
+                        }
+                    }
+                }
+                sim.left_after[victim as usize] = last as i64;
+                let size = sim.size(victim);
+                for u in &mut sim.usage[last as usize + 1..n] {
+                    *u -= size;
+                }
+                continue;
+            }
             match last {
                 Some(last) => plan.swap_out_after[last as usize].push(victim),
                 None => plan.leave_at_start.push(victim),
@@ -323,13 +512,15 @@ fn simulate(
         }
 
         for &t in &incoming {
-            if node.inputs.contains(&t) {
+            if sim.dropped[t as usize] {
+                sim.dropped[t as usize] = false; // rebuilt here, not copied
+            } else if reads.contains(&t) {
                 returns.push((n32, t, sim.left_after[t as usize]));
                 plan.bytes_in += sim.size(t);
             }
             sim.arrive(t, n32);
         }
-        for &t in &node.outputs {
+        for &t in node.outputs.iter().chain(&plan.recompute_before[n]) {
             sim.host_valid[t as usize] = false;
         }
         sim.usage[n] = sim.used + workspace;
@@ -363,7 +554,7 @@ fn simulate(
                     sim.left_after[t as usize] = n as i64;
                 }
             } else {
-                let next = lv.next_use_after(t, n32);
+                let next = sim.next_use_after(lv, t, n32);
                 sim.index(t, next);
             }
         }
@@ -448,11 +639,28 @@ pub fn check_with_pool(
     }
     for (n, node) in nodes.iter().enumerate() {
         let n32 = n as u32;
-        for &t in plan.prefetch_before[n].iter().chain(&node_tensors(node)) {
+        // In the executor's order: returns, recomputes (with their producers' workspaces), the
+        // node's own tensors.
+        let mut order: Vec<(u32, &[u64])> = Vec::new();
+        order.extend(plan.prefetch_before[n].iter().map(|&t| (t, &[][..])));
+        for &x in &plan.recompute_before[n] {
+            let p = &nodes[tensors[x as usize].producer.expect("planned") as usize];
+            order.extend(p.inputs.iter().map(|&t| (t, &[][..])));
+            order.push((x, &p.workspaces[..]));
+        }
+        order.extend(node_tensors(node).into_iter().map(|t| (t, &[][..])));
+        for (t, workspaces) in order {
             if block[t as usize].is_none() {
                 let bytes = tensors[t as usize].size;
                 block[t as usize] =
                     Some(push(&mut steps, n32, DryRunStep::Alloc { bytes, stream }));
+            }
+            let ws: Vec<usize> = workspaces
+                .iter()
+                .map(|&bytes| push(&mut steps, n32, DryRunStep::Alloc { bytes, stream }))
+                .collect();
+            for step in ws {
+                push(&mut steps, n32, DryRunStep::Free { step });
             }
         }
         let ws: Vec<usize> = node
@@ -470,7 +678,7 @@ pub fn check_with_pool(
                 }
             }
         }
-        for &t in &plan.swap_out_after[n] {
+        for &t in plan.swap_out_after[n].iter().chain(&plan.drop_after[n]) {
             if let Some(step) = block[t as usize].take() {
                 push(&mut steps, n32, DryRunStep::Free { step });
             }

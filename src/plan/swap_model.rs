@@ -169,57 +169,79 @@ pub fn estimate(
         if n == n_nodes {
             break;
         }
+        // The recomputes planned before the node, then the node: each waits for its inputs,
+        // takes memory for its outputs and runs.
         let node = &nodes[n];
-        for &t in &node.inputs {
-            match at[t as usize] {
-                Where::Device => {}
-                Where::In(done) => {
-                    if done > compute {
-                        e.compute_waited_ms += done - compute;
-                        compute = done;
+        let mut work: Vec<(usize, &[u32])> = plan.recompute_before[n]
+            .iter()
+            .map(|x| {
+                (
+                    tensors[*x as usize].producer.expect("planned") as usize,
+                    std::slice::from_ref(x),
+                )
+            })
+            .collect();
+        work.push((n, &node.outputs[..]));
+        for (k, outputs) in work {
+            for &t in &nodes[k].inputs {
+                match at[t as usize] {
+                    Where::Device => {}
+                    Where::In(done) => {
+                        if done > compute {
+                            e.compute_waited_ms += done - compute;
+                            compute = done;
+                        }
+                        at[t as usize] = Where::Device;
+                    }
+                    Where::Host => {
+                        // The model has no fallback eviction: count the bytes, wait for the link.
+                        let s = size(t);
+                        allocated += s;
+                        let start = copy_in.max(compute).max(out_done[t as usize]);
+                        copy_in = start + ms_in(s);
+                        e.bytes_in += s;
+                        e.compute_waited_ms += (copy_in - compute).max(0.0);
+                        compute = compute.max(copy_in);
+                        at[t as usize] = Where::Device;
+                    }
+                }
+            }
+            for &t in outputs {
+                if at[t as usize] == Where::Host {
+                    let s = size(t);
+                    if take(
+                        s,
+                        &mut allocated,
+                        &mut pending,
+                        &mut compute,
+                        &mut e.compute_waited_ms,
+                        true,
+                    )
+                    .is_none()
+                    {
+                        allocated += s; // over budget: the real run would evict
                     }
                     at[t as usize] = Where::Device;
                 }
-                Where::Host => {
-                    // The model has no fallback eviction: count the bytes, wait for the link.
-                    let s = size(t);
-                    allocated += s;
-                    let start = copy_in.max(compute).max(out_done[t as usize]);
-                    copy_in = start + ms_in(s);
-                    e.bytes_in += s;
-                    e.compute_waited_ms += (copy_in - compute).max(0.0);
-                    compute = compute.max(copy_in);
-                    at[t as usize] = Where::Device;
-                }
+                host_valid[t as usize] = false;
             }
-        }
-        for &t in &node.outputs {
-            if at[t as usize] == Where::Host {
-                let s = size(t);
-                if take(
-                    s,
-                    &mut allocated,
-                    &mut pending,
-                    &mut compute,
-                    &mut e.compute_waited_ms,
-                    true,
-                )
-                .is_none()
-                {
-                    allocated += s; // over budget: the real run would evict
-                }
-                at[t as usize] = Where::Device;
+            if k == n {
+                e.starts
+                    .push((compute, e.compute_waited_ms - waited_until_last));
+                waited_until_last = e.compute_waited_ms;
             }
-            host_valid[t as usize] = false;
+            compute += cost_ms[k];
+            e.compute_ms += cost_ms[k];
         }
-        e.starts
-            .push((compute, e.compute_waited_ms - waited_until_last));
-        waited_until_last = e.compute_waited_ms;
-        compute += cost_ms[n];
-        e.compute_ms += cost_ms[n];
         for &t in &lv.frees[n] {
             if at[t as usize] != Where::Host {
                 allocated -= size(t);
+                at[t as usize] = Where::Host;
+            }
+        }
+        for &t in &plan.drop_after[n] {
+            if at[t as usize] == Where::Device {
+                allocated -= size(t); // no copy: it is recomputed before its next use
                 at[t as usize] = Where::Host;
             }
         }
@@ -300,6 +322,8 @@ mod tests {
             self.tensors.len() as u32 - 1
         }
         fn node(&mut self, inputs: &[u32], output: u32, cost: f64) {
+            let node = self.nodes.len() as u32;
+            self.tensors[output as usize].producer.get_or_insert(node);
             self.nodes.push(Node {
                 kernel: Kernel::Callback(HostCallback {
                     func: nothing,
@@ -315,6 +339,7 @@ mod tests {
                     shared_mem_bytes: 0,
                 },
                 params: Vec::new(),
+                recomputable: false,
             });
             self.cost.push(cost);
         }
@@ -332,6 +357,8 @@ mod tests {
             budget,
             swap_out_after: vec![Vec::new(); nodes],
             prefetch_before: vec![Vec::new(); nodes + 1],
+            drop_after: vec![Vec::new(); nodes],
+            recompute_before: vec![Vec::new(); nodes],
             ..SwapPlan::default()
         }
     }
@@ -431,6 +458,8 @@ mod tests {
             let xi = c.tensor(act, kind, format!("x{}", i + 1));
             c.node(&[x[i], wi], zi, gemm);
             c.node(&[zi], xi, elementwise(2 * act));
+            // The ReLU is declared recomputable, as benches/swap_chain.c does.
+            c.nodes.last_mut().expect("just added").recomputable = true;
             z.push(zi);
             x.push(xi);
         }
@@ -503,15 +532,33 @@ mod tests {
                     for n in 0..c.nodes.len() {
                         let (start, waited) = est[best].starts[n];
                         println!(
-                            "  {n:3} at {start:6.1} waited {waited:4.1} in [{}] {} -> {} out [{}]",
+                            "  {n:3} at {start:6.1} waited {waited:4.1} in [{}] recompute [{}] {} -> {} out [{}] drop [{}]",
                             names(&plan.prefetch_before[n]),
+                            names(&plan.recompute_before[n]),
                             names(&c.nodes[n].inputs),
                             names(&c.nodes[n].outputs),
-                            names(&plan.swap_out_after[n])
+                            names(&plan.swap_out_after[n]),
+                            names(&plan.drop_after[n])
                         );
                     }
                 }
                 assert!(est[best].step_ms <= est[0].step_ms);
+                if train && factor == 3 {
+                    // Rebuilding the ReLU outputs beats copying them where the link bounds the
+                    // step (at 2x it is compute-bound either way).
+                    let copy_only = cands
+                        .iter()
+                        .zip(&est)
+                        .filter(|((p, _), _)| !p.recompute)
+                        .map(|(_, e)| e.step_ms)
+                        .fold(f64::INFINITY, f64::min);
+                    assert!(cands[best].1.recomputes() > 0);
+                    assert!(
+                        est[best].step_ms < 0.9 * copy_only,
+                        "{factor}x: {:.1} ms recomputing vs {copy_only:.1} ms copying",
+                        est[best].step_ms
+                    );
+                }
                 if train && factor == 2 {
                     assert!(
                         est[best].step_ms < 0.95 * est[0].step_ms,

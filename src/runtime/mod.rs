@@ -44,6 +44,8 @@ pub struct RuntimeCounters {
     pub tensors_swapped_in: u64,
     pub evictions: u64,
     pub copy_wait_ns: u64,
+    /// Tensors rebuilt by running their (recomputable) producer again instead of swapping.
+    pub tensors_recomputed: u64,
 }
 
 impl RuntimeCounters {
@@ -57,6 +59,7 @@ impl RuntimeCounters {
         self.tensors_swapped_in += run.tensors_in;
         self.evictions += run.evictions;
         self.copy_wait_ns += copy_wait_ns;
+        self.tensors_recomputed += run.recomputes;
     }
 }
 

@@ -246,9 +246,9 @@ pub struct Policy {
     /// again, until it repeats. Off: a persistent tensor leaves for the host after its last
     /// use, and only what the first nodes of a run read is kept.
     pub linger: bool,
-    /// Bytes the returns leave free (in units of the largest tensor): room for copy-outs in
-    /// flight, whose memory is not reusable until their copy ends, so a node's allocation
-    /// need not wait for one.
+    /// Bytes the plan keeps free (in units of the largest tensor): returns leave them and
+    /// evictions make them. Room for copy-outs in flight, whose memory is not reusable until
+    /// their copy ends, so a node's allocation need not wait for one.
     pub slack_tensors: u64,
     /// With `linger` off: a kept tensor stays on the device after its last use in a run
     /// (evicted first when room is needed) instead of leaving and coming back at the run's end
@@ -301,6 +301,15 @@ fn plan_with(
             *best = plan;
         }
     };
+    // Persistent tensors the first nodes of a run read.
+    let read_first: Vec<u32> = (0..tensors.len() as u32)
+        .filter(|&t| {
+            tensors[t as usize].kind.persists()
+                && lv.uses[t as usize].first().is_some_and(|&u| {
+                    u <= KEEP_FIRST_NODES && nodes[u as usize].inputs.contains(&t)
+                })
+        })
+        .collect();
     if policy.linger {
         let mut keep = end_state;
         for _ in 0..BOUNDARY_ROUNDS {
@@ -311,6 +320,15 @@ fn plan_with(
             }
             keep = next_keep;
         }
+        // What the first nodes read but the cycle evicts (a weight used only at the start)
+        // comes back at the end of the run, while the last outputs are copied out, rather
+        // than at the start of the next, where the first node would wait for it.
+        let mut with_first = keep;
+        with_first.extend(read_first.iter().copied());
+        with_first.sort_unstable();
+        with_first.dedup();
+        let (plan, _) = sim(&with_first);
+        consider(plan, &mut best);
     } else {
         let mut first: Vec<u32> = best.prefetch_before[0]
             .iter()
@@ -442,7 +460,9 @@ fn simulate(
         let need: u64 = incoming.iter().map(|&t| sim.size(t)).sum::<u64>() + workspace;
 
         // Make room: evict the resident tensor used farthest in the future.
-        while sim.used + need > budget {
+        // Evictions keep the slack free too, so that allocations do not wait for copy-outs
+        // in flight (only room for the node itself is a must: see the check below).
+        while sim.used + need + slack > budget {
             let Some(&(key, _, victim)) = sim.by_next_use.iter().next_back() else {
                 break;
             };

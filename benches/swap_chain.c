@@ -14,6 +14,9 @@
  *   cc -O2 benches/swap_chain.c -Iinclude -I$CUDA/include -Llib -lgkrt -lcublas -lcuda -o swap_chain
  * Run: ./swap_chain [hidden=8192] [tokens=8192] [layers=16] [steps=5] [train|forward]
  *   forward: the forward chain alone (inference-like: only the weights need to move)
+ * The ReLU nodes are declared recomputable (gkrt_graph_set_node_recomputable), so a plan may
+ * run a ReLU again instead of copying its output out and back; SWAP_RECOMPUTE=0 leaves them
+ * undeclared (every swapped tensor is copied).
  */
 #include <cublas_v2.h>
 #include <cuda.h>
@@ -77,12 +80,17 @@ static void add_gemm(chain *c, gkrt_tensor a, gkrt_tensor b, gkrt_tensor out, ge
   GK(gkrt_graph_add_kernel(c->g, c->gemm, in, 2, &out, 1, NULL, 0, &l, NULL));
 }
 
+static int recompute = 1;
+
 static void add_act(chain *c, gkrt_kernel *k, const gkrt_tensor *in, size_t nin, gkrt_tensor out, uint64_t elems) {
   struct {
     unsigned long long n;
   } p = {elems};
   gkrt_launch l = {{132 * 8, 1, 1}, {256, 1, 1}, 0, &p, sizeof p};
-  GK(gkrt_graph_add_kernel(c->g, k, in, nin, &out, 1, NULL, 0, &l, NULL));
+  uint32_t node;
+  GK(gkrt_graph_add_kernel(c->g, k, in, nin, &out, 1, NULL, 0, &l, &node));
+  /* ReLU is a pure function of its input: rebuilding its output costs one element-wise pass. */
+  if (recompute && k == c->relu) GK(gkrt_graph_set_node_recomputable(c->g, node, 1));
 }
 
 /* Builds forward (Z_i = X_i W_i, X_{i+1} = relu(Z_i)) and backward (dZ_i = relu'(dX_{i+1}, Z_i),
@@ -233,7 +241,7 @@ static void measure_link(double *h2d, double *d2h, double *h2d_both, double *d2h
 
 typedef struct {
   double step_ms;
-  uint64_t out_bytes, in_bytes, evictions, peak_reserved;
+  uint64_t out_bytes, in_bytes, evictions, peak_reserved, recomputed;
   double wait_ms;
   uint16_t *result; /* dW_0 and X_L, for the bit-exact comparison */
 } outcome;
@@ -259,13 +267,14 @@ static outcome run_config(cublasHandle_t blas, uint64_t limit, int h, int t, int
   }
   GK(gkrt_runtime_stats(c.rt, &s1));
   qsort(times, steps, sizeof *times, cmp_double);
-  outcome o = {times[steps / 2],
-               (s1.swap_out_bytes - s0.swap_out_bytes) / steps,
-               (s1.swap_in_bytes - s0.swap_in_bytes) / steps,
-               (s1.evictions - s0.evictions) / steps,
-               s1.peak_reserved_bytes,
-               (double)(s1.copy_wait_ns - s0.copy_wait_ns) / steps / 1e6,
-               malloc(c.w_bytes + c.act_bytes)};
+  outcome o = {.step_ms = times[steps / 2],
+               .out_bytes = (s1.swap_out_bytes - s0.swap_out_bytes) / steps,
+               .in_bytes = (s1.swap_in_bytes - s0.swap_in_bytes) / steps,
+               .evictions = (s1.evictions - s0.evictions) / steps,
+               .peak_reserved = s1.peak_reserved_bytes,
+               .recomputed = (s1.tensors_recomputed - s0.tensors_recomputed) / steps,
+               .wait_ms = (double)(s1.copy_wait_ns - s0.copy_wait_ns) / steps / 1e6,
+               .result = malloc(c.w_bytes + c.act_bytes)};
   if (forward_only)
     memset(o.result, 0, c.w_bytes);
   else
@@ -282,6 +291,8 @@ int main(int argc, char **argv) {
   int layers = argc > 3 ? atoi(argv[3]) : 16;
   int steps = argc > 4 ? atoi(argv[4]) : 5;
   forward_only = argc > 5 && strcmp(argv[5], "forward") == 0;
+  const char *rc = getenv("SWAP_RECOMPUTE");
+  recompute = !(rc && strcmp(rc, "0") == 0);
   double bw_in, bw_out, both_in, both_out;
   measure_link(&bw_in, &bw_out, &both_in, &both_out);
   printf("pinned link in this process: host->device %.1f GB/s, device->host %.1f GB/s; both at once: %.1f / %.1f GB/s\n",
@@ -301,8 +312,10 @@ int main(int argc, char **argv) {
   }
   uint64_t peak = 0;
   outcome base = run_config(blas, 0, h, t, layers, steps, &peak, x0, dy, ws);
-  printf("chain (%s): hidden %d, tokens %d, %d layers, bf16; working set %.2f GiB; %d timed steps, median\n",
-         forward_only ? "forward only" : "forward + backward", h, t, layers, peak / 1073741824.0, steps);
+  printf("chain (%s): hidden %d, tokens %d, %d layers, bf16; working set %.2f GiB; %d timed steps, median; "
+         "ReLU %s\n",
+         forward_only ? "forward only" : "forward + backward", h, t, layers, peak / 1073741824.0, steps,
+         recompute ? "declared recomputable" : "not declared recomputable (SWAP_RECOMPUTE=0)");
   /* bound: each direction at its one-way rate (the issue's definition); bound2: at the rates of
    * both directions copying at once (what a step moving both ways concurrently can reach). */
   printf("%-7s %9s %8s %8s %8s %8s %10s %9s %11s %11s %8s %8s %s\n", "budget", "limit GiB", "step ms", "out GiB",
@@ -323,11 +336,11 @@ int main(int argc, char **argv) {
     char label[16];
     snprintf(label, sizeof label, f == 0 ? "none" : "%dx", f);
     printf("%-7s %9.2f %8.2f %8.2f %8.2f %8.2f %10.3f %9.2f %11.3f %11.3f %8.1f %8.1f %s   (evictions %llu, compute "
-           "waited %.2f ms, peak reserved %.2f GiB)\n",
+           "waited %.2f ms, peak reserved %.2f GiB, tensors recomputed %llu)\n",
            label, limit / 1073741824.0, o.step_ms, o.out_bytes / 1073741824.0, o.in_bytes / 1073741824.0, bound,
            o.step_ms / bound, bound2, o.step_ms / bound2, o.step_ms / base.step_ms, o.out_bytes / 1e6 / o.step_ms, o.in_bytes / 1e6 / o.step_ms,
            same ? "bit-identical" : "DIFFER", (unsigned long long)o.evictions, o.wait_ms,
-           o.peak_reserved / 1073741824.0);
+           o.peak_reserved / 1073741824.0, (unsigned long long)o.recomputed);
     if (f != 0) free(o.result);
   }
   return 0;

@@ -72,12 +72,17 @@ run_swap() {
   mkdir -p "$b"
   cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
     -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
-  for args in "${SWAP_ARGS:-8192 8192 16 5 train}" "${SWAP_FWD_ARGS:-8192 16384 16 5 forward}"; do
+  # The training step twice: its ReLUs declared recomputable (the default) and not
+  # (SWAP_RECOMPUTE=0: every swapped tensor copied), then the forward chain.
+  for args in "${SWAP_ARGS:-8192 8192 16 5 train}" "copy-only ${SWAP_ARGS:-8192 8192 16 5 train}" \
+      "${SWAP_FWD_ARGS:-8192 16384 16 5 forward}"; do
+    local recompute=1
+    if [ "${args%% *}" = copy-only ]; then recompute=0; args=${args#copy-only }; fi
     # SWAP_TIMELINE=1: every swapping run is timed with events and summarised (a diagnostic:
     # the events add a little to each step).
-    local tl="$OUT/swap_timeline_${args##* }.csv"
+    local tl="$OUT/swap_timeline_${args##* }_recompute$recompute.csv"
     [ "${SWAP_TIMELINE:-0}" = 1 ] && export GKRT_SWAP_TIMELINE="$tl"
-    LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" $args 2>&1 |
+    SWAP_RECOMPUTE=$recompute LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" $args 2>&1 |
       grep -v '^\[gkrt INFO\] gkrt runtime' | tee -a "$OUT/bench_swap.log"
     unset GKRT_SWAP_TIMELINE
     [ -f "$tl" ] && python3 scripts/gpu/timeline.py "$tl" | tee -a "$OUT/bench_swap.log"

@@ -599,5 +599,8 @@ fn recomputable_relus_are_rebuilt_instead_of_copied() {
         compared > 0,
         "no budget had plans with and without recomputing"
     );
-    assert!(fewer > 0, "recomputing never moved fewer bytes than copying");
+    assert!(
+        fewer > 0,
+        "recomputing never moved fewer bytes than copying"
+    );
 }

@@ -86,6 +86,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::addr_map::AddrMap;
 use super::pages::PageMap;
 use super::tlsf::{class_of, Classes, CLASSES, NIL};
 use crate::device::{DeviceError, EventId, StreamId, VirtualMemory};
@@ -530,7 +531,7 @@ pub struct Pool {
     vacant: Vec<u32>,
     segs: Vec<Segment>,
     vacant_segs: Vec<u32>,
-    live: HashMap<u64, u32, FastHash>,
+    live: AddrMap,
     slots: Vec<Slot>,
     slot_of: HashMap<StreamId, u32, FastHash>,
     /// The stream of the latest allocation and its slot (nearly every allocation repeats it).
@@ -563,7 +564,7 @@ impl Pool {
             vacant: Vec::new(),
             segs: Vec::new(),
             vacant_segs: Vec::new(),
-            live: HashMap::default(),
+            live: AddrMap::default(),
             slots: Vec::new(),
             slot_of: HashMap::default(),
             last_slot: (StreamId(u32::MAX), NIL),
@@ -672,10 +673,10 @@ impl Pool {
         requested: Option<u64>,
     ) -> Result<Option<BlockInfo>, PoolError> {
         // One probe of the live map for the common case.
-        let std::collections::hash_map::Entry::Occupied(entry) = self.live.entry(addr) else {
+        let Some(slot) = self.live.find(addr) else {
             return Err(PoolError::UnknownPointer(addr));
         };
-        let idx = *entry.get();
+        let idx = self.live.value_at(slot);
         let b = &self.slab[idx as usize];
         let owner = self.slots[b.slot as usize].stream;
         if b.tag != tag || owner != stream || requested.is_some_and(|n| n != b.requested) {
@@ -686,7 +687,7 @@ impl Pool {
                 requested: b.requested,
             }));
         }
-        entry.remove();
+        self.live.remove_at(slot);
         self.count_free(idx);
         self.release_block(idx);
         self.note_free(backing, idx);
@@ -720,12 +721,12 @@ impl Pool {
 
     /// Size the block at `addr` was rounded to, if live.
     pub fn block_size(&self, addr: u64) -> Option<u64> {
-        self.live.get(&addr).map(|&i| self.slab[i as usize].size)
+        self.live.get(addr).map(|i| self.slab[i as usize].size)
     }
 
     /// What the pool knows of the live block at `addr`.
     pub fn block_info(&self, addr: u64) -> Option<BlockInfo> {
-        self.live.get(&addr).map(|&i| {
+        self.live.get(addr).map(|i| {
             let b = &self.slab[i as usize];
             BlockInfo {
                 stream: self.slots[b.slot as usize].stream,
@@ -1298,7 +1299,7 @@ impl Pool {
     fn take_live(&mut self, addr: u64) -> Result<u32, PoolError> {
         let idx = self
             .live
-            .remove(&addr)
+            .remove(addr)
             .ok_or(PoolError::UnknownPointer(addr))?;
         self.count_free(idx);
         Ok(idx)
@@ -1555,7 +1556,7 @@ impl Pool {
                 State::Free => self.unlink(cur),
                 State::Allocated => {
                     let b = &self.slab[cur as usize];
-                    self.live.remove(&b.addr);
+                    self.live.remove(b.addr);
                     self.stats.allocated_bytes -= b.size;
                     self.stats.requested_bytes -= b.requested;
                 }
@@ -2250,7 +2251,7 @@ impl Pool {
                             npending += 1;
                             pending_bytes += b.size;
                         } else {
-                            if self.live.get(&b.addr) != Some(&cur) {
+                            if self.live.get(b.addr) != Some(cur) {
                                 return Err(format!("live block {:#x} not in live map", b.addr));
                             }
                             allocated += b.size;

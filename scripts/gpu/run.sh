@@ -92,7 +92,7 @@ run_swap() {
 # The pool against PyTorch's caching allocator and cuMemAllocAsync (BENCHMARKS.md, section 3): builds
 # the benches, replays the shared traces (staged in .gpu/pool/) and the synthetic ones, runs the
 # micro-benchmarks, the C test of gkrt_malloc on CUDA, and GPT-2 / ResNet-50 training steps on each
-# allocator (alternating: three runs each for GPT-2, two for ResNet-50). Tables go to stdout and $OUT/pool_*.
+# allocator (alternating: three runs each). Tables go to stdout and $OUT/pool_*.
 run_pool() {
   local b=/tmp/gkrt-pool
   bash benches/build_pool_benches.sh "$b" 2>&1 | tee "$OUT/pool_build.log" || return
@@ -101,7 +101,7 @@ run_pool() {
   timeout 300 "$b/trace_replay" --passes 30 .gpu/pool/*.trace.gz "$b"/traces/*.trace.gz 2>&1 | tee "$OUT/pool_replay.md"
   timeout 120 "$b/pool_micro" 2>&1 | tee "$OUT/pool_micro.md"
   : >"$OUT/pool_torch.jsonl"
-  for run in gpt2:torch gpt2:gkrt gpt2:gkrt gpt2:torch gpt2:torch gpt2:gkrt resnet50:torch resnet50:gkrt resnet50:gkrt resnet50:torch; do
+  for run in gpt2:torch gpt2:gkrt gpt2:gkrt gpt2:torch gpt2:torch gpt2:gkrt resnet50:torch resnet50:gkrt resnet50:gkrt resnet50:torch resnet50:torch resnet50:gkrt; do
     PYTHONUNBUFFERED=1 timeout 180 python3 benches/torch_workloads.py --model "${run%%:*}" --alloc "${run##*:}" \
       --lib .gpu/lib/libgkrt.so --steps 40 --warmup 5 2>>"$OUT/pool_torch.err" | tee -a "$OUT/pool_torch.jsonl"
   done

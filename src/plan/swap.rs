@@ -321,10 +321,19 @@ fn plan_with(
             keep = next_keep;
         }
         // What the first nodes read but the cycle evicts (a weight used only at the start)
-        // comes back at the end of the run, while the last outputs are copied out, rather
-        // than at the start of the next, where the first node would wait for it.
+        // comes back at the end of the run, while other copies run, rather than at the start
+        // of the next, where the first node would wait for it.
         let mut with_first = keep;
         with_first.extend(read_first.iter().copied());
+        // And what the last node writes stays: its copy out would end the run, where nothing
+        // overlaps it; kept, it leaves when the next run needs its room (or never).
+        let last = &nodes[nodes.len() - 1];
+        with_first.extend(
+            last.outputs
+                .iter()
+                .copied()
+                .filter(|&t| tensors[t as usize].kind.persists()),
+        );
         with_first.sort_unstable();
         with_first.dedup();
         let (plan, _) = sim(&with_first);
@@ -552,13 +561,14 @@ fn simulate(
             sim.unindex(t);
             let tensor = &tensors[t as usize];
             if lv.last_use[t as usize] == Some(n32) {
-                // Only what the next run reads lingers: one it first overwrites (an output)
-                // has no use for its device contents and leaves now, its copy overlapping
-                // this run. With `kept_wait`, a kept tensor waits too (rather than leave and
-                // come back at the end).
+                // Only what the next run reads, or what the plan keeps, lingers: one it first
+                // overwrites (an output) has no use for its device contents and leaves now,
+                // its copy overlapping this run. With `kept_wait`, a kept tensor waits too
+                // (rather than leave and come back at the end).
                 let first = lv.uses[t as usize][0];
                 let read_next = nodes[first as usize].inputs.contains(&t);
-                let waits = (linger && read_next) || (kept_wait && kept[t as usize]);
+                let waits =
+                    (linger && (read_next || kept[t as usize])) || (kept_wait && kept[t as usize]);
                 if tensor.kind.persists() && waits {
                     sim.index(t, n_nodes as u32 + first);
                 } else {

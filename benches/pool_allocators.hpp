@@ -202,7 +202,9 @@ struct TorchCaching : Allocator {
 static inline std::vector<std::unique_ptr<Allocator>> make_allocators(const std::string &which) {
   std::vector<std::unique_ptr<Allocator>> out;
   auto want = [&](const char *n) { return which.empty() || which.find(n) != std::string::npos; };
-  if (want("gkrt")) out.emplace_back(new GkrtRaw("gkrt"));
+  // gkrt_malloc on a runtime made with the default configuration: without a memory limit its
+  // pool grows by segments (Config::pool_virtual_memory).
+  if (want("gkrt")) out.emplace_back(new GkrtRaw("gkrt_malloc"));
   if (want("entry")) out.emplace_back(new GkrtTorchEntry());
   if (want("async")) out.emplace_back(new CudaAsync());
 #ifdef WITH_TORCH
@@ -218,9 +220,11 @@ static inline std::vector<std::unique_ptr<Allocator>> make_allocators(const std:
     );
 #endif
   if (want("variants")) {
-    out.emplace_back(new GkrtRaw("gkrt plain segments", "GKRT_VMM=0"));
-    out.emplace_back(new GkrtRaw("gkrt no recycling", "GKRT_POOL_SLACK_PERMILLE=100000"));
-    out.emplace_back(new GkrtRaw("gkrt 32 MiB pages 4%", "GKRT_POOL_PAGE_MIB=32;GKRT_POOL_SLACK_PERMILLE=40"));
+    // The page knobs act on a virtual-range pool only, so each of these turns it on.
+    out.emplace_back(new GkrtRaw("gkrt_malloc virtual ranges", "GKRT_POOL_VMM=1"));
+    out.emplace_back(new GkrtRaw("gkrt_malloc VR no recycling", "GKRT_POOL_VMM=1;GKRT_POOL_SLACK_PERMILLE=100000"));
+    out.emplace_back(
+        new GkrtRaw("gkrt_malloc VR 32 MiB pages 4%", "GKRT_POOL_VMM=1;GKRT_POOL_PAGE_MIB=32;GKRT_POOL_SLACK_PERMILLE=40"));
   }
   return out;
 }

@@ -417,7 +417,38 @@ impl<'a> Executor<'a> {
             }
         }
         batch.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
-        let result = self.take_batch(graph, n, &batch, &mut taken, &node.inputs);
+        let mut result = self.take_batch(graph, n, &batch, &mut taken, &node.inputs);
+        if matches!(result, Err(Error::OutOfMemory(_))) {
+            // An output the node overwrites but does not read, still on the device from an
+            // earlier run, may sit where the rest needs room: send it out (its contents kept
+            // on the host should the node fail after all) and take it fresh with the rest.
+            let stale: Vec<u32> = node
+                .outputs
+                .iter()
+                .copied()
+                .filter(|t| {
+                    !node.inputs.contains(t)
+                        && self.mem[*t as usize].state == Residency::OnDevice
+                        && (self.layout.is_none() || tensors[*t as usize].kind.persists())
+                })
+                .collect();
+            if !stale.is_empty() {
+                for &t in &stale {
+                    if let Err(e) = self.swap_out(graph, t) {
+                        result = Err(e);
+                    }
+                }
+                if result
+                    .as_ref()
+                    .is_err_and(|e| matches!(e, Error::OutOfMemory(_)))
+                {
+                    batch.extend(stale.iter().map(|&t| (tensors[t as usize].size, t, 0)));
+                    batch.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
+                    self.workspaces.resize(node.workspaces.len(), 0); // cleared by the failure
+                    result = self.take_batch(graph, n, &batch, &mut taken, &node.inputs);
+                }
+            }
+        }
         self.scratch_batch = batch;
         self.scratch_taken = taken;
         result

@@ -340,6 +340,17 @@ fn smallest_budget(g: &RuntimeGraph) -> u64 {
         .unwrap_or(0)
 }
 
+/// The graph's working set (its peak with no limit) and the smallest budget that can work.
+fn peak_and_least(spec: &Spec) -> (u64, u64) {
+    let probe = runtime(MemoryMode::Dynamic, 64 << 20);
+    let (g, _) = build(spec, &probe);
+    let lv = g.graph.liveness().unwrap();
+    (
+        lv.persistent_bytes + lv.peak_transient_bytes,
+        smallest_budget(&g),
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -348,12 +359,7 @@ proptest! {
     #[test]
     fn swapping_is_bit_exact_under_any_budget(spec in spec()) {
         let want = reference(&spec);
-        let probe = runtime(MemoryMode::Dynamic, 64 << 20);
-        let (g, _) = build(&spec, &probe);
-        let lv = g.graph.liveness().unwrap();
-        let peak = lv.persistent_bytes + lv.peak_transient_bytes;
-        let least = smallest_budget(&g);
-        drop(g);
+        let (peak, least) = peak_and_least(&spec);
         let mut budgets = vec![peak, peak * 3 / 4, peak / 2, peak / 3, least + least / 2, least];
         budgets.retain(|&b| b >= least);
         budgets.dedup();
@@ -549,12 +555,7 @@ fn recomputable_relus_are_rebuilt_instead_of_copied() {
         recomputable: relus,
     };
     let want = reference(&spec);
-    let probe = runtime(MemoryMode::Dynamic, 64 << 20);
-    let (g, _) = build(&spec, &probe);
-    let lv = g.graph.liveness().unwrap();
-    let peak = lv.persistent_bytes + lv.peak_transient_bytes;
-    let least = smallest_budget(&g);
-    drop(g);
+    let (peak, least) = peak_and_least(&spec);
     let (mut recomputed, mut compared, mut fewer) = (0, 0, 0);
     for budget in [peak * 3 / 4, peak / 2, least + least / 2, least] {
         if budget < least {

@@ -305,6 +305,7 @@ mod tests {
         0
     }
 
+    #[derive(Default)]
     struct Chain {
         tensors: Vec<Tensor>,
         nodes: Vec<Node>,
@@ -367,11 +368,7 @@ mod tests {
     /// after the last node.
     #[test]
     fn estimate_follows_a_hand_computed_timeline() {
-        let mut c = Chain {
-            tensors: Vec::new(),
-            nodes: Vec::new(),
-            cost: Vec::new(),
-        };
+        let mut c = Chain::default();
         let p = c.tensor(MB, TensorKind::Parameter, "p".into());
         let a = c.tensor(MB, TensorKind::Intermediate, "a".into());
         let out = c.tensor(MB, TensorKind::Output, "out".into());
@@ -402,11 +399,7 @@ mod tests {
     /// copy (as `Pool::take_pending` makes the executor do), and no longer.
     #[test]
     fn estimate_waits_for_the_copy_out_whose_block_it_takes() {
-        let mut c = Chain {
-            tensors: Vec::new(),
-            nodes: Vec::new(),
-            cost: Vec::new(),
-        };
+        let mut c = Chain::default();
         let x = c.tensor(MB, TensorKind::Input, "x".into());
         let a = c.tensor(MB, TensorKind::Output, "a".into());
         let b = c.tensor(MB, TensorKind::Output, "b".into());
@@ -435,11 +428,7 @@ mod tests {
         // Matrix products at ~680 TFLOP/s; element-wise kernels at ~4.5 TB/s.
         let gemm = 2.0 * (tokens * hidden * hidden) as f64 / 680e9;
         let elementwise = |bytes: u64| bytes as f64 / 4.5e9;
-        let mut c = Chain {
-            tensors: Vec::new(),
-            nodes: Vec::new(),
-            cost: Vec::new(),
-        };
+        let mut c = Chain::default();
         let x0 = c.tensor(act, TensorKind::Input, "x0".into());
         let dy = train.then(|| c.tensor(act, TensorKind::Input, "dy".into()));
         let (mut x, mut z, mut ws, mut dws) = (vec![x0], vec![], vec![], vec![]);

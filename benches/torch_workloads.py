@@ -1,11 +1,31 @@
 """The real workloads of ../shared/traces/README.md in PyTorch, on PyTorch's own caching allocator
 or on gkrt's pool (through the pluggable-allocator entry points gkrt_torch_alloc / gkrt_torch_free):
 GPT-2 small training (batch 8 x 512 tokens, bf16 autocast, AdamW) and ResNet-50 training (batch 64 x
-224^2, SGD), random weights and data. Prints one JSON line: median step time over the measured
-steps, and peak reserved / peak allocated bytes over the whole run.
+224^2, SGD), random weights and data.
+
+One run (one allocator, one process): prints one JSON line with the median step time over the
+measured steps, the device time of a step (CUDA events around it), the host time to queue it, the
+thread's CPU time, and the peak reserved / peak allocated bytes over the whole run.
 
     python3 torch_workloads.py --model gpt2|resnet50 --alloc torch|gkrt [--lib libgkrt.so]
-                               [--steps 20] [--warmup 5]
+                               [--steps 40] [--warmup 5]
+
+Lockstep (--lockstep N, the comparison BENCHMARKS.md reports): N pairs of processes, each pair one
+per allocator, both resident on the GPU and taking turns one step each (each step synchronised
+before the other process starts its own), the order within a turn alternating. Adjacent steps see
+the same machine, so a wander of its pace (GPT-2's step is bound by the host CPU, whose pace here
+moves by tens of percent within seconds) falls on both. Prints each process's figures and a
+summary: per turn the ratio gkrt / torch of the two steps; per pair of processes the median of
+those; and over the pairs the median and a distribution-free 95% interval.
+
+    python3 torch_workloads.py --model gpt2 --lockstep 8 [--steps 100] [--warmup 5]
+
+Paired runs (--pairs N): N rounds of one run per allocator in its own process, one after the
+other, the order alternating. Far noisier than lockstep: each run sees the machine at another time.
+
+Children are forked from this process after torch and the model code are imported and the model is
+built on the host, but before CUDA is touched: they start alike and the costly imports are paid once
+(--pairs --spawn: a fresh interpreter per run instead).
 
 One allocator per process: PyTorch cannot change allocators once it has allocated. The gkrt
 allocator is installed exactly as any program would (benches/torch_site/sitecustomize.py does the
@@ -14,6 +34,7 @@ same for unchanged programs); its statistics come from gkrt_torch_runtime + gkrt
 import argparse
 import ctypes
 import json
+import math
 import os
 import statistics
 import time
@@ -44,13 +65,24 @@ def gkrt_stats(lib):
     return s
 
 
-def build(model, torch):
-    dev = "cuda"
+def build_on_host(model, torch):
+    """The model with its random weights, on the host (no CUDA yet)."""
+    torch.manual_seed(0)
     if model == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        torch.manual_seed(0)
-        m = GPT2LMHeadModel(GPT2Config()).to(dev)
+        return GPT2LMHeadModel(GPT2Config())
+    import torchvision
+
+    return torchvision.models.resnet50()
+
+
+def make_step(model, m, torch):
+    """Moves the model to the GPU and returns one training step."""
+    dev = "cuda"
+    m = m.to(dev)
+    torch.manual_seed(1)
+    if model == "gpt2":
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
         x = torch.randint(0, 50257, (8, 512), device=dev)
 
@@ -62,10 +94,6 @@ def build(model, torch):
             opt.zero_grad(set_to_none=True)
 
     else:
-        import torchvision
-
-        torch.manual_seed(0)
-        m = torchvision.models.resnet50().to(dev)
         opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
         x = torch.randn(64, 3, 224, 224, device=dev)
         y = torch.randint(0, 1000, (64,), device=dev)
@@ -80,60 +108,440 @@ def build(model, torch):
     return step
 
 
+def install_allocator(torch, spec, gkrt_lib):
+    """Makes `spec` PyTorch's CUDA allocator (before anything touches CUDA); returns gkrt's
+    library when the allocator is gkrt's. Specs: `torch` (PyTorch's own caching allocator),
+    `gkrt` (the entry points of --lib), `gkrt:NAME=VALUE,...` (the same with gkrt's environment
+    variables set first, e.g. gkrt:GKRT_POOL_VMM=0), `so:PATH:ALLOC:FREE` (any pluggable
+    allocator, such as benches/exact_size_allocator.c)."""
+    if spec == "torch":
+        return None
+    if spec == "gkrt" or spec.startswith("gkrt:"):
+        for kv in filter(None, spec[5:].split(",")):
+            name, _, value = kv.partition("=")
+            os.environ[name] = value
+        path, alloc, free = os.path.abspath(gkrt_lib), "gkrt_torch_alloc", "gkrt_torch_free"
+    elif spec.startswith("so:"):
+        path, alloc, free = spec[3:].rsplit(":", 2)
+        path = os.path.abspath(path)
+    else:
+        raise SystemExit(f"unknown allocator '{spec}' (torch, gkrt, gkrt:ENV=V,..., so:PATH:ALLOC:FREE)")
+    torch.cuda.memory.change_current_allocator(torch.cuda.memory.CUDAPluggableAllocator(path, alloc, free))
+    return ctypes.CDLL(path) if alloc == "gkrt_torch_alloc" else None
+
+
+class Trainer:
+    """One allocator's side of a comparison: installs the allocator (before anything touches
+    CUDA), moves the model over, and times steps one at a time."""
+
+    def __init__(self, torch, model, host_model, alloc, lib_path):
+        self.torch, self.model, self.alloc = torch, model, alloc
+        self.lib = install_allocator(torch, alloc, lib_path)
+        self.step = make_step(model, host_model, torch)
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.timed_from = None
+
+    def start_timing(self):
+        if self.lib is not None:
+            self.timed_from = gkrt_stats(self.lib)
+
+    def timed_step(self):
+        """(wall, device, queue, thread CPU, process CPU) of one step, in ms. Device: between the
+        step's first and last queued work; queue: host time to queue it (about the whole step
+        when the host is the bound); CPU: this thread's, and all threads', CPU time over the
+        step (the autograd engine runs the backward pass on a thread of its own)."""
+        torch = self.torch
+        torch.cuda.synchronize()
+        c0, p0, t0 = time.thread_time(), time.process_time(), time.perf_counter()
+        self.start.record()
+        self.step()
+        self.end.record()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2, c2, p2 = time.perf_counter(), time.thread_time(), time.process_time()
+        ms = lambda a, b: (b - a) * 1e3  # noqa: E731
+        return ms(t0, t2), self.start.elapsed_time(self.end), ms(t0, t1), ms(c0, c2), ms(p0, p2)
+
+    def profile(self, steps=3):
+        """Device time of the kernels and copies of a step (CUDA profiler, summed; ms): what
+        the step costs the GPU apart from any gap, to tell a slower device from a slower host."""
+        from torch.profiler import ProfilerActivity, profile
+
+        torch = self.torch
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                self.step()
+            torch.cuda.synchronize()
+        busy_us = sum(e.self_device_time_total for e in prof.key_averages())
+        return busy_us / steps / 1e3
+
+    def finish(self, times):
+        wall, device, queue, cpu, process_cpu = zip(*times)
+        out = {
+            "model": self.model,
+            "alloc": self.alloc,
+            "step_ms": statistics.median(wall),
+            "step_ms_min": min(wall),
+            "step_ms_p90": sorted(wall)[int(0.9 * (len(wall) - 1))],
+            "device_ms": statistics.median(device),
+            "queue_ms": statistics.median(queue),
+            "cpu_ms": statistics.median(cpu),
+            "process_cpu_ms": statistics.median(process_cpu),
+            "steps": len(times),
+        }
+        if self.lib is not None:
+            s = gkrt_stats(self.lib)
+            out["peak_reserved"], out["peak_allocated"] = s.peak_reserved_bytes, s.peak_allocated_bytes
+            # Page moves and waits for the device, over the whole run and over the timed steps.
+            for k in ("page_map_count", "page_unmap_count", "pool_device_waits"):
+                out[k] = getattr(s, k)
+                out["timed_" + k] = getattr(s, k) - getattr(self.timed_from, k)
+        elif self.alloc == "torch":
+            out["peak_reserved"] = self.torch.cuda.max_memory_reserved()
+            out["peak_allocated"] = self.torch.cuda.max_memory_allocated()
+        else:  # another pluggable allocator: PyTorch keeps no statistics for it
+            out["peak_reserved"] = out["peak_allocated"] = 0
+        return out
+
+
+def measure(torch, model, host_model, alloc, lib_path, steps, warmup):
+    """One run: installs the allocator, trains, returns the figures."""
+    t = Trainer(torch, model, host_model, alloc, lib_path)
+    times = []
+    for i in range(warmup + steps):
+        if i == warmup:
+            t.start_timing()
+        r = t.timed_step()
+        if i >= warmup:
+            times.append(r)
+    return t.finish(times)
+
+
+class LockstepChild:
+    """A forked child that holds one Trainer and runs one step per command from the parent, so
+    two of them (one per allocator) can take turns step by step on the same GPU."""
+
+    def __init__(self, make):
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(from_parent)
+            os.close(to_parent)
+            cmd, reply = os.fdopen(to_child, "r"), os.fdopen(from_child, "w")
+            code = 0
+            try:
+                trainer, times = make(), []
+                reply.write("ready\n")
+                reply.flush()
+                for line in cmd:
+                    c = line.strip()
+                    if c == "step":
+                        r = trainer.timed_step()
+                        reply.write(json.dumps(r) + "\n")
+                    elif c == "keep":
+                        times.append(json.loads(cmd.readline()))
+                        continue
+                    elif c == "profile":
+                        reply.write(json.dumps(trainer.profile()) + "\n")
+                    elif c == "start":
+                        trainer.start_timing()
+                        reply.write("ok\n")
+                    elif c == "finish":
+                        reply.write(json.dumps(trainer.finish(times)) + "\n")
+                        reply.flush()
+                        break
+                    reply.flush()
+            except BaseException as e:
+                reply.write(json.dumps({"error": repr(e)}) + "\n")
+                reply.flush()
+                code = 1
+            os._exit(code)
+        os.close(to_child)
+        os.close(from_child)
+        self.cmd, self.reply = os.fdopen(from_parent, "w"), os.fdopen(to_parent, "r")
+
+    def ask(self, *lines):
+        for line in lines:
+            self.cmd.write(line + "\n")
+        self.cmd.flush()
+        answer = self.reply.readline()
+        if not answer or answer.startswith('{"error"'):
+            raise SystemExit(f"lockstep child {self.pid} failed: {answer.strip() or 'no answer'}")
+        return answer
+
+    def close(self):
+        self.cmd.close()
+        os.waitpid(self.pid, 0)
+
+
+def lockstep(torch, a, host_model, pair):
+    """The two allocators (a.base, a.against) resident in two children, taking turns one step
+    each, the order within a turn alternating: a step on one allocator and the next on the other
+    see the same machine. Returns the children's figures and the per-turn ratios other / base of
+    wall step times and of host CPU times (all threads)."""
+    sides = {"base": a.base, "other": a.against}
+    kids = {}
+    # Which side starts (and takes the GPU) first alternates too: per process the pace differs
+    # by a few percent (an allocator against itself shows it), whatever the allocator.
+    for side in ("base", "other") if pair % 2 == 0 else ("other", "base"):
+        spec = sides[side]
+        kids[side] = LockstepChild(lambda: Trainer(torch, a.model, host_model, spec, a.lib))
+        kids[side].ask()  # "ready": built and on the GPU
+    ratios, cpu_ratios = [], []
+    for i in range(a.warmup + a.steps):
+        if i == a.warmup:
+            for k in kids.values():
+                k.ask("start")
+        order = ("base", "other") if (i + pair) % 2 == 0 else ("other", "base")
+        got = {side: json.loads(kids[side].ask("step")) for side in order}
+        if i >= a.warmup:
+            for side in order:
+                kids[side].cmd.write("keep\n" + json.dumps(got[side]) + "\n")
+                kids[side].cmd.flush()
+            ratios.append(got["other"][0] / got["base"][0])
+            cpu_ratios.append(got["other"][4] / got["base"][4])
+    busy = {side: json.loads(kids[side].ask("profile")) for side in ("base", "other")} if a.profile else {}
+    runs = []
+    for side in ("base", "other"):
+        r = json.loads(kids[side].ask("finish"))
+        if side in busy:
+            r["kernel_ms"] = busy[side]
+        r["side"] = side
+        runs.append(r)
+    for k in kids.values():
+        k.close()
+    return runs, ratios, cpu_ratios
+
+
+def alloc_micro(torch, spec, lib_path):
+    """ns per torch.empty + release pair through PyTorch, on an idle device and on one busy with
+    a long kernel: the allocator's cost as a PyTorch program pays it (pluggable path included)."""
+    install_allocator(torch, spec, lib_path)
+    out = {"alloc": spec}
+    torch.cuda.synchronize()
+    for busy in (False, True):
+        for size in (512, 4096, 1 << 20, 64 << 20):
+            n = 20000
+            if busy:
+                torch.cuda._sleep(2_000_000_000)  # about a second of device time
+            t0 = time.perf_counter()
+            for _ in range(n):
+                x = torch.empty(size, dtype=torch.uint8, device="cuda")
+                del x
+            out[f"{'busy' if busy else 'idle'}_{size}"] = round((time.perf_counter() - t0) / n * 1e9, 1)
+            torch.cuda.synchronize()
+    return out
+
+
+def run_in_child(fn):
+    """fn() in a forked child; its JSON-able result comes back through a pipe."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        try:
+            data = json.dumps(fn()).encode()
+        except BaseException as e:  # report, never fall back into the parent's loop
+            data = json.dumps({"error": repr(e)}).encode()
+            code = 1
+        with os.fdopen(w, "wb") as f:
+            f.write(data)
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    result = json.loads(data) if data else {"error": f"child exited with status {status}"}
+    if "error" in result:
+        raise SystemExit(f"run failed: {result['error']}")
+    return result
+
+
+def run_fresh(a, alloc):
+    """One run in a new interpreter (--spawn): slower to start, shares nothing with this one."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--model", a.model, "--alloc", alloc,
+           "--lib", a.lib, "--steps", str(a.steps), "--warmup", str(a.warmup)]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"run failed: {' '.join(cmd)} exited with {out.returncode}")
+    return json.loads(lines[-1])
+
+
+def median_ci95(xs):
+    """Distribution-free interval of the median, at least 95%: the order statistics k and n-1-k
+    (from 0), k the largest with P(Binomial(n, 1/2) <= k) <= 2.5% (needs n >= 6)."""
+    xs = sorted(xs)
+    n = len(xs)
+    if n < 6:
+        return None
+    cdf, k = 0.0, -1
+    for j in range(n + 1):
+        cdf += math.comb(n, j) / 2**n
+        if cdf > 0.025:
+            break
+        k = j
+    k = max(k, 0)
+    return xs[k], xs[n - 1 - k]
+
+
+# Two-sided 97.5% quantiles of Student's t, for the geometric mean's interval.
+T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23,
+        12: 2.18, 15: 2.13, 20: 2.09, 25: 2.06, 30: 2.04, 40: 2.02, 60: 2.00}
+
+
+def t975(df):
+    return T975[max(k for k in T975 if k <= df)]
+
+
+def summarise(runs, model):
+    """Over rounds (a run on each side): the ratio other / base of the runs' median steps."""
+    rounds = {}
+    for r in runs:
+        rounds.setdefault(r["round"], {})[r["side"]] = r
+    ratios = [v["other"]["step_ms"] / v["base"]["step_ms"] for v in rounds.values() if len(v) == 2]
+    logs = [math.log(x) for x in ratios]
+    n = len(ratios)
+    s = {"summary": model, "rounds": n, "ratios": [round(x, 4) for x in ratios]}
+    for side in ("base", "other"):
+        mine = [r for r in runs if r["side"] == side]
+        s[side] = {
+            "alloc": mine[0]["alloc"],
+            "median_step_ms": statistics.median(r["step_ms"] for r in mine),
+            "median_device_ms": statistics.median(r["device_ms"] for r in mine),
+            "median_queue_ms": statistics.median(r["queue_ms"] for r in mine),
+            "median_cpu_ms": statistics.median(r["cpu_ms"] for r in mine),
+            "peak_reserved": max(r["peak_reserved"] for r in mine),
+            "peak_allocated": max(r["peak_allocated"] for r in mine),
+        }
+    s["median_ratio"] = statistics.median(ratios)
+    ci = median_ci95(ratios)
+    if ci:
+        s["median_ratio_ci95"] = ci
+    if n >= 2:
+        m, sd = statistics.mean(logs), statistics.stdev(logs)
+        half = t975(n - 1) * sd / math.sqrt(n)
+        s["geomean_ratio"] = math.exp(m)
+        s["geomean_ratio_ci95"] = (math.exp(m - half), math.exp(m + half))
+    s["other_faster_rounds"] = sum(x < 1 for x in ratios)
+    return s
+
+
+def summarise_lockstep(runs, turns, cpu_turns, per_pair, model):
+    """Per turn, gkrt's step over torch's adjacent one. Turns within a pair of processes are
+    not independent draws (the machine's pace wanders slowly), so the interval that counts is
+    the one over the pairs of processes; the one over all turns is shown beside it."""
+    s = summarise(runs, model)
+    s["mode"] = "lockstep"
+    s["turns"] = len(turns)
+    s["turn_median_ratio"] = statistics.median(turns)
+    s["turn_median_ratio_ci95"] = median_ci95(turns)
+    s["turn_median_process_cpu_ratio"] = statistics.median(cpu_turns)
+    s["pair_median_ratios"] = [round(x, 4) for x in per_pair]
+    return s
+
+
+def report(paths):
+    """A markdown table from saved --lockstep / --pairs outputs: per file its processes and its
+    summary line."""
+    print("| workload | allocator vs base | pair ratios (median steps) | median [95%] | turns: median [95%] "
+          "| median step ms base / other | kernels ms base / other | peak reserved GB base / other |")
+    print("|---|---|---|---|---|---|---|---|")
+    for path in paths:
+        runs, summ = [], None
+        for line in open(path):
+            if line.startswith("{"):
+                d = json.loads(line)
+                if "summary" in d:
+                    summ = d
+                else:
+                    runs.append(d)
+        if not summ:
+            print(f"| {path}: no summary line (the run did not finish) |")
+            continue
+        b, o = summ["base"], summ["other"]
+        ci = summ.get("median_ratio_ci95")
+        cis = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "(fewer than 6 pairs)"
+        tci = summ.get("turn_median_ratio_ci95") or (0, 0)
+        kern = {side: [r["kernel_ms"] for r in runs if r["side"] == side and "kernel_ms" in r]
+                for side in ("base", "other")}
+        ks = " / ".join(f"{statistics.median(v):.2f}" if v else "—" for v in kern.values())
+        print(f"| {summ['summary']} | {o['alloc']} vs {b['alloc']} | {', '.join(f'{x:.3f}' for x in summ['ratios'])} "
+              f"| {summ['median_ratio']:.3f} {cis} | {summ.get('turn_median_ratio', 0):.3f} [{tci[0]:.3f}, {tci[1]:.3f}] "
+              f"| {b['median_step_ms']:.2f} / {o['median_step_ms']:.2f} | {ks} "
+              f"| {b['peak_reserved'] / 1e9:.3f} / {o['peak_reserved'] / 1e9:.3f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["gpt2", "resnet50"], required=True)
-    ap.add_argument("--alloc", choices=["torch", "gkrt"], required=True)
+    ap.add_argument("--model", choices=["gpt2", "resnet50"])
+    ap.add_argument("--report", nargs="+", metavar="JSONL", help="print the table of saved --lockstep outputs")
+    ap.add_argument("--alloc", help="one run on this allocator (torch, gkrt, ...: see install_allocator)")
+    ap.add_argument("--base", default="torch", help="--lockstep / --pairs: the allocator compared against")
+    ap.add_argument("--against", default="gkrt", help="--lockstep / --pairs: the allocator measured")
+    ap.add_argument("--pairs", type=int, default=0, help="rounds of one run per allocator")
+    ap.add_argument("--cpus", help="pin every run to these CPUs (e.g. 2,3): both sides on the same cores")
+    ap.add_argument("--profile", action="store_true", help="--lockstep: also sum the kernels' device time")
+    ap.add_argument("--micro", action="store_true", help="torch.empty pairs on --base and --against")
+    ap.add_argument("--spawn", action="store_true", help="--pairs: fresh processes, not forks")
+    ap.add_argument("--lockstep", type=int, default=0, help="pairs of resident processes taking turns")
     ap.add_argument("--lib", default=os.environ.get("GKRT_LIB", ".gpu/lib/libgkrt.so"))
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
+    if sum(bool(x) for x in (a.alloc, a.pairs, a.lockstep, a.micro, a.report)) != 1:
+        ap.error("give one of --alloc (one run), --pairs N, --lockstep N, --micro or --report")
 
+    if a.report:
+        report(a.report)
+        return
+    if not a.model:
+        ap.error("--model is required")
+    if a.cpus:
+        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})  # children inherit it
     import torch
 
-    lib = None
-    if a.alloc == "gkrt":
-        path = os.path.abspath(a.lib)
-        alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "gkrt_torch_alloc", "gkrt_torch_free")
-        torch.cuda.memory.change_current_allocator(alloc)
-        lib = ctypes.CDLL(path)
-    step = build(a.model, torch)
-    times = []
-    timed_from = None
-    for i in range(a.warmup + a.steps):
-        if i == a.warmup and lib is not None:
-            timed_from = gkrt_stats(lib)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        if i >= a.warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
-    pool = {}
-    if lib is not None:
-        s = gkrt_stats(lib)
-        peak_res, peak_alloc = s.peak_reserved_bytes, s.peak_allocated_bytes
-        # Page moves and waits for the device, over the whole run and over the timed steps.
-        for k in ("page_map_count", "page_unmap_count", "pool_device_waits"):
-            pool[k] = getattr(s, k)
-            pool["timed_" + k] = getattr(s, k) - getattr(timed_from, k)
-    else:
-        peak_res, peak_alloc = torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated()
-    print(
-        json.dumps(
-            {
-                "model": a.model,
-                "alloc": a.alloc,
-                "step_ms": statistics.median(times),
-                "step_ms_min": min(times),
-                "peak_reserved": peak_res,
-                "peak_allocated": peak_alloc,
-                "steps": a.steps,
-                **pool,
-            }
-        ),
-        flush=True,
-    )
+    if a.micro:
+        for spec in (a.base, a.against):
+            print(json.dumps(run_in_child(lambda: alloc_micro(torch, spec, a.lib))), flush=True)
+        return
+
+    host_model = build_on_host(a.model, torch)
+    if a.alloc:
+        print(json.dumps(measure(torch, a.model, host_model, a.alloc, a.lib, a.steps, a.warmup)), flush=True)
+        return
+    if a.lockstep:
+        runs, turns, cpu_turns, per_pair = [], [], [], []
+        for pair in range(a.lockstep):
+            got, ratios, cpu_ratios = lockstep(torch, a, host_model, pair)
+            for r in got:
+                r["round"] = pair
+                runs.append(r)
+                print(json.dumps(r), flush=True)
+            turns += ratios
+            cpu_turns += cpu_ratios
+            per_pair.append(statistics.median(ratios))
+        print(json.dumps(summarise_lockstep(runs, turns, cpu_turns, per_pair, a.model)), flush=True)
+        return
+    runs = []
+    for i in range(a.pairs):
+        for side in ("base", "other") if i % 2 == 0 else ("other", "base"):
+            alloc = a.base if side == "base" else a.against
+            if a.spawn:
+                r = run_fresh(a, alloc)
+            else:
+                r = run_in_child(lambda: measure(torch, a.model, host_model, alloc, a.lib, a.steps, a.warmup))
+            r["round"], r["side"] = i, side
+            runs.append(r)
+            print(json.dumps(r), flush=True)
+    print(json.dumps(summarise(runs, a.model)), flush=True)
 
 
 if __name__ == "__main__":

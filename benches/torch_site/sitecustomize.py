@@ -4,7 +4,7 @@ gkrt's entry points as PyTorch's CUDA allocator before the program allocates any
 
     GKRT_TORCH_LIB=/path/libgkrt.so PYTHONPATH=benches/torch_site python3 train.py
 
-gkrt's own variables apply (GKRT_MEMORY_LIMIT, GKRT_LOG_LEVEL, GKRT_VMM; see src/capi/raw.rs).
+gkrt's own variables apply (GKRT_MEMORY_LIMIT, GKRT_LOG_LEVEL, GKRT_POOL_VMM; see src/capi/raw.rs).
 """
 import os
 

@@ -9,7 +9,8 @@
 #           SWAP_TIMELINE=1 also times every swapping run with events and summarises where the
 #           links and the compute stream idle (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
-#           and torch in python3; BENCHMARKS.md section 3)
+#           and torch in python3; BENCHMARKS.md section 3), then workloads
+#   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -91,8 +92,8 @@ run_swap() {
 
 # The pool against PyTorch's caching allocator and cuMemAllocAsync (BENCHMARKS.md, section 3): builds
 # the benches, replays the shared traces (staged in .gpu/pool/) and the synthetic ones, runs the
-# micro-benchmarks, the C test of gkrt_malloc on CUDA, and GPT-2 / ResNet-50 training steps on each
-# allocator (alternating: three runs each). Tables go to stdout and $OUT/pool_*.
+# micro-benchmarks, the C test of gkrt_malloc on CUDA, then run_workloads. Tables go to stdout and
+# $OUT/pool_* and $OUT/workload*.
 run_pool() {
   local b=/tmp/gkrt-pool
   bash benches/build_pool_benches.sh "$b" 2>&1 | tee "$OUT/pool_build.log" || return
@@ -100,25 +101,22 @@ run_pool() {
   python3 benches/gen_traces.py "$b/traces" >/dev/null
   timeout 300 "$b/trace_replay" --passes 30 .gpu/pool/*.trace.gz "$b"/traces/*.trace.gz 2>&1 | tee "$OUT/pool_replay.md"
   timeout 120 "$b/pool_micro" 2>&1 | tee "$OUT/pool_micro.md"
-  : >"$OUT/pool_torch.jsonl"
-  for run in gpt2:torch gpt2:gkrt gpt2:gkrt gpt2:torch gpt2:torch gpt2:gkrt resnet50:torch resnet50:gkrt resnet50:gkrt resnet50:torch resnet50:torch resnet50:gkrt; do
-    PYTHONUNBUFFERED=1 timeout 180 python3 benches/torch_workloads.py --model "${run%%:*}" --alloc "${run##*:}" \
-      --lib .gpu/lib/libgkrt.so --steps 40 --warmup 5 2>>"$OUT/pool_torch.err" | tee -a "$OUT/pool_torch.jsonl"
-  done
-  python3 - "$OUT/pool_torch.jsonl" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print("\n| workload | allocator | step ms (median of runs) | peak reserved GiB | peak allocated GiB |\n|---|---|---|---|---|")
-for m in ("gpt2", "resnet50"):
-    for a in ("torch", "gkrt"):
-        r = [x for x in rows if x["model"] == m and x["alloc"] == a]
-        if r:
-            each = ", ".join("%.2f" % x["step_ms"] for x in r)
-            med = statistics.median(x["step_ms"] for x in r)
-            res = max(x["peak_reserved"] for x in r) / 2**30
-            al = max(x["peak_allocated"] for x in r) / 2**30
-            print("| %s | %s | %.2f (%s) | %.3f | %.3f |" % (m, a, med, each, res, al))
-PY
+  run_workloads
+}
+
+# GPT-2 and ResNet-50 training steps in PyTorch on PyTorch's allocator and on gkrt's, in lockstep
+# (benches/torch_workloads.py: two resident processes taking turns step by step, both pinned to the
+# same two CPUs; GPT-2's step is bound by the host), and PyTorch against itself as the control that
+# shows the method's own spread. WORKLOAD_PAIRS (default 8) pairs of processes for GPT-2.
+run_workloads() {
+  local w=(python3 benches/torch_workloads.py --lib .gpu/lib/libgkrt.so --cpus 4,5 --steps 40 --warmup 5)
+  local n=${WORKLOAD_PAIRS:-8}
+  export PYTHONUNBUFFERED=1
+  "${w[@]}" --model gpt2 --lockstep "$n" --profile 2>>"$OUT/workloads.err" >"$OUT/workload_gpt2.jsonl"
+  "${w[@]}" --model gpt2 --lockstep $(((n + 1) / 2)) --against torch 2>>"$OUT/workloads.err" >"$OUT/workload_gpt2_control.jsonl"
+  "${w[@]}" --model resnet50 --lockstep 2 2>>"$OUT/workloads.err" >"$OUT/workload_resnet50.jsonl"
+  python3 benches/torch_workloads.py --report "$OUT"/workload_gpt2.jsonl "$OUT"/workload_gpt2_control.jsonl \
+    "$OUT"/workload_resnet50.jsonl | tee "$OUT/workloads.md"
 }
 
 for w in "${what[@]}"; do
@@ -128,6 +126,7 @@ for w in "${what[@]}"; do
     bench) run_bench ;;
     pool) run_pool ;;
     swap) run_swap ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool)" ;;
+    workloads) run_workloads ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads)" ;;
   esac
 done

@@ -42,7 +42,7 @@ int main(void) {
   CHECK_EQ_U64(cfg.memory_mode, GKRT_MEMORY_DYNAMIC);
   CHECK_EQ_U64(cfg.log_level, 2);
   CHECK_EQ_U64(cfg.host_jitter_us, 0);
-  CHECK_EQ_U64(cfg.reserved, 0);
+  CHECK_EQ_U64(cfg.pool_growth, GKRT_POOL_GROWTH_AUTO);
   CHECK(cfg.seed != 0xABABABABABABABABull); /* written too */
   FAILS(gkrt_config_init(NULL), GKRT_STATUS_INVALID_ARGUMENT, "config");
 
@@ -93,8 +93,21 @@ int main(void) {
   CREATE_FAILS(&cfg, GKRT_STATUS_INVALID_ARGUMENT, "log_level");
   MSG_HAS_U64(6);
   OK(gkrt_config_init(&cfg));
-  cfg.reserved = 1;
-  CREATE_FAILS(&cfg, GKRT_STATUS_INVALID_ARGUMENT, "reserved");
+  cfg.pool_growth = 7;
+  CREATE_FAILS(&cfg, GKRT_STATUS_INVALID_ARGUMENT, "pool_growth");
+  MSG_HAS_U64(7);
+  /* Each way of growing makes a working runtime (on the host backend both are segments). */
+  for (gkrt_pool_growth g = GKRT_POOL_GROWTH_AUTO; g <= GKRT_POOL_GROWTH_VIRTUAL; g++) {
+    OK(gkrt_config_init(&cfg));
+    cfg.pool_growth = g;
+    gkrt_runtime *grown = NULL;
+    OK(gkrt_runtime_create(&cfg, &grown));
+    void *p = NULL;
+    OK(gkrt_malloc(grown, 3 << 20, NULL, &p));
+    CHECK(p != NULL);
+    OK(gkrt_free(grown, p, NULL));
+    OK(gkrt_runtime_release(grown));
+  }
 
   /* --- Bad environment overrides: INVALID_ARGUMENT naming the variable. --- */
   char *old_device = saved_env("GKRT_DEVICE");

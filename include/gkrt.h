@@ -139,6 +139,9 @@ typedef uint32_t gkrt_device_kind;
 
 typedef uint32_t gkrt_memory_mode;
 
+// How a runtime's device pool grows (`gkrt_config.pool_growth`).
+typedef uint32_t gkrt_pool_growth;
+
 // Runtime configuration. Fill with `gkrt_config_init`, then change what you need.
 typedef struct gkrt_config {
   // GKRT_DEVICE_AUTO (default), _HOST or _CUDA. The environment variable GKRT_DEVICE
@@ -156,8 +159,10 @@ typedef struct gkrt_config {
   // Host backend only: each queued item waits a random 0..host_jitter_us µs first, so a
   // missing event wait shows up in tests. Default 0; GKRT_HOST_JITTER_US overrides it.
   uint32_t host_jitter_us;
-  // Reserved, must be 0.
-  uint32_t reserved;
+  // GKRT_POOL_GROWTH_AUTO (default), _SEGMENTS or _VIRTUAL: how the device pool takes
+  // memory. Virtual ranges strand less memory between blocks (fragmentation), segments cost
+  // less per graph node. The environment variable GKRT_POOL_VMM (1|0) overrides it.
+  gkrt_pool_growth pool_growth;
   // Seed of every random choice the runtime makes (jitter).
   uint64_t seed;
   // Cap on the pinned host memory that holds swapped-out tensors, in bytes; 0 (default) =
@@ -225,6 +230,17 @@ typedef struct gkrt_stats {
 
 // Every intermediate has a fixed offset in one arena planned at finalize.
 #define GKRT_MEMORY_PLANNED 1
+
+// Virtual ranges for the streams that `gkrt_malloc` brings, and for the runtime's own streams
+// when `memory_limit` is set; plain segments for its own streams otherwise (the default).
+#define GKRT_POOL_GROWTH_AUTO 0
+
+// Plain segments (`cuMemAlloc`) for every stream.
+#define GKRT_POOL_GROWTH_SEGMENTS 1
+
+// One reserved virtual range per stream, pages mapped under the blocks (CUDA; the host backend
+// and budgets under 512 MiB use segments).
+#define GKRT_POOL_GROWTH_VIRTUAL 2
 
 // Written by the host before a run; persists.
 #define GKRT_TENSOR_INPUT 0

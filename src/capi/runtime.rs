@@ -48,7 +48,7 @@ pub unsafe extern "C" fn gkrt_config_init(config: *mut gkrt_config) -> gkrt_stat
             memory_mode: d.memory_mode as u32,
             log_level: d.log_level,
             host_jitter_us: d.host_jitter_us,
-            reserved: 0,
+            pool_growth: GKRT_POOL_GROWTH_AUTO,
             seed: d.seed,
             host_memory_limit: d.host_memory_limit,
         };
@@ -82,9 +82,16 @@ fn config_from_c(c: &gkrt_config) -> Result<Config, Error> {
             c.log_level
         )));
     }
-    if c.reserved != 0 {
-        return Err(Error::InvalidArgument("config.reserved must be 0".into()));
-    }
+    let pool_virtual_memory = match c.pool_growth {
+        GKRT_POOL_GROWTH_AUTO => None,
+        GKRT_POOL_GROWTH_SEGMENTS => Some(false),
+        GKRT_POOL_GROWTH_VIRTUAL => Some(true),
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "config.pool_growth = {other} is not a gkrt_pool_growth"
+            )))
+        }
+    };
     Ok(Config {
         device,
         device_ordinal: c.device_ordinal,
@@ -94,6 +101,7 @@ fn config_from_c(c: &gkrt_config) -> Result<Config, Error> {
         host_jitter_us: c.host_jitter_us,
         seed: c.seed,
         host_memory_limit: c.host_memory_limit,
+        pool_virtual_memory,
         ..Config::default()
     })
 }

@@ -49,6 +49,17 @@ pub const GKRT_MEMORY_DYNAMIC: gkrt_memory_mode = 0;
 /// Every intermediate has a fixed offset in one arena planned at finalize.
 pub const GKRT_MEMORY_PLANNED: gkrt_memory_mode = 1;
 
+/// How a runtime's device pool grows (`gkrt_config.pool_growth`).
+pub type gkrt_pool_growth = u32;
+/// Virtual ranges for the streams that `gkrt_malloc` brings, and for the runtime's own streams
+/// when `memory_limit` is set; plain segments for its own streams otherwise (the default).
+pub const GKRT_POOL_GROWTH_AUTO: gkrt_pool_growth = 0;
+/// Plain segments (`cuMemAlloc`) for every stream.
+pub const GKRT_POOL_GROWTH_SEGMENTS: gkrt_pool_growth = 1;
+/// One reserved virtual range per stream, pages mapped under the blocks (CUDA; the host backend
+/// and budgets under 512 MiB use segments).
+pub const GKRT_POOL_GROWTH_VIRTUAL: gkrt_pool_growth = 2;
+
 pub type gkrt_tensor_kind = u32;
 /// Written by the host before a run; persists.
 pub const GKRT_TENSOR_INPUT: gkrt_tensor_kind = 0;
@@ -98,8 +109,10 @@ pub struct gkrt_config {
     /// Host backend only: each queued item waits a random 0..host_jitter_us µs first, so a
     /// missing event wait shows up in tests. Default 0; GKRT_HOST_JITTER_US overrides it.
     pub host_jitter_us: u32,
-    /// Reserved, must be 0.
-    pub reserved: u32,
+    /// GKRT_POOL_GROWTH_AUTO (default), _SEGMENTS or _VIRTUAL: how the device pool takes
+    /// memory. Virtual ranges strand less memory between blocks (fragmentation), segments cost
+    /// less per graph node. The environment variable GKRT_POOL_VMM (1|0) overrides it.
+    pub pool_growth: gkrt_pool_growth,
     /// Seed of every random choice the runtime makes (jitter).
     pub seed: u64,
     /// Cap on the pinned host memory that holds swapped-out tensors, in bytes; 0 (default) =

@@ -27,8 +27,8 @@
 //! - **Rounding / splitting.** Every request is rounded up to `alignment` (a power of two,
 //!   default 256) and the chosen free block is split to exactly that size, so `block_size` is
 //!   always the rounded request (planners predict `allocated_bytes` from it).
-//! - **Virtual ranges (devices with virtual memory, `config.vmm`).** The first allocation on a
-//!   stream reserves one address range (`vmm_reserve_bytes`, default twice the memory limit,
+//! - **Virtual ranges (devices with virtual memory, `config.vmm`, or per stream with
+//!   `set_new_stream_growth`).** The first allocation on a stream reserves one address range (`vmm_reserve_bytes`, default twice the memory limit,
 //!   at most 1 TiB) for that stream; every block of the stream is carved from it and physical
 //!   pages (`vmm_page_bytes`, 64 MiB: one device allocation each) are mapped under a block when
 //!   it is allocated. Free memory therefore never splits at a segment seam, small and large requests
@@ -508,6 +508,8 @@ struct Slot {
     range: u32,
     /// Reserving a range failed: use plain segments from now on.
     range_failed: bool,
+    /// Grow by virtual ranges (`config.vmm`, or `set_stream_growth`) rather than segments.
+    virtual_growth: bool,
     /// Marker events in flight on the stream, oldest first, with their epochs; and completed
     /// ones kept for re-recording.
     markers: std::collections::VecDeque<(EventId, u64)>,
@@ -630,7 +632,7 @@ impl Pool {
             return Err(self.oom(bytes));
         };
         let slot = self.slot(stream);
-        if self.config.vmm {
+        if self.slots[slot as usize].virtual_growth {
             if let Some(vm) = backing.vmm() {
                 if let Some(i) = self.alloc_virtual(backing, vm, slot, bytes, rounded)? {
                     return Ok(i);
@@ -1019,6 +1021,18 @@ impl Pool {
     // --- streams ---
 
     #[inline]
+    /// How a stream the pool has not seen yet will grow: by a virtual range (where the backing
+    /// has virtual memory) or by plain segments, whatever `config.vmm` says for other streams.
+    /// A stream the pool already serves keeps its way (false is returned).
+    pub fn set_new_stream_growth(&mut self, stream: StreamId, virtual_ranges: bool) -> bool {
+        if self.slot_of.contains_key(&stream) {
+            return false;
+        }
+        let slot = self.slot(stream);
+        self.slots[slot as usize].virtual_growth = virtual_ranges;
+        true
+    }
+
     fn slot(&mut self, stream: StreamId) -> u32 {
         if self.last_slot.0 == stream && self.last_slot.1 != NIL {
             return self.last_slot.1;
@@ -1034,6 +1048,7 @@ impl Pool {
             cold: BTreeSet::new(),
             range: NIL,
             range_failed: false,
+            virtual_growth: self.config.vmm,
             markers: Default::default(),
             spare_markers: Vec::new(),
             safe_epoch: 1,

@@ -1334,6 +1334,46 @@ fn virtual_range_packs_small_and_large_blocks_without_seams() {
 }
 
 #[test]
+fn a_stream_can_grow_by_a_range_while_the_others_use_segments() {
+    let f = VFake::new();
+    let mut p = Pool::new(PoolConfig {
+        vmm: false,
+        vmm_reserve_bytes: 4 << 30,
+        vmm_page_bytes: PAGE,
+        ..PoolConfig::default()
+    });
+    assert!(p.set_new_stream_growth(st(1), true));
+    let seg = p.alloc(&f, 3 * MIB, st(0)).unwrap();
+    assert_eq!(
+        (f.plain.allocs(), f.maps.get()),
+        (1, 0),
+        "stream 0 takes a segment"
+    );
+    let a = p.alloc(&f, 1000, st(1)).unwrap();
+    let b = p.alloc(&f, 3 * MIB, st(1)).unwrap();
+    assert_eq!(
+        b,
+        a + 1024,
+        "stream 1 packs small and large blocks in its range"
+    );
+    assert_eq!(
+        (f.plain.allocs(), f.maps.get()),
+        (1, 2),
+        "and maps pages, no segment"
+    );
+    // A stream the pool already serves keeps its way of growing.
+    assert!(!p.set_new_stream_growth(st(0), true));
+    assert!(!p.set_new_stream_growth(st(1), false));
+    p.alloc(&f, 30 * MIB, st(0)).unwrap();
+    assert_eq!((f.plain.allocs(), f.maps.get()), (2, 2));
+    p.alloc(&f, 30 * MIB, st(1)).unwrap();
+    assert_eq!(f.plain.allocs(), 2);
+    assert!(f.maps.get() > 2);
+    p.free(&f, seg).unwrap();
+    check(&p);
+}
+
+#[test]
 fn take_pending_works_inside_a_virtual_range() {
     let f = VFake::new();
     let mut p = vpool(u64::MAX);

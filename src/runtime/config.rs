@@ -31,13 +31,17 @@ pub struct Config {
     pub host_memory_limit: u64,
     /// Grow the device pool by mapping pages into one reserved virtual range per stream
     /// (CUDA only), instead of separate segments: less fragmentation (free memory never split
-    /// at segment seams), at some cost per operation. `None` (auto): on when `memory_limit` is
-    /// set — such a runtime works at its limit, where seams strand memory (measured on the
-    /// H200: a swapping chain at half its working set needed fallback evictions on segments
-    /// and ran 1.48 times its bound, 1.07 on one range) — and off otherwise (the 10,000-kernel
-    /// chain's per-node time went from 1.11 to 1.38 times a plain launch loop with it on). On
-    /// for the PyTorch entry points; `GKRT_POOL_VMM=1|0` overrides. Budgets under 512 MiB
-    /// always use segments (a page is 64 MiB).
+    /// at segment seams), at some cost per operation. `None` (auto): streams that raw calls
+    /// (`gkrt_malloc`, the PyTorch entry points) bring always do — they serve allocation
+    /// patterns like PyTorch's, where segments strand memory (GPT-2's trace: peak reserved over
+    /// peak live 1.038 on a range, 1.089 on segments; ResNet-50's 1.021 and 1.233) — and the
+    /// runtime's own streams do when `memory_limit` is set: such a runtime works at its limit,
+    /// where seams strand memory (measured on the H200: a swapping chain at half its working
+    /// set needed fallback evictions on segments and ran 1.48 times its bound, 1.07 on one
+    /// range), and not otherwise (the 10,000-kernel chain's per-node time went from 1.11 to 1.38
+    /// times a plain launch loop with it on). `Some(b)`: every stream as `b` says
+    /// (`gkrt_config.pool_growth`, `GKRT_POOL_VMM=1|0`). Budgets under 512 MiB always use
+    /// segments (a page is 64 MiB).
     pub pool_virtual_memory: Option<bool>,
     /// Whether the pool may wait for the device to finish queued work so that free pages can
     /// move where a large request needs them (`PoolConfig::recycle_waits`), rather than map

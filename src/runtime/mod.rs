@@ -81,6 +81,8 @@ pub struct State {
     /// The native stream of the latest raw allocation or free and its id: raw calls nearly
     /// always repeat it, and this skips the device's stream table.
     pub last_raw_stream: Option<(usize, StreamId)>,
+    /// Streams first met through raw calls grow by virtual ranges (`Config::pool_virtual_memory`).
+    pub raw_virtual: bool,
 }
 
 pub struct Runtime {
@@ -108,10 +110,12 @@ impl Runtime {
             marker: device.create_event()?,
         };
         let defaults = PoolConfig::default();
+        let big_enough = limit >= 8 * defaults.vmm_page_bytes;
         let vmm = config
             .pool_virtual_memory
             .unwrap_or(config.memory_limit != 0)
-            && limit >= 8 * defaults.vmm_page_bytes;
+            && big_enough;
+        let raw_virtual = config.pool_virtual_memory.unwrap_or(true) && big_enough;
         let pool = Pool::new(PoolConfig {
             alignment: ALIGNMENT,
             memory_limit: limit,
@@ -148,6 +152,7 @@ impl Runtime {
                 counters: RuntimeCounters::default(),
                 stall_pairs: Vec::new(),
                 last_raw_stream: None,
+                raw_virtual,
             }),
         }))
     }
@@ -176,6 +181,12 @@ impl Runtime {
 
     /// The state lock for a call from outside (see `lock_for_call`): the free lock is taken at
     /// once; a busy one is an error inside a host callback and a wait elsewhere.
+    /// The state lock if it is free now (callers that must not wait, then `lock_for_call`).
+    #[inline]
+    pub fn try_lock_for_call(&self) -> Option<StateGuard<'_, State>> {
+        self.state.try_lock()
+    }
+
     pub fn lock_for_call(&self) -> Result<StateGuard<'_, State>> {
         if let Some(g) = self.state.try_lock() {
             return Ok(g);

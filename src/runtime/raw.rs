@@ -36,6 +36,8 @@ impl Runtime {
             .device
             .import_stream(stream)
             .map_err(|e| Error::InvalidArgument(format!("stream {stream:p}: {e}")))?;
+        let raw_virtual = st.raw_virtual;
+        st.pool.set_new_stream_growth(id, raw_virtual);
         st.last_raw_stream = Some((key, id));
         Ok(id)
     }
@@ -43,13 +45,18 @@ impl Runtime {
     /// Allocates `bytes` from the runtime's pool for use on the native stream `stream` (NULL:
     /// the device's default stream). Counts against the memory limit like any tensor.
     pub fn raw_alloc(&self, bytes: u64, stream: *mut c_void) -> Result<DevPtr> {
+        let mut st = self.lock_for_call()?;
+        self.raw_alloc_in(&mut st, bytes, stream)
+    }
+
+    /// `raw_alloc` with the state lock already held (`try_lock_for_call`).
+    pub fn raw_alloc_in(&self, st: &mut State, bytes: u64, stream: *mut c_void) -> Result<DevPtr> {
         if bytes == 0 {
             return Err(Error::InvalidArgument(
                 "gkrt_malloc of 0 bytes (a size must be at least 1)".into(),
             ));
         }
-        let mut st = self.lock_for_call()?;
-        let s = self.raw_stream(&mut st, stream)?;
+        let s = self.raw_stream(st, stream)?;
         st.pool
             .alloc_tagged(&DeviceBacking(&*self.device), bytes, s, RAW_TAG)
             .map_err(|e| Error::from(e).context(format_args!("gkrt_malloc of {bytes} bytes")))
@@ -65,7 +72,18 @@ impl Runtime {
         expected_size: Option<u64>,
     ) -> Result<()> {
         let mut st = self.lock_for_call()?;
-        let s = self.raw_stream(&mut st, stream)?;
+        self.raw_free_in(&mut st, ptr, stream, expected_size)
+    }
+
+    /// `raw_free` with the state lock already held (`try_lock_for_call`).
+    pub fn raw_free_in(
+        &self,
+        st: &mut State,
+        ptr: DevPtr,
+        stream: *mut c_void,
+        expected_size: Option<u64>,
+    ) -> Result<()> {
+        let s = self.raw_stream(st, stream)?;
         let backing = DeviceBacking(&*self.device);
         // The common case in one lookup: a raw block freed on its own stream, sizes agreeing.
         if let Ok(None) = st

@@ -44,12 +44,16 @@ pub unsafe extern "C" fn gkrt_malloc(
     out: *mut *mut c_void,
 ) -> gkrt_status {
     guard(|| {
-        let rt = handles::runtime(runtime as usize)?;
+        let rt = handles::pin_runtime(runtime as usize)?;
         if out.is_null() {
             return Err(Error::InvalidArgument("out (void **) is NULL".into()));
         }
-        let ptr = rt.raw_alloc(size as u64, stream)?;
-        *out = ptr as *mut c_void;
+        if let Some(mut st) = rt.try_lock_for_call() {
+            *out = rt.raw_alloc_in(&mut st, size as u64, stream)? as *mut c_void;
+            return Ok(());
+        }
+        // Busy (a graph run, another thread): wait without pinning the handle's slot.
+        *out = rt.into_owned().raw_alloc(size as u64, stream)? as *mut c_void;
         Ok(())
     })
 }
@@ -69,11 +73,14 @@ pub unsafe extern "C" fn gkrt_free(
     stream: *mut c_void,
 ) -> gkrt_status {
     guard(|| {
-        let rt = handles::runtime(runtime as usize)?;
+        let rt = handles::pin_runtime(runtime as usize)?;
         if ptr.is_null() {
             return Ok(());
         }
-        rt.raw_free(ptr as u64, stream, None)
+        if let Some(mut st) = rt.try_lock_for_call() {
+            return rt.raw_free_in(&mut st, ptr as u64, stream, None);
+        }
+        rt.into_owned().raw_free(ptr as u64, stream, None)
     })
 }
 

@@ -9,8 +9,8 @@
 #           SWAP_TIMELINE=1 also times every swapping run with events and summarises where the
 #           links and the compute stream idle (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
-#           and torch in python3; BENCHMARKS.md section 3), then workloads
-#   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep
+#           and torch in python3; BENCHMARKS.md section 3)
+#   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -92,8 +92,7 @@ run_swap() {
 
 # The pool against PyTorch's caching allocator and cuMemAllocAsync (BENCHMARKS.md, section 3): builds
 # the benches, replays the shared traces (staged in .gpu/pool/) and the synthetic ones, runs the
-# micro-benchmarks, the C test of gkrt_malloc on CUDA, then run_workloads. Tables go to stdout and
-# $OUT/pool_* and $OUT/workload*.
+# micro-benchmarks and the C test of gkrt_malloc on CUDA. Tables go to stdout and $OUT/pool_*.
 run_pool() {
   local b=/tmp/gkrt-pool
   bash benches/build_pool_benches.sh "$b" 2>&1 | tee "$OUT/pool_build.log" || return
@@ -101,7 +100,6 @@ run_pool() {
   python3 benches/gen_traces.py "$b/traces" >/dev/null
   timeout 300 "$b/trace_replay" --passes 30 .gpu/pool/*.trace.gz "$b"/traces/*.trace.gz 2>&1 | tee "$OUT/pool_replay.md"
   timeout 120 "$b/pool_micro" 2>&1 | tee "$OUT/pool_micro.md"
-  run_workloads
 }
 
 # GPT-2 and ResNet-50 training steps in PyTorch on PyTorch's allocator and on gkrt's, in lockstep

@@ -12,12 +12,11 @@
 //! entry points, which look nothing up).
 
 use crate::kernels::Kernel;
-use crate::runtime::{Error, Result, Runtime, RuntimeGraph};
+use crate::runtime::{Error, Result, Runtime, RuntimeGraph, StateGuard, StateLock};
 use once_cell::sync::Lazy;
-use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub struct KernelObject {
@@ -157,40 +156,17 @@ const GENERATION_BITS: u32 = 22;
 const CHUNK: usize = 1024;
 const CHUNKS: usize = (1 << INDEX_BITS) / CHUNK;
 
-struct RuntimeSlot {
-    /// Held for nanoseconds: a pool operation of a raw call, an `Arc` clone, a release's take.
-    locked: AtomicBool,
-    /// Generation of the handle that names the slot now (written under the lock).
-    generation: AtomicU32,
-    /// The runtime, while a handle names it (read and written under the lock).
-    runtime: UnsafeCell<Option<Arc<Runtime>>>,
+/// What a runtime slot holds, behind the slot's lock (the runtime state's lock type: it is
+/// held for nanoseconds — a raw call's pool operation, an `Arc` clone, a release's take — and
+/// waiters spin on a plain load before they yield, so threads do not bounce its line).
+struct SlotState {
+    /// Generation of the handle that names the slot now.
+    generation: u32,
+    /// The runtime, while a handle names it.
+    runtime: Option<Arc<Runtime>>,
 }
 
-// SAFETY: `runtime` is reached only with `locked` held (Acquire / Release order the accesses).
-unsafe impl Sync for RuntimeSlot {}
-
-impl RuntimeSlot {
-    fn lock(&self) {
-        let mut spins = 0u32;
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            // Holders never block while they hold it, so spinning (then yielding) is enough.
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-    }
-
-    fn unlock(&self) {
-        self.locked.store(false, Ordering::Release);
-    }
-}
+type RuntimeSlot = StateLock<SlotState>;
 
 /// Chunks of slots, allocated on first use and never freed: a key read after its runtime was
 /// released still names memory that is a slot.
@@ -249,10 +225,11 @@ fn register_runtime(rt: Arc<Runtime>) -> usize {
                 let cell = &CHUNK_PTRS[i / CHUNK];
                 if cell.load(Ordering::Relaxed).is_null() {
                     let chunk: Box<[RuntimeSlot]> = (0..CHUNK)
-                        .map(|_| RuntimeSlot {
-                            locked: AtomicBool::new(false),
-                            generation: AtomicU32::new(0),
-                            runtime: UnsafeCell::new(None),
+                        .map(|_| {
+                            StateLock::new(SlotState {
+                                generation: 0,
+                                runtime: None,
+                            })
                         })
                         .collect();
                     cell.store(Box::leak(chunk).as_mut_ptr(), Ordering::Release);
@@ -261,18 +238,14 @@ fn register_runtime(rt: Arc<Runtime>) -> usize {
             }
         }
     };
-    let s = slot(index).expect("the slot's chunk was made above");
-    s.lock();
-    let generation = s.generation.load(Ordering::Relaxed) + 1;
-    s.generation.store(generation, Ordering::Relaxed);
-    // SAFETY: the slot lock is held.
-    unsafe { *s.runtime.get() = Some(rt) };
-    s.unlock();
-    key_of(index, generation)
+    let mut s = slot(index).expect("the slot's chunk was made above").lock();
+    s.generation += 1;
+    s.runtime = Some(rt);
+    key_of(index, s.generation)
 }
 
 /// A runtime pinned in its slot for a call: the slot's lock is held until drop.
-pub struct PinnedRuntime(&'static RuntimeSlot);
+pub struct PinnedRuntime(StateGuard<'static, SlotState>);
 
 impl PinnedRuntime {
     /// An owned reference, and the slot unpinned: for calls that may wait.
@@ -281,8 +254,10 @@ impl PinnedRuntime {
     }
 
     fn arc(&self) -> &Arc<Runtime> {
-        // SAFETY: the slot lock is held while `self` lives, so the runtime stays in the slot.
-        unsafe { (*self.0.runtime.get()).as_ref() }.expect("a pinned slot holds its runtime")
+        self.0
+            .runtime
+            .as_ref()
+            .expect("a pinned slot holds its runtime")
     }
 }
 
@@ -290,12 +265,6 @@ impl std::ops::Deref for PinnedRuntime {
     type Target = Runtime;
     fn deref(&self) -> &Runtime {
         self.arc()
-    }
-}
-
-impl Drop for PinnedRuntime {
-    fn drop(&mut self) {
-        self.0.unlock();
     }
 }
 
@@ -320,21 +289,16 @@ pub fn pin_runtime(key: usize) -> Result<PinnedRuntime> {
             None => Err(not_live()),
         };
     };
-    let s = slot(index).ok_or_else(not_live)?;
-    s.lock();
-    // SAFETY: the slot lock is held.
-    if s.generation.load(Ordering::Relaxed) != generation || unsafe { (*s.runtime.get()).is_none() }
-    {
-        s.unlock();
+    let s = slot(index).ok_or_else(not_live)?.lock();
+    if s.generation != generation || s.runtime.is_none() {
         return Err(not_live());
     }
     Ok(PinnedRuntime(s))
 }
 
 fn release_runtime(key: usize) -> Result<()> {
-    let pinned = pin_runtime(key)?;
-    // SAFETY: the slot lock is held (through `pinned`).
-    let rt = unsafe { (*pinned.0.runtime.get()).take() };
+    let mut pinned = pin_runtime(key)?;
+    let rt = pinned.0.runtime.take();
     drop(pinned);
     let (index, generation) = decode(key).expect("pinned above");
     // A slot whose generations are used up is never named again, so no key is ever reused.

@@ -20,7 +20,7 @@ use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
 pub use error::{Error, Result};
 pub use graph::RuntimeGraph;
-use state_lock::{StateGuard, StateLock};
+pub(crate) use state_lock::{StateGuard, StateLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 

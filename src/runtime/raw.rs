@@ -36,8 +36,12 @@ impl Runtime {
             .device
             .import_stream(stream)
             .map_err(|e| Error::InvalidArgument(format!("stream {stream:p}: {e}")))?;
-        let raw_virtual = st.raw_virtual;
-        st.pool.set_new_stream_growth(id, raw_virtual);
+        // A stream first met here is the caller's own (the runtime's streams keep their rule).
+        let own = [self.compute, self.streams.copy_in, self.streams.copy_out];
+        if !own.contains(&id) {
+            let raw_virtual = st.raw_virtual;
+            st.pool.set_new_stream_growth(id, raw_virtual);
+        }
         st.last_raw_stream = Some((key, id));
         Ok(id)
     }

@@ -463,7 +463,10 @@ enum gkrt_status gkrt_runtime_create(const struct gkrt_config *config, struct gk
 
 // Releases the caller's handle. Graphs and kernels made from the runtime keep it alive until
 // they are released too, so any release order is safe. NULL is a no-op; a handle already
-// released gives GKRT_STATUS_INVALID_ARGUMENT.
+// released gives GKRT_STATUS_INVALID_ARGUMENT. Thread-safe: a `gkrt_malloc` / `gkrt_free` on the
+// handle in another thread either completes before the release or fails with
+// GKRT_STATUS_INVALID_ARGUMENT; memory it took stays the caller's to free through another handle
+// of the runtime, or goes with the runtime.
 enum gkrt_status gkrt_runtime_release(struct gkrt_runtime *runtime);
 
 // The backend the runtime runs on: GKRT_DEVICE_HOST or GKRT_DEVICE_CUDA.

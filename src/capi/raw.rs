@@ -10,7 +10,7 @@
 //! | `GKRT_MEMORY_LIMIT` | cap on the device memory the pool takes: bytes, with an optional suffix `K`/`M`/`G`/`T` (powers of 1024, `KiB`…`TiB` too), or a fraction of the device's memory such as `0.9` | the device's memory |
 //! | `GKRT_LOG_LEVEL` | 0 off … 5 trace | 2 (warnings) |
 //! | `GKRT_VMM` | `0` turns virtual-memory growth off (plain `cuMemAlloc` segments) | on |
-//! | `GKRT_POOL_VMM` | `1`/`0`: whether a runtime's pool grows by virtual-memory pages; the PyTorch entry points' runtime does by default, graph runtimes do not | see left |
+//! | `GKRT_POOL_VMM` | `1`/`0`: whether a runtime's pool grows by virtual-memory pages on every stream (any runtime's; `gkrt_config.pool_growth` otherwise: by default the streams of raw calls do, a runtime's own streams only under a memory limit) | see left |
 //! | `GKRT_POOL_PAGE_MIB`, `GKRT_POOL_SLACK_PERMILLE`, `GKRT_POOL_RECYCLE_MIN_MIB`, `GKRT_POOL_RECYCLE_WAIT` | the pool's virtual-memory knobs (`memory::pool::PoolConfig`), read by every runtime | 64, 30, 32, 0 (1 for this runtime) |
 //!
 //! That runtime is the one process-wide singleton of gkrt besides the handle table, and it is

@@ -134,7 +134,10 @@ pub unsafe extern "C" fn gkrt_runtime_create(
 
 /// Releases the caller's handle. Graphs and kernels made from the runtime keep it alive until
 /// they are released too, so any release order is safe. NULL is a no-op; a handle already
-/// released gives GKRT_STATUS_INVALID_ARGUMENT.
+/// released gives GKRT_STATUS_INVALID_ARGUMENT. Thread-safe: a `gkrt_malloc` / `gkrt_free` on the
+/// handle in another thread either completes before the release or fails with
+/// GKRT_STATUS_INVALID_ARGUMENT; memory it took stays the caller's to free through another handle
+/// of the runtime, or goes with the runtime.
 #[no_mangle]
 pub extern "C" fn gkrt_runtime_release(runtime: *mut gkrt_runtime) -> gkrt_status {
     if runtime.is_null() {

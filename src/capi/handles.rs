@@ -12,7 +12,9 @@
 //! entry points, which look nothing up).
 
 use crate::kernels::Kernel;
-use crate::runtime::{Error, Result, Runtime, RuntimeGraph, StateGuard, StateLock};
+use crate::runtime::{
+    state_lock_for_call, Error, Result, Runtime, RuntimeGraph, StateGuard, StateLock,
+};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -289,7 +291,9 @@ pub fn pin_runtime(key: usize) -> Result<PinnedRuntime> {
             None => Err(not_live()),
         };
     };
-    let s = slot(index).ok_or_else(not_live)?.lock();
+    // Inside a host callback a busy slot is an error, never a wait: its holder may be in a pool
+    // operation that waits for the device, which (on the host backend) waits for the callback.
+    let s = state_lock_for_call(slot(index).ok_or_else(not_live)?, "runtime")?;
     if s.generation != generation || s.runtime.is_none() {
         return Err(not_live());
     }
@@ -366,6 +370,36 @@ mod tests {
         assert!(message(release(g, "runtime")).contains("is a graph, not a runtime"));
         release(g, "graph").unwrap();
         release(b, "runtime").unwrap();
+    }
+
+    /// A host callback that meets its runtime's slot busy gets an error at once: the holder may
+    /// be waiting for the device, which on the host backend waits for the callback.
+    #[test]
+    fn a_callback_never_waits_for_a_pinned_runtime() {
+        use crate::kernels::{call_callback, CallbackArgs, HostCallback};
+        let key = register(Object::Runtime(host_runtime()));
+        unsafe extern "C" fn stats_of(_: *const CallbackArgs, key: *mut std::ffi::c_void) -> i32 {
+            let mut s = crate::capi::types::gkrt_stats::default();
+            // SAFETY: s is a valid out-pointer; the handle is only a key.
+            unsafe { crate::capi::gkrt_runtime_stats(key.cast(), &mut s) as i32 }
+        }
+        let cb = HostCallback {
+            func: stats_of,
+            user_data: key,
+        };
+        // SAFETY: every field is a pointer or an integer, for which zero is valid; `stats_of`
+        // reads none of them.
+        let args: CallbackArgs = unsafe { std::mem::zeroed() };
+        let pinned = pin_runtime(key).unwrap();
+        let status = unsafe { call_callback(cb, &args) };
+        assert_eq!(status, gkrt_status::GKRT_STATUS_INVALID_STATE as i32);
+        let mut msg = [0u8; 256];
+        let n = unsafe { crate::capi::gkrt_last_error_message(msg.as_mut_ptr().cast(), 256) };
+        assert!(String::from_utf8_lossy(&msg[..n.min(255)]).contains("busy"));
+        drop(pinned);
+        // Free again, the same call from a callback works.
+        assert_eq!(unsafe { call_callback(cb, &args) }, 0);
+        release(key, "runtime").unwrap();
     }
 
     /// Raw calls racing with the release of their runtime's handle: each call either works or

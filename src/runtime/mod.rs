@@ -188,13 +188,7 @@ impl Runtime {
     }
 
     pub fn lock_for_call(&self) -> Result<StateGuard<'_, State>> {
-        if let Some(g) = self.state.try_lock() {
-            return Ok(g);
-        }
-        if crate::kernels::inside_callback() {
-            return Err(busy_inside_callback("runtime"));
-        }
-        Ok(self.state.lock())
+        state_lock_for_call(&self.state, "runtime")
     }
 
     pub fn stats(&self) -> Result<Stats> {
@@ -286,6 +280,19 @@ pub fn lock_for_call<'a, T>(m: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a
         return Err(busy_inside_callback(what));
     }
     Ok(m.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// `lock_for_call` for a `StateLock`: the free lock at once; a busy one an error inside a host
+/// callback (its holder may be waiting for the device, which waits for the callback) and a wait
+/// elsewhere.
+pub fn state_lock_for_call<'a, T>(l: &'a StateLock<T>, what: &str) -> Result<StateGuard<'a, T>> {
+    if let Some(g) = l.try_lock() {
+        return Ok(g);
+    }
+    if crate::kernels::inside_callback() {
+        return Err(busy_inside_callback(what));
+    }
+    Ok(l.lock())
 }
 
 fn busy_inside_callback(what: &str) -> Error {

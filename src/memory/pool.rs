@@ -28,11 +28,12 @@
 //!   default 256) and the chosen free block is split to exactly that size, so `block_size` is
 //!   always the rounded request (planners predict `allocated_bytes` from it).
 //! - **Virtual ranges (devices with virtual memory, `config.vmm`, or per stream with
-//!   `set_new_stream_growth`).** The first allocation on a stream reserves one address range (`vmm_reserve_bytes`, default twice the memory limit,
-//!   at most 1 TiB) for that stream; every block of the stream is carved from it and physical
-//!   pages (`vmm_page_bytes`, 64 MiB: one device allocation each) are mapped under a block when
-//!   it is allocated. Free memory therefore never splits at a segment seam, small and large requests
-//!   share one range, and reserved bytes are mapped pages, not address space. A request first
+//!   `set_new_stream_growth`).** The first allocation on a stream reserves one address range
+//!   (`vmm_reserve_bytes`, default twice the memory limit, at most 1 TiB) for that stream;
+//!   every block of the stream is carved from it and physical pages (`vmm_page_bytes`, 64 MiB:
+//!   one device allocation each) are mapped under a block when it is allocated. Free memory
+//!   therefore never splits at a segment seam, small and large requests share one range, and
+//!   reserved bytes are mapped pages, not address space. A request first
 //!   tries the free blocks whose pages are all mapped (no device call); otherwise it is placed,
 //!   at the low or the high end of a free block, where it needs the fewest new pages (then best
 //!   fit, then lowest address) — and when every end needs new pages, also at the ends of the runs
@@ -508,7 +509,7 @@ struct Slot {
     range: u32,
     /// Reserving a range failed: use plain segments from now on.
     range_failed: bool,
-    /// Grow by virtual ranges (`config.vmm`, or `set_stream_growth`) rather than segments.
+    /// Grow by virtual ranges (`config.vmm`, or `set_new_stream_growth`) rather than segments.
     virtual_growth: bool,
     /// Marker events in flight on the stream, oldest first, with their epochs; and completed
     /// ones kept for re-recording.
@@ -1020,10 +1021,10 @@ impl Pool {
 
     // --- streams ---
 
-    #[inline]
     /// How a stream the pool has not seen yet will grow: by a virtual range (where the backing
     /// has virtual memory) or by plain segments, whatever `config.vmm` says for other streams.
     /// A stream the pool already serves keeps its way (false is returned).
+    #[inline]
     pub fn set_new_stream_growth(&mut self, stream: StreamId, virtual_ranges: bool) -> bool {
         if self.slot_of.contains_key(&stream) {
             return false;

@@ -179,14 +179,14 @@ impl Runtime {
         self.state.lock()
     }
 
-    /// The state lock for a call from outside (see `lock_for_call`): the free lock is taken at
-    /// once; a busy one is an error inside a host callback and a wait elsewhere.
     /// The state lock if it is free now (callers that must not wait, then `lock_for_call`).
     #[inline]
     pub fn try_lock_for_call(&self) -> Option<StateGuard<'_, State>> {
         self.state.try_lock()
     }
 
+    /// The state lock for a call from outside (see `lock_for_call`): the free lock is taken at
+    /// once; a busy one is an error inside a host callback and a wait elsewhere.
     pub fn lock_for_call(&self) -> Result<StateGuard<'_, State>> {
         state_lock_for_call(&self.state, "runtime")
     }

@@ -219,6 +219,10 @@ static inline std::vector<std::unique_ptr<Allocator>> make_allocators(const std:
 #endif
     );
 #endif
+  if (want("diag")) {
+    // No marker events: the pool's only driver calls on a warm stream.
+    out.emplace_back(new GkrtRaw("gkrt_malloc no markers", "GKRT_POOL_MARKER_EVERY=4000000000"));
+  }
   if (want("variants")) {
     // Segments for comparison; the page knobs act on the virtual ranges of the default.
     out.emplace_back(new GkrtRaw("gkrt_malloc segments", "GKRT_POOL_VMM=0"));

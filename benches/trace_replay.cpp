@@ -1,7 +1,7 @@
 // Replays allocation traces (../shared/traces/README.md: "a ID BYTES STREAM" / "f ID", gzipped
 // or not, first line "# {json}") through each allocator of pool_allocators.hpp, in one process.
 //
-//   trace_replay [--passes N] [--only NAMES] TRACE...
+//   trace_replay [--passes N] [--only NAMES] [--hot] TRACE...
 //
 // Per trace, all allocators interleaved (the GPU machine's pace changes between processes and
 // within one, by up to 1.7x in our runs, so allocators timed one after the other compare badly):
@@ -11,6 +11,9 @@
 // and "÷ PyTorch" / "÷ cuMemAllocAsync" are medians over them of the ratio of pass times in the
 // same round — and N read the time-stamp counter after every operation, for the median and 99th
 // percentile of single operations (they include one counter read, whose cost is printed first).
+// With --hot, every timed pass follows an untimed pass of the same allocator, so it starts with
+// the allocator's data in the CPU caches (without it, a pass starts after the other allocators'
+// passes, as an allocator's calls come between other work in a program).
 // Also reported: the peak memory held from the device over all passes divided by the trace's
 // peak of live (requested) bytes. Every trace stream gets its own CUstream. Output: one table
 // row per allocator and trace, in Markdown.
@@ -123,7 +126,7 @@ static double median(std::vector<double> v) {
 /// Odd rounds read the counter per operation; even rounds time whole passes, and the ratios
 /// between allocators are medians over those rounds of the ratio of their pass times.
 static void replay_all(std::vector<std::unique_ptr<Allocator>> &allocators, const Trace &t, int passes, double tpn,
-                       const std::vector<CUstream> &streams) {
+                       const std::vector<CUstream> &streams, bool hot) {
   size_t n = allocators.size();
   std::vector<Replay> rs(n);
   for (size_t k = 0; k < n; k++) {
@@ -137,6 +140,7 @@ static void replay_all(std::vector<std::unique_ptr<Allocator>> &allocators, cons
     bool per_op = round % 2 == 1;
     for (size_t j = 0; j < n; j++) {
       size_t k = (j + round) % n;
+      if (hot) pass(*allocators[k], t, rs[k], false, streams);  // untimed: warms its caches
       double ns = pass(*allocators[k], t, rs[k], per_op, streams);
       if (!per_op) rs[k].pass_ns.push_back(ns);
     }
@@ -171,17 +175,20 @@ static void replay_all(std::vector<std::unique_ptr<Allocator>> &allocators, cons
 int main(int argc, char **argv) {
   int passes = 30;
   std::string only;
+  bool hot = false;
   std::vector<const char *> paths;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--passes") && i + 1 < argc)
       passes = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
+    else if (!std::strcmp(argv[i], "--hot"))
+      hot = true;
     else
       paths.push_back(argv[i]);
   }
   if (paths.empty() || passes < 1) {
-    std::fprintf(stderr, "usage: %s [--passes N] [--only NAMES] TRACE...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--passes N] [--only NAMES] [--hot] TRACE...\n", argv[0]);
     return 2;
   }
   init_cuda();
@@ -208,7 +215,7 @@ int main(int argc, char **argv) {
   std::printf("\n| trace | allocator | ns/op mean | ns/op p50 | ns/op p99 | first pass ns/op | peak reserved / peak live "
               "| mean ÷ PyTorch (same rounds) | mean ÷ cuMemAllocAsync (same rounds) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  for (auto &t : traces) replay_all(allocators, t, passes, tpn, streams);
+  for (auto &t : traces) replay_all(allocators, t, passes, tpn, streams, hot);
   allocators.clear();
   for (auto &s : streams) cuStreamDestroy(s);
   return 0;

@@ -54,11 +54,45 @@ impl PageMap {
         })
     }
 
-    /// Mapped pages among `[p0, p1)`.
+    /// Mapped pages among `[p0, p1)`. A plain loop with the one-word case first: blocks rarely
+    /// span more than 64 pages, and placement asks this on most allocations at the top of a
+    /// range (the iterator form cost about 100 instructions a call there).
+    #[inline]
     pub fn count_mapped(&self, p0: u64, p1: u64) -> u64 {
-        Self::word_masks(p0, p1)
-            .map(|(w, m)| (self.bits[w] & m).count_ones() as u64)
-            .sum()
+        if p1 <= p0 {
+            return 0;
+        }
+        let (w0, w1) = ((p0 / 64) as usize, ((p1 - 1) / 64) as usize);
+        // Bits [lo, 64) of the first word and [0, hi] of the last.
+        let low = u64::MAX << (p0 % 64);
+        let high = u64::MAX >> (63 - (p1 - 1) % 64);
+        if w0 == w1 {
+            return (self.bits[w0] & low & high).count_ones() as u64;
+        }
+        let mut n = (self.bits[w0] & low).count_ones() + (self.bits[w1] & high).count_ones();
+        for w in &self.bits[w0 + 1..w1] {
+            n += w.count_ones();
+        }
+        n as u64
+    }
+
+    /// Whether every page among `[p0, p1)` is mapped (no bit counting: the check placement
+    /// makes on most allocations at the top of a range).
+    #[inline]
+    pub fn all_mapped(&self, p0: u64, p1: u64) -> bool {
+        if p1 <= p0 {
+            return true;
+        }
+        let (w0, w1) = ((p0 / 64) as usize, ((p1 - 1) / 64) as usize);
+        let low = u64::MAX << (p0 % 64);
+        let high = u64::MAX >> (63 - (p1 - 1) % 64);
+        if w0 == w1 {
+            let m = low & high;
+            return self.bits[w0] & m == m;
+        }
+        self.bits[w0] & low == low
+            && self.bits[w1] & high == high
+            && self.bits[w0 + 1..w1].iter().all(|&w| w == u64::MAX)
     }
 
     /// Unmapped pages among `[p0, p1)`.
@@ -175,6 +209,15 @@ mod tests {
                 );
             }
         }
+        // Every range over word edges (the count has a one-word path and a many-word one).
+        for p0 in 0..200 {
+            for p1 in p0..200 {
+                let naive = (p0..p1).filter(|&p| m.is_mapped(p)).count() as u64;
+                assert_eq!(m.count_mapped(p0, p1), naive, "[{p0}, {p1})");
+                assert_eq!(m.all_mapped(p0, p1), naive == p1 - p0, "[{p0}, {p1})");
+            }
+        }
+        assert_eq!(m.count_mapped(7, 3), 0);
         assert_eq!(m.runs(0, 300, true), vec![(3, 97), (101, 29), (250, 50)]);
         assert_eq!(m.set(0, 300, false), 176);
         assert_eq!(m.mapped(), 0);

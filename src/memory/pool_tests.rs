@@ -2000,8 +2000,17 @@ fn replay(evs: &[Ev], cfg: PoolConfig, vmm: bool, passes: usize) -> (f64, Vec<f6
     let mut sizes = vec![0u64; n];
     let mut per_pass = Vec::new();
     let mut unmaps_after_first = 0;
+    let thrash_mb: usize = std::env::var("GKRT_REPLAY_THRASH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut junk = vec![0u8; thrash_mb << 20];
     for pass in 0..passes {
         let u0 = b.unmaps.get();
+        for k in (0..junk.len()).step_by(64) {
+            junk[k] = junk[k].wrapping_add(pass as u8);
+        }
+        std::hint::black_box(&junk);
         let t = std::time::Instant::now();
         for e in evs {
             match *e {
@@ -2067,6 +2076,10 @@ fn replay_traces_through_the_pool() {
             ("virtual ranges", true, PoolConfig::default()),
             ("plain segments", false, PoolConfig::default()),
         ] {
+            // GKRT_REPLAY_VMM_ONLY: the virtual-range rows alone (for profiling the default).
+            if !vmm && std::env::var("GKRT_REPLAY_VMM_ONLY").is_ok() {
+                continue;
+            }
             let (frag, mut t, unmaps, maps, _) = replay(&evs, cfg, vmm, passes);
             let first = t[0];
             t.sort_by(|a, b| a.partial_cmp(b).unwrap());

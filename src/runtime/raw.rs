@@ -20,18 +20,38 @@ use crate::memory::DeviceBacking;
 /// Pool tag of raw blocks (a graph's blocks have tag 0).
 const RAW_TAG: u8 = 1;
 
+// The errors of the raw calls are built out of line, so that the hot path stays small.
+
+#[cold]
+#[inline(never)]
+fn zero_size() -> Error {
+    Error::InvalidArgument("gkrt_malloc of 0 bytes (a size must be at least 1)".into())
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_failed(e: crate::memory::pool::PoolError, bytes: u64) -> Error {
+    Error::from(e).context(format_args!("gkrt_malloc of {bytes} bytes"))
+}
+
 impl Runtime {
     /// The id of the native stream `stream` (NULL: the device's default stream), remembered
     /// in the state (under its lock; a thread-local would cost more than the pool on the GPU
     /// machine, see `lock_for_call`).
-    #[inline]
+    #[inline(always)]
     fn raw_stream(&self, st: &mut State, stream: *mut c_void) -> Result<StreamId> {
-        let key = stream as usize;
-        if let Some((native, id)) = st.last_raw_stream {
-            if native == key {
-                return Ok(id);
-            }
+        match st.last_raw_stream {
+            Some((native, id)) if native == stream as usize => Ok(id),
+            _ => self.raw_stream_first(st, stream),
         }
+    }
+
+    /// `raw_stream` for a stream other than the last one (out of line: the hot path stays
+    /// small).
+    #[cold]
+    #[inline(never)]
+    fn raw_stream_first(&self, st: &mut State, stream: *mut c_void) -> Result<StreamId> {
+        let key = stream as usize;
         let id = self
             .device
             .import_stream(stream)
@@ -54,16 +74,19 @@ impl Runtime {
     }
 
     /// `raw_alloc` with the state lock already held (`try_lock_for_call`).
+    #[inline]
     pub fn raw_alloc_in(&self, st: &mut State, bytes: u64, stream: *mut c_void) -> Result<DevPtr> {
         if bytes == 0 {
-            return Err(Error::InvalidArgument(
-                "gkrt_malloc of 0 bytes (a size must be at least 1)".into(),
-            ));
+            return Err(zero_size());
         }
         let s = self.raw_stream(st, stream)?;
-        st.pool
+        match st
+            .pool
             .alloc_tagged(&DeviceBacking(&*self.device), bytes, s, RAW_TAG)
-            .map_err(|e| Error::from(e).context(format_args!("gkrt_malloc of {bytes} bytes")))
+        {
+            Ok(p) => Ok(p),
+            Err(e) => Err(alloc_failed(e, bytes)),
+        }
     }
 
     /// Returns a block from `raw_alloc` to the pool, ordered on the native stream `stream`.
@@ -80,6 +103,7 @@ impl Runtime {
     }
 
     /// `raw_free` with the state lock already held (`try_lock_for_call`).
+    #[inline]
     pub fn raw_free_in(
         &self,
         st: &mut State,
@@ -96,6 +120,20 @@ impl Runtime {
         {
             return Ok(());
         }
+        self.raw_free_other(st, ptr, s, expected_size)
+    }
+
+    /// The rest of `raw_free_in`: a free on another stream, a size that differs, or an error.
+    #[cold]
+    #[inline(never)]
+    fn raw_free_other(
+        &self,
+        st: &mut State,
+        ptr: DevPtr,
+        s: StreamId,
+        expected_size: Option<u64>,
+    ) -> Result<()> {
+        let backing = DeviceBacking(&*self.device);
         match st.pool.block_info(ptr) {
             None => Err(Error::InvalidArgument(format!(
                 "gkrt_free of {ptr:#x}: not a live block of this runtime's pool (never returned by \

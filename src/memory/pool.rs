@@ -635,6 +635,18 @@ impl Pool {
         };
         let slot = self.slot(stream);
         if self.slots[slot as usize].virtual_growth {
+            // The two common cases first, without asking the backing for its virtual memory:
+            // a mapped free block, and the mapped start of the range's last block.
+            if let Some(i) = self.take_fit(slot, Kind::Virtual, rounded) {
+                self.split(i, rounded);
+                return Ok(i);
+            }
+            let r = self.slots[slot as usize].range;
+            if r != NIL {
+                if let Some(i) = self.take_tail_prefix(slot, r, rounded) {
+                    return Ok(i);
+                }
+            }
             if let Some(vm) = backing.vmm() {
                 if let Some(i) = self.alloc_virtual(backing, vm, slot, bytes, rounded)? {
                     return Ok(i);
@@ -1709,8 +1721,9 @@ impl Pool {
         Some(r)
     }
 
-    /// Allocation in the stream's virtual range; `Ok(None)`: the range cannot hold it (use
-    /// plain segments).
+    /// Allocation in the stream's virtual range when no mapped free block fits (`alloc_inner`
+    /// tried those, and the start of the range's last block); `Ok(None)`: the range cannot hold
+    /// it (use plain segments).
     fn alloc_virtual(
         &mut self,
         backing: &dyn PoolBacking,
@@ -1719,10 +1732,6 @@ impl Pool {
         bytes: u64,
         rounded: u64,
     ) -> Result<Option<u32>, PoolError> {
-        if let Some(i) = self.take_fit(slot, Kind::Virtual, rounded) {
-            self.split(i, rounded);
-            return Ok(Some(i));
-        }
         let Some(r) = self.ensure_range(vm, slot) else {
             return Ok(None);
         };

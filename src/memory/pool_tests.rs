@@ -1483,6 +1483,25 @@ fn slack_case(f: &VFake, spin_ns: u64) -> (Pool, u64) {
 }
 
 #[test]
+fn frees_record_markers_at_most_once_per_interval() {
+    for (min_ns, records) in [(0, 5), (3_600 * 1_000_000_000, 1)] {
+        let f = VFake::new();
+        let mut p = Pool::new(PoolConfig {
+            marker_every: 1,
+            marker_min_interval_ns: min_ns,
+            ..vpool(u64::MAX).config().clone()
+        });
+        let blocks: Vec<u64> = (0..5).map(|_| p.alloc(&f, 4096, st(0)).unwrap()).collect();
+        for b in blocks {
+            p.free(&f, b).unwrap();
+        }
+        // A marker after every free, or only the first within the hour.
+        assert_eq!(f.markers.borrow().len(), records, "interval {min_ns} ns");
+        p.validate().unwrap();
+    }
+}
+
+#[test]
 fn large_requests_reuse_idle_hole_pages_beyond_the_slack() {
     let f = VFake::new();
     // The device may still use x's memory (its marker is not passed): no waiting for it, new

@@ -49,8 +49,9 @@
 //!   instead of growing the footprint (this is what keeps peak reserved within 4% of peak live
 //!   on the GPT-2 trace, against 9% without). Victims are the free blocks with the most mapped
 //!   pages, unmapped from their high end. Stream-ordered frees may still have work queued on those pages, so a page is
-//!   unmapped only once the device is known to be past the free: every 256 frees the pool
-//!   records a marker event on the stream and polls it later; pages freed before a completed
+//!   unmapped only once the device is known to be past the free: every 256 frees (and at most
+//!   once a millisecond) the pool records a marker event on the stream and polls it later;
+//!   pages freed before a completed
 //!   marker move at once, others only after waiting for the device (`VirtualMemory::quiesce`) —
 //!   which the budget always may, and the slack rule only with `recycle_waits` (off by default:
 //!   the pool never stalls the device for the slack and maps new pages instead). Before picking,

@@ -466,7 +466,9 @@ enum gkrt_status gkrt_runtime_create(const struct gkrt_config *config, struct gk
 // released gives GKRT_STATUS_INVALID_ARGUMENT. Thread-safe: a `gkrt_malloc` / `gkrt_free` on the
 // handle in another thread either completes before the release or fails with
 // GKRT_STATUS_INVALID_ARGUMENT; memory it took stays the caller's to free through another handle
-// of the runtime, or goes with the runtime.
+// of the runtime, or goes with the runtime. The release waits for a graph run in progress on
+// the runtime in another thread (the handle `gkrt_runtime_create` gave shares the runtime's
+// state lock); from a host callback of such a run it fails with GKRT_STATUS_INVALID_STATE.
 enum gkrt_status gkrt_runtime_release(struct gkrt_runtime *runtime);
 
 // The backend the runtime runs on: GKRT_DEVICE_HOST or GKRT_DEVICE_CUDA.

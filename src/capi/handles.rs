@@ -1,24 +1,26 @@
 //! Handles: every object the C API hands out is an entry in a table, and the pointer the
 //! caller holds is an opaque key into it, never a Rust address. A released or made-up handle
 //! is therefore an error, not a use-after-free: keys are never reused, so releasing twice is
-//! detected too. The tables are the only process-wide state and hold no runtime state themselves.
+//! detected too. The tables (and the runtimes' homes) are the only process-wide state and hold
+//! no runtime state themselves.
 //!
-//! Graphs and kernels are entries of one map behind a read-write lock. Runtimes have slots of
-//! their own (`RuntimeSlot`), because `gkrt_malloc` / `gkrt_free` look their runtime up on every
-//! call: the slots lie in chunks that are never freed, a runtime key names its slot and the
-//! slot's generation, and a call pins the runtime with the slot's lock (one compare-and-swap and
-//! one store) instead of the map's read lock and an `Arc` clone and drop (four read-modify-writes
-//! on shared cache lines: measured on the GPU machine, gkrt_malloc cost 1.3–1.6 times the PyTorch
-//! entry points, which look nothing up).
+//! Graphs and kernels are entries of one map behind a read-write lock. Runtime keys name a
+//! runtime's home (`runtime/home.rs`: records in memory that is never freed) and the home's
+//! generation, because `gkrt_malloc` / `gkrt_free` look their runtime up on every call. A call
+//! pins the runtime by taking the home's flag, which is also the runtime's state lock: one
+//! compare-and-swap and one store pin the handle and lock the pool (the map's read lock and an
+//! `Arc` clone and drop were four read-modify-writes, and gkrt_malloc cost 1.3–1.6 times the
+//! PyTorch entry points on the GPU machine; a slot lock beside the state lock still cost 10–15%).
+//! A second handle of the same runtime gets a home of its own, an alias, whose pin is a lock
+//! beside the state lock.
 
 use crate::kernels::Kernel;
-use crate::runtime::{
-    state_lock_for_call, Error, Result, Runtime, RuntimeGraph, StateGuard, StateLock,
-};
+use crate::runtime::home::{self, HomeSlot};
+use crate::runtime::{Error, Result, Runtime, RuntimeGraph, State, StateGuard};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 pub struct KernelObject {
@@ -148,55 +150,21 @@ pub fn release(key: usize, want: &'static str) -> Result<()> {
     }
 }
 
-// --- runtime slots ---
+// --- runtime handles: homes ---
 
 /// Set in every runtime key, and in no other key (the map's keys stay far below it).
 const RUNTIME_TAG: usize = 1 << 46;
-/// Key layout under the tag: generation (22 bits) | slot index (20 bits) | 4 zero bits.
+/// Key layout under the tag: generation (22 bits) | home index (20 bits) | 4 zero bits.
 const INDEX_BITS: u32 = 20;
 const GENERATION_BITS: u32 = 22;
-const CHUNK: usize = 1024;
-const CHUNKS: usize = (1 << INDEX_BITS) / CHUNK;
-
-/// What a runtime slot holds, behind the slot's lock (the runtime state's lock type: it is
-/// held for nanoseconds — a raw call's pool operation, an `Arc` clone, a release's take — and
-/// waiters spin on a plain load before they yield, so threads do not bounce its line).
-struct SlotState {
-    /// Generation of the handle that names the slot now.
-    generation: u32,
-    /// The runtime, while a handle names it.
-    runtime: Option<Arc<Runtime>>,
-}
-
-type RuntimeSlot = StateLock<SlotState>;
-
-/// Chunks of slots, allocated on first use and never freed: a key read after its runtime was
-/// released still names memory that is a slot.
-static CHUNK_PTRS: [AtomicPtr<RuntimeSlot>; CHUNKS] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
-
-/// Slot indices: never used yet from `next` on, and released ones whose generation can grow.
-struct SlotAlloc {
-    next: usize,
-    free: Vec<usize>,
-}
-
-static SLOT_ALLOC: Mutex<SlotAlloc> = Mutex::new(SlotAlloc {
-    next: 0,
-    free: Vec::new(),
-});
-
-fn slot(index: usize) -> Option<&'static RuntimeSlot> {
-    let chunk = CHUNK_PTRS.get(index / CHUNK)?.load(Ordering::Acquire);
-    // SAFETY: a non-null chunk pointer is a leaked `[RuntimeSlot; CHUNK]`, never freed.
-    (!chunk.is_null()).then(|| unsafe { &*chunk.add(index % CHUNK) })
-}
+const _: () = assert!(home::MAX_HOMES == 1 << INDEX_BITS);
+const _: () = assert!(home::GENERATION_LIMIT == 1 << GENERATION_BITS);
 
 fn key_of(index: usize, generation: u32) -> usize {
     RUNTIME_TAG | (generation as usize) << (INDEX_BITS + 4) | index << 4
 }
 
-/// (slot index, generation) of a runtime key, or None when `key` cannot be one.
+/// (home index, generation) of a runtime key, or None when `key` cannot be one.
 fn decode(key: usize) -> Option<(usize, u32)> {
     let payload = key ^ RUNTIME_TAG;
     if key & RUNTIME_TAG == 0
@@ -211,55 +179,60 @@ fn decode(key: usize) -> Option<(usize, u32)> {
     ))
 }
 
+/// A handle for `rt`: its own home when no handle names it yet, else a home of its own (an
+/// alias, whose pin is a second lock besides the runtime's state lock). A busy own home (the
+/// runtime's state is locked: a run, perhaps the one whose host callback asks) gets an alias
+/// too, rather than a wait.
 fn register_runtime(rt: Arc<Runtime>) -> usize {
-    let index = {
-        let mut a = SLOT_ALLOC.lock().unwrap_or_else(|p| p.into_inner());
-        match a.free.pop() {
-            Some(i) => i,
-            None => {
-                let i = a.next;
-                assert!(
-                    i < CHUNKS * CHUNK,
-                    "more than {} runtimes alive at once",
-                    CHUNKS * CHUNK
-                );
-                a.next += 1;
-                let cell = &CHUNK_PTRS[i / CHUNK];
-                if cell.load(Ordering::Relaxed).is_null() {
-                    let chunk: Box<[RuntimeSlot]> = (0..CHUNK)
-                        .map(|_| {
-                            StateLock::new(SlotState {
-                                generation: 0,
-                                runtime: None,
-                            })
-                        })
-                        .collect();
-                    cell.store(Box::leak(chunk).as_mut_ptr(), Ordering::Release);
-                }
-                i
-            }
+    let own = rt.home();
+    let home = home::get(own).expect("a runtime's home exists");
+    if let Some(mut s) = home.try_lock() {
+        if s.runtime.is_none() && s.generation + 1 < home::GENERATION_LIMIT {
+            s.generation += 1;
+            s.runtime = Some(rt);
+            return key_of(own, s.generation);
         }
-    };
-    let mut s = slot(index).expect("the slot's chunk was made above").lock();
+    }
+    let (index, alias) = home::acquire();
+    let mut s = alias.lock();
     s.generation += 1;
     s.runtime = Some(rt);
     key_of(index, s.generation)
 }
 
-/// A runtime pinned in its slot for a call: the slot's lock is held until drop.
-pub struct PinnedRuntime(StateGuard<'static, SlotState>);
+/// A runtime pinned by its handle for a call: the home's flag is held until drop. When the
+/// handle names the runtime's own home, that flag is also the runtime's state lock
+/// (`with_state`).
+pub struct PinnedRuntime {
+    slot: StateGuard<'static, HomeSlot>,
+    own_home: bool,
+}
 
 impl PinnedRuntime {
-    /// An owned reference, and the slot unpinned: for calls that may wait.
+    /// An owned reference, and the handle unpinned: for calls that may wait.
     pub fn into_owned(self) -> Arc<Runtime> {
         Arc::clone(self.arc())
     }
 
     fn arc(&self) -> &Arc<Runtime> {
-        self.0
+        self.slot
             .runtime
             .as_ref()
-            .expect("a pinned slot holds its runtime")
+            .expect("a pinned home holds its runtime")
+    }
+
+    /// The runtime and its state, locked by the pin itself, when the handle names the runtime's
+    /// own home; `None` for an alias (lock the state with `try_lock_for_call` then).
+    #[inline]
+    pub fn with_state(&mut self) -> Option<(&Runtime, &mut State)> {
+        if !self.own_home {
+            return None;
+        }
+        let rt: &Runtime = self.arc();
+        // SAFETY: the pin holds the flag of the runtime's own home, which is the state's lock,
+        // for as long as the returned borrow of `self` lives.
+        let st = unsafe { &mut *rt.state_locked() };
+        Some((rt, st))
     }
 }
 
@@ -270,8 +243,9 @@ impl std::ops::Deref for PinnedRuntime {
     }
 }
 
-/// The live runtime of `key`, pinned in its slot: hold it only for work that does not wait
-/// (`into_owned` first otherwise), since a release of the handle waits for it.
+/// The live runtime of `key`, pinned by its handle: hold it only for work that does not wait
+/// (`into_owned` first otherwise), since a release of the handle, and, through the runtime's own
+/// home, any use of the runtime's state, waits for it.
 pub fn pin_runtime(key: usize) -> Result<PinnedRuntime> {
     let not_live = || {
         Error::InvalidArgument(format!(
@@ -291,27 +265,36 @@ pub fn pin_runtime(key: usize) -> Result<PinnedRuntime> {
             None => Err(not_live()),
         };
     };
-    // Inside a host callback a busy slot is an error, never a wait: its holder may be in a pool
-    // operation that waits for the device, which (on the host backend) waits for the callback.
-    let s = state_lock_for_call(slot(index).ok_or_else(not_live)?, "runtime")?;
-    if s.generation != generation || s.runtime.is_none() {
+    let home = home::get(index).ok_or_else(not_live)?;
+    // Inside a host callback a busy home is an error, never a wait: its holder may be running
+    // the graph of the callback, or be in a pool operation that waits for the device, which (on
+    // the host backend) waits for the callback.
+    let slot = match home.try_lock() {
+        Some(g) => g,
+        None if crate::kernels::inside_callback() => {
+            return Err(crate::runtime::busy_inside_callback("runtime"))
+        }
+        None => home.lock(),
+    };
+    if slot.generation != generation {
         return Err(not_live());
     }
-    Ok(PinnedRuntime(s))
+    let own_home = match &slot.runtime {
+        Some(rt) => rt.home() == index,
+        None => return Err(not_live()),
+    };
+    Ok(PinnedRuntime { slot, own_home })
 }
 
 fn release_runtime(key: usize) -> Result<()> {
     let mut pinned = pin_runtime(key)?;
-    let rt = pinned.0.runtime.take();
+    let rt = pinned.slot.runtime.take();
+    let own_home = pinned.own_home;
     drop(pinned);
-    let (index, generation) = decode(key).expect("pinned above");
-    // A slot whose generations are used up is never named again, so no key is ever reused.
-    if generation + 1 < (1 << GENERATION_BITS) {
-        SLOT_ALLOC
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .free
-            .push(index);
+    if !own_home {
+        // An alias is free now; a runtime's own home is given back when the runtime drops.
+        let (index, _) = decode(key).expect("pinned above");
+        home::give_back(index);
     }
     // Dropping the last reference waits for the runtime's device work: outside every lock.
     drop(rt);
@@ -355,7 +338,7 @@ mod tests {
             RUNTIME_TAG | 0x10,
             RUNTIME_TAG | 0x18,
             RUNTIME_TAG | 1 << 60,
-            RUNTIME_TAG | ((CHUNKS * CHUNK - 1) << 4) | 1 << 24,
+            RUNTIME_TAG | ((home::MAX_HOMES - 1) << 4) | 1 << 24,
             0x1234_5670,
         ] {
             let e = message(pin_runtime(bogus));
@@ -370,6 +353,47 @@ mod tests {
         assert!(message(release(g, "runtime")).contains("is a graph, not a runtime"));
         release(g, "graph").unwrap();
         release(b, "runtime").unwrap();
+    }
+
+    /// The first handle of a runtime names its home, whose pin locks the state too; a second
+    /// handle of the same runtime is an alias with its own home. Both serve raw calls, and each
+    /// release ends its own handle only.
+    #[test]
+    fn a_second_handle_of_a_runtime_is_an_alias_and_both_work() {
+        let rt = host_runtime();
+        let own = register(Object::Runtime(Arc::clone(&rt)));
+        let alias = register(Object::Runtime(Arc::clone(&rt)));
+        assert_ne!(own, alias);
+        assert!(pin_runtime(own).unwrap().own_home);
+        assert!(!pin_runtime(alias).unwrap().own_home);
+        // The own home's pin holds the state lock; the alias's does not.
+        assert!(pin_runtime(own).unwrap().try_lock_for_call().is_none());
+        assert!(pin_runtime(alias).unwrap().try_lock_for_call().is_some());
+        let alloc = |key: usize| {
+            let mut p = std::ptr::null_mut();
+            // SAFETY: p is a valid out-pointer; the handle is only a key.
+            let st = unsafe { gkrt_malloc(key as *mut _, 4096, std::ptr::null_mut(), &mut p) };
+            (st, p)
+        };
+        let (st, a) = alloc(own);
+        assert_eq!(st, gkrt_status::GKRT_STATUS_OK);
+        let (st, b) = alloc(alias);
+        assert_eq!(st, gkrt_status::GKRT_STATUS_OK);
+        // One pool: memory from one handle is freed through the other.
+        assert_eq!(rt.stats().unwrap().pool.allocated_bytes, 8192);
+        let free = |key: usize, p| unsafe { gkrt_free(key as *mut _, p, std::ptr::null_mut()) };
+        assert_eq!(free(alias, a), gkrt_status::GKRT_STATUS_OK);
+        release(alias, "runtime").unwrap();
+        assert!(message(pin_runtime(alias)).contains("not live"));
+        assert_eq!(free(own, b), gkrt_status::GKRT_STATUS_OK);
+        assert_eq!(rt.stats().unwrap().pool.allocated_bytes, 0);
+        release(own, "runtime").unwrap();
+        assert_eq!(alloc(own).0, gkrt_status::GKRT_STATUS_INVALID_ARGUMENT);
+        // Registered again, the runtime gets its own home back under a new key.
+        let again = register(Object::Runtime(Arc::clone(&rt)));
+        assert_ne!(again, own);
+        assert!(pin_runtime(again).unwrap().own_home);
+        release(again, "runtime").unwrap();
     }
 
     /// A host callback that meets its runtime's slot busy gets an error at once: the holder may
@@ -396,6 +420,20 @@ mod tests {
         let mut msg = [0u8; 256];
         let n = unsafe { crate::capi::gkrt_last_error_message(msg.as_mut_ptr().cast(), 256) };
         assert!(String::from_utf8_lossy(&msg[..n.min(255)]).contains("busy"));
+        // A release too (the handle's home is the runtime's state lock, held by the pin here as
+        // by a run).
+        unsafe extern "C" fn release_it(_: *const CallbackArgs, key: *mut std::ffi::c_void) -> i32 {
+            // SAFETY: the handle is only a key.
+            unsafe { crate::capi::gkrt_runtime_release(key.cast()) as i32 }
+        }
+        let release_cb = HostCallback {
+            func: release_it,
+            user_data: key,
+        };
+        assert_eq!(
+            unsafe { call_callback(release_cb, &args) },
+            gkrt_status::GKRT_STATUS_INVALID_STATE as i32
+        );
         drop(pinned);
         // Free again, the same call from a callback works.
         assert_eq!(unsafe { call_callback(cb, &args) }, 0);

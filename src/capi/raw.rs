@@ -44,9 +44,14 @@ pub unsafe extern "C" fn gkrt_malloc(
     out: *mut *mut c_void,
 ) -> gkrt_status {
     guard(|| {
-        let rt = handles::pin_runtime(runtime as usize)?;
+        let mut rt = handles::pin_runtime(runtime as usize)?;
         if out.is_null() {
             return Err(Error::InvalidArgument("out (void **) is NULL".into()));
+        }
+        // The handle's own home: its pin locked the state too.
+        if let Some((r, st)) = rt.with_state() {
+            *out = r.raw_alloc_in(st, size as u64, stream)? as *mut c_void;
+            return Ok(());
         }
         if let Some(mut st) = rt.try_lock_for_call() {
             *out = rt.raw_alloc_in(&mut st, size as u64, stream)? as *mut c_void;
@@ -73,9 +78,12 @@ pub unsafe extern "C" fn gkrt_free(
     stream: *mut c_void,
 ) -> gkrt_status {
     guard(|| {
-        let rt = handles::pin_runtime(runtime as usize)?;
+        let mut rt = handles::pin_runtime(runtime as usize)?;
         if ptr.is_null() {
             return Ok(());
+        }
+        if let Some((r, st)) = rt.with_state() {
+            return r.raw_free_in(st, ptr as u64, stream, None);
         }
         if let Some(mut st) = rt.try_lock_for_call() {
             return rt.raw_free_in(&mut st, ptr as u64, stream, None);

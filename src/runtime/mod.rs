@@ -7,6 +7,7 @@
 pub mod config;
 pub mod error;
 mod graph;
+pub(crate) mod home;
 mod raw;
 mod state_lock;
 
@@ -20,7 +21,7 @@ use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
 pub use error::{Error, Result};
 pub use graph::RuntimeGraph;
-pub(crate) use state_lock::{StateGuard, StateLock};
+pub(crate) use state_lock::{FlagLock, StateGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -91,7 +92,9 @@ pub struct Runtime {
     device: Arc<dyn Device>,
     compute: StreamId,
     streams: Streams,
-    state: StateLock<State>,
+    /// Index of the runtime's home (`home.rs`), whose flag is the state's lock.
+    home: usize,
+    state: FlagLock<State>,
 }
 
 impl Runtime {
@@ -140,25 +143,47 @@ impl Runtime {
             limit,
             config.memory_mode
         );
+        // Last, so that no failure above leaves a home taken.
+        let (home, home_record) = home::acquire();
         Ok(Arc::new(Runtime {
             serial: NEXT_RUNTIME_SERIAL.fetch_add(1, Ordering::Relaxed),
             config,
             device,
             compute,
             streams,
-            state: StateLock::new(State {
-                pool,
-                pinned,
-                counters: RuntimeCounters::default(),
-                stall_pairs: Vec::new(),
-                last_raw_stream: None,
-                raw_virtual,
-            }),
+            home,
+            state: FlagLock::new(
+                home_record.flag(),
+                State {
+                    pool,
+                    pinned,
+                    counters: RuntimeCounters::default(),
+                    stall_pairs: Vec::new(),
+                    last_raw_stream: None,
+                    raw_virtual,
+                },
+            ),
         }))
     }
 
     pub fn serial(&self) -> u64 {
         self.serial
+    }
+
+    /// Index of the runtime's home (`home.rs`).
+    pub(crate) fn home(&self) -> usize {
+        self.home
+    }
+
+    /// The state, for a caller that holds its lock through a pinned handle of the runtime's
+    /// home (`capi/handles.rs`).
+    ///
+    /// # Safety
+    /// The caller holds the flag of home `self.home()` for as long as it uses the pointer.
+    #[inline]
+    pub(crate) unsafe fn state_locked(&self) -> *mut State {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.state.locked() }
     }
 
     pub fn config(&self) -> &Config {
@@ -259,6 +284,7 @@ impl Drop for Runtime {
         ] {
             let _ = self.device.destroy_stream(s);
         }
+        home::give_back(self.home);
     }
 }
 
@@ -282,10 +308,10 @@ pub fn lock_for_call<'a, T>(m: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a
     Ok(m.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
-/// `lock_for_call` for a `StateLock`: the free lock at once; a busy one an error inside a host
+/// `lock_for_call` for the state's `FlagLock`: the free lock at once; a busy one an error inside a host
 /// callback (its holder may be waiting for the device, which waits for the callback) and a wait
 /// elsewhere.
-pub fn state_lock_for_call<'a, T>(l: &'a StateLock<T>, what: &str) -> Result<StateGuard<'a, T>> {
+pub fn state_lock_for_call<'a, T>(l: &'a FlagLock<T>, what: &str) -> Result<StateGuard<'a, T>> {
     if let Some(g) = l.try_lock() {
         return Ok(g);
     }
@@ -295,7 +321,7 @@ pub fn state_lock_for_call<'a, T>(l: &'a StateLock<T>, what: &str) -> Result<Sta
     Ok(l.lock())
 }
 
-fn busy_inside_callback(what: &str) -> Error {
+pub(crate) fn busy_inside_callback(what: &str) -> Error {
     Error::InvalidState(format!(
         "the {what} is busy (running the graph whose host callback made this call, or another); \
          a host callback cannot call into a runtime or graph that is running"

@@ -13,6 +13,10 @@
 //!
 //! A panic while the lock is held releases it (the guard's drop), like a poisoned
 //! `std::sync::Mutex` whose poison the runtime ignores.
+//!
+//! The flag lives outside the value it guards (`FlagLock`): in the runtime's home
+//! (`home.rs`), which the C API's handle names, so that pinning a handle and locking the state
+//! are the same compare-and-swap. `StateGuard` is a guard of such a flag, whatever holds it.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
@@ -20,78 +24,129 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-pub struct StateLock<T> {
-    held: AtomicBool,
+/// A value whose lock flag lives elsewhere, in memory that outlives it: a runtime's state, whose
+/// flag is its home's (`home.rs`), so that pinning the runtime's handle and locking its state
+/// are one compare-and-swap.
+pub struct FlagLock<T> {
+    flag: &'static AtomicBool,
     value: UnsafeCell<T>,
 }
 
-// SAFETY: the value is reached only through a guard, and at most one guard exists at a time
-// (the `held` flag, taken with Acquire and released with Release, orders every access).
-unsafe impl<T: Send> Send for StateLock<T> {}
-unsafe impl<T: Send> Sync for StateLock<T> {}
+// SAFETY: the value is reached only through a guard of `flag` (or by a caller that holds `flag`
+// through another guard, `FlagLock::locked`), and at most one holder exists at a time (the flag,
+// taken with Acquire and released with Release, orders every access).
+unsafe impl<T: Send> Send for FlagLock<T> {}
+unsafe impl<T: Send> Sync for FlagLock<T> {}
 
+/// Holds a lock flag; gives the value behind it. Dropping it (a panic's unwinding too) releases
+/// the flag.
 pub struct StateGuard<'a, T> {
-    lock: &'a StateLock<T>,
+    flag: &'a AtomicBool,
+    value: *mut T,
     /// Shared across threads only when `T` is `Sync` (the guard hands out `&T`), like a
     /// `MutexGuard`; without it the guard would be `Sync` whenever `T` is `Send`.
     _value: PhantomData<&'a mut T>,
 }
 
-impl<T> StateLock<T> {
-    pub const fn new(value: T) -> StateLock<T> {
-        StateLock {
-            held: AtomicBool::new(false),
+/// Takes `flag` if it is free now.
+#[inline]
+fn acquire(flag: &AtomicBool) -> bool {
+    flag.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+}
+
+/// Takes `flag`, waiting: spin on a plain load (so waiters do not bounce its cache line), then
+/// yield, then sleep in growing steps.
+#[cold]
+fn acquire_contended(flag: &AtomicBool) {
+    let mut round = 0u32;
+    loop {
+        while flag.load(Ordering::Relaxed) {
+            match round {
+                0..=15 => {
+                    for _ in 0..(1u32 << round.min(7)) {
+                        std::hint::spin_loop();
+                    }
+                }
+                16..=31 => std::thread::yield_now(),
+                _ => std::thread::sleep(Duration::from_micros(20u64 << (round - 32).min(6))),
+            }
+            round = round.saturating_add(1);
+        }
+        if acquire(flag) {
+            return;
+        }
+    }
+}
+
+impl<'a, T> StateGuard<'a, T> {
+    /// A guard of `flag`, which the caller has just taken, over `value`, which `flag` guards.
+    ///
+    /// # Safety
+    /// `flag` must be held by the caller (taken by `acquire`) and must be the flag that guards
+    /// every access to `*value`, which must stay valid for `'a`.
+    #[inline]
+    pub unsafe fn from_held(flag: &'a AtomicBool, value: *mut T) -> StateGuard<'a, T> {
+        StateGuard {
+            flag,
+            value,
+            _value: PhantomData,
+        }
+    }
+}
+
+/// Takes `flag` if it is free now (for locks built over flags in other structures).
+#[inline]
+pub fn try_acquire(flag: &AtomicBool) -> bool {
+    acquire(flag)
+}
+
+/// Takes `flag`, waiting (`acquire_contended`).
+#[inline]
+pub fn acquire_waiting(flag: &AtomicBool) {
+    if !acquire(flag) {
+        acquire_contended(flag);
+    }
+}
+
+impl<T> FlagLock<T> {
+    /// `value` guarded by `flag`, which nothing else may guard while this lives.
+    pub fn new(flag: &'static AtomicBool, value: T) -> FlagLock<T> {
+        FlagLock {
+            flag,
             value: UnsafeCell::new(value),
         }
     }
 
-    /// The value, through exclusive access to the lock itself (no locking needed).
     pub fn get_mut(&mut self) -> &mut T {
         self.value.get_mut()
     }
 
-    /// The lock if it is free now.
+    pub fn flag(&self) -> &'static AtomicBool {
+        self.flag
+    }
+
     #[inline]
     pub fn try_lock(&self) -> Option<StateGuard<'_, T>> {
-        self.held
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| StateGuard {
-                lock: self,
-                _value: PhantomData,
-            })
+        // SAFETY: `flag` guards `value`, which lives as long as `self`.
+        acquire(self.flag).then(|| unsafe { StateGuard::from_held(self.flag, self.value.get()) })
     }
 
-    /// Waits for the lock.
     #[inline]
     pub fn lock(&self) -> StateGuard<'_, T> {
-        match self.try_lock() {
-            Some(g) => g,
-            None => self.lock_contended(),
-        }
+        acquire_waiting(self.flag);
+        // SAFETY: as in `try_lock`.
+        unsafe { StateGuard::from_held(self.flag, self.value.get()) }
     }
 
-    #[cold]
-    fn lock_contended(&self) -> StateGuard<'_, T> {
-        let mut round = 0u32;
-        loop {
-            // Wait on a plain load, so waiting threads do not bounce the cache line.
-            while self.held.load(Ordering::Relaxed) {
-                match round {
-                    0..=15 => {
-                        for _ in 0..(1u32 << round.min(7)) {
-                            std::hint::spin_loop();
-                        }
-                    }
-                    16..=31 => std::thread::yield_now(),
-                    _ => std::thread::sleep(Duration::from_micros(20u64 << (round - 32).min(6))),
-                }
-                round = round.saturating_add(1);
-            }
-            if let Some(g) = self.try_lock() {
-                return g;
-            }
-        }
+    /// The value, for a caller that holds `flag` through a guard of another structure (a
+    /// pinned handle of the runtime's home).
+    ///
+    /// # Safety
+    /// The caller holds `self.flag()` for as long as it uses the pointer.
+    #[inline]
+    pub unsafe fn locked(&self) -> *mut T {
+        self.value.get()
     }
 }
 
@@ -99,23 +154,23 @@ impl<T> Deref for StateGuard<'_, T> {
     type Target = T;
     #[inline]
     fn deref(&self) -> &T {
-        // SAFETY: this guard holds the lock.
-        unsafe { &*self.lock.value.get() }
+        // SAFETY: the guard holds the flag that guards the value.
+        unsafe { &*self.value }
     }
 }
 
 impl<T> DerefMut for StateGuard<'_, T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: this guard holds the lock, and `&mut self` makes this the only reference.
-        unsafe { &mut *self.lock.value.get() }
+        // SAFETY: as in `deref`, and `&mut self` makes this the only reference.
+        unsafe { &mut *self.value }
     }
 }
 
 impl<T> Drop for StateGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        self.lock.held.store(false, Ordering::Release);
+        self.flag.store(false, Ordering::Release);
     }
 }
 
@@ -124,9 +179,13 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    fn flag() -> &'static AtomicBool {
+        Box::leak(Box::new(AtomicBool::new(false)))
+    }
+
     #[test]
     fn one_holder_at_a_time_under_contention() {
-        let lock = Arc::new(StateLock::new((0u64, 0u64)));
+        let lock = Arc::new(FlagLock::new(flag(), (0u64, 0u64)));
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let lock = Arc::clone(&lock);
@@ -150,7 +209,7 @@ mod tests {
 
     #[test]
     fn try_lock_fails_while_held_and_a_panic_releases() {
-        let lock = Arc::new(StateLock::new(1));
+        let lock = Arc::new(FlagLock::new(flag(), 1));
         let g = lock.try_lock().expect("free");
         assert!(lock.try_lock().is_none());
         drop(g);

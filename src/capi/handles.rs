@@ -423,8 +423,7 @@ mod tests {
         // A release too (the handle's home is the runtime's state lock, held by the pin here as
         // by a run).
         unsafe extern "C" fn release_it(_: *const CallbackArgs, key: *mut std::ffi::c_void) -> i32 {
-            // SAFETY: the handle is only a key.
-            unsafe { crate::capi::gkrt_runtime_release(key.cast()) as i32 }
+            crate::capi::gkrt_runtime_release(key.cast()) as i32
         }
         let release_cb = HostCallback {
             func: release_it,

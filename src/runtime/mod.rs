@@ -308,9 +308,9 @@ pub fn lock_for_call<'a, T>(m: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a
     Ok(m.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
-/// `lock_for_call` for the state's `FlagLock`: the free lock at once; a busy one an error inside a host
-/// callback (its holder may be waiting for the device, which waits for the callback) and a wait
-/// elsewhere.
+/// `lock_for_call` for the state's `FlagLock`: the free lock at once; a busy one an error inside
+/// a host callback (its holder may be waiting for the device, which waits for the callback) and
+/// a wait elsewhere.
 pub fn state_lock_for_call<'a, T>(l: &'a FlagLock<T>, what: &str) -> Result<StateGuard<'a, T>> {
     if let Some(g) = l.try_lock() {
         return Ok(g);

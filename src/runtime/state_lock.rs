@@ -43,8 +43,8 @@ unsafe impl<T: Send> Sync for FlagLock<T> {}
 pub struct StateGuard<'a, T> {
     flag: &'a AtomicBool,
     value: *mut T,
-    /// Shared across threads only when `T` is `Sync` (the guard hands out `&T`), like a
-    /// `MutexGuard`; without it the guard would be `Sync` whenever `T` is `Send`.
+    /// Ties the guard to `'a` and to exclusive use of `T` (the raw `value` already makes the
+    /// guard neither `Send` nor `Sync`: it is released on the thread that took it).
     _value: PhantomData<&'a mut T>,
 }
 
@@ -110,7 +110,8 @@ pub fn acquire_waiting(flag: &AtomicBool) {
 }
 
 impl<T> FlagLock<T> {
-    /// `value` guarded by `flag`, which nothing else may guard while this lives.
+    /// `value` guarded by `flag`. The flag may guard more than this value (a home's flag guards
+    /// the home's slot and its runtime's state, taken together), but no other lock may use it.
     pub fn new(flag: &'static AtomicBool, value: T) -> FlagLock<T> {
         FlagLock {
             flag,
@@ -120,10 +121,6 @@ impl<T> FlagLock<T> {
 
     pub fn get_mut(&mut self) -> &mut T {
         self.value.get_mut()
-    }
-
-    pub fn flag(&self) -> &'static AtomicBool {
-        self.flag
     }
 
     #[inline]
@@ -143,7 +140,7 @@ impl<T> FlagLock<T> {
     /// pinned handle of the runtime's home).
     ///
     /// # Safety
-    /// The caller holds `self.flag()` for as long as it uses the pointer.
+    /// The caller holds the flag given to `new` for as long as it uses the pointer.
     #[inline]
     pub unsafe fn locked(&self) -> *mut T {
         self.value.get()

@@ -30,7 +30,7 @@ pub(crate) const GENERATION_LIMIT: u32 = 1 << 22;
 
 /// What a home's flag guards besides the state of the runtime whose home it is.
 pub struct HomeSlot {
-    /// Generation of the handle that names the home now (0: never named).
+    /// Generation of the handle that names the home now, or named it last (0: none ever did).
     pub generation: u32,
     /// The runtime, while a handle names the home.
     pub runtime: Option<Arc<Runtime>>,

@@ -494,6 +494,32 @@ struct Block {
     cold: bool,
 }
 
+impl Block {
+    /// A free, unlinked block for `[addr, addr + size)` cut from this one (same segment,
+    /// stream, kind and free epoch), between neighbours `prev` and `next`; its `unmapped` count
+    /// is the caller's to set.
+    #[inline(always)]
+    fn free_piece(&self, addr: u64, size: u64, prev: u32, next: u32) -> Block {
+        Block {
+            addr,
+            size,
+            requested: 0,
+            seg: self.seg,
+            slot: self.slot,
+            prev,
+            next,
+            fprev: NIL,
+            fnext: NIL,
+            unmapped: 0,
+            freed_epoch: self.freed_epoch,
+            kind: self.kind,
+            state: State::Free,
+            tag: 0,
+            cold: false,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Segment {
     base: u64,
@@ -1316,23 +1342,7 @@ impl Pool {
     /// free unlinked block. Neither part's `unmapped` count is set.
     fn cut(&mut self, i: u32, at: u64) -> u32 {
         let b = &self.slab[i as usize];
-        let upper = Block {
-            addr: b.addr + at,
-            size: b.size - at,
-            requested: 0,
-            seg: b.seg,
-            slot: b.slot,
-            prev: i,
-            next: b.next,
-            fprev: NIL,
-            fnext: NIL,
-            unmapped: 0,
-            freed_epoch: b.freed_epoch,
-            kind: b.kind,
-            state: State::Free,
-            tag: 0,
-            cold: false,
-        };
+        let upper = b.free_piece(b.addr + at, b.size - at, i, b.next);
         let (next, seg) = (b.next, b.seg);
         let j = self.new_block(upper);
         if next != NIL {
@@ -1852,23 +1862,7 @@ impl Pool {
         // Carve a new block off the low end; the tail keeps its record, its unmapped pages
         // (none of them is under the carved part) and its index (being the range's last block,
         // it is in no ordered set), so nothing is unlinked or linked.
-        let low = Block {
-            addr: b.addr,
-            size,
-            requested: 0,
-            seg: b.seg,
-            slot: b.slot,
-            prev: b.prev,
-            next: t,
-            fprev: NIL,
-            fnext: NIL,
-            unmapped: 0,
-            freed_epoch: b.freed_epoch,
-            kind: b.kind,
-            state: State::Free,
-            tag: 0,
-            cold: false,
-        };
+        let low = b.free_piece(b.addr, size, b.prev, t);
         let prev = b.prev;
         let j = self.new_block(low);
         if prev != NIL {

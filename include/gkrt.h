@@ -7,7 +7,18 @@
  *    it is per thread and valid until the next failing call on that thread.
  *  - Handles (gkrt_runtime, gkrt_graph, gkrt_kernel) are opaque; release each with its
  *    *_release function. Releasing NULL is a no-op; releasing twice is an error, not a crash.
- *    Graphs and kernels keep their runtime alive, so any release order is safe.
+ *    Graphs and kernels keep their runtime alive, so any release order is safe. A released
+ *    handle is refused with GKRT_STATUS_INVALID_ARGUMENT at once, whatever was created since
+ *    (handles are never reused) and without waiting for any lock. Creating a handle when the
+ *    process has no more (2^20 runtime handles live at once) gives GKRT_STATUS_OUT_OF_MEMORY.
+ *  - Sizes and counts from the caller are checked where they come in: a tensor or workspace is
+ *    1 .. 2^48 bytes, a graph's tensors and workspaces add up to at most 2^60 bytes, a node has
+ *    at most 2^20 inputs, outputs and workspaces each; a built-in's sizes are checked when its
+ *    node is added. Out of range is GKRT_STATUS_INVALID_ARGUMENT naming the node, tensor and
+ *    figures.
+ *  - Process lifetime: the handle table, the runtimes' homes (a few dozen bytes each) and the
+ *    runtime of the PyTorch entry points (with its pool and, on the host backend, its stream
+ *    threads) are never freed; leak checkers see them at exit as reachable or possibly lost.
  *  - Thread safety: runtimes, graphs and kernels are internally locked; any call may come from
  *    any thread. Calls on one graph are serialised; runs on one runtime are serialised.
  *  - Device kernels receive, in order: one pointer per input, per output, per workspace, then
@@ -117,7 +128,9 @@ typedef struct gkrt_callback_args {
   // The node's parameter blob (as given to add_kernel), or NULL when empty.
   const void *params;
   size_t params_size;
-  // `CUstream` on the CUDA backend; an opaque token on the host backend.
+  // `CUstream` on the CUDA backend; an opaque token on the host backend. On both it is the
+  // runtime's compute stream, which `gkrt_malloc` / `gkrt_free` of the same runtime accept
+  // (after the run: during it the runtime is busy, see `gkrt_callback_fn`).
   void *stream;
   // The node's index in its graph.
   uint32_t node;
@@ -191,7 +204,9 @@ typedef struct gkrt_stats {
   uint64_t memory_limit;
   uint64_t runs;
   uint64_t nodes_launched;
-  // Pool allocations made by the last run (0 in planned mode).
+  // Pool allocations made by the last run. In planned mode 0 from the second run on: the
+  // first run takes the arena (not counted here) and allocates each persistent tensor that no
+  // write has put on the device yet (counted).
   uint64_t last_run_pool_allocs;
   // Swapping, cumulative over runs: bytes copied device→host and host→device, tensors
   // copied each way, evictions the fallback made (allocations the swap plan did not
@@ -291,7 +306,10 @@ size_t gkrt_last_error_message(char *buf, size_t len);
 enum gkrt_status gkrt_graph_create(struct gkrt_runtime *runtime, struct gkrt_graph **out);
 
 // Releases a graph and the device memory of its tensors (after its queued work finishes).
-// NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT.
+// NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT. A host callback of a
+// run of this graph may release it: the handle is dead at once (later calls with it get
+// GKRT_STATUS_INVALID_ARGUMENT), the run completes, and the graph's memory is freed when the
+// run ends.
 enum gkrt_status gkrt_graph_release(struct gkrt_graph *graph);
 
 // Adds a tensor of `size` bytes (1 .. 2^48) and kind GKRT_TENSOR_*. `name` may be NULL; it
@@ -335,7 +353,8 @@ enum gkrt_status gkrt_graph_set_node_recomputable(struct gkrt_graph *graph,
                                                   int recomputable);
 
 // Freezes the graph and derives liveness (and the plan in planned mode). After this the graph
-// can run but not change. Fails on a graph without nodes or with an output no node writes.
+// can run but not change. Fails on a graph without nodes or with an output no node writes;
+// after a failure the graph stays unfinalized (it cannot run, and the call can be repeated).
 enum gkrt_status gkrt_graph_finalize(struct gkrt_graph *graph);
 
 // Describes the graph (sizes, and after finalize its liveness figures).
@@ -399,8 +418,9 @@ enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
 
 // Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
 // `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on
-// CUDA, where NULL is the legacy default stream; on the host backend NULL is its default stream
-// and the only one a host program can name). The memory counts against the runtime's memory
+// CUDA, where NULL is the legacy default stream; on the host backend NULL is its default stream,
+// and the only other streams it knows are the tokens gkrt hands out: a host callback's
+// `args->stream`, the runtime's compute stream). The memory counts against the runtime's memory
 // limit and shows in `gkrt_runtime_stats`. On success `*out` receives the address (aligned to
 // 256 bytes), which the caller owns and returns with `gkrt_free`; on failure `*out` is left
 // untouched: GKRT_STATUS_INVALID_ARGUMENT for a NULL or unknown runtime, a NULL `out`, a size of

@@ -28,6 +28,16 @@ unsafe fn c_slice<'a, T>(ptr: *const T, len: usize, what: &str) -> Result<&'a [T
             "{what} is NULL but its count is {len}"
         )));
     }
+    // A slice may span at most isize::MAX bytes; a larger count is no array a caller has.
+    if len
+        .checked_mul(std::mem::size_of::<T>())
+        .is_none_or(|bytes| bytes > isize::MAX as usize)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: a count of {len} elements of {} bytes is larger than any array",
+            std::mem::size_of::<T>()
+        )));
+    }
     Ok(std::slice::from_raw_parts(ptr, len))
 }
 
@@ -44,13 +54,16 @@ pub unsafe extern "C" fn gkrt_graph_create(
             return Err(Error::InvalidArgument("out (gkrt_graph **) is NULL".into()));
         }
         let g = RuntimeGraph::new(rt);
-        *out = handles::register(Object::Graph(Arc::new(Mutex::new(g)))) as *mut gkrt_graph;
+        *out = handles::register(Object::Graph(Arc::new(Mutex::new(g))))? as *mut gkrt_graph;
         Ok(())
     })
 }
 
 /// Releases a graph and the device memory of its tensors (after its queued work finishes).
-/// NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT.
+/// NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT. A host callback of a
+/// run of this graph may release it: the handle is dead at once (later calls with it get
+/// GKRT_STATUS_INVALID_ARGUMENT), the run completes, and the graph's memory is freed when the
+/// run ends.
 #[no_mangle]
 pub extern "C" fn gkrt_graph_release(graph: *mut gkrt_graph) -> gkrt_status {
     if graph.is_null() {
@@ -182,7 +195,8 @@ pub extern "C" fn gkrt_graph_set_node_recomputable(
 }
 
 /// Freezes the graph and derives liveness (and the plan in planned mode). After this the graph
-/// can run but not change. Fails on a graph without nodes or with an output no node writes.
+/// can run but not change. Fails on a graph without nodes or with an output no node writes;
+/// after a failure the graph stays unfinalized (it cannot run, and the call can be repeated).
 #[no_mangle]
 pub extern "C" fn gkrt_graph_finalize(graph: *mut gkrt_graph) -> gkrt_status {
     guard(|| {

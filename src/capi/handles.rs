@@ -71,17 +71,27 @@ static TABLE: Lazy<RwLock<Table>> = Lazy::new(|| RwLock::new(Table::default()));
 /// Keys start high and step by 16 so they look like (and are sized like) aligned pointers.
 static NEXT_KEY: AtomicUsize = AtomicUsize::new(0x10_0000);
 
-pub fn register(obj: Object) -> usize {
+/// A new handle for `obj`. Fails with `OutOfMemory` when the process has no handle left: 2^42
+/// graph and kernel keys over its life, or `home::MAX_HOMES` runtime handles at once.
+pub fn register(obj: Object) -> Result<usize> {
     if let Object::Runtime(rt) = obj {
         return register_runtime(rt);
     }
-    let key = NEXT_KEY.fetch_add(16, Ordering::Relaxed);
-    assert!(key < RUNTIME_TAG, "handle keys exhausted");
+    let key = NEXT_KEY
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |k| {
+            (k + 16 < RUNTIME_TAG).then_some(k + 16)
+        })
+        .map_err(|_| {
+            Error::OutOfMemory(format!(
+                "the process has made {} graph and kernel handles, all there are; none is reused",
+                RUNTIME_TAG / 16
+            ))
+        })?;
     TABLE
         .write()
         .unwrap_or_else(|p| p.into_inner())
         .insert(key, obj);
-    key
+    Ok(key)
 }
 
 fn lookup(key: usize, want: &'static str) -> Result<Object> {
@@ -89,11 +99,14 @@ fn lookup(key: usize, want: &'static str) -> Result<Object> {
         return Err(Error::InvalidArgument(format!("{want} handle is NULL")));
     }
     if key & RUNTIME_TAG != 0 {
-        return Err(Error::InvalidArgument(match pin_runtime(key) {
-            Ok(_) => format!("handle {key:#x} is a runtime, not a {want}"),
-            Err(_) => {
-                format!("{want} handle {key:#x} is not live (already released, or never created)")
-            }
+        // Told apart without pinning the runtime, which a run may hold.
+        let live_runtime = decode(key).is_some_and(|(index, generation)| {
+            home::get(index).is_some_and(|h| h.live_generation() == generation)
+        });
+        return Err(Error::InvalidArgument(if live_runtime {
+            format!("handle {key:#x} is a runtime, not a {want}")
+        } else {
+            format!("{want} handle {key:#x} is not live (already released, or never created)")
         }));
     }
     match TABLE.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
@@ -183,21 +196,24 @@ fn decode(key: usize) -> Option<(usize, u32)> {
 /// alias, whose pin is a second lock besides the runtime's state lock). A busy own home (the
 /// runtime's state is locked: a run, perhaps the one whose host callback asks) gets an alias
 /// too, rather than a wait.
-fn register_runtime(rt: Arc<Runtime>) -> usize {
+fn register_runtime(rt: Arc<Runtime>) -> Result<usize> {
     let own = rt.home();
     let home = home::get(own).expect("a runtime's home exists");
     if let Some(mut s) = home.try_lock() {
         if s.runtime.is_none() && s.generation + 1 < home::GENERATION_LIMIT {
             s.generation += 1;
             s.runtime = Some(rt);
-            return key_of(own, s.generation);
+            home.set_live_generation(s.generation);
+            return Ok(key_of(own, s.generation));
         }
     }
-    let (index, alias) = home::acquire();
+    let (index, alias) =
+        home::acquire().ok_or_else(|| Error::OutOfMemory(home::exhausted_message()))?;
     let mut s = alias.lock();
     s.generation += 1;
     s.runtime = Some(rt);
-    key_of(index, s.generation)
+    alias.set_live_generation(s.generation);
+    Ok(key_of(index, s.generation))
 }
 
 /// A runtime pinned by its handle for a call: the home's flag is held until drop. When the
@@ -266,11 +282,13 @@ pub fn pin_runtime(key: usize) -> Result<PinnedRuntime> {
         };
     };
     let home = home::get(index).ok_or_else(not_live)?;
-    // Inside a host callback a busy home is an error, never a wait: its holder may be running
-    // the graph of the callback, or be in a pool operation that waits for the device, which (on
-    // the host backend) waits for the callback.
     let slot = match home.try_lock() {
         Some(g) => g,
+        // A busy home may be another runtime's now: a stale key is refused without waiting.
+        None if home.live_generation() != generation => return Err(not_live()),
+        // Inside a host callback a busy home is an error, never a wait: its holder may be
+        // running the graph of the callback, or be in a pool operation that waits for the
+        // device, which (on the host backend) waits for the callback.
         None if crate::kernels::inside_callback() => {
             return Err(crate::runtime::busy_inside_callback("runtime"))
         }
@@ -290,10 +308,13 @@ fn release_runtime(key: usize) -> Result<()> {
     let mut pinned = pin_runtime(key)?;
     let rt = pinned.slot.runtime.take();
     let own_home = pinned.own_home;
+    let (index, _) = decode(key).expect("pinned above");
+    home::get(index)
+        .expect("pinned above")
+        .set_live_generation(0);
     drop(pinned);
     if !own_home {
         // An alias is free now; a runtime's own home is given back when the runtime drops.
-        let (index, _) = decode(key).expect("pinned above");
         home::give_back(index);
     }
     // Dropping the last reference waits for the runtime's device work: outside every lock.
@@ -326,9 +347,9 @@ mod tests {
 
     #[test]
     fn runtime_keys_are_never_reused_and_stale_or_made_up_ones_are_errors() {
-        let a = register(Object::Runtime(host_runtime()));
+        let a = register(Object::Runtime(host_runtime())).unwrap();
         release(a, "runtime").unwrap();
-        let b = register(Object::Runtime(host_runtime()));
+        let b = register(Object::Runtime(host_runtime())).unwrap();
         assert_ne!(a, b, "a key is never handed out twice");
         assert!(message(runtime(a)).contains("not live"));
         assert!(message(release(a, "runtime")).contains("not live"));
@@ -348,7 +369,8 @@ mod tests {
         assert!(message(graph(b)).contains("is a runtime, not a graph"));
         let g = register(Object::Graph(Arc::new(Mutex::new(RuntimeGraph::new(
             runtime(b).unwrap(),
-        )))));
+        )))))
+        .unwrap();
         assert!(message(runtime(g)).contains("is a graph, not a runtime"));
         assert!(message(release(g, "runtime")).contains("is a graph, not a runtime"));
         release(g, "graph").unwrap();
@@ -361,8 +383,8 @@ mod tests {
     #[test]
     fn a_second_handle_of_a_runtime_is_an_alias_and_both_work() {
         let rt = host_runtime();
-        let own = register(Object::Runtime(Arc::clone(&rt)));
-        let alias = register(Object::Runtime(Arc::clone(&rt)));
+        let own = register(Object::Runtime(Arc::clone(&rt))).unwrap();
+        let alias = register(Object::Runtime(Arc::clone(&rt))).unwrap();
         assert_ne!(own, alias);
         assert!(pin_runtime(own).unwrap().own_home);
         assert!(!pin_runtime(alias).unwrap().own_home);
@@ -390,7 +412,7 @@ mod tests {
         release(own, "runtime").unwrap();
         assert_eq!(alloc(own).0, gkrt_status::GKRT_STATUS_INVALID_ARGUMENT);
         // Registered again, the runtime gets its own home back under a new key.
-        let again = register(Object::Runtime(Arc::clone(&rt)));
+        let again = register(Object::Runtime(Arc::clone(&rt))).unwrap();
         assert_ne!(again, own);
         assert!(pin_runtime(again).unwrap().own_home);
         release(again, "runtime").unwrap();
@@ -401,7 +423,7 @@ mod tests {
     #[test]
     fn a_callback_never_waits_for_a_pinned_runtime() {
         use crate::kernels::{call_callback, CallbackArgs, HostCallback};
-        let key = register(Object::Runtime(host_runtime()));
+        let key = register(Object::Runtime(host_runtime())).unwrap();
         unsafe extern "C" fn stats_of(_: *const CallbackArgs, key: *mut std::ffi::c_void) -> i32 {
             let mut s = crate::capi::types::gkrt_stats::default();
             // SAFETY: s is a valid out-pointer; the handle is only a key.
@@ -439,13 +461,60 @@ mod tests {
         release(key, "runtime").unwrap();
     }
 
+    /// A released key whose home now serves a busy runtime is refused at once, with the status
+    /// for a released handle, also from inside a host callback: nothing waits for the runtime
+    /// that lives there now.
+    #[test]
+    fn a_stale_key_is_refused_at_once_while_its_home_is_busy() {
+        use crate::kernels::{call_callback, CallbackArgs, HostCallback};
+        let rt = host_runtime();
+        let stale = register(Object::Runtime(Arc::clone(&rt))).unwrap();
+        release(stale, "runtime").unwrap();
+        // The runtime's own home again, under a new generation: the old key names the same home.
+        let live = register(Object::Runtime(Arc::clone(&rt))).unwrap();
+        assert_eq!(decode(live).unwrap().0, decode(stale).unwrap().0);
+        let busy = pin_runtime(live).unwrap(); // as a run holds it
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            let r = pin_runtime(stale).map(|_| ());
+            tx.send((r.map_err(|e| e.message().to_string()), t.elapsed()))
+                .unwrap();
+        });
+        let (r, took) = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("a stale key must not wait for the busy home");
+        assert!(r.unwrap_err().contains("not live"));
+        assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+        unsafe extern "C" fn stats_of(_: *const CallbackArgs, key: *mut std::ffi::c_void) -> i32 {
+            let mut s = crate::capi::types::gkrt_stats::default();
+            // SAFETY: s is a valid out-pointer; the handle is only a key.
+            unsafe { crate::capi::gkrt_runtime_stats(key.cast(), &mut s) as i32 }
+        }
+        // SAFETY: every field is a pointer or an integer, for which zero is valid.
+        let args: CallbackArgs = unsafe { std::mem::zeroed() };
+        let cb = HostCallback {
+            func: stats_of,
+            user_data: stale,
+        };
+        assert_eq!(
+            unsafe { call_callback(cb, &args) },
+            gkrt_status::GKRT_STATUS_INVALID_ARGUMENT as i32
+        );
+        // A stale runtime key where a graph is wanted is told apart without the lock too.
+        assert!(message(graph(stale)).contains("not live"));
+        assert!(message(graph(live)).contains("is a runtime, not a graph"));
+        drop(busy);
+        release(live, "runtime").unwrap();
+    }
+
     /// Raw calls racing with the release of their runtime's handle: each call either works or
     /// says the handle is not live; none crashes, and after the release every call fails.
     #[test]
     fn raw_calls_racing_a_release_fail_cleanly() {
         let mut worked = 0;
         for round in 0..20 {
-            let key = register(Object::Runtime(host_runtime()));
+            let key = register(Object::Runtime(host_runtime())).unwrap();
             let handle = key as *mut crate::capi::types::gkrt_runtime;
             let worker = std::thread::spawn(move || {
                 let handle = key as *mut crate::capi::types::gkrt_runtime;

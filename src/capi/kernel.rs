@@ -17,7 +17,7 @@ unsafe fn publish(
     *out = handles::register(Object::Kernel(Arc::new(KernelObject {
         runtime: rt,
         kernel,
-    }))) as *mut gkrt_kernel;
+    })))? as *mut gkrt_kernel;
     Ok(())
 }
 
@@ -115,6 +115,11 @@ pub unsafe extern "C" fn gkrt_kernel_from_cubin(
             return Err(Error::InvalidArgument(
                 "cubin image is NULL or empty".into(),
             ));
+        }
+        if size > isize::MAX as usize {
+            return Err(Error::InvalidArgument(format!(
+                "cubin image size {size} bytes is larger than any image"
+            )));
         }
         let image = std::slice::from_raw_parts(image as *const u8, size);
         let k = rt.load_kernel(ModuleSource::Cubin(image), c_str(name, "name")?)?;

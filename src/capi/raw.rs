@@ -29,8 +29,9 @@ use std::sync::{Arc, OnceLock};
 
 /// Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
 /// `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on
-/// CUDA, where NULL is the legacy default stream; on the host backend NULL is its default stream
-/// and the only one a host program can name). The memory counts against the runtime's memory
+/// CUDA, where NULL is the legacy default stream; on the host backend NULL is its default stream,
+/// and the only other streams it knows are the tokens gkrt hands out: a host callback's
+/// `args->stream`, the runtime's compute stream). The memory counts against the runtime's memory
 /// limit and shows in `gkrt_runtime_stats`. On success `*out` receives the address (aligned to
 /// 256 bytes), which the caller owns and returns with `gkrt_free`; on failure `*out` is left
 /// untouched: GKRT_STATUS_INVALID_ARGUMENT for a NULL or unknown runtime, a NULL `out`, a size of
@@ -253,7 +254,7 @@ pub unsafe extern "C" fn gkrt_torch_runtime(
             ));
         }
         let rt = process_runtime(device)?;
-        *out = handles::register(Object::Runtime(Arc::clone(rt))) as *mut gkrt_runtime;
+        *out = handles::register(Object::Runtime(Arc::clone(rt)))? as *mut gkrt_runtime;
         Ok(())
     })
 }

@@ -127,7 +127,7 @@ pub unsafe extern "C" fn gkrt_runtime_create(
         };
         logging::init(config.log_level);
         let rt = Runtime::new(config)?;
-        *out = handles::register(Object::Runtime(rt)) as *mut gkrt_runtime;
+        *out = handles::register(Object::Runtime(rt))? as *mut gkrt_runtime;
         Ok(())
     })
 }

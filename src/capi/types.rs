@@ -158,7 +158,9 @@ pub struct gkrt_stats {
     pub memory_limit: u64,
     pub runs: u64,
     pub nodes_launched: u64,
-    /// Pool allocations made by the last run (0 in planned mode).
+    /// Pool allocations made by the last run. In planned mode 0 from the second run on: the
+    /// first run takes the arena (not counted here) and allocates each persistent tensor that no
+    /// write has put on the device yet (counted).
     pub last_run_pool_allocs: u64,
     /// Swapping, cumulative over runs: bytes copied device→host and host→device, tensors
     /// copied each way, evictions the fallback made (allocations the swap plan did not

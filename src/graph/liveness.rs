@@ -2,14 +2,15 @@
 //! read twice by one node is two uses), and the node after which its last use frees it; and the
 //! peak of live bytes the dynamic schedule reaches — the lower bound any schedule of this node
 //! order needs, and the figure the pool's peak must equal when nothing else is allocated.
-//! One pass over the nodes: linear in the graph's size.
+//! One pass over the nodes: linear in the graph's size. Its sums cannot wrap: the graph bounds
+//! its tensors' and workspaces' total (`MAX_GRAPH_BYTES`) as they are added.
 
 use super::{Node, Tensor, TensorKind};
 
 #[derive(Clone, Debug, Default)]
 pub struct Liveness {
     /// Per tensor: number of uses (input or output occurrences) over the whole graph.
-    pub use_count: Vec<u32>,
+    pub use_count: Vec<u64>,
     /// Per tensor: the nodes that touch it, ascending, each once.
     pub uses: Vec<Vec<u32>>,
     /// Per tensor: first and last node that touches it (None when no node does).

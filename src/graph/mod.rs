@@ -16,6 +16,16 @@ pub use liveness::Liveness;
 /// caller (a negative size cast to unsigned, say), not a real request.
 pub(crate) const MAX_BUFFER_BYTES: u64 = 1 << 48;
 
+/// Most bytes one graph's tensors and workspaces may add up to (1 EiB). Every sum the analysis
+/// and the planners make over a graph (live bytes, totals, arena offsets, each rounded up to the
+/// pool's granule) is then far from 2^64, so the bound is checked once, here, where the caller's
+/// sizes come in, and nowhere else can a sum of them wrap.
+pub(crate) const MAX_GRAPH_BYTES: u64 = 1 << 60;
+/// Most nodes in one graph: node indices are `u32`, and `u32::MAX` means "no further use".
+pub(crate) const MAX_NODES: usize = u32::MAX as usize - 1;
+/// Most inputs, outputs or workspaces of one node.
+pub(crate) const MAX_NODE_BUFFERS: usize = 1 << 20;
+
 /// Every graph gets a process-unique serial so a tensor id from another graph is recognised.
 static NEXT_GRAPH_SERIAL: AtomicU32 = AtomicU32::new(1);
 
@@ -129,6 +139,8 @@ pub struct Graph {
     tensors: Vec<Tensor>,
     nodes: Vec<Node>,
     liveness: Option<Liveness>,
+    /// Bytes of every tensor and workspace so far (at most `MAX_GRAPH_BYTES`).
+    total_bytes: u64,
 }
 
 impl Default for Graph {
@@ -144,6 +156,7 @@ impl Graph {
             tensors: Vec::new(),
             nodes: Vec::new(),
             liveness: None,
+            total_bytes: 0,
         }
     }
 
@@ -212,6 +225,7 @@ impl Graph {
         if self.tensors.len() >= u32::MAX as usize {
             return invalid("too many tensors in one graph".into());
         }
+        self.total_bytes = self.checked_total(size, || format!("tensor{label} of {size} bytes"))?;
         let index = self.tensors.len() as u32;
         self.tensors.push(Tensor {
             size,
@@ -233,9 +247,24 @@ impl Graph {
         params: &[u8],
     ) -> GraphResult<u32> {
         self.check_editable()?;
+        if self.nodes.len() >= MAX_NODES {
+            return invalid(format!("too many nodes in one graph (at most {MAX_NODES})"));
+        }
         let node = self.nodes.len() as u32;
         // Formatted only when an error needs it: graphs of many thousand nodes are built often.
         let what = || format!("node {node} ({})", kernel.describe());
+        for (role, count) in [
+            ("inputs", input_ids.len()),
+            ("outputs", output_ids.len()),
+            ("workspaces", workspaces.len()),
+        ] {
+            if count > MAX_NODE_BUFFERS {
+                return invalid(format!(
+                    "{}: {count} {role}; a node has at most {MAX_NODE_BUFFERS}",
+                    what()
+                ));
+            }
+        }
         let resolve = |ids: &[u64], role: &str| -> GraphResult<Vec<u32>> {
             ids.iter()
                 .enumerate()
@@ -269,6 +298,7 @@ impl Graph {
                 ));
             }
         }
+        let mut workspace_bytes = 0u64;
         for (i, &w) in workspaces.iter().enumerate() {
             if w == 0 || w > MAX_BUFFER_BYTES {
                 return invalid(format!(
@@ -276,7 +306,20 @@ impl Graph {
                     what()
                 ));
             }
+            // Each term is at most 2^48 and the sum stops at 2^60: this cannot wrap.
+            workspace_bytes += w;
+            if workspace_bytes > MAX_GRAPH_BYTES {
+                return invalid(format!(
+                    "{}: its {} workspaces add up to more than {MAX_GRAPH_BYTES} bytes (the first {} make {workspace_bytes})",
+                    what(),
+                    workspaces.len(),
+                    i + 1
+                ));
+            }
         }
+        let total = self.checked_total(workspace_bytes, || {
+            format!("{}'s workspaces of {workspace_bytes} bytes", what())
+        })?;
         let builtin = match &kernel {
             Kernel::Builtin(kind) => {
                 let sizes = |ts: &[u32]| {
@@ -301,6 +344,7 @@ impl Graph {
         for &t in &outputs {
             self.tensors[t as usize].producer.get_or_insert(node);
         }
+        self.total_bytes = total;
         self.nodes.push(Node {
             kernel,
             builtin,
@@ -344,6 +388,26 @@ impl Graph {
         }
         self.nodes[node as usize].recomputable = recomputable;
         Ok(())
+    }
+
+    /// The graph's total with `bytes` more, or an error naming `what` when it would pass
+    /// `MAX_GRAPH_BYTES`.
+    fn checked_total(&self, bytes: u64, what: impl FnOnce() -> String) -> GraphResult<u64> {
+        match self.total_bytes.checked_add(bytes) {
+            Some(t) if t <= MAX_GRAPH_BYTES => Ok(t),
+            _ => invalid(format!(
+                "{}: the graph's tensors and workspaces would add up to more than {MAX_GRAPH_BYTES} bytes \
+                 ({} bytes so far)",
+                what(),
+                self.total_bytes
+            )),
+        }
+    }
+
+    /// Undoes `finalize` when what the runtime derives from the liveness fails (a swap or
+    /// arena plan): a graph is finalized only when all of it succeeded.
+    pub(crate) fn unfinalize(&mut self) {
+        self.liveness = None;
     }
 
     /// Freezes the graph and derives liveness. `align` is the pool's allocation granule, so the

@@ -85,7 +85,9 @@ pub struct CallbackArgs {
     /// The node's parameter blob (as given to add_kernel), or NULL when empty.
     pub params: *const c_void,
     pub params_size: usize,
-    /// `CUstream` on the CUDA backend; an opaque token on the host backend.
+    /// `CUstream` on the CUDA backend; an opaque token on the host backend. On both it is the
+    /// runtime's compute stream, which `gkrt_malloc` / `gkrt_free` of the same runtime accept
+    /// (after the run: during it the runtime is busy, see `gkrt_callback_fn`).
     pub stream: *mut c_void,
     /// The node's index in its graph.
     pub node: u32,
@@ -220,13 +222,20 @@ pub fn validate_builtin(
                     "built-in matmul: dimensions must be non-zero, got m={m} n={n} k={k}"
                 ));
             }
-            let want = |r: u32, c: u32| r as u64 * c as u64 * 4;
+            // r·c·4 can exceed 64 bits (m = k = 3,037,000,500 wraps to a small number): a size
+            // that does not fit is never equal to a tensor's.
+            let want = |r: u32, c: u32| (r as u64).checked_mul(c as u64)?.checked_mul(4);
             let checks = [
                 ("input a (m×k)", inputs[0], want(m, k)),
                 ("input b (k×n)", inputs[1], want(k, n)),
                 ("output (m×n)", outputs[0], want(m, n)),
             ];
             for (what, got, expected) in checks {
+                let Some(expected) = expected else {
+                    return Err(format!(
+                        "built-in matmul m={m} n={n} k={k}: {what} would need more than 2^64 bytes, has {got}"
+                    ));
+                };
                 if got != expected {
                     return Err(format!(
                         "built-in matmul m={m} n={n} k={k}: {what} must have {expected} bytes, has {got}"

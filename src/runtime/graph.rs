@@ -105,7 +105,21 @@ impl RuntimeGraph {
         self.swap.as_ref()
     }
 
+    /// Finalizes the graph: liveness, then the arena or swap plan. On failure the graph is left
+    /// as it was, unfinalized, so that it can neither run a half-made plan nor hide the error.
     pub fn finalize(&mut self) -> Result<()> {
+        let result = self.compile();
+        if result.is_err() {
+            self.graph.unfinalize();
+            self.arena = None;
+            self.swap = None;
+            self.swap_candidates.clear();
+            self.replay = Replay::NotYet;
+        }
+        result
+    }
+
+    fn compile(&mut self) -> Result<()> {
         let rt = Arc::clone(&self.runtime);
         let limit = rt.lock_for_call()?.pool.memory_limit();
         let lv = self.graph.finalize(ALIGNMENT)?;

@@ -16,7 +16,7 @@
 
 use super::Runtime;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::state_lock::{acquire_waiting, try_acquire, StateGuard};
@@ -39,6 +39,10 @@ pub struct HomeSlot {
 pub struct Home {
     flag: AtomicBool,
     slot: UnsafeCell<HomeSlot>,
+    /// The generation of the handle that names the home now, 0 when none does: written under
+    /// the flag, read without it, so that a stale key is refused without waiting for the flag,
+    /// which a run of whatever runtime lives here now may hold for seconds.
+    live: AtomicU32,
 }
 
 // SAFETY: `slot` is reached only while `flag` is held (through `lock` / `try_lock`).
@@ -67,18 +71,17 @@ pub fn get(index: usize) -> Option<&'static Home> {
     (!chunk.is_null()).then(|| unsafe { &*chunk.add(index % CHUNK) })
 }
 
-/// A home no runtime or handle uses: (index, home). Panics past `MAX_HOMES` at once.
-pub fn acquire() -> (usize, &'static Home) {
+/// A home no runtime or handle uses: (index, home); None when `MAX_HOMES` are in use.
+pub fn acquire() -> Option<(usize, &'static Home)> {
     let index = {
         let mut a = ALLOC.lock().unwrap_or_else(|p| p.into_inner());
         match a.free.pop() {
             Some(i) => i,
             None => {
                 let i = a.next;
-                assert!(
-                    i < MAX_HOMES,
-                    "more than {MAX_HOMES} runtimes and handles at once"
-                );
+                if i >= MAX_HOMES {
+                    return None;
+                }
                 a.next += 1;
                 let cell = &CHUNK_PTRS[i / CHUNK];
                 if cell.load(Ordering::Relaxed).is_null() {
@@ -89,6 +92,7 @@ pub fn acquire() -> (usize, &'static Home) {
                                 generation: 0,
                                 runtime: None,
                             }),
+                            live: AtomicU32::new(0),
                         })
                         .collect();
                     cell.store(Box::leak(chunk).as_mut_ptr(), Ordering::Release);
@@ -97,7 +101,14 @@ pub fn acquire() -> (usize, &'static Home) {
             }
         }
     };
-    (index, get(index).expect("the home's chunk was made above"))
+    Some((index, get(index).expect("the home's chunk was made above")))
+}
+
+/// The message for a process out of homes.
+pub fn exhausted_message() -> String {
+    format!(
+        "more than {MAX_HOMES} runtimes and runtime handles are live at once; release some first"
+    )
 }
 
 /// Gives home `index` back once nothing uses it (its runtime dropped, or its alias handle
@@ -117,6 +128,19 @@ pub fn give_back(index: usize) {
 }
 
 impl Home {
+    /// The generation of the handle naming the home now (0: none), read without the flag: a
+    /// key whose generation differs is stale, whoever holds the flag.
+    #[inline]
+    pub fn live_generation(&self) -> u32 {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// Records that the handle of `generation` names the home now (0: none does). Called with
+    /// the flag held, together with the slot's change.
+    pub fn set_live_generation(&self, generation: u32) {
+        self.live.store(generation, Ordering::Release);
+    }
+
     /// The flag: the state lock of the runtime whose home this is.
     pub fn flag(&'static self) -> &'static AtomicBool {
         &self.flag
@@ -142,7 +166,7 @@ mod tests {
 
     #[test]
     fn a_home_flag_locks_its_slot_and_indices_name_homes() {
-        let (i, h) = acquire();
+        let (i, h) = acquire().expect("homes left");
         let mut g = h.try_lock().expect("a home given out is free");
         assert!(g.runtime.is_none(), "a home given out names no runtime");
         let generation = g.generation;

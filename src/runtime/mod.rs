@@ -144,7 +144,8 @@ impl Runtime {
             config.memory_mode
         );
         // Last, so that no failure above leaves a home taken.
-        let (home, home_record) = home::acquire();
+        let (home, home_record) =
+            home::acquire().ok_or_else(|| Error::OutOfMemory(home::exhausted_message()))?;
         Ok(Arc::new(Runtime {
             serial: NEXT_RUNTIME_SERIAL.fetch_add(1, Ordering::Relaxed),
             config,

@@ -5,9 +5,11 @@
 use gkrt::device::LaunchDims;
 use gkrt::graph::TensorKind;
 use gkrt::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel};
+use gkrt::plan::program::PoolCall;
 use gkrt::plan::swap::Policy;
 use gkrt::runtime::{Config, DeviceChoice, MemoryMode, Runtime, RuntimeGraph};
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use std::ffi::c_void;
 
 const DIMS: LaunchDims = LaunchDims {
@@ -603,5 +605,93 @@ fn recomputable_relus_are_rebuilt_instead_of_copied() {
     assert!(
         fewer > 0,
         "recomputing never moved fewer bytes than copying"
+    );
+}
+
+/// Runs every swap policy of `spec` under each budget below its peak, twice each, recording the
+/// executor's pool calls. Returns per run of a plan's second run: (calls made, calls its
+/// program's dry run makes, fallback evictions in that run).
+fn pool_calls_per_policy(spec: &Spec) -> Vec<(String, Vec<PoolCall>, Vec<PoolCall>, u64)> {
+    let (peak, least) = peak_and_least(spec);
+    let mut budgets = vec![peak * 3 / 4, peak / 2, peak / 3, least + least / 2, least];
+    budgets.retain(|&b| b >= least && b < peak);
+    budgets.dedup();
+    let mut out = Vec::new();
+    for budget in budgets {
+        let rt = runtime(MemoryMode::Dynamic, budget);
+        let (mut g, ids) = build(spec, &rt);
+        for (p, &id) in ids.iter().enumerate().take(spec.params) {
+            g.write(id, &to_bytes(&param_values(spec, p))).unwrap();
+        }
+        if g.swap_plan().is_none() {
+            continue;
+        }
+        let mut policies = g.swap_policies();
+        if policies.is_empty() {
+            policies.push(Policy::default());
+        }
+        g.record_pool_calls(true);
+        for policy in policies {
+            if g.swap_policies().contains(&policy) {
+                g.use_swap_policy(policy).unwrap();
+            }
+            g.run().unwrap();
+            let before = rt.stats().unwrap().counters.evictions;
+            g.run().unwrap();
+            let fallback = rt.stats().unwrap().counters.evictions - before;
+            out.push((
+                format!("budget {budget} (peak {peak}, least {least}), {policy:?}"),
+                g.last_pool_calls().unwrap().to_vec(),
+                g.planned_pool_calls(),
+                fallback,
+            ));
+        }
+    }
+    out
+}
+
+/// The executor makes exactly the pool calls of its program's dry run, call by call, under
+/// every budget and every swap policy: the dry run and the run walk one program, so a change to
+/// the order of either makes this fail. From each plan's second run on: the first starts from
+/// whatever the previous plan left on the device, not from the plan's canonical start.
+///
+/// A run whose pool meets fragmentation the dry run did not (it checks a fresh pool; a run
+/// meets the blocks earlier runs left) takes the fallback — evictions, a repack — and then its
+/// calls differ by those; such runs are counted, not compared, and must stay a minority.
+#[test]
+fn the_executor_makes_the_dry_runs_pool_calls() {
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
+        ProptestConfig {
+            cases: 48,
+            ..ProptestConfig::default()
+        },
+        proptest::test_runner::TestRng::deterministic_rng(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+        ),
+    );
+    let (mut compared, mut fell_back) = (0usize, 0usize);
+    for _ in 0..48 {
+        let spec = spec().new_tree(&mut runner).unwrap().current();
+        for (what, made, planned, fallback) in pool_calls_per_policy(&spec) {
+            if fallback > 0 {
+                fell_back += 1;
+                continue;
+            }
+            compared += 1;
+            let first_difference = planned.iter().zip(&made).position(|(a, b)| a != b);
+            assert!(
+                made == planned && !made.is_empty(),
+                "{what}: {} pool calls made, {} planned; first difference at {first_difference:?}: \
+                 made {:?}, planned {:?}\nspec {spec:?}",
+                made.len(),
+                planned.len(),
+                first_difference.map(|i| made[i]),
+                first_difference.map(|i| planned[i])
+            );
+        }
+    }
+    assert!(
+        compared >= 3 * fell_back && compared > 100,
+        "{compared} runs compared, {fell_back} took the fallback"
     );
 }

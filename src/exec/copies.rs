@@ -6,41 +6,43 @@ use crate::device::{EventId, StreamId};
 use crate::graph::Graph;
 use crate::memory::residency::Residency;
 use crate::memory::{DeviceBacking, PinnedBacking};
+use crate::plan::program::{Buf, PoolCall};
 use crate::runtime::error::{Error, Result};
 
 impl Executor<'_> {
-    /// Makes input `t` of node `n` readable on the compute stream.
-    pub(super) fn ensure_resident(&mut self, graph: &Graph, n: usize, t: u32) -> Result<()> {
-        match self.mem[t as usize].state {
+    /// Makes tensor `t` readable on the compute stream by the node being queued.
+    pub(super) fn ensure_resident(&mut self, graph: &Graph, t: u32) -> Result<()> {
+        match self.mem[t as usize].state() {
             Residency::OnDevice => return Ok(()),
             Residency::CopyingToDevice => {}
             Residency::OnHost | Residency::CopyingToHost => {
-                self.swap_in(graph, n, t, true).map(|_| ())?
+                self.swap_in(graph, t, true).map(|_| ())?
             }
             Residency::Unallocated => {
                 return Err(Error::InvalidState(format!(
-                    "{} has no contents when node {n} reads it",
-                    graph.tensors()[t as usize].describe(t)
+                    "{} has no contents when node {} reads it",
+                    graph.tensors()[t as usize].describe(t),
+                    self.node
                 )))
             }
         }
         let event = self.mem[t as usize]
-            .copy_in
+            .event(true)
             .expect("a tensor copying in has an event");
         self.compute_waits(event)?;
-        self.mem[t as usize].state = Residency::OnDevice;
+        self.mem[t as usize].copied_in();
         Ok(())
     }
 
-    /// Starts bringing `t` back before node `n` as the plan says, if memory allows without
-    /// evicting anything. Returns false when it does not (yet): the caller tries again before
-    /// the next node, and the read at the node that needs it brings it in at the latest.
-    pub(super) fn prefetch(&mut self, graph: &Graph, n: usize, t: u32) -> Result<bool> {
+    /// Starts bringing `t` back as the plan says, if memory allows without evicting anything.
+    /// Returns false when it does not (yet): the caller tries again before the next node, and
+    /// the read at the node that needs it brings it in at the latest.
+    pub(super) fn prefetch(&mut self, graph: &Graph, t: u32) -> Result<bool> {
         if matches!(
-            self.mem[t as usize].state,
+            self.mem[t as usize].state(),
             Residency::OnHost | Residency::CopyingToHost
         ) {
-            return self.swap_in(graph, n, t, false);
+            return self.swap_in(graph, t, false);
         }
         Ok(true)
     }
@@ -76,23 +78,34 @@ impl Executor<'_> {
 
     /// Queues the host→device copy of `t`; returns false when `may_evict` is off and no memory
     /// is free.
-    fn swap_in(&mut self, graph: &Graph, n: usize, t: u32, may_evict: bool) -> Result<bool> {
+    fn swap_in(&mut self, graph: &Graph, t: u32, may_evict: bool) -> Result<bool> {
         let tensor = &graph.tensors()[t as usize];
-        if !self.mem[t as usize].host_valid {
+        if !self.mem[t as usize].host_valid() {
             return Err(Error::Internal(format!(
                 "{} is on the host without a valid copy",
                 tensor.describe(t)
             )));
         }
+        if let Some(trace) = self.trace.as_deref_mut() {
+            trace.push(PoolCall::Alloc {
+                buf: Buf::Tensor(t),
+                bytes: tensor.size,
+            });
+        }
         let (ptr, block_copy) = if may_evict {
             let ptr = self
-                .alloc(graph, n, tensor.size)
+                .alloc(graph, tensor.size)
                 .map_err(|e| e.context(format!("bringing back {}", tensor.describe(t))))?;
             (ptr, None)
         } else {
             match self.alloc_without_evicting(tensor.size)? {
                 Some(found) => found,
-                None => return Ok(false),
+                None => {
+                    if let Some(trace) = self.trace.as_deref_mut() {
+                        trace.pop(); // deferred: the call is made again later
+                    }
+                    return Ok(false);
+                }
             }
         };
         let copy_in = self.streams.copy_in;
@@ -102,11 +115,11 @@ impl Executor<'_> {
         if let Some(event) = block_copy {
             self.device.stream_wait_event(copy_in, event)?;
         }
-        if let Some(out) = self.mem[t as usize].copy_out {
+        if let Some(out) = self.mem[t as usize].event(false) {
             self.device.stream_wait_event(copy_in, out)?;
         }
         let host = self.mem[t as usize]
-            .host
+            .host()
             .expect("a valid host copy has a slot");
         let timing = self.copy_timing_start(copy_in)?;
         // SAFETY: the slot belongs to this tensor until it is discarded, which waits for this
@@ -118,9 +131,7 @@ impl Executor<'_> {
         self.copy_timing_end(timing, copy_in, tensor.size, true)?;
         let event = self.event_of(t, true)?;
         self.device.record_event(event, copy_in)?;
-        let m = &mut self.mem[t as usize];
-        m.device = Some(ptr);
-        m.state = Residency::CopyingToDevice;
+        self.mem[t as usize].copying_in(ptr);
         self.counters.bytes_in += tensor.size;
         self.counters.tensors_in += 1;
         Ok(true)
@@ -130,36 +141,32 @@ impl Executor<'_> {
     /// block back; a dirty one is copied out and its block freed pending the copy's event.
     pub(super) fn swap_out(&mut self, graph: &Graph, t: u32) -> Result<()> {
         let tensor = &graph.tensors()[t as usize];
-        let ptr = self.mem[t as usize]
-            .device
-            .take()
-            .expect("a tensor on the device has a block");
-        if self.mem[t as usize].host_valid {
-            self.give(ptr);
-            self.mem[t as usize].state = Residency::OnHost;
+        if self.mem[t as usize].host_valid() {
+            let ptr = self.mem[t as usize].leave_device(false);
+            self.give(Buf::Tensor(t), ptr);
             return Ok(());
         }
-        let host = match self.mem[t as usize].host {
+        let host = match self.mem[t as usize].host() {
             Some(slot) => slot,
             None => match self
                 .pinned
                 .alloc(&PinnedBacking(self.device), tensor.size, StreamId(0))
             {
                 Ok(slot) => {
-                    self.mem[t as usize].host = Some(slot);
+                    self.mem[t as usize].give_host_slot(slot);
                     slot
                 }
                 Err(e) => {
-                    self.mem[t as usize].device = Some(ptr);
                     return Err(Error::from(e)
                         .context(format!("pinned host memory for {}", tensor.describe(t))));
                 }
             },
         };
+        let ptr = self.mem[t as usize].leave_device(true);
         let copy_out = self.streams.copy_out;
         self.copy_stream_waits_compute(copy_out)?;
         // The slot's previous contents may still be read by a copy-in.
-        if let Some(prev) = self.mem[t as usize].copy_in {
+        if let Some(prev) = self.mem[t as usize].event(true) {
             self.device.stream_wait_event(copy_out, prev)?;
         }
         let timing = self.copy_timing_start(copy_out)?;
@@ -171,11 +178,13 @@ impl Executor<'_> {
         self.copy_timing_end(timing, copy_out, tensor.size, false)?;
         let event = self.event_of(t, false)?;
         self.device.record_event(event, copy_out)?;
+        if let Some(trace) = self.trace.as_deref_mut() {
+            trace.push(PoolCall::Free {
+                buf: Buf::Tensor(t),
+            });
+        }
         self.pool
             .free_after_event(&DeviceBacking(self.device), ptr, event)?;
-        let m = &mut self.mem[t as usize];
-        m.host_valid = true;
-        m.state = Residency::CopyingToHost;
         self.counters.bytes_out += tensor.size;
         self.counters.tensors_out += 1;
         Ok(())
@@ -242,17 +251,11 @@ impl Executor<'_> {
 
     /// The tensor's copy-in (`incoming`) or copy-out event, created on first use.
     pub(super) fn event_of(&mut self, t: u32, incoming: bool) -> Result<EventId> {
-        let m = &mut self.mem[t as usize];
-        let slot = if incoming {
-            &mut m.copy_in
-        } else {
-            &mut m.copy_out
-        };
-        match *slot {
+        match self.mem[t as usize].event(incoming) {
             Some(e) => Ok(e),
             None => {
                 let e = self.device.create_event()?;
-                *slot = Some(e);
+                self.mem[t as usize].set_event(incoming, e);
                 Ok(e)
             }
         }

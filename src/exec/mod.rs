@@ -1,48 +1,32 @@
-//! The executor: interprets a finalized graph's step program.
-//!
-//! Per node, in order: start the returns the swap plan scheduled here; rebuild the tensors the
-//! plan recomputes here (their producer's inputs made resident, the producer queued again);
-//! make the node's inputs resident (the compute stream waits on a copy-in event, never the
-//! host); give its new outputs and workspaces memory; queue the kernel; return its workspaces
-//! and the intermediates whose last use it was; start the swap-outs the plan scheduled after
-//! it and drop the tensors it will recompute. Nothing here analyses
-//! the graph: alloc/free lists, next uses and the swap plan were computed at finalize.
+//! The executor: interprets a graph's step program (`plan::program`), step by step, on the
+//! compute stream and the two copy streams. It analyses nothing: which tensors to allocate,
+//! free, copy or rebuild, and in which order, was compiled at finalize.
 //!
 //! Memory comes from the pool on the compute stream. Because everything that touches a block
 //! from the compute stream runs in order, a block freed there right after its reader was queued
-//! can be handed to the next writer at once. Copies run on their own streams, ordered by events:
-//! a copy-out waits for a marker recorded on the compute stream after the tensor's last use, and
-//! its block is freed pending the copy's event; a copy-in waits for a marker (the block's
-//! previous users) and for the tensor's own copy-out, and the first reader waits for it.
-//!
-//! When an allocation fails — the plan did not foresee it (fragmentation, other graphs), or there
-//! is no plan because the graph should have fit — the executor first takes back blocks pending on
-//! copy-outs (making the compute stream wait for them), then evicts the resident tensor whose
+//! can be handed to the next writer at once. Copies run on their own streams, ordered by events
+//! (`copies.rs`). When an allocation fails anyway — the plan did not foresee it (fragmentation,
+//! other graphs), or there is no plan because the graph should have fit — the fallback
+//! (`alloc.rs`) takes back blocks pending on copy-outs, then evicts the resident tensor whose
 //! next use is farthest away (Belady) and retries. A node that cannot fit even alone fails with
 //! an out-of-memory error naming it and the sizes; nodes already queued never run again.
 //!
-//! Planned mode: transient buffers sit at fixed arena offsets and make no pool call.
+//! Planned mode: intermediates and workspaces sit at fixed arena offsets (the program's `Alloc`
+//! entries carry them) and make no pool call.
 
+mod alloc;
 mod copies;
+mod launch;
 
-use crate::device::{Buffer, DevPtr, Device, EventId, StreamId};
-use crate::graph::liveness::NEVER;
-use crate::graph::{Graph, Node, TensorKind};
-use crate::kernels::{CallbackArgs, CallbackBuffer, HostCallback, Kernel};
-use crate::memory::pool::{Pool, PoolError};
+use crate::device::{DevPtr, Device, EventId, StreamId};
+use crate::graph::{Graph, TensorKind};
+use crate::memory::pool::Pool;
 use crate::memory::residency::{Residency, TensorMemory};
-use crate::memory::DeviceBacking;
-use crate::plan::swap::SwapPlan;
+use crate::memory::{DeviceBacking, PinnedBacking};
+use crate::plan::program::{Buf, PoolCall, Program, Step};
 use crate::runtime::error::{Error, Result};
-use std::ffi::c_void;
 
-/// Fixed places of every transient buffer (planned mode): `tensor_offsets[t]` for
-/// intermediates, `workspace_offsets[node][i]` for workspaces, both relative to `base`.
-pub struct FixedLayout<'a> {
-    pub base: DevPtr,
-    pub tensor_offsets: &'a [u64],
-    pub workspace_offsets: &'a [Vec<u64>],
-}
+pub use launch::RunProfile;
 
 /// The streams of a runtime and the event used to mark progress on the compute stream.
 #[derive(Clone, Copy, Debug)]
@@ -71,189 +55,160 @@ pub struct RunCounters {
     pub stall_pairs_used: usize,
 }
 
-/// Timing events of one profiled run (the first run of a swapping graph): a pair around each
-/// node's kernel on the compute stream and around each swap copy on its stream. Events are
-/// created on first use and reused by later profiled runs.
-#[derive(Default, Debug)]
-pub struct RunProfile {
-    pub nodes: Vec<(EventId, EventId)>,
-    /// (start, end, bytes, host to device)
-    pub copies: Vec<(EventId, EventId, u64, bool)>,
-    spare_copy_events: Vec<(EventId, EventId)>,
-}
-
-impl RunProfile {
-    /// Every event it holds, for destruction.
-    pub fn events(&self) -> impl Iterator<Item = EventId> + '_ {
-        self.nodes
-            .iter()
-            .copied()
-            .chain(self.copies.iter().map(|&(a, b, _, _)| (a, b)))
-            .chain(self.spare_copy_events.iter().copied())
-            .flat_map(|(a, b)| [a, b])
-    }
-
-    fn reset(&mut self) {
-        let used = self.copies.drain(..).map(|(a, b, _, _)| (a, b));
-        self.spare_copy_events.extend(used);
-    }
-
-    fn node_pair(&mut self, device: &dyn Device, n: usize) -> Result<(EventId, EventId)> {
-        while self.nodes.len() <= n {
-            self.nodes
-                .push((device.create_event()?, device.create_event()?));
-        }
-        Ok(self.nodes[n])
-    }
-
-    fn copy_pair(&mut self, device: &dyn Device) -> Result<(EventId, EventId)> {
-        match self.spare_copy_events.pop() {
-            Some(pair) => Ok(pair),
-            None => Ok((device.create_event()?, device.create_event()?)),
-        }
-    }
-}
-
 pub struct Executor<'a> {
     device: &'a dyn Device,
     streams: Streams,
     pool: &'a mut Pool,
     pinned: &'a mut Pool,
-    layout: Option<FixedLayout<'a>>,
+    program: &'a Program,
+    /// Planned mode: the arena's base address (its intermediates are never pool blocks).
+    arena: Option<DevPtr>,
     mem: &'a mut [TensorMemory],
-    plan: Option<&'a SwapPlan>,
     /// Reusable (start, end) timing events recorded around each compute-stream wait on a copy.
     stall_pairs: &'a mut Vec<(EventId, EventId)>,
     profile: Option<&'a mut RunProfile>,
+    /// The pool calls of the run, when the caller asked for them (tests compare them with the
+    /// program's dry run).
+    trace: Option<&'a mut Vec<PoolCall>>,
     pub counters: RunCounters,
-    /// Planned returns that found no room yet; retried before each node.
+    /// Returns that found no room yet; retried at the next `RetryDeferred`.
     deferred: Vec<u32>,
-    scratch_batch: Vec<(u64, u32, usize)>,
+    /// The blocks of the batch being taken.
     scratch_taken: Vec<DevPtr>,
+    /// The workspaces of the node (or recompute) being queued.
     workspaces: Vec<DevPtr>,
-    buffers: Vec<Buffer>,
+    buffers: Vec<crate::device::Buffer>,
     /// Tensors of a recompute in progress: the fallback must not evict them.
     protected: Vec<u32>,
+    /// The node whose steps are running (the node count at a run's start and end).
+    node: usize,
+}
+
+/// What an executor works on: the runtime's device, streams and pools, one graph's program and
+/// tensor memory.
+pub struct ExecTarget<'a> {
+    pub device: &'a dyn Device,
+    pub streams: Streams,
+    pub pool: &'a mut Pool,
+    pub pinned: &'a mut Pool,
+    pub program: &'a Program,
+    pub arena: Option<DevPtr>,
+    pub mem: &'a mut [TensorMemory],
+    pub stall_pairs: &'a mut Vec<(EventId, EventId)>,
 }
 
 impl<'a> Executor<'a> {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        device: &'a dyn Device,
-        streams: Streams,
-        pool: &'a mut Pool,
-        pinned: &'a mut Pool,
-        layout: Option<FixedLayout<'a>>,
-        mem: &'a mut [TensorMemory],
-        plan: Option<&'a SwapPlan>,
-        stall_pairs: &'a mut Vec<(EventId, EventId)>,
+        target: ExecTarget<'a>,
         mut profile: Option<&'a mut RunProfile>,
+        trace: Option<&'a mut Vec<PoolCall>>,
     ) -> Self {
         if let Some(p) = profile.as_deref_mut() {
             p.reset();
         }
         Executor {
-            device,
-            streams,
-            pool,
-            pinned,
-            layout,
-            mem,
-            plan,
-            stall_pairs,
+            device: target.device,
+            streams: target.streams,
+            pool: target.pool,
+            pinned: target.pinned,
+            program: target.program,
+            arena: target.arena,
+            mem: target.mem,
+            stall_pairs: target.stall_pairs,
             profile,
+            trace,
             counters: RunCounters::default(),
             deferred: Vec::new(),
-            scratch_batch: Vec::new(),
             scratch_taken: Vec::new(),
             workspaces: Vec::new(),
             buffers: Vec::new(),
             protected: Vec::new(),
+            node: 0,
         }
     }
 
-    /// Queues every node of `graph` (finalized). With a swap plan, the run ends with every
-    /// persistent tensor on its way back to the host. On error every transient buffer is
-    /// returned (after the streams have drained) and the error names the node at fault. The
-    /// caller synchronises the streams afterwards; asynchronous failures surface there.
+    /// Queues the whole program. On error every transient buffer is returned (after the streams
+    /// have drained) and the error names the node at fault. The caller synchronises the streams
+    /// afterwards; asynchronous failures surface there.
     pub fn run(&mut self, graph: &Graph) -> Result<()> {
-        let mut result = self.enter_start_state(graph);
-        if result.is_ok() {
-            result = (0..graph.nodes().len()).try_for_each(|n| self.run_node(graph, n));
-        }
-        if let (Ok(()), Some(plan)) = (&result, self.plan) {
-            // The returns for the next run, then everything else persistent goes to the host.
-            let last = graph.nodes().len();
-            let waiting: Vec<u32> = self
-                .deferred
-                .drain(..)
-                .chain(plan.prefetch_before[last].iter().copied())
-                .collect();
-            for t in waiting {
-                if let Err(e) = self.prefetch(graph, last, t) {
-                    result = Err(e);
-                    break;
-                }
-            }
-            if result.is_ok() {
-                result = self.return_persistent_to_host(graph, false);
-            }
-        }
+        let result = self.run_steps(graph, 0..self.program.steps.len());
         if result.is_err() {
             self.release_after_failure(graph);
         }
         result
     }
 
-    fn run_node(&mut self, graph: &Graph, n: usize) -> Result<()> {
-        let lv = graph.liveness().expect("executor runs finalized graphs");
-        let node = &graph.nodes()[n];
-        let at = |e: Error| e.context(format!("node {n} ({})", node.kernel.describe()));
+    /// Only the run's start: every persistent tensor the plan wants on the host goes there (for
+    /// a plan just chosen). The caller synchronises the copy stream.
+    pub fn enter_start_state(&mut self, graph: &Graph) -> Result<()> {
+        let start = self.program.start_len(graph.nodes().len());
+        self.run_steps(graph, 0..start)
+    }
 
-        if let Some(plan) = self.plan {
-            // Returns that found no room earlier go first (they are needed sooner).
-            let mut waiting = std::mem::take(&mut self.deferred);
-            waiting.extend_from_slice(&plan.prefetch_before[n]);
-            for t in waiting {
-                if !self.prefetch(graph, n, t).map_err(at)? {
-                    self.deferred.push(t);
+    fn run_steps(&mut self, graph: &Graph, range: std::ops::Range<usize>) -> Result<()> {
+        let program = self.program;
+        let nodes = graph.nodes();
+        for i in range {
+            let n = program.step_node[i] as usize;
+            self.node = n;
+            if let Err(e) = self.step(graph, program.steps[i]) {
+                return Err(match nodes.get(n) {
+                    Some(node) => e.context(format!("node {n} ({})", node.kernel.describe())),
+                    None => e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, graph: &Graph, step: Step) -> Result<()> {
+        match step {
+            Step::SendHome(t) | Step::CopyOut(t) => {
+                if self.mem[t as usize].state() == Residency::OnDevice {
+                    self.swap_out(graph, t)?;
                 }
             }
-            for &x in &plan.recompute_before[n] {
-                self.recompute(graph, n, x).map_err(at)?;
-            }
-        }
-        for &t in &node.inputs {
-            self.ensure_resident(graph, n, t).map_err(at)?;
-        }
-        for &t in &node.outputs {
-            if self.mem[t as usize].state == Residency::CopyingToDevice {
-                self.ensure_resident(graph, n, t).map_err(at)?;
-            }
-        }
-        self.alloc_node_buffers(graph, n).map_err(at)?;
-        for &t in &node.outputs {
-            // The node overwrites it: any host copy is stale from now on.
-            self.mem[t as usize].host_valid = false;
-        }
-
-        let launched = self.launch(graph, n, node, true).map_err(at);
-        self.give_workspaces();
-        launched?;
-        self.counters.nodes += 1;
-
-        for &t in &lv.frees[n] {
-            self.discard(t);
-        }
-        if let Some(plan) = self.plan {
-            for &t in &plan.swap_out_after[n] {
-                if self.mem[t as usize].state == Residency::OnDevice {
-                    self.swap_out(graph, t).map_err(at)?;
+            Step::RetryDeferred => {
+                let waiting = std::mem::take(&mut self.deferred);
+                for t in waiting {
+                    self.copy_in_ahead(graph, t)?;
                 }
             }
-            for &t in &plan.drop_after[n] {
+            Step::CopyIn(t) => self.copy_in_ahead(graph, t)?,
+            Step::Recompute {
+                tensor,
+                producer,
+                first,
+                count,
+            } => self.recompute(graph, tensor, producer, first, count)?,
+            Step::Ready(t) => self.ensure_resident(graph, t)?,
+            Step::Settle(t) => {
+                if self.mem[t as usize].state() == Residency::CopyingToDevice {
+                    self.ensure_resident(graph, t)?;
+                }
+            }
+            Step::Alloc { node, first, count } => {
+                self.alloc_node_buffers(graph, node, first, count)?;
+                for &t in &graph.nodes()[node as usize].outputs {
+                    self.mem[t as usize].overwritten();
+                }
+            }
+            Step::Launch(n) => {
+                let node = &graph.nodes()[n as usize];
+                if let Err(e) = self.launch(graph, n as usize, node, true) {
+                    self.give_workspaces(n);
+                    return Err(e);
+                }
+                if self.arena.is_some() {
+                    self.workspaces.clear();
+                }
+                self.counters.nodes += 1;
+            }
+            Step::FreeWorkspaces(n) => self.give_workspaces(n),
+            Step::Free(t) => self.discard(t),
+            Step::Drop(t) => {
                 // (A tensor the fallback sent to the host stays there and is read back.)
-                if self.mem[t as usize].state == Residency::OnDevice {
+                if self.mem[t as usize].state() == Residency::OnDevice {
                     self.discard(t);
                 }
             }
@@ -261,17 +216,24 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// Rebuilds intermediate `x`, dropped by the plan, before node `n` reads it: its producer
-    /// (declared recomputable; its inputs unchanged since it ran, which the plan checked) is
-    /// queued again with the same parameters. The fallback may evict around it, but not the
-    /// tensors of this recompute.
-    fn recompute(&mut self, graph: &Graph, n: usize, x: u32) -> Result<()> {
-        if self.mem[x as usize].state != Residency::Unallocated {
+    /// A return the plan starts ahead of its reader: deferred when there is no room yet.
+    fn copy_in_ahead(&mut self, graph: &Graph, t: u32) -> Result<()> {
+        if !self.prefetch(graph, t)? {
+            self.deferred.push(t);
+        }
+        Ok(())
+    }
+
+    /// Rebuilds intermediate `x`, dropped by the plan, before the node that reads it: its
+    /// producer (declared recomputable; its inputs unchanged since it ran, which the plan
+    /// checked) is queued again with the same parameters. The fallback may evict around it, but
+    /// not the tensors of this recompute.
+    fn recompute(&mut self, graph: &Graph, x: u32, p: u32, first: u32, count: u32) -> Result<()> {
+        if self.mem[x as usize].state() != Residency::Unallocated {
             return Ok(()); // the fallback sent it to the host before the drop: read back instead
         }
         let tensor = &graph.tensors()[x as usize];
-        let p = tensor.producer.expect("a planned recompute has a producer") as usize;
-        let producer = &graph.nodes()[p];
+        let producer = &graph.nodes()[p as usize];
         let context = |e: Error| {
             e.context(format!(
                 "recomputing {} by running node {p} ({}) again",
@@ -284,40 +246,21 @@ impl<'a> Executor<'a> {
         self.protected.push(x);
         let result = (|| -> Result<()> {
             for &y in &producer.inputs {
-                self.ensure_resident(graph, n, y)?;
+                self.ensure_resident(graph, y)?;
             }
-            // Its block and the producer's workspaces, as a node's own (largest first, one
-            // more try on a clean slate when they do not fit).
             self.workspaces.clear();
             self.workspaces.resize(producer.workspaces.len(), 0);
-            let mut batch = std::mem::take(&mut self.scratch_batch);
-            let mut taken = std::mem::take(&mut self.scratch_taken);
-            batch.clear();
-            batch.push((tensor.size, x, 0));
-            batch.extend(
-                producer
-                    .workspaces
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &w)| (w, u32::MAX, i)),
-            );
-            batch.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
-            // A clean slate may move the producer's inputs and node n's (returns started for it).
-            // (Not `x`, which node n reads too: it has no contents yet.)
+            // A clean slate may move the producer's inputs (not `x`: it has no contents yet).
             let movable: Vec<u32> = producer
                 .inputs
                 .iter()
-                .chain(&graph.nodes()[n].inputs)
                 .copied()
                 .filter(|&t| t != x)
                 .collect();
-            let allocated = self.take_batch(graph, n, &batch, &mut taken, &movable);
-            self.scratch_batch = batch;
-            self.scratch_taken = taken;
-            allocated?;
-            self.mem[x as usize].host_valid = false;
-            let launched = self.launch(graph, p, producer, false);
-            self.give_workspaces();
+            self.take_batch(graph, first, count, &movable)?;
+            self.mem[x as usize].overwritten();
+            let launched = self.launch(graph, p as usize, producer, false);
+            self.give_workspaces(p);
             launched
         })();
         self.protected.clear();
@@ -326,357 +269,25 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// Queues node `n`'s kernel on the compute stream (timed when the run is profiled and
-    /// `timed`: a recompute is not the node's own measurement).
-    fn launch(&mut self, graph: &Graph, n: usize, node: &Node, timed: bool) -> Result<()> {
-        let tensors = graph.tensors();
-        self.buffers.clear();
-        for &t in node.inputs.iter().chain(&node.outputs) {
-            let ptr = self.mem[t as usize].device.ok_or_else(|| {
-                Error::Internal(format!(
-                    "{} is not on the device when its node runs",
-                    tensors[t as usize].describe(t)
-                ))
-            })?;
-            self.buffers.push(Buffer {
-                ptr,
-                bytes: tensors[t as usize].size,
-            });
-        }
-        for (&ptr, &bytes) in self.workspaces.iter().zip(&node.workspaces) {
-            self.buffers.push(Buffer { ptr, bytes });
-        }
-        let n_in = node.inputs.len();
-        let n_out = node.outputs.len();
-        let stream = self.streams.compute;
-        let timing = match self.profile.as_deref_mut() {
-            Some(p) if timed => Some(p.node_pair(self.device, n)?),
-            _ => None,
-        };
-        if let Some((start, _)) = timing {
-            self.device.record_event(start, stream)?;
-        }
-        match &node.kernel {
-            Kernel::Builtin(_) => {
-                let op = node.builtin.expect("validated at add_kernel");
-                self.device.launch_builtin(
-                    op,
-                    &self.buffers[..n_in],
-                    &self.buffers[n_in..n_in + n_out],
-                    stream,
-                )?;
-            }
-            Kernel::Device { function, .. } => {
-                self.device
-                    .launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
-            }
-            Kernel::Callback(cb) => {
-                let work = callback_work(*cb, n as u32, &self.buffers, n_in, n_out, &node.params);
-                self.device
-                    .enqueue_host_work(stream, work)
-                    .map_err(|e| Error::CallbackFailed(e.to_string()))?;
-            }
-        }
-        if let Some((_, end)) = timing {
-            self.device.record_event(end, stream)?;
-        }
-        Ok(())
+    /// True when tensor `t` lives in the planned arena, not in a pool block.
+    fn in_arena(&self, graph: &Graph, t: u32) -> bool {
+        self.arena.is_some() && graph.tensors()[t as usize].kind == TensorKind::Intermediate
     }
 
-    /// Memory for node `n`'s new outputs and its workspaces, largest first (so small blocks do
-    /// not split the space a large one needs). If that fails with nothing left to evict, the
-    /// node's own blocks are returned, cached segments released, and the batch tried once more
-    /// on a clean slate before the node is declared too large.
-    fn alloc_node_buffers(&mut self, graph: &Graph, n: usize) -> Result<()> {
-        let node = &graph.nodes()[n];
-        let tensors = graph.tensors();
-        self.workspaces.clear();
-        self.workspaces.resize(node.workspaces.len(), 0);
-        // (bytes, output tensor or u32::MAX, workspace index); scratch vectors are reused so the
-        // per-node path allocates nothing on the host.
-        let mut batch = std::mem::take(&mut self.scratch_batch);
-        let mut taken = std::mem::take(&mut self.scratch_taken);
-        batch.clear();
-        for &t in &node.outputs {
-            let m = &mut self.mem[t as usize];
-            if m.on_device() {
-                continue;
-            }
-            match (&self.layout, tensors[t as usize].kind) {
-                (Some(layout), TensorKind::Intermediate) => {
-                    m.device = Some(layout.base + layout.tensor_offsets[t as usize]);
-                    m.state = Residency::OnDevice;
-                }
-                _ => batch.push((tensors[t as usize].size, t, 0)),
-            }
-        }
-        for (i, &w) in node.workspaces.iter().enumerate() {
-            match &self.layout {
-                Some(layout) => self.workspaces[i] = layout.base + layout.workspace_offsets[n][i],
-                None => batch.push((w, u32::MAX, i)),
-            }
-        }
-        batch.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
-        let mut result = self.take_batch(graph, n, &batch, &mut taken, &node.inputs);
-        if matches!(result, Err(Error::OutOfMemory(_))) {
-            // An output the node overwrites but does not read, still on the device from an
-            // earlier run, may sit where the rest needs room: send it out (its contents kept
-            // on the host should the node fail after all) and take it fresh with the rest.
-            let stale: Vec<u32> = node
-                .outputs
-                .iter()
-                .copied()
-                .filter(|t| {
-                    !node.inputs.contains(t)
-                        && self.mem[*t as usize].state == Residency::OnDevice
-                        && (self.layout.is_none() || tensors[*t as usize].kind.persists())
-                })
-                .collect();
-            if !stale.is_empty() {
-                for &t in &stale {
-                    if let Err(e) = self.swap_out(graph, t) {
-                        result = Err(e);
-                    }
-                }
-                if result
-                    .as_ref()
-                    .is_err_and(|e| matches!(e, Error::OutOfMemory(_)))
-                {
-                    batch.extend(stale.iter().map(|&t| (tensors[t as usize].size, t, 0)));
-                    batch.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
-                    self.workspaces.resize(node.workspaces.len(), 0); // cleared by the failure
-                    result = self.take_batch(graph, n, &batch, &mut taken, &node.inputs);
-                }
-            }
-        }
-        self.scratch_batch = batch;
-        self.scratch_taken = taken;
-        result
-    }
-
-    /// Takes the blocks of `batch` (bytes, output tensor or `u32::MAX`, workspace index) for
-    /// work queued before node `n` that reads `inputs`; see `alloc_node_buffers`.
-    fn take_batch(
-        &mut self,
-        graph: &Graph,
-        n: usize,
-        batch: &[(u64, u32, usize)],
-        taken: &mut Vec<DevPtr>,
-        inputs: &[u32],
-    ) -> Result<()> {
-        let tensors = graph.tensors();
-        let mut last_error = None;
-        for attempt in 0..2 {
-            taken.clear();
-            let mut failed = None;
-            for &(bytes, t, i) in batch {
-                match self.alloc(graph, n, bytes) {
-                    Ok(ptr) => taken.push(ptr),
-                    Err(e) => {
-                        let what = if t == u32::MAX {
-                            format!("workspace {i} of {bytes} bytes")
-                        } else {
-                            format!("its output {}", tensors[t as usize].describe(t))
-                        };
-                        failed = Some(e.context(format!("allocating {what}")));
-                        break;
-                    }
-                }
-            }
-            match failed {
-                None => {
-                    for (&(_, t, i), &ptr) in batch.iter().zip(taken.iter()) {
-                        if t == u32::MAX {
-                            self.workspaces[i] = ptr;
-                        } else {
-                            let m = &mut self.mem[t as usize];
-                            m.device = Some(ptr);
-                            m.state = Residency::OnDevice;
-                        }
-                    }
-                    return Ok(());
-                }
-                Some(e) => {
-                    for &ptr in taken.iter() {
-                        self.give(ptr);
-                    }
-                    let out_of_memory = matches!(e, Error::OutOfMemory(_));
-                    last_error = Some(e);
-                    if !out_of_memory || attempt == 1 {
-                        break;
-                    }
-                    self.repack_inputs(graph, n, inputs)?;
-                }
-            }
-        }
-        self.workspaces.clear();
-        Err(last_error.expect("a failed attempt left its error"))
-    }
-
-    /// Last resort before declaring node `n` too large: the resident `inputs` of what is being
-    /// queued may sit in segments whose free space is too fragmented for the rest. Send them
-    /// out, take back every block pending on a copy, release every free segment, and bring the
-    /// inputs back largest first.
-    fn repack_inputs(&mut self, graph: &Graph, n: usize, inputs: &[u32]) -> Result<()> {
-        let mut inputs: Vec<u32> = inputs.to_vec();
-        inputs.sort_unstable();
-        inputs.dedup();
-        let in_pool = |t: u32| self.layout.is_none() || graph.tensors()[t as usize].kind.persists();
-        let movable: Vec<u32> = inputs.into_iter().filter(|&t| in_pool(t)).collect();
-        for &t in &movable {
-            if self.mem[t as usize].state == Residency::OnDevice {
-                self.swap_out(graph, t)?;
-            }
-        }
-        self.take_back_all_pending()?;
-        self.pool.release_cached(&DeviceBacking(self.device))?;
-        let mut by_size = movable;
-        by_size.sort_unstable_by_key(|&t| std::cmp::Reverse(graph.tensors()[t as usize].size));
-        for t in by_size {
-            self.ensure_resident(graph, n, t)?;
-        }
-        Ok(())
-    }
-
-    /// Device memory (for the compute stream) from the pool; on failure takes one block pending
-    /// on a copy-out (the compute stream waits for that copy alone), else all of them, then
-    /// evicts the resident tensor used farthest in the future, and retries.
-    fn alloc(&mut self, graph: &Graph, n: usize, bytes: u64) -> Result<DevPtr> {
-        loop {
-            self.counters.pool_allocs += 1;
-            match self
-                .pool
-                .alloc(&DeviceBacking(self.device), bytes, self.streams.compute)
-            {
-                Ok(ptr) => return Ok(ptr),
-                Err(PoolError::OutOfMemory { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-            if let Some((ptr, event)) = self.pool.take_pending(bytes, self.streams.compute) {
-                self.compute_waits(event)?;
-                return Ok(ptr);
-            }
-            if self.take_back_all_pending()? {
-                continue;
-            }
-            match self.pick_victim(graph, n) {
-                Some(victim) => {
-                    self.counters.evictions += 1;
-                    if self.mem[victim as usize].state == Residency::CopyingToDevice {
-                        let event = self.mem[victim as usize]
-                            .copy_in
-                            .expect("a tensor copying in has an event");
-                        self.compute_waits(event)?;
-                        self.mem[victim as usize].state = Residency::OnDevice;
-                    }
-                    self.swap_out(graph, victim)?;
-                }
-                None => {
-                    let need: u64 = crate::plan::swap::node_tensors(&graph.nodes()[n])
-                        .iter()
-                        .map(|&t| graph.tensors()[t as usize].size)
-                        .sum::<u64>()
-                        + graph.nodes()[n].workspaces.iter().sum::<u64>();
-                    let s = self.pool.stats();
-                    return Err(Error::OutOfMemory(format!(
-                        "out of device memory: {bytes} bytes requested; the node's inputs, outputs and workspaces \
-                         total {need} bytes, the memory limit is {} bytes, {} bytes are allocated and {} reserved, \
-                         and nothing is left to evict",
-                        self.pool.memory_limit(),
-                        s.allocated_bytes,
-                        s.reserved_bytes
-                    )));
-                }
-            }
-        }
-    }
-
-    /// The resident tensor (pool memory, not used by node `n`, not in flight) whose next use is
-    /// farthest away. A scan over the tensors: this is the fallback path, taken only when the
-    /// plan did not foresee an allocation failure.
-    fn pick_victim(&self, graph: &Graph, n: usize) -> Option<u32> {
-        let lv = graph.liveness().expect("finalized");
-        let node = &graph.nodes()[n];
-        let mut best: Option<(u32, u32)> = None;
-        for (t, m) in self.mem.iter().enumerate() {
-            let t32 = t as u32;
-            let in_arena = self.layout.is_some() && !graph.tensors()[t].kind.persists();
-            // A tensor still copying in may go too: it is cheap to drop (its host copy is
-            // current) once the compute stream has waited for the copy.
-            let movable = matches!(m.state, Residency::OnDevice | Residency::CopyingToDevice);
-            if !movable
-                || in_arena
-                || node.inputs.contains(&t32)
-                || node.outputs.contains(&t32)
-                || self.protected.contains(&t32)
-            {
-                continue;
-            }
-            let next = lv.next_use_after(t32, n as u32);
-            if best.is_none_or(|(b, _)| next > b) {
-                best = Some((next, t32));
-            }
-            if next == NEVER {
-                break;
-            }
-        }
-        best.map(|(_, t)| t)
-    }
-
-    /// A swap plan starts from its `keep` on the device, less `leave_at_start`, and every other
-    /// persistent tensor on the host: one left on the device otherwise (the plan was just
-    /// changed) is sent home (a copy only when the host copy is stale). The caller
-    /// synchronises the copy stream.
-    pub fn enter_start_state(&mut self, graph: &Graph) -> Result<()> {
-        let Some(plan) = self.plan else {
-            return Ok(());
-        };
-        let not_kept = (0..graph.tensors().len() as u32).filter(|&t| {
-            graph.tensors()[t as usize].kind.persists() && plan.keep.binary_search(&t).is_err()
-        });
-        for t in not_kept.chain(plan.leave_at_start.iter().copied()) {
-            if self.mem[t as usize].state == Residency::OnDevice {
-                self.swap_out(graph, t)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// After a run with a swap plan: persistent tensors other than the plan's `keep` (all of
-    /// them after a failure: a clean slate that gives the memory back) go back to the host (a
-    /// copy only when the host copy is stale), so every run starts from the same state.
-    fn return_persistent_to_host(&mut self, graph: &Graph, including_kept: bool) -> Result<()> {
-        let keep: &[u32] = match self.plan {
-            Some(p) if !including_kept => &p.keep,
-            _ => &[],
-        };
-        for (t, tensor) in graph.tensors().iter().enumerate() {
-            if tensor.kind.persists()
-                && self.mem[t].state == Residency::OnDevice
-                && keep.binary_search(&(t as u32)).is_err()
-            {
-                self.swap_out(graph, t as u32)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// An intermediate after its last use: its device block and host slot go back.
+    /// An intermediate after its last use (or dropped): its device block and host slot go back.
     fn discard(&mut self, t: u32) {
         let m = &mut self.mem[t as usize];
-        let device = m.device.take();
-        let host = m.host.take();
-        let (copied_in, copied_out) = (m.copy_in, m.copy_out);
-        m.state = Residency::Unallocated;
-        m.host_valid = false;
-        if let (Some(ptr), None) = (device, &self.layout) {
-            self.give(ptr);
+        let (copied_in, copied_out) = (m.event(true), m.event(false));
+        let (device, host) = m.discard();
+        // (Only intermediates are discarded: in planned mode they live in the arena.)
+        if let (Some(ptr), None) = (device, self.arena) {
+            self.give(Buf::Tensor(t), ptr);
         }
         if let Some(slot) = host {
             // The slot is free once the last copies through it are done: an event recorded on
             // the copy-out stream after it has waited for the last copy-in covers both.
             let freed = (|| -> Result<()> {
-                let backing = crate::memory::PinnedBacking(self.device);
+                let backing = PinnedBacking(self.device);
                 if copied_in.is_none() && copied_out.is_none() {
                     return Ok(self.pinned.free(&backing, slot)?);
                 }
@@ -685,11 +296,7 @@ impl<'a> Executor<'a> {
                 }
                 let event = self.event_of(t, false)?;
                 self.device.record_event(event, self.streams.copy_out)?;
-                Ok(self.pinned.free_after_event(
-                    &crate::memory::PinnedBacking(self.device),
-                    slot,
-                    event,
-                )?)
+                Ok(self.pinned.free_after_event(&backing, slot, event)?)
             })();
             if let Err(e) = freed {
                 log::error!("returning a host slot to the pinned pool: {e}");
@@ -697,19 +304,31 @@ impl<'a> Executor<'a> {
         }
     }
 
-    fn give(&mut self, ptr: DevPtr) {
-        // The pointer came from this pool; failure would be a bug in the step program, and
-        // leaking is the safe outcome.
+    /// Returns a block to the pool. The pointer came from this pool; failure would be a bug in
+    /// the step program, and leaking is the safe outcome.
+    fn give(&mut self, buf: Buf, ptr: DevPtr) {
+        if let Some(trace) = self.trace.as_deref_mut() {
+            trace.push(PoolCall::Free { buf });
+        }
         if let Err(e) = self.pool.free(&DeviceBacking(self.device), ptr) {
             log::error!("returning a transient buffer to the pool: {e}");
         }
     }
 
-    fn give_workspaces(&mut self) {
-        if self.layout.is_none() {
+    /// Returns node `n`'s pool workspaces, in index order.
+    fn give_workspaces(&mut self, n: u32) {
+        if self.arena.is_none() {
             let workspaces = std::mem::take(&mut self.workspaces);
-            for &ptr in &workspaces {
-                self.give(ptr);
+            for (i, &ptr) in workspaces.iter().enumerate() {
+                if ptr != 0 {
+                    self.give(
+                        Buf::Workspace {
+                            node: n,
+                            index: i as u32,
+                        },
+                        ptr,
+                    );
+                }
             }
             self.workspaces = workspaces;
         }
@@ -729,25 +348,22 @@ impl<'a> Executor<'a> {
         };
         drain(self.device, self.streams);
         for m in self.mem.iter_mut() {
-            if m.state == Residency::CopyingToDevice {
-                m.state = Residency::OnDevice;
-            }
+            m.land();
         }
         // A swapping graph starts every run from the host: go back there now too (nothing is
         // lost — a tensor the failed run changed is copied out).
-        if self.plan.is_some() {
-            if let Err(e) = self.return_persistent_to_host(graph, true) {
-                log::warn!("while cleaning up after a failed run: {e}");
+        if self.program.swapping {
+            for (t, tensor) in graph.tensors().iter().enumerate() {
+                if tensor.kind.persists() && self.mem[t].state() == Residency::OnDevice {
+                    if let Err(e) = self.swap_out(graph, t as u32) {
+                        log::warn!("while cleaning up after a failed run: {e}");
+                    }
+                }
             }
             drain(self.device, self.streams);
         }
         for (t, tensor) in graph.tensors().iter().enumerate() {
-            let m = &mut self.mem[t];
-            match m.state {
-                Residency::CopyingToDevice => m.state = Residency::OnDevice,
-                Residency::CopyingToHost => m.state = Residency::OnHost,
-                _ => {}
-            }
+            self.mem[t].land();
             if tensor.kind == TensorKind::Intermediate {
                 self.discard(t as u32);
             }
@@ -757,58 +373,3 @@ impl<'a> Executor<'a> {
         }
     }
 }
-
-/// Packages a host-callback node as device host-work: the buffers are copied into the closure
-/// so it owns everything it touches when the host backend runs it later on the stream worker.
-fn callback_work(
-    cb: HostCallback,
-    node: u32,
-    buffers: &[Buffer],
-    n_in: usize,
-    n_out: usize,
-    params: &[u8],
-) -> crate::device::HostWork {
-    let bufs: Vec<CallbackBuffer> = buffers
-        .iter()
-        .map(|b| CallbackBuffer {
-            ptr: b.ptr as *mut c_void,
-            size: b.bytes as usize,
-        })
-        .collect();
-    let params = params.to_vec();
-    let bufs = SendBuffers(bufs);
-    Box::new(move |stream| {
-        let bufs = bufs;
-        let b = &bufs.0;
-        let args = CallbackArgs {
-            inputs: b.as_ptr(),
-            num_inputs: n_in,
-            outputs: b[n_in..].as_ptr(),
-            num_outputs: n_out,
-            workspaces: b[n_in + n_out..].as_ptr(),
-            num_workspaces: b.len() - n_in - n_out,
-            params: if params.is_empty() {
-                std::ptr::null()
-            } else {
-                params.as_ptr() as *const c_void
-            },
-            params_size: params.len(),
-            stream,
-            node,
-        };
-        // SAFETY: the function pointer and user data were given by the host for this purpose;
-        // `args` and everything it points to live until the call returns.
-        let status = unsafe { crate::kernels::call_callback(cb, &args) };
-        if status == 0 {
-            Ok(())
-        } else {
-            Err(format!(
-                "node {node} (host callback) reported failure {status}"
-            ))
-        }
-    })
-}
-
-struct SendBuffers(Vec<CallbackBuffer>);
-// SAFETY: the pointers are device addresses the callback is entitled to use on its stream.
-unsafe impl Send for SendBuffers {}

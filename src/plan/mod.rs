@@ -1,7 +1,9 @@
 //! Planning: fixed arena offsets for planned mode (`arena` is the general planner; this module
-//! turns a finalized graph into its problem and back).
+//! turns a finalized graph into its problem and back), the swap plan and its timeline model, and
+//! the step program (`program`) that a run executes, compiled from all of them.
 
 pub mod arena;
+pub mod program;
 pub mod swap;
 pub mod swap_model;
 

@@ -19,13 +19,15 @@
 //! again right before that use. Its bytes never cross the link; the producer's inputs gain a use
 //! there (they are kept or brought back for it). Only the plan reruns nodes, and only those.
 //!
-//! `check_with_pool` replays the plan's allocations through a dry run of the real pool, so a plan
-//! that fits on paper fits at run time; the runtime lowers the budget and replans when it does not.
+//! `check_with_pool` replays the pool calls of the plan's compiled step program through a dry run
+//! of the real pool, so a plan that fits on paper fits at run time; the runtime lowers the budget
+//! and replans when it does not.
 
 use crate::device::StreamId;
 use crate::graph::liveness::{round_up, NEVER};
 use crate::graph::{Liveness, Node, Tensor};
-use crate::memory::pool::{DryRunStep, Pool};
+use crate::memory::pool::Pool;
+use crate::plan::program::{PoolWalk, Program};
 use std::collections::BTreeSet;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -640,88 +642,18 @@ fn simulate(
     (plan, end_state)
 }
 
-/// Replays the allocations the executor will make under `plan` through a dry run of `pool` (its
-/// current state and limit). Returns the index of the first node that would not fit.
+/// Replays the pool calls of `program` (compiled for a swap plan) through a dry run of the real
+/// pool: `Err(node)` names the node of the first call that fails. The walk is the executor's own
+/// order, so a program that passes makes the same calls at run time.
 pub fn check_with_pool(
     tensors: &[Tensor],
     nodes: &[Node],
-    lv: &Liveness,
-    plan: &SwapPlan,
+    program: &Program,
     pool: &Pool,
     stream: StreamId,
 ) -> Result<(), u32> {
-    let mut steps: Vec<DryRunStep> = Vec::new();
-    let mut step_node: Vec<u32> = Vec::new();
-    let mut block: Vec<Option<usize>> = vec![None; tensors.len()];
-    let mut push = |steps: &mut Vec<DryRunStep>, node: u32, s: DryRunStep| {
-        steps.push(s);
-        step_node.push(node);
-        steps.len() - 1
-    };
-    for &t in &plan.keep {
-        let bytes = tensors[t as usize].size;
-        block[t as usize] = Some(push(&mut steps, 0, DryRunStep::Alloc { bytes, stream }));
-    }
-    for &t in &plan.leave_at_start {
-        if let Some(step) = block[t as usize].take() {
-            push(&mut steps, 0, DryRunStep::Free { step });
-        }
-    }
-    for (n, node) in nodes.iter().enumerate() {
-        let n32 = n as u32;
-        // In the executor's order: returns, recomputes (with their producers' workspaces), the
-        // node's own tensors.
-        let mut order: Vec<(u32, &[u64])> = Vec::new();
-        order.extend(plan.prefetch_before[n].iter().map(|&t| (t, &[][..])));
-        for &x in &plan.recompute_before[n] {
-            let p = &nodes[tensors[x as usize].producer.expect("planned") as usize];
-            order.extend(p.inputs.iter().map(|&t| (t, &[][..])));
-            order.push((x, &p.workspaces[..]));
-        }
-        order.extend(node_tensors(node).into_iter().map(|t| (t, &[][..])));
-        for (t, workspaces) in order {
-            if block[t as usize].is_none() {
-                let bytes = tensors[t as usize].size;
-                block[t as usize] =
-                    Some(push(&mut steps, n32, DryRunStep::Alloc { bytes, stream }));
-            }
-            let ws: Vec<usize> = workspaces
-                .iter()
-                .map(|&bytes| push(&mut steps, n32, DryRunStep::Alloc { bytes, stream }))
-                .collect();
-            for step in ws {
-                push(&mut steps, n32, DryRunStep::Free { step });
-            }
-        }
-        let ws: Vec<usize> = node
-            .workspaces
-            .iter()
-            .map(|&bytes| push(&mut steps, n32, DryRunStep::Alloc { bytes, stream }))
-            .collect();
-        for step in ws {
-            push(&mut steps, n32, DryRunStep::Free { step });
-        }
-        for &t in &node_tensors(node) {
-            if !tensors[t as usize].kind.persists() && lv.last_use[t as usize] == Some(n32) {
-                if let Some(step) = block[t as usize].take() {
-                    push(&mut steps, n32, DryRunStep::Free { step });
-                }
-            }
-        }
-        for &t in plan.swap_out_after[n].iter().chain(&plan.drop_after[n]) {
-            if let Some(step) = block[t as usize].take() {
-                push(&mut steps, n32, DryRunStep::Free { step });
-            }
-        }
-    }
-    let last = nodes.len() as u32;
-    for &t in &plan.prefetch_before[nodes.len()] {
-        if block[t as usize].is_none() {
-            let bytes = tensors[t as usize].size;
-            block[t as usize] = Some(push(&mut steps, last, DryRunStep::Alloc { bytes, stream }));
-        }
-    }
-    pool.dry_run(&steps)
+    let walk = PoolWalk::runs(tensors, nodes, program, 2);
+    pool.dry_run(&walk.dry_run_steps(stream))
         .map(|_| ())
-        .map_err(|(i, _)| step_node[i])
+        .map_err(|(i, _)| walk.call_node[i])
 }

@@ -9,8 +9,8 @@
 //! plans by, not measurements.
 
 use crate::graph::liveness::round_up;
-use crate::graph::{Liveness, Node, Tensor};
-use crate::plan::swap::SwapPlan;
+use crate::graph::{Node, Tensor};
+use crate::plan::program::{Program, Step};
 
 #[derive(Clone, Debug, Default)]
 pub struct Estimate {
@@ -43,14 +43,14 @@ pub struct Link {
     pub out_gbps: f64,
 }
 
-/// Estimates the step time of one run under `plan`, nodes costing `cost_ms`. Like the
-/// executor, an allocation that finds no free memory takes one pending block (only its user
-/// waits for its copy), else waits for every pending copy-out on the compute stream.
+/// Estimates the step time of one run of `program` (compiled for a swap plan), nodes costing
+/// `cost_ms`. It walks the program's steps as the executor does: an allocation that finds no
+/// free memory takes one pending block (only its user waits for its copy), else waits for every
+/// pending copy-out on the compute stream.
 pub fn estimate(
     tensors: &[Tensor],
     nodes: &[Node],
-    lv: &Liveness,
-    plan: &SwapPlan,
+    program: &Program,
     cost_ms: &[f64],
     link: Link,
     align: u64,
@@ -61,41 +61,192 @@ pub fn estimate(
     let mut at = vec![Where::Host; tensors.len()];
     let mut host_valid: Vec<bool> = tensors.iter().map(|t| t.kind.persists()).collect();
     let mut out_done = vec![0.0f64; tensors.len()];
-    let (mut compute, mut copy_in, mut copy_out) = (0.0f64, 0.0f64, 0.0f64);
-    let mut e = Estimate::default();
-    let mut allocated: u64 = 0;
-    let mut pending: Vec<Pending> = Vec::new();
-    let budget = plan.budget;
-    for &t in &plan.keep {
+    let mut m = Model {
+        e: Estimate::default(),
+        budget: program.budget,
+        allocated: 0,
+        pending: Vec::new(),
+        compute: 0.0,
+    };
+    let (mut copy_in, mut copy_out) = (0.0f64, 0.0f64);
+    for &t in &program.keep {
         at[t as usize] = Where::Device;
-        allocated += size(t);
+        m.allocated += size(t);
+    }
+    let mut deferred: Vec<u32> = Vec::new();
+    let mut waited_until_last = 0.0f64;
+    let n_nodes = nodes.len() as u32;
+    let start_len = program.start_len(nodes.len());
+    // A tensor the compute stream reads: wait for its copy-in, or copy it in now.
+    let ready =
+        |t: u32, m: &mut Model, at: &mut [Where], copy_in: &mut f64, out_done: &[f64]| match at
+            [t as usize]
+        {
+            Where::Device => {}
+            Where::In(done) => {
+                m.wait(done);
+                at[t as usize] = Where::Device;
+            }
+            Where::Host => {
+                // The model has no fallback eviction: count the bytes, wait for the link.
+                let s = size(t);
+                m.allocated += s;
+                let start = copy_in.max(m.compute).max(out_done[t as usize]);
+                *copy_in = start + ms_in(s);
+                m.e.bytes_in += s;
+                m.wait(*copy_in);
+                at[t as usize] = Where::Device;
+            }
+        };
+    for (i, &step) in program.steps.iter().enumerate() {
+        let node = program.step_node[i];
+        match step {
+            Step::SendHome(t) | Step::CopyOut(t) => {
+                if at[t as usize] != Where::Device {
+                    continue;
+                }
+                let s = size(t);
+                at[t as usize] = Where::Host;
+                if node == n_nodes && i >= start_len {
+                    // End of run: the copies home run after the last node.
+                    if !host_valid[t as usize] {
+                        copy_out = copy_out.max(m.compute) + ms_out(s);
+                        m.e.bytes_out += s;
+                        host_valid[t as usize] = true;
+                    }
+                    continue;
+                }
+                m.allocated -= s;
+                if !host_valid[t as usize] {
+                    let start = copy_out.max(m.compute);
+                    copy_out = start + ms_out(s);
+                    out_done[t as usize] = copy_out;
+                    m.pending.push(Pending {
+                        bytes: s,
+                        done: copy_out,
+                    });
+                    host_valid[t as usize] = true;
+                    m.e.bytes_out += s;
+                }
+            }
+            Step::RetryDeferred | Step::CopyIn(_) => {
+                let waiting = match step {
+                    Step::CopyIn(t) => vec![t],
+                    _ => std::mem::take(&mut deferred),
+                };
+                for t in waiting {
+                    if at[t as usize] != Where::Host {
+                        continue;
+                    }
+                    let s = size(t);
+                    match m.take(s, false) {
+                        Some(ready_at) => {
+                            let start = copy_in
+                                .max(m.compute)
+                                .max(out_done[t as usize])
+                                .max(ready_at);
+                            copy_in = start + ms_in(s);
+                            at[t as usize] = Where::In(copy_in);
+                            m.e.bytes_in += s;
+                        }
+                        None => deferred.push(t),
+                    }
+                }
+            }
+            Step::Recompute {
+                tensor, producer, ..
+            } => {
+                if at[tensor as usize] != Where::Host {
+                    continue;
+                }
+                for &t in &nodes[producer as usize].inputs {
+                    ready(t, &mut m, &mut at, &mut copy_in, &out_done);
+                }
+                m.output(size(tensor));
+                at[tensor as usize] = Where::Device;
+                host_valid[tensor as usize] = false;
+                m.compute += cost_ms[producer as usize];
+                m.e.compute_ms += cost_ms[producer as usize];
+            }
+            Step::Ready(t) | Step::Settle(t) => {
+                if matches!(step, Step::Settle(_)) && !matches!(at[t as usize], Where::In(_)) {
+                    continue;
+                }
+                ready(t, &mut m, &mut at, &mut copy_in, &out_done);
+            }
+            Step::Alloc { node: n, .. } => {
+                for &t in &nodes[n as usize].outputs {
+                    if at[t as usize] == Where::Host {
+                        m.output(size(t));
+                        at[t as usize] = Where::Device;
+                    }
+                    host_valid[t as usize] = false;
+                }
+            }
+            Step::Launch(n) => {
+                m.e.starts
+                    .push((m.compute, m.e.compute_waited_ms - waited_until_last));
+                waited_until_last = m.e.compute_waited_ms;
+                m.compute += cost_ms[n as usize];
+                m.e.compute_ms += cost_ms[n as usize];
+            }
+            Step::FreeWorkspaces(_) => {}
+            Step::Free(t) => {
+                if at[t as usize] != Where::Host {
+                    m.allocated -= size(t);
+                    at[t as usize] = Where::Host;
+                }
+            }
+            Step::Drop(t) => {
+                if at[t as usize] == Where::Device {
+                    m.allocated -= size(t); // no copy: it is recomputed before its next use
+                    at[t as usize] = Where::Host;
+                }
+            }
+        }
+    }
+    m.e.step_ms = m.compute.max(copy_in).max(copy_out);
+    m.e
+}
+
+/// The compute stream's clock and the pool counted in bytes.
+struct Model {
+    e: Estimate,
+    budget: u64,
+    allocated: u64,
+    pending: Vec<Pending>,
+    compute: f64,
+}
+
+impl Model {
+    /// The compute stream waits until `done`.
+    fn wait(&mut self, done: f64) {
+        if done > self.compute {
+            self.e.compute_waited_ms += done - self.compute;
+            self.compute = done;
+        }
     }
 
-    // Memory for `bytes`: free, else pending blocks as the executor takes them. Returns the
-    // time the block is usable, or None when nothing would do.
-    let take = |bytes: u64,
-                allocated: &mut u64,
-                pending: &mut Vec<Pending>,
-                compute: &mut f64,
-                waited: &mut f64,
-                for_compute: bool|
-     -> Option<f64> {
-        let held = *allocated + pending.iter().map(|p| p.bytes).sum::<u64>();
-        if held + bytes <= budget {
-            *allocated += bytes;
+    /// Memory for `bytes`: free, else pending blocks as the executor takes them. Returns the
+    /// time the block is usable, or None when nothing would do.
+    fn take(&mut self, bytes: u64, for_compute: bool) -> Option<f64> {
+        let held = self.allocated + self.pending.iter().map(|p| p.bytes).sum::<u64>();
+        if held + bytes <= self.budget {
+            self.allocated += bytes;
             return Some(0.0);
         }
-        if pending.is_empty() {
+        if self.pending.is_empty() {
             return None;
         }
         // A close fit, as `Pool::take_pending` takes.
-        if let Some(i) = pending
+        if let Some(i) = self
+            .pending
             .iter()
             .position(|p| p.bytes >= bytes && p.bytes - bytes <= bytes / 8)
         {
-            let p = pending.remove(i);
+            let p = self.pending.remove(i);
             if p.bytes > bytes {
-                pending.insert(
+                self.pending.insert(
                     i,
                     Pending {
                         bytes: p.bytes - bytes,
@@ -103,181 +254,30 @@ pub fn estimate(
                     },
                 );
             }
-            *allocated += bytes;
-            if for_compute && p.done > *compute {
-                *waited += p.done - *compute;
-                *compute = p.done;
+            self.allocated += bytes;
+            if for_compute {
+                self.wait(p.done);
             }
             return Some(p.done);
         }
-        let done = pending.iter().map(|p| p.done).fold(0.0, f64::max);
-        if done > *compute {
-            *waited += done - *compute;
-            *compute = done;
-        }
-        pending.clear();
-        if *allocated + bytes <= budget {
-            *allocated += bytes;
+        let done = self.pending.iter().map(|p| p.done).fold(0.0, f64::max);
+        self.wait(done);
+        self.pending.clear();
+        if self.allocated + bytes <= self.budget {
+            self.allocated += bytes;
             Some(0.0)
         } else {
             None
         }
-    };
+    }
 
-    for &t in &plan.leave_at_start {
-        at[t as usize] = Where::Host;
-        allocated -= size(t);
-        if !host_valid[t as usize] {
-            copy_out += ms_out(size(t));
-            out_done[t as usize] = copy_out;
-            pending.push(Pending {
-                bytes: size(t),
-                done: copy_out,
-            });
-            host_valid[t as usize] = true;
-            e.bytes_out += size(t);
+    /// A node's new output: taken like any block, or counted over budget (the real run would
+    /// evict).
+    fn output(&mut self, bytes: u64) {
+        if self.take(bytes, true).is_none() {
+            self.allocated += bytes;
         }
     }
-    let mut deferred: Vec<u32> = Vec::new();
-    let mut waited_until_last = 0.0f64;
-    let n_nodes = nodes.len();
-    for n in 0..=n_nodes {
-        let mut waiting = std::mem::take(&mut deferred);
-        waiting.extend_from_slice(&plan.prefetch_before[n]);
-        for t in waiting {
-            if at[t as usize] != Where::Host {
-                continue;
-            }
-            let s = size(t);
-            match take(
-                s,
-                &mut allocated,
-                &mut pending,
-                &mut compute,
-                &mut e.compute_waited_ms,
-                false,
-            ) {
-                Some(ready) => {
-                    let start = copy_in.max(compute).max(out_done[t as usize]).max(ready);
-                    copy_in = start + ms_in(s);
-                    at[t as usize] = Where::In(copy_in);
-                    e.bytes_in += s;
-                }
-                None => deferred.push(t),
-            }
-        }
-        if n == n_nodes {
-            break;
-        }
-        // The recomputes planned before the node, then the node: each waits for its inputs,
-        // takes memory for its outputs and runs.
-        let node = &nodes[n];
-        let mut work: Vec<(usize, &[u32])> = plan.recompute_before[n]
-            .iter()
-            .map(|x| {
-                (
-                    tensors[*x as usize].producer.expect("planned") as usize,
-                    std::slice::from_ref(x),
-                )
-            })
-            .collect();
-        work.push((n, &node.outputs[..]));
-        for (k, outputs) in work {
-            for &t in &nodes[k].inputs {
-                match at[t as usize] {
-                    Where::Device => {}
-                    Where::In(done) => {
-                        if done > compute {
-                            e.compute_waited_ms += done - compute;
-                            compute = done;
-                        }
-                        at[t as usize] = Where::Device;
-                    }
-                    Where::Host => {
-                        // The model has no fallback eviction: count the bytes, wait for the link.
-                        let s = size(t);
-                        allocated += s;
-                        let start = copy_in.max(compute).max(out_done[t as usize]);
-                        copy_in = start + ms_in(s);
-                        e.bytes_in += s;
-                        e.compute_waited_ms += (copy_in - compute).max(0.0);
-                        compute = compute.max(copy_in);
-                        at[t as usize] = Where::Device;
-                    }
-                }
-            }
-            for &t in outputs {
-                if at[t as usize] == Where::Host {
-                    let s = size(t);
-                    if take(
-                        s,
-                        &mut allocated,
-                        &mut pending,
-                        &mut compute,
-                        &mut e.compute_waited_ms,
-                        true,
-                    )
-                    .is_none()
-                    {
-                        allocated += s; // over budget: the real run would evict
-                    }
-                    at[t as usize] = Where::Device;
-                }
-                host_valid[t as usize] = false;
-            }
-            if k == n {
-                e.starts
-                    .push((compute, e.compute_waited_ms - waited_until_last));
-                waited_until_last = e.compute_waited_ms;
-            }
-            compute += cost_ms[k];
-            e.compute_ms += cost_ms[k];
-        }
-        for &t in &lv.frees[n] {
-            if at[t as usize] != Where::Host {
-                allocated -= size(t);
-                at[t as usize] = Where::Host;
-            }
-        }
-        for &t in &plan.drop_after[n] {
-            if at[t as usize] == Where::Device {
-                allocated -= size(t); // no copy: it is recomputed before its next use
-                at[t as usize] = Where::Host;
-            }
-        }
-        for &t in &plan.swap_out_after[n] {
-            if at[t as usize] != Where::Device {
-                continue;
-            }
-            let s = size(t);
-            allocated -= s;
-            at[t as usize] = Where::Host;
-            if !host_valid[t as usize] {
-                let start = copy_out.max(compute);
-                copy_out = start + ms_out(s);
-                out_done[t as usize] = copy_out;
-                pending.push(Pending {
-                    bytes: s,
-                    done: copy_out,
-                });
-                host_valid[t as usize] = true;
-                e.bytes_out += s;
-            }
-        }
-    }
-    // End of run: every persistent tensor still on the device and not kept goes home.
-    for t in 0..tensors.len() {
-        if tensors[t].kind.persists()
-            && at[t] == Where::Device
-            && plan.keep.binary_search(&(t as u32)).is_err()
-            && !host_valid[t]
-        {
-            copy_out = copy_out.max(compute) + ms_out(size(t as u32));
-            e.bytes_out += size(t as u32);
-        }
-    }
-    e.step_ms = compute.max(copy_in).max(copy_out);
-    e
 }
 
 /// The index of the estimate with the shortest step (the first of equals: candidates come
@@ -297,9 +297,24 @@ pub fn choose(estimates: &[Estimate]) -> usize {
 mod tests {
     use super::*;
     use crate::device::LaunchDims;
+    use crate::graph::Liveness;
     use crate::graph::TensorKind;
     use crate::kernels::{CallbackArgs, HostCallback, Kernel};
-    use crate::plan::swap::plan_swaps;
+    use crate::plan::swap::{plan_swaps, SwapPlan};
+
+    /// `estimate` of `plan`'s compiled program.
+    fn estimate_plan(
+        tensors: &[Tensor],
+        nodes: &[Node],
+        lv: &Liveness,
+        plan: &SwapPlan,
+        cost_ms: &[f64],
+        link: Link,
+        align: u64,
+    ) -> Estimate {
+        let program = Program::compile(tensors, nodes, lv, Some(plan), None);
+        estimate(tensors, nodes, &program, cost_ms, link, align)
+    }
 
     unsafe extern "C" fn nothing(_: *const CallbackArgs, _: *mut std::ffi::c_void) -> i32 {
         0
@@ -378,7 +393,7 @@ mod tests {
         let mut plan = empty_plan(2, 10 * MB);
         plan.prefetch_before[0].push(p);
         plan.swap_out_after[0].push(p);
-        let e = estimate(&c.tensors, &c.nodes, &lv, &plan, &c.cost, SLOW, 1);
+        let e = estimate_plan(&c.tensors, &c.nodes, &lv, &plan, &c.cost, SLOW, 1);
         // p comes in over [0, 1]; node 0 runs over [1, 3] (it waited 1 ms), node 1 over [3, 4];
         // p leaves clean (no copy), out is copied home over [4, 5].
         assert_eq!(e.starts, vec![(1.0, 1.0), (3.0, 0.0)]);
@@ -389,7 +404,7 @@ mod tests {
         // The same graph when p stays on the device across runs: nothing waits, nothing comes in.
         let mut kept = empty_plan(2, 10 * MB);
         kept.keep.push(p);
-        let e = estimate(&c.tensors, &c.nodes, &lv, &kept, &c.cost, SLOW, 1);
+        let e = estimate_plan(&c.tensors, &c.nodes, &lv, &kept, &c.cost, SLOW, 1);
         assert_eq!(e.starts, vec![(0.0, 0.0), (2.0, 0.0)]);
         assert_eq!((e.bytes_in, e.bytes_out), (0, MB));
         assert!((e.step_ms - 4.0).abs() < 1e-9, "{}", e.step_ms);
@@ -414,7 +429,7 @@ mod tests {
         plan.keep.push(x);
         plan.swap_out_after[0].push(x);
         plan.swap_out_after[1].push(a);
-        let e = estimate(&c.tensors, &c.nodes, &lv, &plan, &c.cost, SLOW, 1);
+        let e = estimate_plan(&c.tensors, &c.nodes, &lv, &plan, &c.cost, SLOW, 1);
         assert_eq!(e.starts, vec![(0.0, 0.0), (1.0, 0.0), (3.0, 1.0)]);
         // a, then b and y (sent home at the end: [4, 5], [5, 6]).
         assert_eq!((e.bytes_out, e.bytes_in), (3 * MB, 0));
@@ -493,7 +508,9 @@ mod tests {
                 );
                 let est: Vec<Estimate> = cands
                     .iter()
-                    .map(|(_, p)| estimate(&c.tensors, &c.nodes, &lv, p, &c.cost, H200_LINK, align))
+                    .map(|(_, p)| {
+                        estimate_plan(&c.tensors, &c.nodes, &lv, p, &c.cost, H200_LINK, align)
+                    })
                     .collect();
                 for ((policy, plan), e) in cands.iter().zip(&est) {
                     assert!(plan.infeasible_nodes.is_empty());

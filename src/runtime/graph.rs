@@ -3,11 +3,12 @@
 
 use super::{Error, MemoryMode, Result, Runtime, ALIGNMENT};
 use crate::device::{DevPtr, DeviceError, EventId, GraphExecId};
-use crate::exec::{Executor, FixedLayout, RunProfile};
+use crate::exec::{ExecTarget, Executor, RunProfile};
 use crate::graph::{Graph, TensorKind};
 use crate::kernels::Kernel;
 use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
+use crate::plan::program::{PoolCall, PoolWalk, Program};
 use crate::plan::swap::{candidates, check_with_pool, plan_swaps, Policy, SwapPlan};
 use crate::plan::swap_model::{choose, estimate, Link};
 use crate::plan::{plan_graph_arena, ArenaLayout};
@@ -47,6 +48,10 @@ pub struct RuntimeGraph {
     swap_chosen: bool,
     replay: Replay,
     successful_runs: u64,
+    /// What a run executes: compiled at finalize, and again whenever the swap plan changes.
+    program: Program,
+    /// The pool calls of the last run, while `record_pool_calls` is on.
+    pool_calls: Option<Vec<PoolCall>>,
 }
 
 impl RuntimeGraph {
@@ -63,6 +68,8 @@ impl RuntimeGraph {
             swap_chosen: false,
             replay: Replay::NotYet,
             successful_runs: 0,
+            program: Program::default(),
+            pool_calls: None,
         }
     }
 
@@ -94,7 +101,7 @@ impl RuntimeGraph {
         self.mem
             .iter()
             .zip(tensors)
-            .filter(|(m, t)| m.device.is_some() && t.kind.persists())
+            .filter(|(m, t)| m.device().is_some() && t.kind.persists())
             .map(|(_, t)| crate::graph::liveness::round_up(t.size, ALIGNMENT))
             .sum::<u64>()
             + crate::graph::liveness::round_up(arena, ALIGNMENT)
@@ -108,6 +115,11 @@ impl RuntimeGraph {
     /// Finalizes the graph: liveness, then the arena or swap plan. On failure the graph is left
     /// as it was, unfinalized, so that it can neither run a half-made plan nor hide the error.
     pub fn finalize(&mut self) -> Result<()> {
+        if self.graph.is_finalized() {
+            return Err(Error::InvalidState(
+                "the graph is finalized already; it can no longer be changed".into(),
+            ));
+        }
         let result = self.compile();
         if result.is_err() {
             self.graph.unfinalize();
@@ -115,8 +127,45 @@ impl RuntimeGraph {
             self.swap = None;
             self.swap_candidates.clear();
             self.replay = Replay::NotYet;
+            self.program = Program::default();
         }
         result
+    }
+
+    /// Compiles the step program for the current liveness, arena and swap plan.
+    fn recompile(&mut self) {
+        let lv = self.graph.liveness().expect("finalized");
+        self.program = Program::compile(
+            self.graph.tensors(),
+            self.graph.nodes(),
+            lv,
+            self.swap.as_ref(),
+            self.arena.as_ref().map(|(layout, _)| layout),
+        );
+    }
+
+    /// The swap plan `plan` from now on, and its program.
+    fn set_swap_plan(&mut self, plan: SwapPlan) {
+        self.swap = Some(plan);
+        self.recompile();
+    }
+
+    /// Starts (or stops) recording the pool calls each run makes (`last_pool_calls`).
+    pub fn record_pool_calls(&mut self, on: bool) {
+        self.pool_calls = on.then(Vec::new);
+    }
+
+    /// The pool calls the last run made, while recording.
+    pub fn last_pool_calls(&self) -> Option<&[PoolCall]> {
+        self.pool_calls.as_deref()
+    }
+
+    /// The pool calls the dry run of the current program makes: what a run that goes as planned
+    /// makes, from the plan's canonical start (a swapping graph's runs after its first).
+    pub fn planned_pool_calls(&self) -> Vec<PoolCall> {
+        PoolWalk::new(self.graph.tensors(), self.graph.nodes(), &self.program)
+            .run_calls()
+            .to_vec()
     }
 
     fn compile(&mut self) -> Result<()> {
@@ -162,6 +211,7 @@ impl RuntimeGraph {
             );
             self.replay = Replay::Off;
         }
+        self.recompile();
         Ok(())
     }
 
@@ -175,8 +225,12 @@ impl RuntimeGraph {
         let available = limit.saturating_sub(st.pool.stats().allocated_bytes);
         let mut budget = available;
         let mut plan = plan_swaps(tensors, nodes, lv, budget, ALIGNMENT);
+        let check = |plan: &SwapPlan| {
+            let program = Program::compile(tensors, nodes, lv, Some(plan), None);
+            check_with_pool(tensors, nodes, &program, &st.pool, rt.compute)
+        };
         for _ in 0..8 {
-            match check_with_pool(tensors, nodes, lv, &plan, &st.pool, rt.compute) {
+            match check(&plan) {
                 Ok(()) => break,
                 Err(node) => {
                     log::debug!("swap plan for {budget} bytes fails the pool's dry run at node {node}; replanning");
@@ -199,8 +253,7 @@ impl RuntimeGraph {
         let mut candidates = candidates(tensors, nodes, lv, plan.budget, ALIGNMENT);
         candidates.retain(|(_, p)| {
             *p == plan
-                || (p.infeasible_nodes.len() <= plan.infeasible_nodes.len()
-                    && check_with_pool(tensors, nodes, lv, p, &st.pool, rt.compute).is_ok())
+                || (p.infeasible_nodes.len() <= plan.infeasible_nodes.len() && check(p).is_ok())
         });
         if candidates.len() < 2 {
             candidates.clear();
@@ -223,7 +276,7 @@ impl RuntimeGraph {
                 self.swap_policies()
             )));
         };
-        self.swap = Some(self.swap_candidates[i].1.clone());
+        self.set_swap_plan(self.swap_candidates[i].1.clone());
         self.swap_chosen = true;
         Ok(())
     }
@@ -266,7 +319,10 @@ impl RuntimeGraph {
         };
         let estimates: Vec<_> = candidates
             .iter()
-            .map(|(_, p)| estimate(tensors, nodes, lv, p, &cost, link, ALIGNMENT))
+            .map(|(_, p)| {
+                let program = Program::compile(tensors, nodes, lv, Some(p), None);
+                estimate(tensors, nodes, &program, &cost, link, ALIGNMENT)
+            })
             .collect();
         let best = choose(&estimates);
         for ((policy, plan), e) in candidates.iter().zip(&estimates) {
@@ -291,7 +347,7 @@ impl RuntimeGraph {
             candidates[best].1.bytes_in
         );
         if best != 0 {
-            self.swap = Some(candidates[best].1.clone());
+            self.set_swap_plan(candidates[best].1.clone());
         }
     }
 
@@ -364,14 +420,10 @@ impl RuntimeGraph {
     fn settle(&mut self, t: u32) -> Result<()> {
         let rt = &self.runtime;
         let m = &mut self.mem[t as usize];
-        for event in [m.copy_out, m.copy_in].into_iter().flatten() {
+        for event in [m.event(false), m.event(true)].into_iter().flatten() {
             rt.device.event_synchronize(event)?;
         }
-        m.state = match m.state {
-            Residency::CopyingToHost => Residency::OnHost,
-            Residency::CopyingToDevice => Residency::OnDevice,
-            s => s,
-        };
+        m.land();
         Ok(())
     }
 
@@ -384,36 +436,37 @@ impl RuntimeGraph {
         let rt = Arc::clone(&self.runtime);
         let mut st = rt.lock_for_call()?;
         let bytes = data.len() as u64;
-        let to_host = match self.mem[t as usize].state {
+        let to_host = match self.mem[t as usize].state() {
             Residency::OnHost => true,
             Residency::Unallocated => self.swap.is_some(),
             _ => false,
         };
         let m = &mut self.mem[t as usize];
         if to_host {
-            let slot = match m.host {
+            let slot = match m.host() {
                 Some(slot) => slot,
-                None => *m.host.insert(st.pinned.alloc(
-                    &PinnedBacking(rt.device()),
-                    bytes,
-                    crate::device::StreamId(0),
-                )?),
+                None => {
+                    let slot = st.pinned.alloc(
+                        &PinnedBacking(rt.device()),
+                        bytes,
+                        crate::device::StreamId(0),
+                    )?;
+                    m.give_host_slot(slot);
+                    slot
+                }
             };
             // SAFETY: the slot holds `bytes` bytes and no copy uses it (settled above).
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), slot as *mut u8, data.len()) };
-            m.host_valid = true;
-            m.state = Residency::OnHost;
+            m.written_on_host();
         } else {
-            let ptr = match m.device {
+            let ptr = match m.device() {
                 Some(p) => p,
-                None => *m.device.insert(st.pool.alloc(
-                    &DeviceBacking(rt.device()),
-                    bytes,
-                    rt.compute,
-                )?),
+                None => st
+                    .pool
+                    .alloc(&DeviceBacking(rt.device()), bytes, rt.compute)?,
             };
-            m.state = Residency::OnDevice;
-            m.host_valid = false;
+            m.placed(ptr);
+            m.overwritten();
             // SAFETY: `data` outlives the copy: the stream is synchronised before we return.
             unsafe {
                 rt.device
@@ -439,7 +492,7 @@ impl RuntimeGraph {
         let rt = &self.runtime;
         let _st = rt.lock_for_call()?;
         let m = &self.mem[t as usize];
-        match (m.state, m.device, m.host) {
+        match (m.state(), m.device(), m.host()) {
             (Residency::OnDevice, Some(ptr), _) => {
                 // SAFETY: `out` outlives the copy: the stream is synchronised before we return.
                 unsafe {
@@ -448,7 +501,7 @@ impl RuntimeGraph {
                 };
                 rt.device.stream_synchronize(rt.compute)?;
             }
-            (Residency::OnHost, _, Some(slot)) if m.host_valid => {
+            (Residency::OnHost, _, Some(slot)) if m.host_valid() => {
                 // SAFETY: the slot holds the tensor's bytes and no copy uses it (settled above).
                 unsafe {
                     std::ptr::copy_nonoverlapping(slot as *const u8, out.as_mut_ptr(), out.len())
@@ -563,11 +616,7 @@ impl RuntimeGraph {
         st.counters.add_run(&counters, (wait_ms * 1e6) as u64);
         // Every copy is done: in-flight states have landed.
         for m in &mut self.mem {
-            m.state = match m.state {
-                Residency::CopyingToHost => Residency::OnHost,
-                Residency::CopyingToDevice => Residency::OnDevice,
-                s => s,
-            };
+            m.land();
         }
         queued?;
         finished?;
@@ -589,9 +638,7 @@ impl RuntimeGraph {
                 log::warn!("moving tensors to the tuned swap plan's starting state: {e}");
             }
             for m in &mut self.mem {
-                if m.state == Residency::CopyingToHost {
-                    m.state = Residency::OnHost;
-                }
+                m.land();
             }
         }
         for (t, tensor) in self.graph.tensors().iter().enumerate() {
@@ -624,28 +671,26 @@ impl RuntimeGraph {
         what: impl FnOnce(&mut Executor<'_>, &Graph) -> Result<()>,
         profiled: bool,
     ) -> (Result<()>, crate::exec::RunCounters) {
+        if let Some(calls) = &mut self.pool_calls {
+            calls.clear();
+        }
         let mut exec = Executor::new(
-            rt.device(),
-            rt.streams,
-            &mut st.pool,
-            &mut st.pinned,
-            fixed_layout(&self.arena),
-            &mut self.mem,
-            self.swap.as_ref(),
-            &mut st.stall_pairs,
+            ExecTarget {
+                device: rt.device(),
+                streams: rt.streams,
+                pool: &mut st.pool,
+                pinned: &mut st.pinned,
+                program: &self.program,
+                arena: self.arena.as_ref().and_then(|(_, base)| *base),
+                mem: &mut self.mem,
+                stall_pairs: &mut st.stall_pairs,
+            },
             profiled.then_some(&mut self.profile),
+            self.pool_calls.as_mut(),
         );
         let r = what(&mut exec, &self.graph);
         (r, exec.counters)
     }
-}
-
-fn fixed_layout(arena: &Option<(ArenaLayout, Option<DevPtr>)>) -> Option<FixedLayout<'_>> {
-    arena.as_ref().map(|(layout, base)| FixedLayout {
-        base: base.unwrap_or(0),
-        tensor_offsets: &layout.tensor_offsets,
-        workspace_offsets: &layout.workspace_offsets,
-    })
 }
 
 /// Starts capturing the compute stream; on failure logs why and returns false.
@@ -669,27 +714,25 @@ impl Drop for RuntimeGraph {
         let mut st = rt.lock();
         let st = &mut *st;
         let arena = self.arena.as_mut().and_then(|(_, base)| base.take());
-        for ptr in self
-            .mem
-            .iter_mut()
-            .filter_map(|m| m.device.take())
-            .chain(arena)
-        {
-            if let Err(e) = st.pool.free(&DeviceBacking(rt.device()), ptr) {
-                log::error!("releasing a graph's tensor: {e}");
-            }
-        }
         for event in self.profile.events() {
             let _ = rt.device.destroy_event(event);
         }
+        let mut blocks: Vec<DevPtr> = arena.into_iter().collect();
         for m in &mut self.mem {
-            if let Some(slot) = m.host.take() {
+            for event in m.take_events() {
+                let _ = rt.device.destroy_event(event);
+            }
+            let (device, host) = m.discard();
+            blocks.extend(device);
+            if let Some(slot) = host {
                 if let Err(e) = st.pinned.free(&PinnedBacking(rt.device()), slot) {
                     log::error!("releasing a graph's host slot: {e}");
                 }
             }
-            for event in [m.copy_in.take(), m.copy_out.take()].into_iter().flatten() {
-                let _ = rt.device.destroy_event(event);
+        }
+        for ptr in blocks {
+            if let Err(e) = st.pool.free(&DeviceBacking(rt.device()), ptr) {
+                log::error!("releasing a graph's tensor: {e}");
             }
         }
         // Blocks freed pending on this graph's (now destroyed, completed) events are free.

@@ -1,0 +1,268 @@
+//! Device memory for a node's batch of new buffers, and the fallback when the pool has no room:
+//! blocks pending on copy-outs taken back, the farthest-used tensor evicted (Belady), and as a
+//! last resort the node's own inputs repacked on a clean slate.
+
+use super::Executor;
+use crate::device::DevPtr;
+use crate::graph::liveness::NEVER;
+use crate::graph::Graph;
+use crate::memory::pool::PoolError;
+use crate::memory::residency::Residency;
+use crate::memory::DeviceBacking;
+use crate::plan::program::{Buf, PoolCall};
+use crate::runtime::error::{Error, Result};
+
+impl Executor<'_> {
+    /// Memory for node `n`'s batch (`Alloc` step): arena entries are placed, pool entries taken
+    /// largest first. If that fails with nothing left to evict, the node's own blocks are
+    /// returned, cached segments released, and the batch tried once more on a clean slate
+    /// before the node is declared too large.
+    pub(super) fn alloc_node_buffers(
+        &mut self,
+        graph: &Graph,
+        n: u32,
+        first: u32,
+        count: u32,
+    ) -> Result<()> {
+        let node = &graph.nodes()[n as usize];
+        self.workspaces.clear();
+        self.workspaces.resize(node.workspaces.len(), 0);
+        let mut result = self.take_batch(graph, first, count, &node.inputs);
+        if matches!(result, Err(Error::OutOfMemory(_))) {
+            // An output the node overwrites but does not read, still on the device from an
+            // earlier run, may sit where the rest needs room: send it out (its contents kept
+            // on the host should the node fail after all) and take it fresh with the rest.
+            let stale: Vec<u32> = node
+                .outputs
+                .iter()
+                .copied()
+                .filter(|&t| {
+                    !node.inputs.contains(&t)
+                        && self.mem[t as usize].state() == Residency::OnDevice
+                        && !self.in_arena(graph, t)
+                })
+                .collect();
+            if !stale.is_empty() {
+                for &t in &stale {
+                    self.counters.evictions += 1;
+                    if let Err(e) = self.swap_out(graph, t) {
+                        result = Err(e);
+                    }
+                }
+                if result
+                    .as_ref()
+                    .is_err_and(|e| matches!(e, Error::OutOfMemory(_)))
+                {
+                    self.workspaces.resize(node.workspaces.len(), 0); // cleared by the failure
+                    result = self.take_batch(graph, first, count, &node.inputs);
+                }
+            }
+        }
+        result
+    }
+
+    /// Takes the program's batch `first..first + count` for the node being queued, which reads
+    /// `inputs`: arena entries at their offsets, outputs already on the device skipped, the
+    /// rest from the pool in the batch's order. See `alloc_node_buffers`.
+    pub(super) fn take_batch(
+        &mut self,
+        graph: &Graph,
+        first: u32,
+        count: u32,
+        inputs: &[u32],
+    ) -> Result<()> {
+        let program = self.program;
+        let batch = program.batch(first, count);
+        let tensors = graph.tensors();
+        let mut taken = std::mem::take(&mut self.scratch_taken);
+        let mut last_error = None;
+        for attempt in 0..2 {
+            taken.clear();
+            let mut failed = None;
+            for e in batch {
+                let skip = match e.buf {
+                    Buf::Tensor(t) => e.arena.is_some() || self.mem[t as usize].on_device(),
+                    Buf::Workspace { .. } => e.arena.is_some(),
+                };
+                if skip {
+                    taken.push(0);
+                    continue;
+                }
+                if let Some(trace) = self.trace.as_deref_mut() {
+                    trace.push(PoolCall::Alloc {
+                        buf: e.buf,
+                        bytes: e.bytes,
+                    });
+                }
+                match self.alloc(graph, e.bytes) {
+                    Ok(ptr) => taken.push(ptr),
+                    Err(err) => {
+                        let what = match e.buf {
+                            Buf::Workspace { index, .. } => {
+                                format!("workspace {index} of {} bytes", e.bytes)
+                            }
+                            Buf::Tensor(t) => {
+                                format!("its output {}", tensors[t as usize].describe(t))
+                            }
+                        };
+                        failed = Some(err.context(format!("allocating {what}")));
+                        break;
+                    }
+                }
+            }
+            match failed {
+                None => {
+                    let base = self.arena.unwrap_or(0);
+                    for (e, &ptr) in batch.iter().zip(taken.iter()) {
+                        let ptr = match e.arena {
+                            Some(offset) => base + offset,
+                            None if ptr == 0 => continue, // already on the device
+                            None => ptr,
+                        };
+                        match e.buf {
+                            Buf::Workspace { index, .. } => self.workspaces[index as usize] = ptr,
+                            Buf::Tensor(t) => self.mem[t as usize].placed(ptr),
+                        }
+                    }
+                    self.scratch_taken = taken;
+                    return Ok(());
+                }
+                Some(err) => {
+                    for (e, &ptr) in batch.iter().zip(taken.iter()) {
+                        if ptr != 0 && e.arena.is_none() {
+                            self.give(e.buf, ptr);
+                        }
+                    }
+                    let out_of_memory = matches!(err, Error::OutOfMemory(_));
+                    last_error = Some(err);
+                    if !out_of_memory || attempt == 1 {
+                        break;
+                    }
+                    if let Err(e) = self.repack_inputs(graph, inputs) {
+                        self.scratch_taken = taken;
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        self.scratch_taken = taken;
+        self.workspaces.clear();
+        Err(last_error.expect("a failed attempt left its error"))
+    }
+
+    /// Last resort before declaring the node too large: the resident `inputs` of what is being
+    /// queued may sit in segments whose free space is too fragmented for the rest. Send them
+    /// out, take back every block pending on a copy, release every free segment, and bring the
+    /// inputs back largest first.
+    fn repack_inputs(&mut self, graph: &Graph, inputs: &[u32]) -> Result<()> {
+        let mut inputs: Vec<u32> = inputs.to_vec();
+        inputs.sort_unstable();
+        inputs.dedup();
+        let movable: Vec<u32> = inputs
+            .into_iter()
+            .filter(|&t| !self.in_arena(graph, t))
+            .collect();
+        for &t in &movable {
+            if self.mem[t as usize].state() == Residency::OnDevice {
+                self.counters.evictions += 1;
+                self.swap_out(graph, t)?;
+            }
+        }
+        self.take_back_all_pending()?;
+        self.pool.release_cached(&DeviceBacking(self.device))?;
+        let mut by_size = movable;
+        by_size.sort_unstable_by_key(|&t| std::cmp::Reverse(graph.tensors()[t as usize].size));
+        for t in by_size {
+            self.ensure_resident(graph, t)?;
+        }
+        Ok(())
+    }
+
+    /// Device memory (for the compute stream) from the pool; on failure takes one block pending
+    /// on a copy-out (the compute stream waits for that copy alone), else all of them, then
+    /// evicts the resident tensor used farthest in the future, and retries.
+    pub(super) fn alloc(&mut self, graph: &Graph, bytes: u64) -> Result<DevPtr> {
+        loop {
+            self.counters.pool_allocs += 1;
+            match self
+                .pool
+                .alloc(&DeviceBacking(self.device), bytes, self.streams.compute)
+            {
+                Ok(ptr) => return Ok(ptr),
+                Err(PoolError::OutOfMemory { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if let Some((ptr, event)) = self.pool.take_pending(bytes, self.streams.compute) {
+                self.compute_waits(event)?;
+                return Ok(ptr);
+            }
+            if self.take_back_all_pending()? {
+                continue;
+            }
+            match self.pick_victim(graph) {
+                Some(victim) => {
+                    self.counters.evictions += 1;
+                    if self.mem[victim as usize].state() == Residency::CopyingToDevice {
+                        let event = self.mem[victim as usize]
+                            .event(true)
+                            .expect("a tensor copying in has an event");
+                        self.compute_waits(event)?;
+                        self.mem[victim as usize].copied_in();
+                    }
+                    self.swap_out(graph, victim)?;
+                }
+                None => {
+                    let need = graph
+                        .nodes()
+                        .get(self.node)
+                        .map(|node| {
+                            crate::plan::swap::node_tensors(node)
+                                .iter()
+                                .map(|&t| graph.tensors()[t as usize].size)
+                                .sum::<u64>()
+                                + node.workspaces.iter().sum::<u64>()
+                        })
+                        .unwrap_or(bytes);
+                    let s = self.pool.stats();
+                    return Err(Error::OutOfMemory(format!(
+                        "out of device memory: {bytes} bytes requested; the node's inputs, outputs and workspaces \
+                         total {need} bytes, the memory limit is {} bytes, {} bytes are allocated and {} reserved, \
+                         and nothing is left to evict",
+                        self.pool.memory_limit(),
+                        s.allocated_bytes,
+                        s.reserved_bytes
+                    )));
+                }
+            }
+        }
+    }
+
+    /// The resident tensor (pool memory, not used by the node being queued, not in flight)
+    /// whose next use is farthest away. A scan over the tensors: this is the fallback path,
+    /// taken only when the plan did not foresee an allocation failure.
+    fn pick_victim(&self, graph: &Graph) -> Option<u32> {
+        let lv = graph.liveness().expect("finalized");
+        let n = self.node;
+        let node = graph.nodes().get(n);
+        let mut best: Option<(u32, u32)> = None;
+        for (t, m) in self.mem.iter().enumerate() {
+            let t32 = t as u32;
+            // A tensor still copying in may go too: it is cheap to drop (its host copy is
+            // current) once the compute stream has waited for the copy.
+            let movable = matches!(m.state(), Residency::OnDevice | Residency::CopyingToDevice);
+            let own =
+                node.is_some_and(|node| node.inputs.contains(&t32) || node.outputs.contains(&t32));
+            if !movable || self.in_arena(graph, t32) || own || self.protected.contains(&t32) {
+                continue;
+            }
+            let next = lv.next_use_after(t32, n as u32);
+            if best.is_none_or(|(b, _)| next > b) {
+                best = Some((next, t32));
+            }
+            if next == NEVER {
+                break;
+            }
+        }
+        best.map(|(_, t)| t)
+    }
+}

@@ -1,0 +1,172 @@
+//! Queuing a node's kernel on the compute stream (built-in, device function or host callback),
+//! and the timing events of a profiled run.
+
+use super::Executor;
+use crate::device::{Buffer, Device, EventId};
+use crate::graph::{Graph, Node};
+use crate::kernels::{CallbackArgs, CallbackBuffer, HostCallback, Kernel};
+use crate::runtime::error::{Error, Result};
+use std::ffi::c_void;
+
+/// Timing events of one profiled run (the first run of a swapping graph): a pair around each
+/// node's kernel on the compute stream and around each swap copy on its stream. Events are
+/// created on first use and reused by later profiled runs.
+#[derive(Default, Debug)]
+pub struct RunProfile {
+    pub nodes: Vec<(EventId, EventId)>,
+    /// (start, end, bytes, host to device)
+    pub copies: Vec<(EventId, EventId, u64, bool)>,
+    spare_copy_events: Vec<(EventId, EventId)>,
+}
+
+impl RunProfile {
+    /// Every event it holds, for destruction.
+    pub fn events(&self) -> impl Iterator<Item = EventId> + '_ {
+        self.nodes
+            .iter()
+            .copied()
+            .chain(self.copies.iter().map(|&(a, b, _, _)| (a, b)))
+            .chain(self.spare_copy_events.iter().copied())
+            .flat_map(|(a, b)| [a, b])
+    }
+
+    pub(super) fn reset(&mut self) {
+        let used = self.copies.drain(..).map(|(a, b, _, _)| (a, b));
+        self.spare_copy_events.extend(used);
+    }
+
+    fn node_pair(&mut self, device: &dyn Device, n: usize) -> Result<(EventId, EventId)> {
+        while self.nodes.len() <= n {
+            self.nodes
+                .push((device.create_event()?, device.create_event()?));
+        }
+        Ok(self.nodes[n])
+    }
+
+    pub(super) fn copy_pair(&mut self, device: &dyn Device) -> Result<(EventId, EventId)> {
+        match self.spare_copy_events.pop() {
+            Some(pair) => Ok(pair),
+            None => Ok((device.create_event()?, device.create_event()?)),
+        }
+    }
+}
+
+impl Executor<'_> {
+    /// Queues node `n`'s kernel on the compute stream (timed when the run is profiled and
+    /// `timed`: a recompute is not the node's own measurement).
+    pub(super) fn launch(
+        &mut self,
+        graph: &Graph,
+        n: usize,
+        node: &Node,
+        timed: bool,
+    ) -> Result<()> {
+        let tensors = graph.tensors();
+        self.buffers.clear();
+        for &t in node.inputs.iter().chain(&node.outputs) {
+            let ptr = self.mem[t as usize].device().ok_or_else(|| {
+                Error::Internal(format!(
+                    "{} is not on the device when its node runs",
+                    tensors[t as usize].describe(t)
+                ))
+            })?;
+            self.buffers.push(Buffer {
+                ptr,
+                bytes: tensors[t as usize].size,
+            });
+        }
+        for (&ptr, &bytes) in self.workspaces.iter().zip(&node.workspaces) {
+            self.buffers.push(Buffer { ptr, bytes });
+        }
+        let n_in = node.inputs.len();
+        let n_out = node.outputs.len();
+        let stream = self.streams.compute;
+        let timing = match self.profile.as_deref_mut() {
+            Some(p) if timed => Some(p.node_pair(self.device, n)?),
+            _ => None,
+        };
+        if let Some((start, _)) = timing {
+            self.device.record_event(start, stream)?;
+        }
+        match &node.kernel {
+            Kernel::Builtin(_) => {
+                let op = node.builtin.expect("validated at add_kernel");
+                self.device.launch_builtin(
+                    op,
+                    &self.buffers[..n_in],
+                    &self.buffers[n_in..n_in + n_out],
+                    stream,
+                )?;
+            }
+            Kernel::Device { function, .. } => {
+                self.device
+                    .launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
+            }
+            Kernel::Callback(cb) => {
+                let work = callback_work(*cb, n as u32, &self.buffers, n_in, n_out, &node.params);
+                self.device
+                    .enqueue_host_work(stream, work)
+                    .map_err(|e| Error::CallbackFailed(e.to_string()))?;
+            }
+        }
+        if let Some((_, end)) = timing {
+            self.device.record_event(end, stream)?;
+        }
+        Ok(())
+    }
+}
+
+/// Packages a host-callback node as device host-work: the buffers are copied into the closure
+/// so it owns everything it touches when the host backend runs it later on the stream worker.
+fn callback_work(
+    cb: HostCallback,
+    node: u32,
+    buffers: &[Buffer],
+    n_in: usize,
+    n_out: usize,
+    params: &[u8],
+) -> crate::device::HostWork {
+    let bufs: Vec<CallbackBuffer> = buffers
+        .iter()
+        .map(|b| CallbackBuffer {
+            ptr: b.ptr as *mut c_void,
+            size: b.bytes as usize,
+        })
+        .collect();
+    let params = params.to_vec();
+    let bufs = SendBuffers(bufs);
+    Box::new(move |stream| {
+        let bufs = bufs;
+        let b = &bufs.0;
+        let args = CallbackArgs {
+            inputs: b.as_ptr(),
+            num_inputs: n_in,
+            outputs: b[n_in..].as_ptr(),
+            num_outputs: n_out,
+            workspaces: b[n_in + n_out..].as_ptr(),
+            num_workspaces: b.len() - n_in - n_out,
+            params: if params.is_empty() {
+                std::ptr::null()
+            } else {
+                params.as_ptr() as *const c_void
+            },
+            params_size: params.len(),
+            stream,
+            node,
+        };
+        // SAFETY: the function pointer and user data were given by the host for this purpose;
+        // `args` and everything it points to live until the call returns.
+        let status = unsafe { crate::kernels::call_callback(cb, &args) };
+        if status == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "node {node} (host callback) reported failure {status}"
+            ))
+        }
+    })
+}
+
+struct SendBuffers(Vec<CallbackBuffer>);
+// SAFETY: the pointers are device addresses the callback is entitled to use on its stream.
+unsafe impl Send for SendBuffers {}

@@ -10,7 +10,7 @@ pub(super) enum State {
     Allocated,
     /// Waiting for an event (kept in `fprev`: a pending block is in no free list).
     Pending,
-    /// Slab slot not in use.
+    /// Record not in use (vacant in the slab).
     Vacant,
 }
 
@@ -23,7 +23,7 @@ pub(super) enum Kind {
 }
 
 /// One block of a segment or range: 64 bytes, one cache line (the pool's operations are mostly
-/// reads of a few blocks at scattered blocks slots).
+/// reads of a few blocks at scattered blocks streams).
 #[derive(Clone, Debug)]
 #[repr(align(64))]
 pub(super) struct Block {
@@ -33,8 +33,8 @@ pub(super) struct Block {
     pub(super) requested: u64,
     /// Index of the segment or range in `segs`.
     pub(super) seg: u32,
-    /// Index of the owning stream in `slots`.
-    pub(super) slot: u32,
+    /// Index of the owning stream in `streams`.
+    pub(super) owner: u32,
     /// Neighbours by address inside the segment.
     pub(super) prev: u32,
     pub(super) next: u32,
@@ -66,7 +66,7 @@ impl Block {
             size,
             requested: 0,
             seg: self.seg,
-            slot: self.slot,
+            owner: self.owner,
             prev,
             next,
             fprev: NIL,
@@ -122,7 +122,7 @@ impl Pool {
 
     /// Block `i` (allocated or pending, already out of its index; every page it touches is
     /// mapped) becomes free: coalesce with free neighbours and index it.
-    pub(super) fn release_block(&mut self, i: u32) {
+    pub(super) fn free_block(&mut self, i: u32) {
         let mut i = i;
         let mut unmapped = 0;
         {

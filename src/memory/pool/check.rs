@@ -51,7 +51,7 @@ impl Pool {
                 if !b.addr.is_multiple_of(a) || !b.size.is_multiple_of(a) || b.size == 0 {
                     return Err(format!("block {:#x}+{} misaligned", b.addr, b.size));
                 }
-                if b.kind != seg.kind || self.blocks[seg.first].slot != b.slot {
+                if b.kind != seg.kind || self.blocks[seg.first].owner != b.owner {
                     return Err(format!(
                         "block {:#x} kind/stream differs from its segment",
                         b.addr
@@ -62,7 +62,7 @@ impl Pool {
                         if prev_free {
                             return Err(format!("adjacent free blocks at {:#x}", b.addr));
                         }
-                        let sl = &self.slots[b.slot as usize];
+                        let st = &self.streams[b.owner as usize];
                         if virt {
                             let (q0, q1) = self.interior(s, b.addr, b.size);
                             let n = if q0 < q1 {
@@ -83,7 +83,7 @@ impl Pool {
                         if b.cold != want_cold {
                             return Err(format!("free block {:#x} in the wrong index", b.addr));
                         }
-                        let in_set = sl.cold.contains(&(b.size, b.addr, cur));
+                        let in_set = st.cold.contains(&(b.size, b.addr, cur));
                         if b.cold && in_set == (seg.tail == cur) {
                             return Err(format!(
                                 "cold block {:#x}: in the cold set {in_set}, range tail {}",
@@ -123,7 +123,7 @@ impl Pool {
                             nlive += 1;
                         }
                     }
-                    State::Vacant => return Err(format!("vacant slot {cur} linked")),
+                    State::Vacant => return Err(format!("vacant record {cur} linked")),
                 }
                 prev_free = b.state == State::Free;
                 expect_addr = b.addr + b.size;
@@ -140,8 +140,8 @@ impl Pool {
         }
         // Every list and set entry is a free block of its own stream and kind.
         let mut listed = 0usize;
-        for (k, sl) in self.slots.iter().enumerate() {
-            for (kind, classes) in sl.warm.iter().enumerate() {
+        for (k, st) in self.streams.iter().enumerate() {
+            for (kind, classes) in st.warm.iter().enumerate() {
                 for c in 0..CLASSES {
                     let mut cur = classes.head(c);
                     let mut prev = NIL;
@@ -149,7 +149,7 @@ impl Pool {
                         let b = &self.blocks[cur];
                         if b.state != State::Free
                             || b.cold
-                            || b.slot as usize != k
+                            || b.owner as usize != k
                             || b.kind as usize != kind
                             || b.fprev != prev
                             || class_of(b.size >> self.shift) != c
@@ -162,7 +162,7 @@ impl Pool {
                     }
                 }
             }
-            for &(size, addr, i) in &sl.cold {
+            for &(size, addr, i) in &st.cold {
                 let b = &self.blocks[i];
                 if b.state != State::Free || !b.cold || b.size != size || b.addr != addr {
                     return Err(format!("cold entry {addr:#x} is wrong"));
@@ -201,7 +201,7 @@ impl Pool {
             .blocks
             .iter()
             .filter(|b| b.state == State::Free && b.kind == kind)
-            .map(|b| (self.slots[b.slot as usize].stream, b.size, b.addr))
+            .map(|b| (self.streams[b.owner as usize].stream, b.size, b.addr))
             .collect();
         out.sort_unstable();
         out

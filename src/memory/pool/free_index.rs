@@ -23,17 +23,17 @@ impl Pool {
     #[inline(always)]
     pub(super) fn link(&mut self, i: u32) {
         let b = &self.blocks[i];
-        let (slot, kind) = (b.slot as usize, b.kind as usize);
+        let (si, kind) = (b.owner as usize, b.kind as usize);
         if b.kind == Kind::Virtual && b.unmapped > 0 {
             let key = (b.size, b.addr, i);
             if !self.is_range_tail(i) {
-                self.slots[slot].cold.insert(key);
+                self.streams[si].cold.insert(key);
             }
             self.blocks[i].cold = true;
             return;
         }
         let c = class_of(b.size >> self.shift);
-        let head = self.slots[slot].warm[kind].head(c);
+        let head = self.streams[si].warm[kind].head(c);
         {
             let b = &mut self.blocks[i];
             b.cold = false;
@@ -43,18 +43,18 @@ impl Pool {
         if head != NIL {
             self.blocks[head].fprev = i;
         }
-        self.slots[slot].warm[kind].set_head(c, i);
+        self.streams[si].warm[kind].set_head(c, i);
     }
 
     /// Takes a free block out of its list or set.
     #[inline(always)]
     pub(super) fn unlink(&mut self, i: u32) {
         let b = &self.blocks[i];
-        let (slot, kind) = (b.slot as usize, b.kind as usize);
+        let (si, kind) = (b.owner as usize, b.kind as usize);
         if b.cold {
             let key = (b.size, b.addr, i);
             if !self.is_range_tail(i) {
-                let removed = self.slots[slot].cold.remove(&key);
+                let removed = self.streams[si].cold.remove(&key);
                 debug_assert!(removed);
             }
             self.blocks[i].cold = false;
@@ -62,7 +62,7 @@ impl Pool {
         }
         let (p, n, c) = (b.fprev, b.fnext, class_of(b.size >> self.shift));
         if p == NIL {
-            self.slots[slot].warm[kind].set_head(c, n);
+            self.streams[si].warm[kind].set_head(c, n);
         } else {
             self.blocks[p].fnext = n;
         }
@@ -71,13 +71,13 @@ impl Pool {
         }
     }
 
-    /// Best fit among the warm free blocks of `slot` and `kind`; the block is unlinked.
+    /// Best fit among the warm free blocks of `si` and `kind`; the block is unlinked.
     /// Forced inline, like `link`, `unlink`, `new_block` and `absorb_next`: each runs on nearly
     /// every operation, and as calls their frames cost about as much as their work (callgrind on
     /// the traces: 390 → 348 instructions per operation, host replay 16–27% faster).
     #[inline(always)]
-    pub(super) fn take_fit(&mut self, slot: u32, kind: Kind, size: u64) -> Option<u32> {
-        let classes = &self.slots[slot as usize].warm[kind as usize];
+    pub(super) fn take_fit(&mut self, si: u32, kind: Kind, size: u64) -> Option<u32> {
+        let classes = &self.streams[si as usize].warm[kind as usize];
         let own = class_of(size >> self.shift);
         let mut c = classes.first_at_or_above(own)?;
         let best = loop {

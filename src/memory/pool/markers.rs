@@ -15,94 +15,94 @@ impl Pool {
     /// `marker_min_interval_ns` ago.
     #[inline]
     pub(super) fn note_free(&mut self, backing: &dyn PoolBacking, i: u32) {
-        let slot = self.blocks[i].slot;
-        let sl = &mut self.slots[slot as usize];
-        if sl.range == NIL {
+        let si = self.blocks[i].owner;
+        let st = &mut self.streams[si as usize];
+        if st.range == NIL {
             return;
         }
-        sl.frees += 1;
-        if sl.frees >= self.config.marker_every {
-            sl.frees = 0;
-            self.mark_if_due(backing, slot);
+        st.frees += 1;
+        if st.frees >= self.config.marker_every {
+            st.frees = 0;
+            self.mark_if_due(backing, si);
         }
     }
 
     #[inline(never)]
-    pub(super) fn mark_if_due(&mut self, backing: &dyn PoolBacking, slot: u32) {
+    pub(super) fn mark_if_due(&mut self, backing: &dyn PoolBacking, si: u32) {
         let now = std::time::Instant::now();
         let min = std::time::Duration::from_nanos(self.config.marker_min_interval_ns);
-        let sl = &mut self.slots[slot as usize];
-        if sl.last_marker.is_some_and(|t| now.duration_since(t) < min) {
+        let st = &mut self.streams[si as usize];
+        if st.last_marker.is_some_and(|t| now.duration_since(t) < min) {
             return;
         }
-        sl.last_marker = Some(now);
-        self.mark(backing, slot);
+        st.last_marker = Some(now);
+        self.mark(backing, si);
     }
 
-    /// Records a marker on `slot`'s stream (unless too many are in flight).
-    pub(super) fn mark(&mut self, backing: &dyn PoolBacking, slot: u32) {
-        self.mark_capped(backing, slot, MARKERS_IN_FLIGHT);
+    /// Records a marker on the stream `si` (unless too many are in flight).
+    pub(super) fn mark(&mut self, backing: &dyn PoolBacking, si: u32) {
+        self.mark_capped(backing, si, MARKERS_IN_FLIGHT);
     }
 
-    pub(super) fn mark_capped(&mut self, backing: &dyn PoolBacking, slot: u32, cap: usize) {
-        self.poll_markers(backing, slot);
-        let sl = &mut self.slots[slot as usize];
-        if sl.markers.len() >= cap {
+    pub(super) fn mark_capped(&mut self, backing: &dyn PoolBacking, si: u32, cap: usize) {
+        self.poll_markers(backing, si);
+        let st = &mut self.streams[si as usize];
+        if st.markers.len() >= cap {
             return;
         }
-        let reuse = sl.spare_markers.pop();
+        let reuse = st.spare_markers.pop();
         // On failure the backing has given a re-recorded event back itself.
-        if let Some(e) = backing.record_marker(sl.stream, reuse) {
+        if let Some(e) = backing.record_marker(st.stream, reuse) {
             self.epoch += 1;
-            sl.markers.push_back((e, self.epoch));
+            st.markers.push_back((e, self.epoch));
         }
     }
 
-    /// Polls `slot`'s newest marker for up to `recycle_spin_ns` (see there); never waits on the
+    /// Polls stream `si`'s newest marker for up to `recycle_spin_ns` (see there); never waits on the
     /// device. After a miss (a busy device) the next 1, 2, 4 … 64 opportunities are skipped, so
     /// a device that stays busy costs few spins; a hit resets the backoff.
-    pub(super) fn spin_on_newest_marker(&mut self, backing: &dyn PoolBacking, slot: u32) {
+    pub(super) fn spin_on_newest_marker(&mut self, backing: &dyn PoolBacking, si: u32) {
         let spin = self.config.recycle_spin_ns;
-        let sl = &mut self.slots[slot as usize];
-        let Some(&(e, _)) = sl.markers.back() else {
+        let st = &mut self.streams[si as usize];
+        let Some(&(e, _)) = st.markers.back() else {
             return;
         };
         if spin == 0 {
             return;
         }
-        if sl.spin_skip > 0 {
-            sl.spin_skip -= 1;
+        if st.spin_skip > 0 {
+            st.spin_skip -= 1;
             return;
         }
         let start = std::time::Instant::now();
         while !backing.event_complete(e) {
             if start.elapsed().as_nanos() as u64 >= spin {
-                let sl = &mut self.slots[slot as usize];
-                sl.spin_skip = 1 << sl.spin_misses.min(6);
-                sl.spin_misses += 1;
+                let st = &mut self.streams[si as usize];
+                st.spin_skip = 1 << st.spin_misses.min(6);
+                st.spin_misses += 1;
                 return;
             }
             std::hint::spin_loop();
         }
-        self.slots[slot as usize].spin_misses = 0;
+        self.streams[si as usize].spin_misses = 0;
     }
 
-    /// Advances `slot`'s safe epoch past every completed marker.
-    pub(super) fn poll_markers(&mut self, backing: &dyn PoolBacking, slot: u32) {
-        let sl = &mut self.slots[slot as usize];
-        while let Some(&(e, epoch)) = sl.markers.front() {
+    /// Advances stream `si`'s safe epoch past every completed marker.
+    pub(super) fn poll_markers(&mut self, backing: &dyn PoolBacking, si: u32) {
+        let st = &mut self.streams[si as usize];
+        while let Some(&(e, epoch)) = st.markers.front() {
             if !backing.event_complete(e) {
                 break;
             }
-            sl.safe_epoch = epoch;
-            sl.markers.pop_front();
-            sl.spare_markers.push(e);
+            st.safe_epoch = epoch;
+            st.markers.pop_front();
+            st.spare_markers.push(e);
         }
     }
 
     /// True when the device is known to be done with the memory of free block `i`.
     pub(super) fn idle_on_device(&self, i: u32) -> bool {
         let b = &self.blocks[i];
-        b.freed_epoch == 0 || b.freed_epoch < self.slots[b.slot as usize].safe_epoch
+        b.freed_epoch == 0 || b.freed_epoch < self.streams[b.owner as usize].safe_epoch
     }
 }

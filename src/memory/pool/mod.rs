@@ -108,7 +108,7 @@ use addr_map::AddrMap;
 use block::{Block, Kind, State};
 use segments::Segment;
 use slab::Slab;
-use stream::{FastHash, Slot};
+use stream::{FastHash, StreamState};
 use tlsf::NIL;
 
 pub use config::PoolConfig;
@@ -153,10 +153,10 @@ pub struct Pool {
     /// Plain segments and virtual ranges.
     segs: Slab<Segment>,
     live: AddrMap,
-    slots: Vec<Slot>,
-    slot_of: HashMap<StreamId, u32, FastHash>,
-    /// The stream of the latest allocation and its slot (nearly every allocation repeats it).
-    last_slot: (StreamId, u32),
+    streams: Vec<StreamState>,
+    stream_index: HashMap<StreamId, u32, FastHash>,
+    /// The stream of the latest allocation and the index of its state (nearly every allocation repeats it).
+    last_stream: (StreamId, u32),
     pending: BTreeMap<EventId, Vec<u32>>,
     pending_bytes: u64,
     pending_blocks: u64,
@@ -184,9 +184,9 @@ impl Pool {
             blocks: Slab::default(),
             segs: Slab::default(),
             live: AddrMap::default(),
-            slots: Vec::new(),
-            slot_of: HashMap::default(),
-            last_slot: (StreamId(u32::MAX), NIL),
+            streams: Vec::new(),
+            stream_index: HashMap::default(),
+            last_stream: (StreamId(u32::MAX), NIL),
             pending: BTreeMap::new(),
             pending_bytes: 0,
             pending_blocks: 0,
@@ -248,22 +248,22 @@ impl Pool {
         let Some(rounded) = round_up(bytes, self.config.alignment) else {
             return Err(self.oom(bytes));
         };
-        let slot = self.slot(stream);
-        if self.slots[slot as usize].virtual_growth {
+        let si = self.stream_ix(stream);
+        if self.streams[si as usize].virtual_growth {
             // The two common cases first, without asking the backing for its virtual memory:
             // a mapped free block, and the mapped start of the range's last block.
-            if let Some(i) = self.take_fit(slot, Kind::Virtual, rounded) {
+            if let Some(i) = self.take_fit(si, Kind::Virtual, rounded) {
                 self.split(i, rounded);
                 return Ok(i);
             }
-            let r = self.slots[slot as usize].range;
+            let r = self.streams[si as usize].range;
             if r != NIL {
-                if let Some(i) = self.take_tail_prefix(slot, r, rounded) {
+                if let Some(i) = self.take_tail_prefix(si, r, rounded) {
                     return Ok(i);
                 }
             }
             if let Some(vm) = backing.vmm() {
-                if let Some(i) = self.alloc_virtual(backing, vm, slot, bytes, rounded)? {
+                if let Some(i) = self.alloc_virtual(backing, vm, si, bytes, rounded)? {
                     return Ok(i);
                 }
             }
@@ -273,9 +273,9 @@ impl Pool {
         } else {
             Kind::Large
         };
-        let idx = match self.take_fit(slot, kind, rounded) {
+        let idx = match self.take_fit(si, kind, rounded) {
             Some(i) => i,
-            None => self.grow(backing, bytes, rounded, kind, slot)?,
+            None => self.grow(backing, bytes, rounded, kind, si)?,
         };
         self.split(idx, rounded);
         self.mark_busy(self.blocks[idx].seg);
@@ -286,7 +286,7 @@ impl Pool {
     /// reuse: the next alloc on that stream may reuse it at once).
     pub fn free(&mut self, backing: &dyn PoolBacking, addr: u64) -> Result<(), PoolError> {
         let idx = self.take_live(addr)?;
-        self.release_block(idx);
+        self.free_block(idx);
         self.note_free(backing, idx);
         Ok(())
     }
@@ -304,12 +304,12 @@ impl Pool {
         requested: Option<u64>,
     ) -> Result<Option<BlockInfo>, PoolError> {
         // One probe of the live map for the common case.
-        let Some(slot) = self.live.find(addr) else {
+        let Some(at) = self.live.find(addr) else {
             return Err(PoolError::UnknownPointer(addr));
         };
-        let idx = self.live.value_at(slot);
+        let idx = self.live.value_at(at);
         let b = &self.blocks[idx];
-        let owner = self.slots[b.slot as usize].stream;
+        let owner = self.streams[b.owner as usize].stream;
         if b.tag != tag || owner != stream || requested.is_some_and(|n| n != b.requested) {
             return Ok(Some(BlockInfo {
                 stream: owner,
@@ -318,9 +318,9 @@ impl Pool {
                 requested: b.requested,
             }));
         }
-        self.live.remove_at(slot);
+        self.live.remove_at(at);
         self.count_free(idx);
-        self.release_block(idx);
+        self.free_block(idx);
         self.note_free(backing, idx);
         Ok(None)
     }
@@ -335,7 +335,7 @@ impl Pool {
         self.live.get(addr).map(|i| {
             let b = &self.blocks[i];
             BlockInfo {
-                stream: self.slots[b.slot as usize].stream,
+                stream: self.streams[b.owner as usize].stream,
                 tag: b.tag,
                 size: b.size,
                 requested: b.requested,
@@ -377,19 +377,19 @@ impl Pool {
         order.sort_unstable();
         let mut first_err = None;
         for (_, s) in order {
-            match self.give_back(backing, s) {
+            match self.release_segment(backing, s) {
                 Ok(()) => self.forget_segment(s),
                 Err(e) => {
                     first_err.get_or_insert(e);
                 }
             }
         }
-        for sl in &mut self.slots {
-            for e in sl
+        for st in &mut self.streams {
+            for e in st
                 .markers
                 .drain(..)
                 .map(|(e, _)| e)
-                .chain(sl.spare_markers.drain(..))
+                .chain(st.spare_markers.drain(..))
             {
                 backing.release_marker(e);
             }

@@ -51,7 +51,7 @@ impl Pool {
     /// enough.
     pub fn take_pending(&mut self, bytes: u64, stream: StreamId) -> Option<(u64, EventId)> {
         let rounded = round_up(bytes, self.config.alignment)?;
-        let slot = *self.slot_of.get(&stream)?;
+        let si = *self.stream_index.get(&stream)?;
         let mut best: Option<(u64, u64, EventId, usize)> = None;
         for (&event, blocks) in &self.pending {
             for (pos, &i) in blocks.iter().enumerate() {
@@ -59,7 +59,7 @@ impl Pool {
                 // A close fit only: splitting a much larger block leaves pieces that keep
                 // pending memory from coalescing (measured: fallback evictions on a chain of
                 // mixed sizes, where waiting for all pending copies needed none).
-                if b.slot != slot || b.size < rounded || b.size - rounded > rounded / 8 {
+                if b.owner != si || b.size < rounded || b.size - rounded > rounded / 8 {
                     continue;
                 }
                 let key = (b.size, b.freed_epoch);
@@ -105,7 +105,7 @@ impl Pool {
         for i in self.pending.remove(&event).unwrap_or_default() {
             self.pending_bytes -= self.blocks[i].size;
             self.pending_blocks -= 1;
-            self.release_block(i);
+            self.free_block(i);
         }
     }
 

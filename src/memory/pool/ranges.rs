@@ -45,12 +45,12 @@ impl Pool {
     }
 
     /// The stream's range, reserving it on first use; `None` if the device cannot reserve one.
-    pub(super) fn ensure_range(&mut self, vm: &dyn VirtualMemory, slot: u32) -> Option<u32> {
-        let sl = &self.slots[slot as usize];
-        if sl.range != NIL {
-            return Some(sl.range);
+    pub(super) fn ensure_range(&mut self, vm: &dyn VirtualMemory, si: u32) -> Option<u32> {
+        let st = &self.streams[si as usize];
+        if st.range != NIL {
+            return Some(st.range);
         }
-        if sl.range_failed {
+        if st.range_failed {
             return None;
         }
         let g = vm.granularity();
@@ -63,7 +63,7 @@ impl Pool {
         let usable = g.is_power_of_two() && page >= self.config.alignment;
         if !usable || (self.page != 0 && page != self.page) {
             log::warn!("gkrt pool: the device's granularity {g} is unusable; using plain segments");
-            self.slots[slot as usize].range_failed = true;
+            self.streams[si as usize].range_failed = true;
             return None;
         }
         let size = self.config.reserve_bytes(page);
@@ -78,24 +78,24 @@ impl Pool {
             Ok(base) => {
                 log::warn!("gkrt pool: reserved range {base:#x} is unusable; using plain segments");
                 let _ = vm.unreserve(base, size);
-                self.slots[slot as usize].range_failed = true;
+                self.streams[si as usize].range_failed = true;
                 return None;
             }
             Err(e) => {
                 log::warn!(
                     "gkrt pool: reserving {size} bytes of address space failed ({e}); using plain segments"
                 );
-                self.slots[slot as usize].range_failed = true;
+                self.streams[si as usize].range_failed = true;
                 return None;
             }
         };
         self.page = page;
-        let i = self.add_segment(base, size, Kind::Virtual, slot);
+        let i = self.add_segment(base, size, Kind::Virtual, si);
         let r = self.blocks[i].seg;
         self.segs[r].pages = Some(PageMap::new(size / page));
         self.blocks[i].unmapped = pages32(size / page);
         self.link(i);
-        self.slots[slot as usize].range = r;
+        self.streams[si as usize].range = r;
         Some(r)
     }
 
@@ -106,17 +106,17 @@ impl Pool {
         &mut self,
         backing: &dyn PoolBacking,
         vm: &dyn VirtualMemory,
-        slot: u32,
+        si: u32,
         bytes: u64,
         rounded: u64,
     ) -> Result<Option<u32>, PoolError> {
-        let Some(r) = self.ensure_range(vm, slot) else {
+        let Some(r) = self.ensure_range(vm, si) else {
             return Ok(None);
         };
-        if let Some(i) = self.take_tail_prefix(slot, r, rounded) {
+        if let Some(i) = self.take_tail_prefix(si, r, rounded) {
             return Ok(Some(i));
         }
-        let Some((cand, pos)) = self.place_cold(slot, r, rounded) else {
+        let Some((cand, pos)) = self.place_cold(si, r, rounded) else {
             return Ok(None);
         };
         self.unlink(cand);
@@ -184,10 +184,10 @@ impl Pool {
     /// (free) has `size` mapped bytes at its start — `place_cold` would choose exactly that, the
     /// only position needing no new page. The block is carved there; the rest stays the last
     /// block with the same unmapped pages (none of them is under the carved part).
-    pub(super) fn take_tail_prefix(&mut self, slot: u32, r: u32, size: u64) -> Option<u32> {
+    pub(super) fn take_tail_prefix(&mut self, si: u32, r: u32, size: u64) -> Option<u32> {
         let t = self.segs[r].tail;
         let b = &self.blocks[t];
-        if !self.slots[slot as usize].cold.is_empty()
+        if !self.streams[si as usize].cold.is_empty()
             || b.state != State::Free
             || !b.cold
             || b.size <= size
@@ -216,11 +216,11 @@ impl Pool {
         Some(j)
     }
 
-    /// Where to put `size` bytes among the cold blocks of `slot` (and the range's tail): the
+    /// Where to put `size` bytes among the cold blocks of `si` (and the range's tail): the
     /// low or high end of a block, fewest unmapped pages first, then best fit, then lowest
     /// address.
-    pub(super) fn place_cold(&self, slot: u32, r: u32, size: u64) -> Option<(u32, u64)> {
-        let sl = &self.slots[slot as usize];
+    pub(super) fn place_cold(&self, si: u32, r: u32, size: u64) -> Option<(u32, u64)> {
+        let st = &self.streams[si as usize];
         let pages = self.pages_of(r);
         type Best = Option<((u64, u64, u64), u32)>;
         let mut best: Best = None;
@@ -234,7 +234,7 @@ impl Pool {
         let tail = self.segs[r].tail;
         let tail = self.blocks[tail].cold.then_some(tail);
         let candidates = || {
-            sl.cold
+            st.cold
                 .range((size, 0, 0)..)
                 .take(COLD_SCAN)
                 .map(|&(_, _, i)| i)

@@ -12,7 +12,7 @@ impl Pool {
     /// Mapped pages lying wholly inside the free block `i` of a range.
     pub(super) fn mapped_interior(&self, i: u32) -> u64 {
         let b = &self.blocks[i];
-        let r = self.slots[b.slot as usize].range;
+        let r = self.streams[b.owner as usize].range;
         let (q0, q1) = self.interior(r, b.addr, b.size);
         q1.saturating_sub(q0) - b.unmapped as u64
     }
@@ -32,24 +32,24 @@ impl Pool {
         placing: Option<(u32, u64, u64)>,
     ) -> Result<u64, PoolError> {
         let waits = self.config.recycle_waits;
-        for slot in 0..self.slots.len() as u32 {
-            if self.slots[slot as usize].range != NIL {
+        for si in 0..self.streams.len() as u32 {
+            if self.streams[si as usize].range != NIL {
                 if !waits && must < want {
                     // A fresh marker passed at once means the device is idle: nothing to wait for.
                     // It must come after the latest frees even when the usual markers have not
                     // been seen complete yet (a slow round trip), so the cap is doubled here.
-                    self.mark_capped(backing, slot, 2 * MARKERS_IN_FLIGHT);
-                    self.spin_on_newest_marker(backing, slot);
+                    self.mark_capped(backing, si, 2 * MARKERS_IN_FLIGHT);
+                    self.spin_on_newest_marker(backing, si);
                 }
-                self.poll_markers(backing, slot);
+                self.poll_markers(backing, si);
             }
         }
         let done = self.recycle_victims(vm, want, must, placing)?;
         // Let the blocks skipped this time become known-idle for the next time.
-        for slot in 0..self.slots.len() as u32 {
-            let sl = &self.slots[slot as usize];
-            if sl.range != NIL && sl.markers.is_empty() {
-                self.mark(backing, slot);
+        for si in 0..self.streams.len() as u32 {
+            let st = &self.streams[si as usize];
+            if st.range != NIL && st.markers.is_empty() {
+                self.mark(backing, si);
             }
         }
         Ok(done)
@@ -67,20 +67,20 @@ impl Pool {
         if let Some((i, _, _)) = placing {
             victims.push((self.mapped_interior(i), i));
         }
-        for sl in &self.slots {
-            if sl.range == NIL {
+        for st in &self.streams {
+            if st.range == NIL {
                 continue;
             }
-            let tail = self.segs[sl.range].tail;
+            let tail = self.segs[st.range].tail;
             let tail = self.blocks[tail].cold.then_some(tail);
-            for i in sl.cold.iter().map(|&(_, _, i)| i).chain(tail) {
+            for i in st.cold.iter().map(|&(_, _, i)| i).chain(tail) {
                 let mapped = self.mapped_interior(i);
                 if mapped > 0 {
                     victims.push((mapped, i));
                     avail += mapped;
                 }
             }
-            let classes = &sl.warm[Kind::Virtual as usize];
+            let classes = &st.warm[Kind::Virtual as usize];
             let mut c = classes.last_at_or_below(CLASSES - 1);
             while let Some(k) = c {
                 let mut cur = classes.head(k);
@@ -115,8 +115,8 @@ impl Pool {
         victims.sort_unstable_by(|a, b| b.cmp(a));
         if log::log_enabled!(log::Level::Trace) {
             let idle = victims.iter().filter(|v| v.0).count();
-            let slots: Vec<(usize, u64)> = self
-                .slots
+            let streams: Vec<(usize, u64)> = self
+                .streams
                 .iter()
                 .map(|s| (s.markers.len(), s.safe_epoch))
                 .collect();
@@ -125,7 +125,7 @@ impl Pool {
                 .map(|v| self.blocks[v.2].freed_epoch)
                 .collect();
             log::trace!(
-                "pool recycle: want {want} must {must}, {} victims ({idle} idle, freed epochs {epochs:?}), epoch {}, slots (markers, safe epoch) {slots:?}",
+                "pool recycle: want {want} must {must}, {} victims ({idle} idle, freed epochs {epochs:?}), epoch {}, streams (markers, safe epoch) {streams:?}",
                 victims.len(),
                 self.epoch
             );
@@ -143,7 +143,7 @@ impl Pool {
             }
             let (r, addr, size) = {
                 let b = &self.blocks[i];
-                (self.slots[b.slot as usize].range, b.addr, b.size)
+                (self.streams[b.owner as usize].range, b.addr, b.size)
             };
             let (q0, q1) = self.interior(r, addr, size);
             let mut runs = self.pages_of(r).runs(q0, q1, true);

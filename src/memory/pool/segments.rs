@@ -48,7 +48,7 @@ impl Pool {
     }
 
     /// Returns segment `s`'s memory to the device (a range: its mapped pages, then the range).
-    pub(super) fn give_back(
+    pub(super) fn release_segment(
         &mut self,
         backing: &dyn PoolBacking,
         s: u32,
@@ -105,19 +105,19 @@ impl Pool {
         bytes: u64,
         rounded: u64,
         kind: Kind,
-        slot: u32,
+        si: u32,
     ) -> Result<u32, PoolError> {
         let policy = self.segment_size(rounded, kind);
-        if let Some(i) = self.try_segment(backing, policy, kind, slot)? {
+        if let Some(i) = self.try_segment(backing, policy, kind, si)? {
             return Ok(i);
         }
         if self.release_cached(backing)? > 0 {
-            if let Some(i) = self.try_segment(backing, policy, kind, slot)? {
+            if let Some(i) = self.try_segment(backing, policy, kind, si)? {
                 return Ok(i);
             }
         }
         if rounded < policy {
-            if let Some(i) = self.try_segment(backing, rounded, kind, slot)? {
+            if let Some(i) = self.try_segment(backing, rounded, kind, si)? {
                 return Ok(i);
             }
         }
@@ -139,7 +139,7 @@ impl Pool {
 
     /// A tracked segment (or range) with one free block covering it, unlinked. Returns the
     /// block. Statistics count the segment; reserved bytes are the caller's.
-    pub(super) fn add_segment(&mut self, base: u64, size: u64, kind: Kind, slot: u32) -> u32 {
+    pub(super) fn add_segment(&mut self, base: u64, size: u64, kind: Kind, si: u32) -> u32 {
         let s = self.segs.insert(Segment {
             base,
             size,
@@ -155,7 +155,7 @@ impl Pool {
             size,
             requested: 0,
             seg: s,
-            slot,
+            owner: si,
             prev: NIL,
             next: NIL,
             fprev: NIL,
@@ -181,7 +181,7 @@ impl Pool {
         backing: &dyn PoolBacking,
         size: u64,
         kind: Kind,
-        slot: u32,
+        si: u32,
     ) -> Result<Option<u32>, PoolError> {
         match self.stats.reserved_bytes.checked_add(size) {
             Some(total) if total <= self.config.memory_limit => {}
@@ -211,7 +211,7 @@ impl Pool {
                 "segment {base:#x} of {size} bytes granted by the device {why}"
             ))));
         }
-        let i = self.add_segment(base, size, kind, slot);
+        let i = self.add_segment(base, size, kind, si);
         let seg = self.blocks[i].seg;
         self.idle.insert(seg);
         let s = &mut self.stats;
@@ -230,10 +230,10 @@ impl Pool {
     /// Drops a segment or range (its memory already returned to the device) and every block
     /// in it.
     pub(super) fn forget_segment(&mut self, s: u32) {
-        let (first, size, kind, slot) = {
+        let (first, size, kind, si) = {
             let seg = &self.segs[s];
-            let slot = self.blocks[seg.first].slot;
-            (seg.first, seg.size, seg.kind, slot)
+            let si = self.blocks[seg.first].owner;
+            (seg.first, seg.size, seg.kind, si)
         };
         self.idle.remove(&s);
         let mut cur = first;
@@ -264,11 +264,11 @@ impl Pool {
             cur = next;
         }
         if kind == Kind::Virtual {
-            let sl = &mut self.slots[slot as usize];
-            if sl.range == s {
-                sl.range = NIL;
+            let st = &mut self.streams[si as usize];
+            if st.range == s {
+                st.range = NIL;
             }
-            // Any pages left mapped were counted out by `give_back`.
+            // Any pages left mapped were counted out by `release_segment`.
             let s2 = &mut self.stats;
             s2.segment_count -= 1;
             s2.segment_free_count += 1;

@@ -9,8 +9,9 @@ use super::tlsf::{Classes, NIL};
 use super::Pool;
 use crate::device::{EventId, StreamId};
 
-/// Multiplicative hashing for addresses and stream ids: one 128-bit multiply, both halves
-/// folded, so keys that differ only in high bits (2 MiB-aligned blocks) still spread.
+/// Multiplicative hashing for the map from stream id to stream state (and any other integer
+/// keys): one 128-bit multiply, both halves folded, so keys that differ only in high bits still
+/// spread. Live blocks are found by address through `addr_map.rs`, which hashes on its own.
 #[derive(Default, Clone, Copy)]
 pub struct AddrHasher(u64);
 
@@ -37,9 +38,11 @@ impl Hasher for AddrHasher {
 
 pub(super) type FastHash = BuildHasherDefault<AddrHasher>;
 
-/// Free indexes of one stream.
+/// The state of one stream the pool serves: its free indexes, its virtual range, its marker
+/// events. Throughout the pool `si` is a stream's index in `Pool::streams`, and a block's
+/// `owner` is the `si` of the stream it belongs to.
 #[derive(Clone, Debug)]
-pub(super) struct Slot {
+pub(super) struct StreamState {
     pub(super) stream: StreamId,
     pub(super) warm: [Classes; 3],
     /// Free blocks of the range with unmapped pages: (size, addr, block).
@@ -71,31 +74,33 @@ impl Pool {
     /// A stream the pool already serves keeps its way (false is returned).
     #[inline]
     pub fn set_new_stream_growth(&mut self, stream: StreamId, virtual_ranges: bool) -> bool {
-        if self.slot_of.contains_key(&stream) {
+        if self.stream_index.contains_key(&stream) {
             return false;
         }
-        let slot = self.slot(stream);
-        self.slots[slot as usize].virtual_growth = virtual_ranges;
+        let si = self.stream_ix(stream);
+        self.streams[si as usize].virtual_growth = virtual_ranges;
         true
     }
 
+    /// The `si` of `stream`, its state made on first use. Forced inline: nearly every
+    /// allocation repeats the latest one's stream, checked here without a call.
     #[inline(always)]
-    pub(super) fn slot(&mut self, stream: StreamId) -> u32 {
-        if self.last_slot.0 == stream && self.last_slot.1 != NIL {
-            return self.last_slot.1;
+    pub(super) fn stream_ix(&mut self, stream: StreamId) -> u32 {
+        if self.last_stream.0 == stream && self.last_stream.1 != NIL {
+            return self.last_stream.1;
         }
-        self.slot_other(stream)
+        self.stream_ix_other(stream)
     }
 
-    /// `slot` for a stream other than the last allocation's.
+    /// `stream_ix` for a stream other than the latest allocation's.
     #[inline(never)]
-    pub(super) fn slot_other(&mut self, stream: StreamId) -> u32 {
-        if let Some(&s) = self.slot_of.get(&stream) {
-            self.last_slot = (stream, s);
+    pub(super) fn stream_ix_other(&mut self, stream: StreamId) -> u32 {
+        if let Some(&s) = self.stream_index.get(&stream) {
+            self.last_stream = (stream, s);
             return s;
         }
-        let s = self.slots.len() as u32;
-        self.slots.push(Slot {
+        let s = self.streams.len() as u32;
+        self.streams.push(StreamState {
             stream,
             warm: Default::default(),
             cold: BTreeSet::new(),
@@ -110,7 +115,7 @@ impl Pool {
             spin_skip: 0,
             spin_misses: 0,
         });
-        self.slot_of.insert(stream, s);
+        self.stream_index.insert(stream, s);
         s
     }
 }

@@ -23,7 +23,7 @@ pub(super) enum Kind {
 }
 
 /// One block of a segment or range: 64 bytes, one cache line (the pool's operations are mostly
-/// reads of a few blocks at scattered blocks streams).
+/// reads of a few blocks at scattered slab records).
 #[derive(Clone, Debug)]
 #[repr(align(64))]
 pub(super) struct Block {

@@ -32,8 +32,7 @@ pub struct PoolConfig {
     /// Unit of physical memory in virtual mode: each page is one device allocation, mapped and
     /// unmapped whole (default 64 MiB; rounded up to a power of two and to the device's
     /// granularity). Larger pages mean fewer driver calls when memory moves, smaller ones less
-    /// rounding at the edges of used memory (measured on the traces: 2 MiB pages moved memory
-    /// 32 times as often as 64 MiB ones for the same fragmentation).
+    /// rounding at the edges of used memory (the page sizes measured: BENCHMARKS.md §3).
     pub vmm_page_bytes: u64,
     /// Mapped memory may exceed the high-water mark of allocated bytes by this many thousandths
     /// before large requests recycle free pages instead of mapping new ones (default 30).
@@ -43,9 +42,8 @@ pub struct PoolConfig {
     pub recycle_min_bytes: u64,
     /// Whether the slack rule may wait for the device (`quiesce`) to reuse pages that queued
     /// work may still touch. Default false: it moves only pages the device is known to be done
-    /// with (markers) and otherwise maps new ones, so it never stalls the device (measured on the
-    /// H200: waiting made a GPT-2 training step 10% slower for 1.2% less memory). The budget
-    /// may always wait.
+    /// with (markers) and otherwise maps new ones, so it never stalls the device (waiting costs
+    /// step time for little memory: BENCHMARKS.md §3). The budget may always wait.
     pub recycle_waits: bool,
     /// Before the slack rule picks pages to move, it records a marker after the latest frees
     /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
@@ -57,10 +55,9 @@ pub struct PoolConfig {
     /// is done with, at one event query and one record each.
     pub marker_every: u32,
     /// Least time between two of those markers (default 1 ms). A marker costs two driver calls
-    /// (a record, a query: 5–9% of the time per operation of a replay on the H200 machine, where
-    /// 256 frees take about 20 µs), while the device's progress matters to recycling on the
-    /// scale of kernels and steps: a GPT-2 training step frees 256 blocks in about 3.5 ms, so
-    /// real programs keep their markers.
+    /// (a record, a query), which a burst of fast frees would pay often, while the device's
+    /// progress matters to recycling only on the scale of kernels and steps, where real programs
+    /// keep their markers (figures: BENCHMARKS.md §3).
     pub marker_min_interval_ns: u64,
 }
 

@@ -12,7 +12,7 @@ pub(super) const FIT_SCAN: usize = 32;
 impl Pool {
     /// Whether cold block `i` is its range's last block, which stays out of the cold set:
     /// placement looks at it anyway, and it changes with nearly every allocation or free at the
-    /// top of the used memory (an ordered-set update each time, measured as most of the cost of
+    /// top of the used memory (an ordered-set update each time, which was most of the cost of
     /// such workloads).
     #[inline]
     pub(super) fn is_range_tail(&self, i: u32) -> bool {
@@ -72,9 +72,9 @@ impl Pool {
     }
 
     /// Best fit among the warm free blocks of `si` and `kind`; the block is unlinked.
-    /// Forced inline, like `link`, `unlink`, `new_block` and `absorb_next`: each runs on nearly
-    /// every operation, and as calls their frames cost about as much as their work (callgrind on
-    /// the traces: 390 → 348 instructions per operation, host replay 16–27% faster).
+    /// Forced inline, like `link`, `unlink`, `Slab::insert` and `absorb_next`: each runs on
+    /// nearly every operation, and as calls their frames cost about as much as their work
+    /// (BENCHMARKS.md §3, session 6).
     #[inline(always)]
     pub(super) fn take_fit(&mut self, si: u32, kind: Kind, size: u64) -> Option<u32> {
         let classes = &self.streams[si as usize].warm[kind as usize];

@@ -7,21 +7,41 @@
 //! O(1) statistics. It owns no device memory itself: everything comes from and goes back to
 //! the backing.
 //!
+//! Where things are (each file's top comment says what it owns):
+//! - `mod.rs` (here): [`PoolBacking`], [`Pool`] and its core API — allocation, stream-ordered
+//!   free, lookup, statistics, releasing memory to the device;
+//! - `config.rs` [`PoolConfig`]; `report.rs` [`PoolStats`], [`PoolError`], [`BlockInfo`];
+//! - `stream.rs` per-stream state; `markers.rs` the marker events that tell which frees the
+//!   device has passed;
+//! - `slab.rs` the record store; `block.rs` block records, cutting and coalescing;
+//!   `free_index.rs` the free lists and best fit, over `tlsf.rs`'s size classes; `addr_map.rs`
+//!   the live blocks by address;
+//! - `segments.rs` plain segments and what all segments share; `ranges.rs` virtual ranges and
+//!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
+//! - `pending.rs` blocks freed after an event; `dry_run.rs` dry runs; `check.rs` validation;
+//!   `tests/` the tests, over one configurable fake backing.
+//!
 //! Data structures (no linear scans over blocks on alloc or free, no allocation per operation
 //! once warm):
-//! - blocks live in a blocks (`Vec` + free-index list) with `prev`/`next` links to their
-//!   neighbours, so coalescing is O(1);
+//! - blocks live in a slab (records in a `Vec`, vacant ones reused) with `prev`/`next` links to
+//!   their neighbours, so coalescing is O(1); segments and ranges live in another;
 //! - free blocks sit in segregated size classes with two-level bitmaps (`tlsf.rs`), one index
 //!   per stream and kind (small, large, virtual): the request's own class is searched for the
 //!   best fit, then the first non-empty class above it (every block there fits), each list
 //!   looked at for at most `FIT_SCAN` entries, smallest size then lowest address winning — best
 //!   fit in practice, O(1) always;
-//! - live blocks are found by address in a `HashMap` with a multiplicative hash;
+//! - live blocks are found by address in an open-addressing table (`addr_map.rs`);
 //! - free blocks of a virtual range that contain unmapped pages ("cold" blocks, few: the
 //!   unreserved tail of the range and holes whose pages were recycled) sit in an ordered set per
 //!   stream, searched only when no mapped free block fits; the range's last block is not in it
 //!   (placement and recycling look at it directly: it changes with nearly every allocation at the
 //!   top of the used memory).
+//!
+//! The hot path (alloc and stream-ordered free of a block that fits a free list) was tuned by
+//! counting instructions per operation on replayed traces (callgrind; BENCHMARKS.md §3): the
+//! free-list steps and record helpers are forced inline (`#[inline(always)]`), rare paths kept
+//! out of line (`#[inline(never)]`), and page arithmetic uses shifts. Moving code between these
+//! files does not change that; an attribute removed or a call made indirect does.
 //!
 //! Policies:
 //! - **Rounding / splitting.** Every request is rounded up to `alignment` (a power of two,
@@ -33,12 +53,12 @@
 //!   every block of the stream is carved from it and physical pages (`vmm_page_bytes`, 64 MiB:
 //!   one device allocation each) are mapped under a block when it is allocated. Free memory
 //!   therefore never splits at a segment seam, small and large requests share one range, and
-//!   reserved bytes are mapped pages, not address space. A request first
-//!   tries the free blocks whose pages are all mapped (no device call); otherwise it is placed,
-//!   at the low or the high end of a free block, where it needs the fewest new pages (then best
+//!   reserved bytes are mapped pages, not address space. A request first tries the free blocks
+//!   whose pages are all mapped (no device call); otherwise it is placed, at the low or the high
+//!   end of a free block, where it needs the fewest new pages (then best
 //!   fit, then lowest address) — and when every end needs new pages, also at the ends of the runs
 //!   of mapped pages inside large free blocks, so mapped memory in the middle of a hole is used
-//!   where it lies instead of being moved (the GPT-2 trace moved ten pages every step before).
+//!   where it lies instead of being moved back and forth between steps.
 //!   If the range cannot hold it (or the device cannot reserve one), the request falls back to
 //!   plain segments.
 //! - **Recycling pages.** A mapped page lying wholly inside a free block can be unmapped and
@@ -46,13 +66,12 @@
 //!   exceeded, and (b) when a request needs at least `recycle_min_bytes` of new pages and the
 //!   mapped total would exceed the high-water mark of allocated bytes by more than
 //!   `recycle_slack_permille`: large transient tensors then reuse the physical memory of holes
-//!   instead of growing the footprint (this is what keeps peak reserved within 4% of peak live
-//!   on the GPT-2 trace, against 9% without). Victims are the free blocks with the most mapped
-//!   pages, unmapped from their high end. Stream-ordered frees may still have work queued on those pages, so a page is
-//!   unmapped only once the device is known to be past the free: every 256 frees (and at most
-//!   once a millisecond) the pool records a marker event on the stream and polls it later;
-//!   pages freed before a completed
-//!   marker move at once, others only after waiting for the device (`VirtualMemory::quiesce`) —
+//!   instead of growing the footprint (the effect on fragmentation: BENCHMARKS.md §3). Victims
+//!   are the free blocks with the most mapped pages, unmapped from their high end.
+//!   Stream-ordered frees may still have work queued on those pages, so a page is unmapped only
+//!   once the device is known to be past the free: every `marker_every` frees (and at most once
+//!   per `marker_min_interval_ns`) the pool records a marker event on the stream and polls it
+//!   later; pages freed before a completed marker move at once, others only after waiting for the device (`VirtualMemory::quiesce`) —
 //!   which the budget always may, and the slack rule only with `recycle_waits` (off by default:
 //!   the pool never stalls the device for the slack and maps new pages instead). Before picking,
 //!   the slack rule records a marker after the latest frees and polls it briefly

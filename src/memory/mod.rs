@@ -1,11 +1,8 @@
 //! Memory: the caching device pool, the pinned host pool (the same allocator over pinned
 //! segments), residency of tensors, and the adapters that feed the pools from a device.
 
-mod addr_map;
-mod pages;
 pub mod pool;
 pub mod residency;
-mod tlsf;
 
 use crate::device::{DevPtr, Device, DeviceError, EventId, StreamId, VirtualMemory};
 use pool::PoolBacking;

@@ -31,7 +31,7 @@
 //!   time limit: greedy with other orders, then a branch-and-bound over *canonical* (pushed-down)
 //!   placements in the style of MiniMalloc (Moffitt, ASPLOS'23) with conflict-weighted restarts
 //!   for problems of up to a few thousand buffers, then randomly perturbed greedy orders
-//!   (`arena/search.rs` has the details). It stops at the lower bound or at the caller's target.
+//!   (`arena/search/` has the details). It stops at the lower bound or at the caller's target.
 //! * [`check_placement`]: an independent checker that shares no code with the planners.
 //!
 //! `gkrt-plans` (`src/bin/gkrt-plans.rs`) runs all three on the instances of `../shared/plans`.

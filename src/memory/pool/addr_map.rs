@@ -1,11 +1,11 @@
 //! The pool's map from a live block's address to its slab index: an open-addressing table with
 //! linear probing and backward-shift deletion (no tombstones), keys and values side by side.
 //!
-//! It replaced a `HashMap<u64, u32>` on the allocation path, where an insert and a remove come
-//! with every alloc/free pair: one multiplication to hash (addresses are 256-byte aligned, so the
-//! high bits of the product are used), at most a quarter full (short probes, and few entries to
-//! shift on removal: half full cost 14 more instructions per operation on the traces), and a
-//! lookup that usually reads one cache line. The key `u64::MAX` is reserved for empty slots (no
+//! An insert and a remove come with every alloc/free pair, so it is built for that: one
+//! multiplication to hash (addresses are 256-byte aligned, so the high bits of the product are
+//! used), at most a quarter full (short probes, and few entries to shift on removal; the
+//! measured difference from half full is in BENCHMARKS.md §3, session 6), and a lookup that
+//! usually reads one cache line. The key `u64::MAX` is reserved for empty slots (no
 //! block starts there).
 
 const EMPTY: u64 = u64::MAX;

@@ -1,0 +1,152 @@
+//! The pool's configuration: the knobs, their defaults, normalisation, and the benchmark
+//! overrides read from the environment.
+
+use super::round_up;
+
+pub(super) const MIB: u64 = 1 << 20;
+
+/// Pool configuration. [`Pool::new`] normalises it (see [`Pool::config`]): `alignment` becomes a
+/// power of two (0 means the default), segment sizes become multiples of the alignment and at
+/// least as large as the requests they serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Every block address and rounded size is a multiple of this (default 256).
+    pub alignment: u64,
+    /// Cap on reserved bytes (plain segments plus mapped pages); `u64::MAX` = none.
+    pub memory_limit: u64,
+    /// Requests up to this many bytes use the small pool (default 1 MiB).
+    pub small_request_max: u64,
+    /// Size of a small-pool segment (default 2 MiB).
+    pub small_segment_bytes: u64,
+    /// Large-pool requests up to this many bytes share medium segments (default 10 MiB).
+    pub medium_request_max: u64,
+    /// Size of a shared large-pool segment (default 20 MiB).
+    pub medium_segment_bytes: u64,
+    /// Larger requests get their own segment, rounded up to a multiple of this (default 2 MiB).
+    pub large_segment_rounding: u64,
+    /// Use the backing's virtual memory when it has some (default true).
+    pub vmm: bool,
+    /// Address space reserved per stream in virtual mode; 0 (default) = twice the memory limit,
+    /// at least 1 GiB and at most 1 TiB.
+    pub vmm_reserve_bytes: u64,
+    /// Unit of physical memory in virtual mode: each page is one device allocation, mapped and
+    /// unmapped whole (default 64 MiB; rounded up to a power of two and to the device's
+    /// granularity). Larger pages mean fewer driver calls when memory moves, smaller ones less
+    /// rounding at the edges of used memory (the page sizes measured: BENCHMARKS.md §3).
+    pub vmm_page_bytes: u64,
+    /// Mapped memory may exceed the high-water mark of allocated bytes by this many thousandths
+    /// before large requests recycle free pages instead of mapping new ones (default 30).
+    pub recycle_slack_permille: u64,
+    /// Only a request needing at least this many bytes of new pages recycles under the slack
+    /// rule (default 32 MiB); the budget always recycles.
+    pub recycle_min_bytes: u64,
+    /// Whether the slack rule may wait for the device (`quiesce`) to reuse pages that queued
+    /// work may still touch. Default false: it moves only pages the device is known to be done
+    /// with (markers) and otherwise maps new ones, so it never stalls the device (waiting costs
+    /// step time for little memory: BENCHMARKS.md §3). The budget may always wait.
+    pub recycle_waits: bool,
+    /// Before the slack rule picks pages to move, it records a marker after the latest frees
+    /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
+    /// it, and the pages freed before it can move without a stall; a busy one does not, and new
+    /// pages are mapped (after a miss, spins back off exponentially).
+    pub recycle_spin_ns: u64,
+    /// Stream-ordered frees between two marker events on a stream with a virtual range
+    /// (default 256): more frequent markers tell recycling sooner which free pages the device
+    /// is done with, at one event query and one record each.
+    pub marker_every: u32,
+    /// Least time between two of those markers (default 1 ms). A marker costs two driver calls
+    /// (a record, a query), which a burst of fast frees would pay often, while the device's
+    /// progress matters to recycling only on the scale of kernels and steps, where real programs
+    /// keep their markers (figures: BENCHMARKS.md §3).
+    pub marker_min_interval_ns: u64,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            alignment: 256,
+            memory_limit: u64::MAX,
+            small_request_max: MIB,
+            small_segment_bytes: 2 * MIB,
+            medium_request_max: 10 * MIB,
+            medium_segment_bytes: 20 * MIB,
+            large_segment_rounding: 2 * MIB,
+            vmm: true,
+            vmm_reserve_bytes: 0,
+            vmm_page_bytes: 64 * MIB,
+            recycle_slack_permille: 30,
+            recycle_min_bytes: 32 * MIB,
+            recycle_waits: false,
+            recycle_spin_ns: 200_000,
+            marker_every: 256,
+            marker_min_interval_ns: 1_000_000,
+        }
+    }
+}
+
+impl PoolConfig {
+    pub(super) fn normalized(mut self) -> PoolConfig {
+        let a = match self.alignment {
+            0 => 256,
+            a => a.checked_next_power_of_two().unwrap_or(1 << 63),
+        };
+        self.alignment = a;
+        let up = |x: u64| round_up(x.max(1), a).unwrap_or(u64::MAX - (u64::MAX % a));
+        self.small_request_max = up(self.small_request_max);
+        self.medium_request_max = up(self.medium_request_max.max(self.small_request_max));
+        self.small_segment_bytes = up(self.small_segment_bytes.max(self.small_request_max));
+        self.medium_segment_bytes = up(self.medium_segment_bytes.max(self.medium_request_max));
+        self.large_segment_rounding = up(self.large_segment_rounding);
+        self
+    }
+
+    /// Benchmark knobs, read when a pool is made: `GKRT_POOL_PAGE_MIB` (`vmm_page_bytes` in
+    /// MiB), `GKRT_POOL_SLACK_PERMILLE` (`recycle_slack_permille`), `GKRT_POOL_RECYCLE_MIN_MIB`
+    /// (`recycle_min_bytes` in MiB), `GKRT_POOL_RECYCLE_WAIT` (`recycle_waits`, 0 or 1),
+    /// `GKRT_POOL_RECYCLE_SPIN_US` (`recycle_spin_ns` in µs), `GKRT_POOL_MARKER_EVERY`
+    /// (`marker_every`), `GKRT_POOL_MARKER_MIN_US` (`marker_min_interval_ns` in µs). Values
+    /// that do not parse are
+    /// ignored with a warning.
+    pub(super) fn with_env_overrides(mut self) -> PoolConfig {
+        let read = |name: &str| -> Option<u64> {
+            let v = std::env::var(name).ok()?;
+            let n = v.trim().parse().ok();
+            if n.is_none() {
+                log::warn!("gkrt pool: ignoring {name}='{v}' (not a number)");
+            }
+            n
+        };
+        if let Some(m) = read("GKRT_POOL_PAGE_MIB") {
+            self.vmm_page_bytes = m.saturating_mul(MIB);
+        }
+        if let Some(p) = read("GKRT_POOL_SLACK_PERMILLE") {
+            self.recycle_slack_permille = p;
+        }
+        if let Some(m) = read("GKRT_POOL_RECYCLE_MIN_MIB") {
+            self.recycle_min_bytes = m.saturating_mul(MIB);
+        }
+        if let Some(w) = read("GKRT_POOL_RECYCLE_WAIT") {
+            self.recycle_waits = w != 0;
+        }
+        if let Some(us) = read("GKRT_POOL_RECYCLE_SPIN_US") {
+            self.recycle_spin_ns = us.saturating_mul(1000);
+        }
+        if let Some(n) = read("GKRT_POOL_MARKER_EVERY") {
+            self.marker_every = n.clamp(1, u32::MAX as u64) as u32;
+        }
+        if let Some(us) = read("GKRT_POOL_MARKER_MIN_US") {
+            self.marker_min_interval_ns = us.saturating_mul(1000);
+        }
+        self
+    }
+
+    /// Address space to reserve per stream for pages of `page` bytes.
+    pub(super) fn reserve_bytes(&self, page: u64) -> u64 {
+        const GIB: u64 = 1 << 30;
+        let want = match self.vmm_reserve_bytes {
+            0 => self.memory_limit.saturating_mul(2).clamp(GIB, 1 << 40),
+            n => n,
+        };
+        round_up(want.max(page), page).unwrap_or(want - want % page)
+    }
+}

@@ -1,0 +1,104 @@
+//! The free indexes of a stream: warm free blocks (every page mapped) in segregated size-class
+//! lists (`tlsf.rs`), one index per kind (small, large, virtual), and cold blocks (a virtual
+//! range's free blocks with unmapped pages) in an ordered set. Linking, unlinking, best fit.
+
+use super::block::Kind;
+use super::tlsf::{class_of, NIL};
+use super::Pool;
+
+/// Entries of one size-class list looked at for the best fit.
+pub(super) const FIT_SCAN: usize = 32;
+
+impl Pool {
+    /// Whether cold block `i` is its range's last block, which stays out of the cold set:
+    /// placement looks at it anyway, and it changes with nearly every allocation or free at the
+    /// top of the used memory (an ordered-set update each time, which was most of the cost of
+    /// such workloads).
+    #[inline]
+    pub(super) fn is_range_tail(&self, i: u32) -> bool {
+        self.segs[self.blocks[i].seg].tail == i
+    }
+
+    /// Puts a free block into its stream's warm list or cold set.
+    #[inline(always)]
+    pub(super) fn link(&mut self, i: u32) {
+        let b = &self.blocks[i];
+        let (si, kind) = (b.owner as usize, b.kind as usize);
+        if b.kind == Kind::Virtual && b.unmapped > 0 {
+            let key = (b.size, b.addr, i);
+            if !self.is_range_tail(i) {
+                self.streams[si].cold.insert(key);
+            }
+            self.blocks[i].cold = true;
+            return;
+        }
+        let c = class_of(b.size >> self.shift);
+        let head = self.streams[si].warm[kind].head(c);
+        {
+            let b = &mut self.blocks[i];
+            b.cold = false;
+            b.fprev = NIL;
+            b.fnext = head;
+        }
+        if head != NIL {
+            self.blocks[head].fprev = i;
+        }
+        self.streams[si].warm[kind].set_head(c, i);
+    }
+
+    /// Takes a free block out of its list or set.
+    #[inline(always)]
+    pub(super) fn unlink(&mut self, i: u32) {
+        let b = &self.blocks[i];
+        let (si, kind) = (b.owner as usize, b.kind as usize);
+        if b.cold {
+            let key = (b.size, b.addr, i);
+            if !self.is_range_tail(i) {
+                let removed = self.streams[si].cold.remove(&key);
+                debug_assert!(removed);
+            }
+            self.blocks[i].cold = false;
+            return;
+        }
+        let (p, n, c) = (b.fprev, b.fnext, class_of(b.size >> self.shift));
+        if p == NIL {
+            self.streams[si].warm[kind].set_head(c, n);
+        } else {
+            self.blocks[p].fnext = n;
+        }
+        if n != NIL {
+            self.blocks[n].fprev = p;
+        }
+    }
+
+    /// Best fit among the warm free blocks of `si` and `kind`; the block is unlinked.
+    /// Forced inline, like `link`, `unlink`, `Slab::insert` and `absorb_next`: each runs on
+    /// nearly every operation, and as calls their frames cost about as much as their work
+    /// (BENCHMARKS.md §3, session 6).
+    #[inline(always)]
+    pub(super) fn take_fit(&mut self, si: u32, kind: Kind, size: u64) -> Option<u32> {
+        let classes = &self.streams[si as usize].warm[kind as usize];
+        let own = class_of(size >> self.shift);
+        let mut c = classes.first_at_or_above(own)?;
+        let best = loop {
+            let mut best: Option<(u64, u64, u32)> = None;
+            let mut cur = classes.head(c);
+            let mut seen = 0;
+            while cur != NIL && seen < FIT_SCAN {
+                let b = &self.blocks[cur];
+                if b.size >= size && best.is_none_or(|(s, a, _)| (b.size, b.addr) < (s, a)) {
+                    best = Some((b.size, b.addr, cur));
+                }
+                cur = b.fnext;
+                seen += 1;
+            }
+            if let Some((_, _, i)) = best {
+                break i;
+            }
+            // Only the request's own class can hold blocks that are too small.
+            c = classes.first_at_or_above(c + 1)?;
+        };
+        self.unlink(best);
+        Some(best)
+    }
+}

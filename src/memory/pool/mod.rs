@@ -1,0 +1,511 @@
+//! The caching device-memory pool.
+//!
+//! Owns: the bookkeeping of the device memory obtained through a [`PoolBacking`] (the runtime
+//! implements it over `dyn Device`) — plain segments, and on devices with virtual memory one
+//! reserved address range per stream with physical pages mapped on demand — the blocks carved
+//! out of them, the memory budget (`memory_limit`, enforced on reserved bytes) and the always-on
+//! O(1) statistics. It owns no device memory itself: everything comes from and goes back to
+//! the backing.
+//!
+//! Where things are (each file's top comment says what it owns):
+//! - `mod.rs` (here): [`PoolBacking`], [`Pool`] and its core API — allocation, stream-ordered
+//!   free, lookup, statistics, releasing memory to the device;
+//! - `config.rs` [`PoolConfig`]; `report.rs` [`PoolStats`], [`PoolError`], [`BlockInfo`];
+//! - `stream.rs` per-stream state; `markers.rs` the marker events that tell which frees the
+//!   device has passed;
+//! - `slab.rs` the record store; `block.rs` block records, cutting and coalescing;
+//!   `free_index.rs` the free lists and best fit, over `tlsf.rs`'s size classes; `addr_map.rs`
+//!   the live blocks by address;
+//! - `segments.rs` plain segments and what all segments share; `ranges.rs` virtual ranges and
+//!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
+//! - `pending.rs` blocks freed after an event; `dry_run.rs` dry runs; `check.rs` validation;
+//!   `tests/` the tests, over one configurable fake backing.
+//!
+//! Data structures (no linear scans over blocks on alloc or free, no allocation per operation
+//! once warm):
+//! - blocks live in a slab (records in a `Vec`, vacant ones reused) with `prev`/`next` links to
+//!   their neighbours, so coalescing is O(1); segments and ranges live in another;
+//! - free blocks sit in segregated size classes with two-level bitmaps (`tlsf.rs`), one index
+//!   per stream and kind (small, large, virtual): the request's own class is searched for the
+//!   best fit, then the first non-empty class above it (every block there fits), each list
+//!   looked at for at most `FIT_SCAN` entries, smallest size then lowest address winning — best
+//!   fit in practice, O(1) always;
+//! - live blocks are found by address in an open-addressing table (`addr_map.rs`);
+//! - free blocks of a virtual range that contain unmapped pages ("cold" blocks, few: the
+//!   unreserved tail of the range and holes whose pages were recycled) sit in an ordered set per
+//!   stream, searched only when no mapped free block fits; the range's last block is not in it
+//!   (placement and recycling look at it directly: it changes with nearly every allocation at the
+//!   top of the used memory).
+//!
+//! The hot path (alloc and stream-ordered free of a block that fits a free list) was tuned by
+//! counting instructions per operation on replayed traces (callgrind; BENCHMARKS.md §3): the
+//! free-list steps and record helpers are forced inline (`#[inline(always)]`), rare paths kept
+//! out of line (`#[inline(never)]`), and page arithmetic uses shifts. Moving code between these
+//! files does not change that; an attribute removed or a call made indirect does.
+//!
+//! Policies:
+//! - **Rounding / splitting.** Every request is rounded up to `alignment` (a power of two,
+//!   default 256) and the chosen free block is split to exactly that size, so `block_size` is
+//!   always the rounded request (planners predict `allocated_bytes` from it).
+//! - **Virtual ranges (devices with virtual memory, `config.vmm`, or per stream with
+//!   `set_new_stream_growth`).** The first allocation on a stream reserves one address range
+//!   (`vmm_reserve_bytes`, default twice the memory limit, at most 1 TiB) for that stream;
+//!   every block of the stream is carved from it and physical pages (`vmm_page_bytes`, 64 MiB:
+//!   one device allocation each) are mapped under a block when it is allocated. Free memory
+//!   therefore never splits at a segment seam, small and large requests share one range, and
+//!   reserved bytes are mapped pages, not address space. A request first tries the free blocks
+//!   whose pages are all mapped (no device call); otherwise it is placed, at the low or the high
+//!   end of a free block, where it needs the fewest new pages (then best
+//!   fit, then lowest address) — and when every end needs new pages, also at the ends of the runs
+//!   of mapped pages inside large free blocks, so mapped memory in the middle of a hole is used
+//!   where it lies instead of being moved back and forth between steps.
+//!   If the range cannot hold it (or the device cannot reserve one), the request falls back to
+//!   plain segments.
+//! - **Recycling pages.** A mapped page lying wholly inside a free block can be unmapped and
+//!   its memory mapped where it is needed. The pool does so (a) when the budget would be
+//!   exceeded, and (b) when a request needs at least `recycle_min_bytes` of new pages and the
+//!   mapped total would exceed the high-water mark of allocated bytes by more than
+//!   `recycle_slack_permille`: large transient tensors then reuse the physical memory of holes
+//!   instead of growing the footprint (the effect on fragmentation: BENCHMARKS.md §3). Victims
+//!   are the free blocks with the most mapped pages, unmapped from their high end.
+//!   Stream-ordered frees may still have work queued on those pages, so a page is unmapped only
+//!   once the device is known to be past the free: every `marker_every` frees (and at most once
+//!   per `marker_min_interval_ns`) the pool records a marker event on the stream and polls it
+//!   later; pages freed before a completed marker move at once, others only after waiting for the device (`VirtualMemory::quiesce`) —
+//!   which the budget always may, and the slack rule only with `recycle_waits` (off by default:
+//!   the pool never stalls the device for the slack and maps new pages instead). Before picking,
+//!   the slack rule records a marker after the latest frees and polls it briefly
+//!   (`recycle_spin_ns`): an idle device passes it, a busy one does not.
+//! - **Plain segments (devices without virtual memory, the pinned pool, fallbacks).** As in
+//!   PyTorch, requests of at most `small_request_max` (1 MiB) are served only from the small
+//!   pool, whose segments are `small_segment_bytes` (2 MiB); larger requests only from the large
+//!   pool: up to `medium_request_max` (10 MiB) they share `medium_segment_bytes` (20 MiB)
+//!   segments, larger ones get their own segment rounded up to `large_segment_rounding` (2 MiB).
+//! - **Streams.** A segment or range belongs to the stream whose allocation created it, and so
+//!   do all blocks carved from it; `free` returns a block to that stream's free lists at once
+//!   (work on one stream runs in order). Memory moves to another stream only through the device:
+//!   a fully free segment is released and a new one obtained, or pages are recycled.
+//!   `free_after_event` parks the block until the event completes; pending events are polled on
+//!   `alloc`, `release_cached` and `release_all` (one `event_complete` query per distinct pending
+//!   event), never waited on. Pending bytes do not count as allocated (the caller has freed
+//!   them) but keep their memory.
+//! - **Budget.** A new plain segment is first tried at the policy size; if that would exceed
+//!   `memory_limit` or the backing reports out-of-memory, every cached fully free segment and
+//!   every free mapped page (of every stream) is released and the policy size is tried once
+//!   more (only if something was released), then a segment of exactly the rounded request (so a
+//!   tight budget is used fully); only then does `alloc` fail with [`PoolError::OutOfMemory`].
+//!   Pages are mapped only within the budget, recycling free pages first. Other device errors
+//!   fail at once. Memory the backing grants is tracked before anything else can fail; a segment
+//!   that cannot be used (misaligned) is handed straight back.
+//! - **Tags.** A block carries a small tag chosen by its allocator (`alloc_tagged`, read back
+//!   with `block_info`), so the runtime can tell the buffers a host allocated with
+//!   `gkrt_malloc` from a graph's tensors.
+//! - **Statistics.** `failed_alloc_count` counts allocations that failed for lack of memory or a
+//!   device error (not zero-size requests). `free_count` counts `free` and `free_after_event`.
+
+mod addr_map;
+mod block;
+mod check;
+mod config;
+mod dry_run;
+mod free_index;
+mod markers;
+mod pages;
+mod pending;
+mod ranges;
+mod recycle;
+mod report;
+mod segments;
+mod slab;
+mod stream;
+mod tlsf;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::device::{DeviceError, EventId, StreamId, VirtualMemory};
+use addr_map::AddrMap;
+use block::{Block, Kind, State};
+use segments::Segment;
+use slab::Slab;
+use stream::{FastHash, StreamState};
+use tlsf::NIL;
+
+pub use config::PoolConfig;
+#[cfg(test)]
+use config::MIB;
+pub use dry_run::DryRunStep;
+pub use report::{BlockInfo, PoolError, PoolStats};
+pub use stream::AddrHasher;
+/// What the pool needs from below: segments, event completion and, optionally, virtual memory.
+/// The runtime implements it over `dyn Device`; tests implement it with a fake.
+pub trait PoolBacking {
+    /// A fresh segment of `bytes` bytes; the address is aligned to at least 512 bytes.
+    fn alloc_segment(&self, bytes: u64) -> Result<u64, DeviceError>;
+    /// Returns a segment obtained from `alloc_segment` (same address and size).
+    fn free_segment(&self, addr: u64, bytes: u64) -> Result<(), DeviceError>;
+    /// True once the event's last record has completed.
+    fn event_complete(&self, event: EventId) -> bool;
+    /// Virtual memory, when the device has it: the pool then grows one reserved range per
+    /// stream page by page instead of taking segments.
+    fn vmm(&self) -> Option<&dyn VirtualMemory> {
+        None
+    }
+    /// Records a marker event on `stream` (re-recording `reuse` when given) and returns it; the
+    /// pool polls it with `event_complete` to learn which stream-ordered frees the device has
+    /// passed, so pages of those blocks can be unmapped without waiting for the device. `None`:
+    /// no markers (the pool then waits for the device before unmapping used memory).
+    fn record_marker(&self, _stream: StreamId, _reuse: Option<EventId>) -> Option<EventId> {
+        None
+    }
+    /// Gives back a marker event from `record_marker` (pool teardown).
+    fn release_marker(&self, _event: EventId) {}
+}
+
+/// The caching device-memory pool. See the module comment for the policies.
+#[derive(Clone, Debug)]
+pub struct Pool {
+    config: PoolConfig,
+    /// log2(alignment).
+    shift: u32,
+    /// Every block of every segment and range.
+    blocks: Slab<Block>,
+    /// Plain segments and virtual ranges.
+    segs: Slab<Segment>,
+    live: AddrMap,
+    streams: Vec<StreamState>,
+    stream_index: HashMap<StreamId, u32, FastHash>,
+    /// The stream of the latest allocation and the index of its state (nearly every allocation repeats it).
+    last_stream: (StreamId, u32),
+    pending: BTreeMap<EventId, Vec<u32>>,
+    pending_bytes: u64,
+    pending_blocks: u64,
+    /// Plain segments with no allocated or pending block (exactly one free block each).
+    idle: BTreeSet<u32>,
+    /// Page size of the virtual ranges (0 until one exists).
+    page: u64,
+    /// Pages mapped over all ranges.
+    mapped_pages: u64,
+    /// Most bytes ever allocated or pending at once (not reset by `reset_peaks`).
+    high_water: u64,
+    /// Epoch of the next stream-ordered free (advances with each marker recorded).
+    epoch: u64,
+    /// Blocks parked on events so far.
+    park_seq: u64,
+    stats: PoolStats,
+}
+
+impl Pool {
+    pub fn new(config: PoolConfig) -> Pool {
+        let config = config.with_env_overrides().normalized();
+        Pool {
+            shift: config.alignment.trailing_zeros(),
+            config,
+            blocks: Slab::default(),
+            segs: Slab::default(),
+            live: AddrMap::default(),
+            streams: Vec::new(),
+            stream_index: HashMap::default(),
+            last_stream: (StreamId(u32::MAX), NIL),
+            pending: BTreeMap::new(),
+            pending_bytes: 0,
+            pending_blocks: 0,
+            idle: BTreeSet::new(),
+            page: 0,
+            mapped_pages: 0,
+            high_water: 0,
+            epoch: 1,
+            park_seq: 0,
+            stats: PoolStats::default(),
+        }
+    }
+
+    /// The configuration as normalised by [`Pool::new`].
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Allocates `bytes` (rounded up to the alignment) for use on `stream`.
+    pub fn alloc(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Result<u64, PoolError> {
+        self.alloc_tagged(backing, bytes, stream, 0)
+    }
+
+    /// `alloc`, marking the block with `tag` (the runtime's own blocks have tag 0).
+    pub fn alloc_tagged(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+        tag: u8,
+    ) -> Result<u64, PoolError> {
+        if bytes == 0 {
+            return Err(PoolError::ZeroSize);
+        }
+        if !self.pending.is_empty() {
+            self.process_events(backing);
+        }
+        let idx = match self.alloc_inner(backing, bytes, stream) {
+            Ok(i) => i,
+            Err(e) => {
+                self.stats.failed_alloc_count += 1;
+                return Err(e);
+            }
+        };
+        Ok(self.hand_out(idx, bytes, tag))
+    }
+
+    fn alloc_inner(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Result<u32, PoolError> {
+        let Some(rounded) = round_up(bytes, self.config.alignment) else {
+            return Err(self.oom(bytes));
+        };
+        let si = self.stream_ix(stream);
+        if self.streams[si as usize].virtual_growth {
+            // The two common cases first, without asking the backing for its virtual memory:
+            // a mapped free block, and the mapped start of the range's last block.
+            if let Some(i) = self.take_fit(si, Kind::Virtual, rounded) {
+                self.split(i, rounded);
+                return Ok(i);
+            }
+            let r = self.streams[si as usize].range;
+            if r != NIL {
+                if let Some(i) = self.take_tail_prefix(si, r, rounded) {
+                    return Ok(i);
+                }
+            }
+            if let Some(vm) = backing.vmm() {
+                if let Some(i) = self.alloc_virtual(backing, vm, si, bytes, rounded)? {
+                    return Ok(i);
+                }
+            }
+        }
+        let kind = if rounded <= self.config.small_request_max {
+            Kind::Small
+        } else {
+            Kind::Large
+        };
+        let idx = match self.take_fit(si, kind, rounded) {
+            Some(i) => i,
+            None => self.grow(backing, bytes, rounded, kind, si)?,
+        };
+        self.split(idx, rounded);
+        self.mark_busy(self.blocks[idx].seg);
+        Ok(idx)
+    }
+
+    /// Returns the block to the free lists of the stream it was allocated on (stream-ordered
+    /// reuse: the next alloc on that stream may reuse it at once).
+    pub fn free(&mut self, backing: &dyn PoolBacking, addr: u64) -> Result<(), PoolError> {
+        let idx = self.take_live(addr)?;
+        self.free_block(idx);
+        self.note_free(backing, idx);
+        Ok(())
+    }
+
+    /// `free` of the block at `addr` only if it was allocated with `tag` on `stream` (and, when
+    /// given, with `requested` bytes) — one lookup for the common case of a raw free. `Ok(None)`:
+    /// freed; `Ok(Some(info))`: left allocated because something differs; `UnknownPointer`: no
+    /// such live block.
+    pub fn free_if_owned(
+        &mut self,
+        backing: &dyn PoolBacking,
+        addr: u64,
+        tag: u8,
+        stream: StreamId,
+        requested: Option<u64>,
+    ) -> Result<Option<BlockInfo>, PoolError> {
+        // One probe of the live map for the common case.
+        let Some(at) = self.live.find(addr) else {
+            return Err(PoolError::UnknownPointer(addr));
+        };
+        let idx = self.live.value_at(at);
+        let b = &self.blocks[idx];
+        let owner = self.streams[b.owner as usize].stream;
+        if b.tag != tag || owner != stream || requested.is_some_and(|n| n != b.requested) {
+            return Ok(Some(BlockInfo {
+                stream: owner,
+                tag: b.tag,
+                size: b.size,
+                requested: b.requested,
+            }));
+        }
+        self.live.remove_at(at);
+        self.count_free(idx);
+        self.free_block(idx);
+        self.note_free(backing, idx);
+        Ok(None)
+    }
+
+    /// Size the block at `addr` was rounded to, if live.
+    pub fn block_size(&self, addr: u64) -> Option<u64> {
+        self.live.get(addr).map(|i| self.blocks[i].size)
+    }
+
+    /// What the pool knows of the live block at `addr`.
+    pub fn block_info(&self, addr: u64) -> Option<BlockInfo> {
+        self.live.get(addr).map(|i| {
+            let b = &self.blocks[i];
+            BlockInfo {
+                stream: self.streams[b.owner as usize].stream,
+                tag: b.tag,
+                size: b.size,
+                requested: b.requested,
+            }
+        })
+    }
+
+    /// Returns every completely free plain segment and every free mapped page to the device;
+    /// returns bytes released. The high-water mark that the recycling rule measures against
+    /// restarts from what is in use now. On a device error the memory that failed stays tracked
+    /// and the error is returned.
+    pub fn release_cached(&mut self, backing: &dyn PoolBacking) -> Result<u64, PoolError> {
+        self.process_events(backing);
+        self.high_water = self.stats.allocated_bytes + self.pending_bytes;
+        let mut released = 0;
+        if let Some(vm) = backing.vmm() {
+            if self.mapped_pages > 0 {
+                released += self.recycle(backing, vm, u64::MAX, u64::MAX, None)? * self.page;
+                vm.trim()?;
+            }
+        }
+        released += self.release_idle_segments(backing)?;
+        Ok(released)
+    }
+
+    /// Releases every segment and range (runtime teardown). Blocks still live or pending on an
+    /// event are forgotten and reported as [`PoolError::LiveBlocks`] (the memory is released
+    /// anyway); memory the device refuses to free stays tracked and the first such error is
+    /// returned instead.
+    pub fn release_all(&mut self, backing: &dyn PoolBacking) -> Result<(), PoolError> {
+        self.process_events(backing);
+        let live = self.live.len() as u64;
+        let pending = self.pending_blocks;
+        let bytes = self.stats.allocated_bytes + self.pending_bytes;
+        let mut order: Vec<(u64, u32)> = (0..self.segs.len() as u32)
+            .filter(|&s| self.segs[s].live)
+            .map(|s| (self.segs[s].base, s))
+            .collect();
+        order.sort_unstable();
+        let mut first_err = None;
+        for (_, s) in order {
+            match self.release_segment(backing, s) {
+                Ok(()) => self.forget_segment(s),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        for st in &mut self.streams {
+            for e in st
+                .markers
+                .drain(..)
+                .map(|(e, _)| e)
+                .chain(st.spare_markers.drain(..))
+            {
+                backing.release_marker(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(PoolError::Device(e));
+        }
+        if live + pending > 0 {
+            return Err(PoolError::LiveBlocks {
+                live,
+                pending,
+                bytes,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        self.stats
+    }
+
+    /// Peaks := current values.
+    pub fn reset_peaks(&mut self) {
+        self.stats.peak_allocated_bytes = self.stats.allocated_bytes;
+        self.stats.peak_reserved_bytes = self.stats.reserved_bytes;
+    }
+
+    /// Sets the cap on reserved bytes. Takes effect on the next growth; memory already reserved
+    /// beyond a lowered limit is not released here (call `release_cached`).
+    pub fn set_memory_limit(&mut self, limit: u64) {
+        self.config.memory_limit = limit;
+    }
+
+    pub fn memory_limit(&self) -> u64 {
+        self.config.memory_limit
+    }
+
+    /// Block `idx` (out of every index) becomes an allocation of `bytes` with `tag`: counted,
+    /// findable by address. Returns its address.
+    fn hand_out(&mut self, idx: u32, bytes: u64, tag: u8) -> u64 {
+        let (addr, size) = {
+            let b = &mut self.blocks[idx];
+            b.state = State::Allocated;
+            b.requested = bytes;
+            b.tag = tag;
+            (b.addr, b.size)
+        };
+        self.live.insert(addr, idx);
+        let s = &mut self.stats;
+        s.allocated_bytes += size;
+        s.requested_bytes += bytes;
+        s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
+        s.alloc_count += 1;
+        let in_use = s.allocated_bytes + self.pending_bytes;
+        self.high_water = self.high_water.max(in_use);
+        addr
+    }
+
+    fn take_live(&mut self, addr: u64) -> Result<u32, PoolError> {
+        let idx = self
+            .live
+            .remove(addr)
+            .ok_or(PoolError::UnknownPointer(addr))?;
+        self.count_free(idx);
+        Ok(idx)
+    }
+
+    /// The statistics of freeing live block `idx` (already out of the live map).
+    #[inline]
+    fn count_free(&mut self, idx: u32) {
+        let b = &self.blocks[idx];
+        let s = &mut self.stats;
+        s.allocated_bytes -= b.size;
+        s.requested_bytes -= b.requested;
+        s.free_count += 1;
+    }
+
+    fn oom(&self, requested: u64) -> PoolError {
+        PoolError::OutOfMemory {
+            requested,
+            reserved: self.stats.reserved_bytes,
+            allocated: self.stats.allocated_bytes,
+            limit: self.config.memory_limit,
+        }
+    }
+}
+
+fn round_up(x: u64, a: u64) -> Option<u64> {
+    x.checked_add(a - 1).map(|v| v & !(a - 1))
+}
+
+/// A page count as kept in a block (ranges hold far fewer than 2^32 pages).
+#[inline]
+fn pages32(n: u64) -> u32 {
+    debug_assert!(n <= u32::MAX as u64, "{n} pages");
+    n as u32
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,374 @@
+//! Virtual ranges: one reserved address range per stream, grown by mapping pages under the
+//! blocks placed in it. Reserving the range, placing a request where it needs the fewest new
+//! pages, and mapping them (recycling free pages first when the budget or the slack rule says so).
+
+use super::block::{Kind, State};
+use super::pages::PageMap;
+use super::tlsf::NIL;
+use super::{pages32, Pool, PoolBacking, PoolError};
+use crate::device::{DeviceError, VirtualMemory};
+
+/// Cold blocks looked at when no mapped free block fits.
+pub(super) const COLD_SCAN: usize = 32;
+/// Runs of mapped pages inside a cold block whose ends are tried as placements.
+pub(super) const MAPPED_RUNS_TRIED: usize = 4;
+
+impl Pool {
+    /// Pages `[p0, p1)` of range `r` that a block at `[addr, addr + size)` touches.
+    #[inline]
+    pub(super) fn touched(&self, r: u32, addr: u64, size: u64) -> (u64, u64) {
+        // Pages are a power of two: shifts, not divisions (this is on the allocation path).
+        let base = self.segs[r].base;
+        let shift = self.page.trailing_zeros();
+        (
+            (addr - base) >> shift,
+            (addr + size - base + (self.page - 1)) >> shift,
+        )
+    }
+
+    /// Pages `[p0, p1)` of range `r` lying wholly inside `[addr, addr + size)` (p0 ≥ p1: none).
+    #[inline]
+    pub(super) fn interior(&self, r: u32, addr: u64, size: u64) -> (u64, u64) {
+        let base = self.segs[r].base;
+        let shift = self.page.trailing_zeros();
+        (
+            (addr - base + (self.page - 1)) >> shift,
+            (addr + size - base) >> shift,
+        )
+    }
+
+    pub(super) fn pages_of(&self, r: u32) -> &PageMap {
+        self.segs[r]
+            .pages
+            .as_ref()
+            .expect("a virtual range has a page map")
+    }
+
+    /// The stream's range, reserving it on first use; `None` if the device cannot reserve one.
+    pub(super) fn ensure_range(&mut self, vm: &dyn VirtualMemory, si: u32) -> Option<u32> {
+        let st = &self.streams[si as usize];
+        if st.range != NIL {
+            return Some(st.range);
+        }
+        if st.range_failed {
+            return None;
+        }
+        let g = vm.granularity();
+        let page = self
+            .config
+            .vmm_page_bytes
+            .max(g)
+            .checked_next_power_of_two()
+            .unwrap_or(0);
+        let usable = g.is_power_of_two() && page >= self.config.alignment;
+        if !usable || (self.page != 0 && page != self.page) {
+            log::warn!("gkrt pool: the device's granularity {g} is unusable; using plain segments");
+            self.streams[si as usize].range_failed = true;
+            return None;
+        }
+        let size = self.config.reserve_bytes(page);
+        let base = match vm.reserve(size) {
+            // Pages are counted from the base: granularity alignment is all mapping needs.
+            Ok(base)
+                if base.is_multiple_of(g.max(self.config.alignment))
+                    && !self.overlaps_tracked(base, size) =>
+            {
+                base
+            }
+            Ok(base) => {
+                log::warn!("gkrt pool: reserved range {base:#x} is unusable; using plain segments");
+                let _ = vm.unreserve(base, size);
+                self.streams[si as usize].range_failed = true;
+                return None;
+            }
+            Err(e) => {
+                log::warn!(
+                    "gkrt pool: reserving {size} bytes of address space failed ({e}); using plain segments"
+                );
+                self.streams[si as usize].range_failed = true;
+                return None;
+            }
+        };
+        self.page = page;
+        let i = self.add_segment(base, size, Kind::Virtual, si);
+        let r = self.blocks[i].seg;
+        self.segs[r].pages = Some(PageMap::new(size / page));
+        self.blocks[i].unmapped = pages32(size / page);
+        self.link(i);
+        self.streams[si as usize].range = r;
+        Some(r)
+    }
+
+    /// Allocation in the stream's virtual range when no mapped free block fits (`alloc_inner`
+    /// tried those, and the start of the range's last block); `Ok(None)`: the range cannot hold
+    /// it (use plain segments).
+    pub(super) fn alloc_virtual(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        si: u32,
+        bytes: u64,
+        rounded: u64,
+    ) -> Result<Option<u32>, PoolError> {
+        let Some(r) = self.ensure_range(vm, si) else {
+            return Ok(None);
+        };
+        if let Some(i) = self.take_tail_prefix(si, r, rounded) {
+            return Ok(Some(i));
+        }
+        let Some((cand, pos)) = self.place_cold(si, r, rounded) else {
+            return Ok(None);
+        };
+        self.unlink(cand);
+        let (p0, p1) = self.touched(r, pos, rounded);
+        let need = self.pages_of(r).count_unmapped(p0, p1);
+        if need > 0 {
+            if let Err(e) = self.map_pages(backing, vm, r, cand, (p0, p1), need, (bytes, rounded)) {
+                // Pages mapped before the failure stay mapped inside the (still free) block.
+                let (q0, q1) = {
+                    let b = &self.blocks[cand];
+                    self.interior(r, b.addr, b.size)
+                };
+                self.blocks[cand].unmapped = pages32(self.pages_of(r).count_unmapped(q0, q1));
+                self.link(cand);
+                return Err(e);
+            }
+        }
+        // Carve [pos, pos + rounded) out of the candidate; the pieces' unmapped pages.
+        let total = self.blocks[cand].unmapped as u64 - need;
+        let (addr, size) = (self.blocks[cand].addr, self.blocks[cand].size);
+        let mut block = cand;
+        let mut low = None;
+        if pos > addr {
+            low = Some(cand);
+            block = self.cut(cand, pos - addr);
+        }
+        let mut high = None;
+        if pos + rounded < addr + size {
+            high = Some(self.cut(block, rounded));
+        }
+        let count = |p: &Pool, i: u32| {
+            let b = &p.blocks[i];
+            let (q0, q1) = p.interior(r, b.addr, b.size);
+            if q0 < q1 {
+                p.pages_of(r).count_unmapped(q0, q1)
+            } else {
+                0
+            }
+        };
+        match (low, high) {
+            (Some(l), Some(h)) => {
+                // Count the smaller piece page by page, deduce the other.
+                let (small, big) = if self.blocks[l].size <= self.blocks[h].size {
+                    (l, h)
+                } else {
+                    (h, l)
+                };
+                let n = count(self, small);
+                self.blocks[small].unmapped = pages32(n);
+                self.blocks[big].unmapped = pages32(total - n);
+                self.link(l);
+                self.link(h);
+            }
+            (Some(p), None) | (None, Some(p)) => {
+                self.blocks[p].unmapped = pages32(total);
+                self.link(p);
+            }
+            (None, None) => debug_assert_eq!(total, 0),
+        }
+        self.blocks[block].unmapped = 0;
+        Ok(Some(block))
+    }
+
+    /// The common cold placement in one step: no other cold block, and the range's last block
+    /// (free) has `size` mapped bytes at its start — `place_cold` would choose exactly that, the
+    /// only position needing no new page. The block is carved there; the rest stays the last
+    /// block with the same unmapped pages (none of them is under the carved part).
+    pub(super) fn take_tail_prefix(&mut self, si: u32, r: u32, size: u64) -> Option<u32> {
+        let t = self.segs[r].tail;
+        let b = &self.blocks[t];
+        if !self.streams[si as usize].cold.is_empty()
+            || b.state != State::Free
+            || !b.cold
+            || b.size <= size
+        {
+            return None;
+        }
+        let (p0, p1) = self.touched(r, b.addr, size);
+        if !self.pages_of(r).all_mapped(p0, p1) {
+            return None;
+        }
+        // Carve a new block off the low end; the tail keeps its record, its unmapped pages
+        // (none of them is under the carved part) and its index (being the range's last block,
+        // it is in no ordered set), so nothing is unlinked or linked.
+        let low = b.free_piece(b.addr, size, b.prev, t);
+        let prev = b.prev;
+        let j = self.blocks.insert(low);
+        if prev != NIL {
+            self.blocks[prev].next = j;
+        } else {
+            self.segs[r].first = j;
+        }
+        let b = &mut self.blocks[t];
+        b.prev = j;
+        b.addr += size;
+        b.size -= size;
+        Some(j)
+    }
+
+    /// Where to put `size` bytes among the cold blocks of `si` (and the range's tail): the
+    /// low or high end of a block, fewest unmapped pages first, then best fit, then lowest
+    /// address.
+    pub(super) fn place_cold(&self, si: u32, r: u32, size: u64) -> Option<(u32, u64)> {
+        let st = &self.streams[si as usize];
+        let pages = self.pages_of(r);
+        type Best = Option<((u64, u64, u64), u32)>;
+        let mut best: Best = None;
+        let try_at = |best: &mut Best, i: u32, pos: u64, bsize: u64| {
+            let (p0, p1) = self.touched(r, pos, size);
+            let key = (pages.count_unmapped(p0, p1), bsize, pos);
+            if best.is_none_or(|(k, _)| key < k) {
+                *best = Some((key, i));
+            }
+        };
+        let tail = self.segs[r].tail;
+        let tail = self.blocks[tail].cold.then_some(tail);
+        let candidates = || {
+            st.cold
+                .range((size, 0, 0)..)
+                .take(COLD_SCAN)
+                .map(|&(_, _, i)| i)
+                .chain(tail)
+                .filter(|&i| {
+                    let b = &self.blocks[i];
+                    b.state == State::Free && b.size >= size
+                })
+        };
+        for i in candidates() {
+            let b = &self.blocks[i];
+            try_at(&mut best, i, b.addr, b.size);
+            try_at(&mut best, i, b.addr + b.size - size, b.size);
+        }
+        if best.is_some_and(|((unmapped, _, _), _)| unmapped > 0) {
+            // No end of a block avoids new pages: try the ends of the runs of mapped pages
+            // inside large blocks, so mapped memory in the middle of a block is used where it
+            // is rather than moved to an end (which moved pages back and forth every step on
+            // the GPT-2 trace).
+            let base = self.segs[r].base;
+            for i in candidates() {
+                let b = &self.blocks[i];
+                let (q0, q1) = self.interior(r, b.addr, b.size);
+                if b.size <= size + self.page || q1.saturating_sub(q0) <= b.unmapped as u64 {
+                    continue;
+                }
+                let (lo_end, hi_end) = (b.addr, b.addr + b.size);
+                let mut runs = 0;
+                pages.each_run(q0, q1, true, |(p, n)| {
+                    let (lo, hi) = (base + p * self.page, base + (p + n) * self.page);
+                    if lo + size <= hi_end {
+                        try_at(&mut best, i, lo, b.size);
+                    }
+                    if hi >= lo_end + size {
+                        try_at(&mut best, i, hi - size, b.size);
+                    }
+                    runs += 1;
+                    runs < MAPPED_RUNS_TRIED
+                });
+            }
+        }
+        best.map(|((_, _, pos), i)| (i, pos))
+    }
+
+    /// Maps the unmapped pages among `[p0, p1)` of range `r` (`need` of them) for a block to be
+    /// placed in the free block `cand`, recycling free pages first when the budget or the slack
+    /// rule says so.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn map_pages(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        r: u32,
+        cand: u32,
+        (p0, p1): (u64, u64),
+        need: u64,
+        (bytes, rounded): (u64, u64),
+    ) -> Result<(), PoolError> {
+        let placing = Some((cand, p0, p1));
+        let page = self.page;
+        let add = need * page;
+        let limit = self.config.memory_limit;
+        let over_limit = |p: &Pool| {
+            p.stats
+                .reserved_bytes
+                .checked_add(add)
+                .is_none_or(|t| t > limit)
+        };
+        let mut must = 0;
+        if over_limit(self) {
+            let excess = (self.stats.reserved_bytes + add).saturating_sub(limit);
+            must = excess.div_ceil(page);
+        }
+        let mut want = must;
+        if add >= self.config.recycle_min_bytes {
+            let hw = self
+                .high_water
+                .max(self.stats.allocated_bytes + self.pending_bytes + rounded);
+            let allowed = hw / 1000 * (1000 + self.config.recycle_slack_permille);
+            let cap = allowed.div_ceil(page);
+            want = want.max((self.mapped_pages + need).saturating_sub(cap));
+        }
+        if want > 0 {
+            self.recycle(backing, vm, want, must, placing)?;
+        }
+        if over_limit(self) {
+            self.release_idle_segments(backing)?;
+            if over_limit(self) {
+                return Err(self.oom(bytes));
+            }
+        }
+        let base = self.segs[r].base;
+        let runs = self.pages_of(r).runs(p0, p1, false);
+        let mapped = self.map_runs(backing, vm, r, base, &runs, placing, bytes);
+        // Spares left by recycling that the new pages did not reuse go back to the device.
+        let trimmed = vm.trim();
+        mapped?;
+        Ok(trimmed?)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn map_runs(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        r: u32,
+        base: u64,
+        runs: &[(u64, u64)],
+        placing: Option<(u32, u64, u64)>,
+        bytes: u64,
+    ) -> Result<(), PoolError> {
+        let page = self.page;
+        for &(p, n) in runs {
+            let mut result = vm.map(base + p * page, page, n);
+            if let Err(DeviceError::OutOfMemory { .. }) = result {
+                // Give the device every free page and idle segment we hold, then retry.
+                self.recycle(backing, vm, u64::MAX, u64::MAX, placing)?;
+                vm.trim()?;
+                self.release_idle_segments(backing)?;
+                result = vm.map(base + p * page, page, n);
+            }
+            match result {
+                Ok(()) => {}
+                Err(DeviceError::OutOfMemory { .. }) => return Err(self.oom(bytes)),
+                Err(e) => return Err(PoolError::Device(e)),
+            }
+            let pages = self.segs[r].pages.as_mut().expect("range");
+            pages.set(p, p + n, true);
+            self.mapped_pages += n;
+            let s = &mut self.stats;
+            s.reserved_bytes += n * page;
+            s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
+            s.page_map_count += n;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,211 @@
+//! Page recycling: unmapping mapped pages that lie wholly inside free blocks so their memory can
+//! be mapped where it is needed — for the budget, and for the slack rule (see the pool's module
+//! comment). Which blocks give up pages, and when that needs a wait for the device.
+
+use super::block::Kind;
+use super::markers::MARKERS_IN_FLIGHT;
+use super::tlsf::{CLASSES, NIL};
+use super::{pages32, Pool, PoolBacking, PoolError};
+use crate::device::VirtualMemory;
+
+impl Pool {
+    /// Mapped pages lying wholly inside the free block `i` of a range.
+    pub(super) fn mapped_interior(&self, i: u32) -> u64 {
+        let b = &self.blocks[i];
+        let r = self.streams[b.owner as usize].range;
+        let (q0, q1) = self.interior(r, b.addr, b.size);
+        q1.saturating_sub(q0) - b.unmapped as u64
+    }
+
+    /// Unmaps up to `want` mapped pages lying wholly inside free blocks of every range, each
+    /// block from its high end; returns the pages unmapped. Blocks the device is known to be done
+    /// with (their last free is older than a completed marker) go first, largest first, and need
+    /// no wait; the others are unmapped only to reach `must` (the budget), after waiting for the
+    /// device once (`quiesce`). `placing` is a block being placed (unlinked, so no list holds it)
+    /// with the pages `[p0, p1)` it is about to use: its other pages are victims too.
+    pub(super) fn recycle(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        want: u64,
+        must: u64,
+        placing: Option<(u32, u64, u64)>,
+    ) -> Result<u64, PoolError> {
+        let waits = self.config.recycle_waits;
+        for si in 0..self.streams.len() as u32 {
+            if self.streams[si as usize].range != NIL {
+                if !waits && must < want {
+                    // A fresh marker passed at once means the device is idle: nothing to wait for.
+                    // It must come after the latest frees even when the usual markers have not
+                    // been seen complete yet (a slow round trip), so the cap is doubled here.
+                    self.mark_capped(backing, si, 2 * MARKERS_IN_FLIGHT);
+                    self.spin_on_newest_marker(backing, si);
+                }
+                self.poll_markers(backing, si);
+            }
+        }
+        let done = self.recycle_victims(vm, want, must, placing)?;
+        // Let the blocks skipped this time become known-idle for the next time.
+        for si in 0..self.streams.len() as u32 {
+            let st = &self.streams[si as usize];
+            if st.range != NIL && st.markers.is_empty() {
+                self.mark(backing, si);
+            }
+        }
+        Ok(done)
+    }
+
+    pub(super) fn recycle_victims(
+        &mut self,
+        vm: &dyn VirtualMemory,
+        want: u64,
+        must: u64,
+        placing: Option<(u32, u64, u64)>,
+    ) -> Result<u64, PoolError> {
+        let mut victims: Vec<(u64, u32)> = Vec::new();
+        let mut avail = 0u64;
+        if let Some((i, _, _)) = placing {
+            victims.push((self.mapped_interior(i), i));
+        }
+        for st in &self.streams {
+            if st.range == NIL {
+                continue;
+            }
+            let tail = self.segs[st.range].tail;
+            let tail = self.blocks[tail].cold.then_some(tail);
+            for i in st.cold.iter().map(|&(_, _, i)| i).chain(tail) {
+                let mapped = self.mapped_interior(i);
+                if mapped > 0 {
+                    victims.push((mapped, i));
+                    avail += mapped;
+                }
+            }
+            let classes = &st.warm[Kind::Virtual as usize];
+            let mut c = classes.last_at_or_below(CLASSES - 1);
+            while let Some(k) = c {
+                let mut cur = classes.head(k);
+                while cur != NIL {
+                    let mapped = self.mapped_interior(cur);
+                    if mapped > 0 {
+                        victims.push((mapped, cur));
+                        avail += mapped;
+                    }
+                    cur = self.blocks[cur].fnext;
+                }
+                if avail >= want.saturating_mul(2) && avail >= want {
+                    break;
+                }
+                c = if k == 0 {
+                    None
+                } else {
+                    classes.last_at_or_below(k - 1)
+                };
+            }
+        }
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        // Idle ones first, then most mapped pages first: the unreserved tail of a range counts
+        // only what is mapped in it, so the pages just above the used part (reused soonest) go
+        // last.
+        let mut victims: Vec<(bool, u64, u32)> = victims
+            .into_iter()
+            .map(|(mapped, i)| (self.idle_on_device(i), mapped, i))
+            .collect();
+        victims.sort_unstable_by(|a, b| b.cmp(a));
+        if log::log_enabled!(log::Level::Trace) {
+            let idle = victims.iter().filter(|v| v.0).count();
+            let streams: Vec<(usize, u64)> = self
+                .streams
+                .iter()
+                .map(|s| (s.markers.len(), s.safe_epoch))
+                .collect();
+            let epochs: Vec<u64> = victims
+                .iter()
+                .map(|v| self.blocks[v.2].freed_epoch)
+                .collect();
+            log::trace!(
+                "pool recycle: want {want} must {must}, {} victims ({idle} idle, freed epochs {epochs:?}), epoch {}, streams (markers, safe epoch) {streams:?}",
+                victims.len(),
+                self.epoch
+            );
+        }
+        let page = self.page;
+        let mut done = 0u64;
+        let mut quiet = false;
+        for (idle, _, i) in victims {
+            if done >= want {
+                break;
+            }
+            if !idle && !quiet && done >= must && !self.config.recycle_waits {
+                // Only the soft goal is left, and it may not wait for the device.
+                break;
+            }
+            let (r, addr, size) = {
+                let b = &self.blocks[i];
+                (self.streams[b.owner as usize].range, b.addr, b.size)
+            };
+            let (q0, q1) = self.interior(r, addr, size);
+            let mut runs = self.pages_of(r).runs(q0, q1, true);
+            if let Some((_, k0, k1)) = placing.filter(|&(j, _, _)| j == i) {
+                // Keep the pages the placed block will use.
+                runs = runs
+                    .into_iter()
+                    .flat_map(|(p, n)| {
+                        let lo = (p, n.min(k0.saturating_sub(p)));
+                        let hi_start = (p + n).min(p.max(k1));
+                        [lo, (hi_start, p + n - hi_start)]
+                    })
+                    .filter(|&(_, n)| n > 0)
+                    .collect();
+            }
+            let base = self.segs[r].base;
+            let mut took = 0;
+            let mut failed = None;
+            'runs: for &(p, n) in runs.iter().rev() {
+                if done >= want {
+                    break;
+                }
+                if !idle && !quiet {
+                    if let Err(e) = vm.quiesce() {
+                        failed = Some(e);
+                        break;
+                    }
+                    quiet = true;
+                    self.stats.device_wait_count += 1;
+                }
+                let k = n.min(want - done);
+                let start = p + n - k;
+                if let Err(e) = vm.unmap(base + start * page, page, k) {
+                    failed = Some(e);
+                    break 'runs;
+                }
+                self.segs[r]
+                    .pages
+                    .as_mut()
+                    .expect("range")
+                    .set(start, start + k, false);
+                self.mapped_pages -= k;
+                let s = &mut self.stats;
+                s.reserved_bytes -= k * page;
+                s.page_unmap_count += k;
+                done += k;
+                took += k;
+            }
+            if took > 0 && placing.is_some_and(|(j, _, _)| j == i) {
+                self.blocks[i].unmapped += pages32(took);
+            } else if took > 0 {
+                self.unlink(i);
+                self.blocks[i].unmapped += pages32(took);
+                self.link(i);
+            }
+            if let Some(e) = failed {
+                return Err(PoolError::Device(e));
+            }
+        }
+        if done > 0 {
+            self.stats.recycle_count += 1;
+        }
+        Ok(done)
+    }
+}

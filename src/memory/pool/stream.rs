@@ -1,0 +1,121 @@
+//! Per-stream state: each stream the pool serves has one [`StreamState`] (its free indexes,
+//! its virtual range, its marker events), found from the stream id through a fast hash map and
+//! a one-entry cache of the latest allocation's stream.
+
+use std::collections::BTreeSet;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::tlsf::{Classes, NIL};
+use super::Pool;
+use crate::device::{EventId, StreamId};
+
+/// Multiplicative hashing for the map from stream id to stream state (and any other integer
+/// keys): one 128-bit multiply, both halves folded, so keys that differ only in high bits still
+/// spread. Live blocks are found by address through `addr_map.rs`, which hashes on its own.
+#[derive(Default, Clone, Copy)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        let m = (self.0 as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (m as u64) ^ ((m >> 64) as u64)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.0 = self.0.rotate_left(32) ^ x;
+    }
+    #[inline]
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(x as u64);
+    }
+}
+
+pub(super) type FastHash = BuildHasherDefault<AddrHasher>;
+
+/// The state of one stream the pool serves: its free indexes, its virtual range, its marker
+/// events. Throughout the pool `si` is a stream's index in `Pool::streams`, and a block's
+/// `owner` is the `si` of the stream it belongs to.
+#[derive(Clone, Debug)]
+pub(super) struct StreamState {
+    pub(super) stream: StreamId,
+    pub(super) warm: [Classes; 3],
+    /// Free blocks of the range with unmapped pages: (size, addr, block).
+    pub(super) cold: BTreeSet<(u64, u64, u32)>,
+    /// Segment index of the stream's virtual range, or NIL.
+    pub(super) range: u32,
+    /// Reserving a range failed: use plain segments from now on.
+    pub(super) range_failed: bool,
+    /// Grow by virtual ranges (`config.vmm`, or `set_new_stream_growth`) rather than segments.
+    pub(super) virtual_growth: bool,
+    /// Marker events in flight on the stream, oldest first, with their epochs; and completed
+    /// ones kept for re-recording.
+    pub(super) markers: std::collections::VecDeque<(EventId, u64)>,
+    pub(super) spare_markers: Vec<EventId>,
+    /// Frees on this stream with a smaller epoch are known done on the device.
+    pub(super) safe_epoch: u64,
+    /// Frees since the last marker.
+    pub(super) frees: u32,
+    /// When `note_free` last recorded a marker.
+    pub(super) last_marker: Option<std::time::Instant>,
+    /// Spin opportunities to skip after consecutive misses (backoff), and the current streak.
+    pub(super) spin_skip: u32,
+    pub(super) spin_misses: u32,
+}
+
+impl Pool {
+    /// How a stream the pool has not seen yet will grow: by a virtual range (where the backing
+    /// has virtual memory) or by plain segments, whatever `config.vmm` says for other streams.
+    /// A stream the pool already serves keeps its way (false is returned).
+    #[inline]
+    pub fn set_new_stream_growth(&mut self, stream: StreamId, virtual_ranges: bool) -> bool {
+        if self.stream_index.contains_key(&stream) {
+            return false;
+        }
+        let si = self.stream_ix(stream);
+        self.streams[si as usize].virtual_growth = virtual_ranges;
+        true
+    }
+
+    /// The `si` of `stream`, its state made on first use. Forced inline: nearly every
+    /// allocation repeats the latest one's stream, checked here without a call.
+    #[inline(always)]
+    pub(super) fn stream_ix(&mut self, stream: StreamId) -> u32 {
+        if self.last_stream.0 == stream && self.last_stream.1 != NIL {
+            return self.last_stream.1;
+        }
+        self.stream_ix_other(stream)
+    }
+
+    /// `stream_ix` for a stream other than the latest allocation's.
+    #[inline(never)]
+    pub(super) fn stream_ix_other(&mut self, stream: StreamId) -> u32 {
+        if let Some(&s) = self.stream_index.get(&stream) {
+            self.last_stream = (stream, s);
+            return s;
+        }
+        let s = self.streams.len() as u32;
+        self.streams.push(StreamState {
+            stream,
+            warm: Default::default(),
+            cold: BTreeSet::new(),
+            range: NIL,
+            range_failed: false,
+            virtual_growth: self.config.vmm,
+            markers: Default::default(),
+            spare_markers: Vec::new(),
+            safe_epoch: 1,
+            frees: 0,
+            last_marker: None,
+            spin_skip: 0,
+            spin_misses: 0,
+        });
+        self.stream_index.insert(stream, s);
+        s
+    }
+}

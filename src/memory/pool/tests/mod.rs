@@ -1,0 +1,50 @@
+//! Tests of the caching pool, by concern — plain segments (`plain.rs`), virtual ranges
+//! (`virtual_ranges.rs`), random sequences against a model (`random.rs`), the trace replay
+//! (`replay.rs`) — all over one configurable fake backing (`fake.rs`).
+
+mod fake;
+mod plain;
+mod random;
+mod replay;
+mod virtual_ranges;
+
+use super::*;
+use fake::{Fake, FakeConfig, PAGE};
+
+const KIB: u64 = 1 << 10;
+
+fn st(n: u32) -> StreamId {
+    StreamId(n)
+}
+
+fn pool() -> Pool {
+    Pool::new(PoolConfig::default())
+}
+
+fn limited(limit: u64) -> Pool {
+    Pool::new(PoolConfig {
+        memory_limit: limit,
+        ..PoolConfig::default()
+    })
+}
+
+fn check(p: &Pool) {
+    if let Err(e) = p.validate() {
+        panic!("pool invariant broken: {e}");
+    }
+}
+
+fn vpool(limit: u64) -> Pool {
+    Pool::new(PoolConfig {
+        memory_limit: limit,
+        vmm_reserve_bytes: 4 << 30,
+        vmm_page_bytes: PAGE,
+        ..PoolConfig::default()
+    })
+}
+
+#[test]
+fn a_block_record_is_one_cache_line() {
+    assert_eq!(std::mem::size_of::<Block>(), 64);
+    assert_eq!(std::mem::align_of::<Block>(), 64);
+}

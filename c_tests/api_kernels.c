@@ -3,8 +3,8 @@
  * callback), gkrt_kernel_from_ptx / _from_cubin / _from_source (argument checks on every
  * backend; UNSUPPORTED naming the function on the host backend; on CUDA: a PTX kernel and two
  * CUDA-source kernels load and compute the right numbers, with parameters and a workspace in
- * the documented order; bad source, bad PTX, a bad image and a missing function give
- * COMPILE_ERROR; a params blob shorter than the kernel's struct is INVALID_ARGUMENT), and
+ * the documented order; a params blob shorter than the kernel's struct is INVALID_ARGUMENT;
+ * compile and load errors are in neg_kernel_load.c), and
  * gkrt_kernel_release (NULL, twice, wrong kind; a released kernel stays alive in its graphs).
  */
 #include "test_util.h"
@@ -212,22 +212,10 @@ int main(void) {
     CHECK(one_y == -1.75f);
     OK(gkrt_graph_release(g));
 
-    /* --- Compile and load errors: COMPILE_ERROR with the log, never a crash. --- */
-    const char *bad_src = "extern \"C\" __global__ void broken(float* o) { o[0] = undefined_thing_xyz; }\n";
-    FAILS(gkrt_kernel_from_source(rt, bad_src, "broken", NULL, 0, &k), GKRT_STATUS_COMPILE_ERROR,
-          "undefined_thing_xyz");
-    FAILS(gkrt_kernel_from_source(rt, ADD_ONE_SRC, "no_such_kernel", NULL, 0, &k), GKRT_STATUS_COMPILE_ERROR,
-          "no_such_kernel");
-    FAILS(gkrt_kernel_from_ptx(rt, PTX_ADD_ONE, "no_such_ptx_fn", &k), GKRT_STATUS_COMPILE_ERROR, "no_such_ptx_fn");
-    FAILS(gkrt_kernel_from_ptx(rt, "this is not PTX at all", "f", &k), GKRT_STATUS_COMPILE_ERROR, "");
-    CHECK(gkrt_last_error_message(NULL, 0) > 0);
-    FAILS(gkrt_kernel_from_cubin(rt, image, sizeof image, "f", &k), GKRT_STATUS_COMPILE_ERROR, "");
-    CHECK(k == sentinel);
-    const char *bad_opt[1] = {"--no-such-nvrtc-option"};
-    gkrt_status so = gkrt_kernel_from_source(rt, ADD_ONE_SRC, "add_one", bad_opt, 1, &k);
-    CHECK(so == GKRT_STATUS_COMPILE_ERROR || so == GKRT_STATUS_INVALID_ARGUMENT);
-    MSG_HAS("--no-such-nvrtc-option");
-    /* Device kernels belong to their runtime too. */
+    /* Compile and load errors (bad source, bad PTX, a bad image, a missing function) are in
+     * neg_kernel_load.c: they fail driver calls on purpose, which sanitizer runs skip. */
+
+    /* --- Device kernels belong to their runtime too. --- */
     gkrt_graph *g2;
     OK(gkrt_graph_create(rt2, &g2));
     tx = add_tensor(g2, 4, GKRT_TENSOR_INPUT, "x2");

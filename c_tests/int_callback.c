@@ -2,15 +2,17 @@
  * int_callback: host callbacks. A callback node between built-ins receives the right number of
  * inputs, outputs and workspaces with the right sizes, distinct non-overlapping buffers, its
  * parameter bytes (copied when the node was added), its node index, its user data and a
- * non-NULL stream; on the CUDA backend it is called on the thread running gkrt_runtime_run. On
- * the host backend it also computes (reads its input, writes its output and workspaces) and the
- * result, checked after the run, proves it ran in stream order between the built-ins. A callback
+ * non-NULL stream; on the CUDA backend it is called on the thread running gkrt_runtime_run. It
+ * also computes — reads its input, writes its output and workspaces (on CUDA through the driver,
+ * on its stream: cb_device.h) — and the result, checked after the run, proves it ran in stream
+ * order between the built-ins. A callback
  * that reports failure gives CALLBACK_FAILED naming its node; afterwards allocated bytes are
  * back to the baseline, the same graph runs again once the callback succeeds, and other graphs
  * on the runtime run correctly.
  */
 #include <pthread.h>
 
+#include "cb_device.h"
 #include "test_util.h"
 
 enum { N = 1000, BYTES = N * 4, WS0 = 100, WS1 = 4096, MAX_CALLS = 64 };
@@ -22,8 +24,7 @@ typedef struct {
 
 typedef struct {
   uint32_t magic;
-  int host;     /* compute on the buffers (host backend only) */
-  int32_t fail; /* what to return */
+  int32_t fail; /* what to return (the outputs are written all the same) */
   int calls;
   uint32_t nodes[MAX_CALLS];
   size_t num_inputs, num_outputs, num_workspaces;
@@ -53,25 +54,29 @@ static void record_args(record *r, const gkrt_callback_args *a) {
   r->thread = pthread_self();
 }
 
+/* Host copies of a callback's buffers (the largest is N floats). */
+static float cb_in[N], cb_out[N];
+
 /* inputs (a, x), output b, workspaces (WS0, WS1): b[i] = a[i] + params.add. */
 static int32_t compute_cb(const gkrt_callback_args *args, void *user) {
   record *r = user;
   if (r->magic != 0xCA11BAC4u) return 99;
   record_args(r, args);
-  if (r->host && args->num_inputs == 2 && args->num_outputs == 1 && args->num_workspaces == 2 &&
-      args->params_size == sizeof(cb_params)) {
-    cb_params p;
-    memcpy(&p, args->params, sizeof p);
-    const float *a = args->inputs[0].ptr;
-    float *b = args->outputs[0].ptr;
-    size_t n = args->outputs[0].size / 4;
-    /* The workspaces are writable scratch of at least their size. */
-    memset(args->workspaces[0].ptr, 0xA5, args->workspaces[0].size);
-    memset(args->workspaces[1].ptr, 0x5A, args->workspaces[1].size);
-    r->ws_ok = ((unsigned char *)args->workspaces[0].ptr)[args->workspaces[0].size - 1] == 0xA5 &&
-               ((unsigned char *)args->workspaces[1].ptr)[0] == 0x5A;
-    for (size_t i = 0; i < n; i++) b[i] = a[i] + p.add;
-  }
+  if (args->num_inputs != 2 || args->num_outputs != 1 || args->num_workspaces != 2 ||
+      args->params_size != sizeof(cb_params) || args->outputs[0].size > sizeof cb_out)
+    return 98;
+  cb_params p;
+  memcpy(&p, args->params, sizeof p);
+  size_t n = args->outputs[0].size / 4;
+  /* The workspaces are writable scratch of at least their size. */
+  unsigned char last = 0, first = 0;
+  if (cbdev_fill(args, args->workspaces[0], 0xA5) || cbdev_fill(args, args->workspaces[1], 0x5A)) return 97;
+  const gkrt_buffer ws0_last = {(char *)args->workspaces[0].ptr + args->workspaces[0].size - 1, 1};
+  if (cbdev_read(args, ws0_last, &last, 1) || cbdev_read(args, args->workspaces[1], &first, 1)) return 96;
+  r->ws_ok = last == 0xA5 && first == 0x5A;
+  if (cbdev_read(args, args->inputs[0], cb_in, n * 4)) return 95;
+  for (size_t i = 0; i < n; i++) cb_out[i] = cb_in[i] + p.add;
+  if (cbdev_write(args, args->outputs[0], cb_out, n * 4)) return 94;
   return r->fail;
 }
 
@@ -79,12 +84,11 @@ static int32_t compute_cb(const gkrt_callback_args *args, void *user) {
 static int32_t seq_cb(const gkrt_callback_args *args, void *user) {
   record *r = user;
   record_args(r, args);
-  if (r->host && args->num_outputs == 1) {
-    float *o = args->outputs[0].ptr;
-    size_t n = args->outputs[0].size / 4;
-    for (size_t i = 0; i < n; i++)
-      o[i] = args->num_inputs == 0 ? (float)i : ((const float *)args->inputs[0].ptr)[i] + 100.0f;
-  }
+  if (args->num_outputs != 1 || args->num_inputs > 1 || args->outputs[0].size > sizeof cb_out) return 98;
+  size_t n = args->outputs[0].size / 4;
+  if (args->num_inputs == 1 && cbdev_read(args, args->inputs[0], cb_in, n * 4)) return 95;
+  for (size_t i = 0; i < n; i++) cb_out[i] = args->num_inputs == 0 ? (float)i : cb_in[i] + 100.0f;
+  if (cbdev_write(args, args->outputs[0], cb_out, n * 4)) return 94;
   return r->fail;
 }
 
@@ -103,7 +107,7 @@ int main(void) {
   gkrt_kernel *copy = builtin_kernel(rt, GKRT_BUILTIN_COPY);
   static record rec, seq, frec;
   rec.magic = frec.magic = 0xCA11BAC4u;
-  rec.host = seq.host = frec.host = host;
+  cbdev_init(rt);
   gkrt_kernel *cb = NULL, *cb_seq = NULL, *cb_fail = NULL;
   OK(gkrt_kernel_from_callback(rt, compute_cb, &rec, &cb));
   OK(gkrt_kernel_from_callback(rt, seq_cb, &seq, &cb_seq));
@@ -141,11 +145,9 @@ int main(void) {
     CHECK_EQ_U64(rec.calls, run + 1); /* exactly once per run */
     CHECK_EQ_U64(rec.nodes[run], cb_node);
     OK(gkrt_graph_read_tensor(g, y, yv, BYTES));
-    if (host) {
-      for (int i = 0; i < N; i++) want[i] = relu_ref(two * xv[i] + p_orig.add);
-      CHECK_BITS(yv, want, N);
-      CHECK(rec.ws_ok);
-    }
+    for (int i = 0; i < N; i++) want[i] = relu_ref(two * xv[i] + p_orig.add);
+    CHECK_BITS(yv, want, N);
+    CHECK(rec.ws_ok);
   }
   CHECK_EQ_U64(rec.num_inputs, 2);
   CHECK_EQ_U64(rec.num_outputs, 1);
@@ -190,7 +192,7 @@ int main(void) {
   CHECK_EQ_U64(seq.num_outputs, 1);
   CHECK_EQ_U64(seq.num_workspaces, 0);
   CHECK(seq.stream != NULL);
-  if (host) {
+  {
     float o[16], ow[16];
     OK(gkrt_graph_read_tensor(g2, o1, o, sizeof o));
     for (int i = 0; i < 16; i++) ow[i] = (float)i;
@@ -236,11 +238,9 @@ int main(void) {
   frec.fail = 0;
   OK(gkrt_runtime_run(rt, gf));
   CHECK_EQ_U64(frec.calls, 2);
-  if (host) {
-    OK(gkrt_graph_read_tensor(gf, fy, yv, BYTES));
-    for (int i = 0; i < N; i++) want[i] = relu_ref(three * relu_ref(xv[i]) + p_orig.add);
-    CHECK_BITS(yv, want, N);
-  }
+  OK(gkrt_graph_read_tensor(gf, fy, yv, BYTES));
+  for (int i = 0; i < N; i++) want[i] = relu_ref(three * relu_ref(xv[i]) + p_orig.add);
+  CHECK_BITS(yv, want, N);
   const int32_t codes[] = {1, -1, 0x7fffffff};
   for (size_t c = 0; c < sizeof codes / sizeof codes[0]; c++) {
     frec.fail = codes[c];
@@ -256,11 +256,9 @@ int main(void) {
   fill_floats(xv, N, 901);
   OK(gkrt_graph_write_tensor(gf, fx, xv, BYTES));
   OK(gkrt_runtime_run(rt, gf));
-  if (host) {
-    OK(gkrt_graph_read_tensor(gf, fy, yv, BYTES));
-    for (int i = 0; i < N; i++) want[i] = relu_ref(three * relu_ref(xv[i]) + p_orig.add);
-    CHECK_BITS(yv, want, N);
-  }
+  OK(gkrt_graph_read_tensor(gf, fy, yv, BYTES));
+  for (int i = 0; i < N; i++) want[i] = relu_ref(three * relu_ref(xv[i]) + p_orig.add);
+  CHECK_BITS(yv, want, N);
 
   /* The first graph still runs right on this runtime, and so does a fresh one. */
   int calls = rec.calls;
@@ -268,11 +266,9 @@ int main(void) {
   OK(gkrt_graph_write_tensor(g, x, xv, BYTES));
   OK(gkrt_runtime_run(rt, g));
   CHECK_EQ_U64(rec.calls, calls + 1);
-  if (host) {
-    OK(gkrt_graph_read_tensor(g, y, yv, BYTES));
-    for (int i = 0; i < N; i++) want[i] = relu_ref(two * xv[i] + p_orig.add);
-    CHECK_BITS(yv, want, N);
-  }
+  OK(gkrt_graph_read_tensor(g, y, yv, BYTES));
+  for (int i = 0; i < N; i++) want[i] = relu_ref(two * xv[i] + p_orig.add);
+  CHECK_BITS(yv, want, N);
   CHECK_RUNTIME_WORKS(rt);
 
   OK(gkrt_graph_release(g));

@@ -11,6 +11,16 @@
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
+#   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
+#           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
+#           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
+#           tests fail CUDA calls on purpose (device code that cannot load): they run and their
+#           errors are listed, but not counted. leak_cycles runs SANITIZE_LEAK_CYCLES (12) of its
+#           60 cycles (every module load is instrumented). One line per tool: programs run,
+#           programs with errors, total errors; logs in $OUT/sanitize/. Exit status 1 when any
+#           counted program had an error, failed or timed out (SANITIZE_TIMEOUT, 300 s each).
+#           SANITIZE_RUST=1 also runs the Rust GPU tests under memcheck, less gpu_neg_* and
+#           gpu_alone_* (which fail on purpose) and gpu_hot_path_overhead (a timing loop).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -117,6 +127,89 @@ run_workloads() {
     "$OUT"/workload_resnet50.jsonl | tee "$OUT/workloads.md"
 }
 
+# The compute-sanitizer of the toolkit (or COMPUTE_SANITIZER, or the one on PATH).
+find_compute_sanitizer() {
+  local c
+  for c in "${COMPUTE_SANITIZER:-}" "$CUDA_HOME/bin/compute-sanitizer" \
+      "$CUDA_HOME/compute-sanitizer/compute-sanitizer" "$(command -v compute-sanitizer 2>/dev/null)"; do
+    if [ -n "$c" ] && [ -x "$c" ]; then echo "$c"; return 0; fi
+  done
+  return 1
+}
+
+# One program under one tool: writes "<exit status> <errors, or - without a summary line>
+# <seconds>" to $3.result beside the log $3.log.
+sanitize_one() {
+  local cs=$1 tool=$2 base=$3 prog=$4 start=$SECONDS rc n
+  local args=(--tool "$tool" --error-exitcode 99 --print-limit 100)
+  [ "$tool" = memcheck ] && args+=(--leak-check no)
+  GKRT_DEVICE=cuda GKRT_TEST_LEAK_CYCLES="${SANITIZE_LEAK_CYCLES:-12}" GKRT_TEST_WATCHDOG_S=240 \
+    timeout "${SANITIZE_TIMEOUT:-300}" "$cs" "${args[@]}" "$prog" >"$base.log" 2>&1
+  rc=$?
+  n=$(grep -aoE 'ERROR SUMMARY: [0-9]+ error' "$base.log" | tail -n 1 | grep -oE '[0-9]+')
+  echo "$rc ${n:--} $((SECONDS - start))" >"$base.result"
+}
+
+run_sanitize() {
+  local cs
+  if ! cs=$(find_compute_sanitizer); then
+    echo "sanitize: no compute-sanitizer (looked in \$CUDA_HOME/bin, \$CUDA_HOME/compute-sanitizer, PATH; set COMPUTE_SANITIZER)"
+    return 1
+  fi
+  echo "sanitize: $("$cs" --version | grep -m1 -iE 'version' || echo "$cs")"
+  local dir="$OUT/sanitize" progs=() p
+  rm -rf "$dir"; mkdir -p "$dir"
+  for p in .gpu/tests/* .gpu/bin/gkrt_demo; do [ -f "$p" ] && [ -x "$p" ] && progs+=("$p"); done
+  local tools=(${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}) jobs=${SANITIZE_JOBS:-4} tool
+  local status=0 t0=$SECONDS
+  for tool in "${tools[@]}"; do
+    for p in "${progs[@]}"; do
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+      sanitize_one "$cs" "$tool" "$dir/$tool.$(basename "$p")" "$p" &
+    done
+    wait
+    local run=0 with=0 total=0 failed=() on_purpose=() rc n secs name
+    for p in "${progs[@]}"; do
+      name=$(basename "$p")
+      rc=lost n=- secs=0
+      [ -f "$dir/$tool.$name.result" ] && read -r rc n secs <"$dir/$tool.$name.result"
+      if [[ $name == neg_* ]]; then
+        on_purpose+=("$name:${n}")
+        [ "$rc" = 0 ] || [ "$rc" = 99 ] || failed+=("$name(exit $rc)")
+        continue
+      fi
+      run=$((run + 1))
+      if [ "$n" = - ]; then
+        failed+=("$name(exit $rc, no ERROR SUMMARY$([ "$rc" = 124 ] && echo ", timed out after ${secs}s"))")
+        continue
+      fi
+      if [ "$n" -gt 0 ]; then with=$((with + 1)); total=$((total + n)); fi
+      if [ "$rc" != 0 ] && [ "$rc" != 99 ]; then failed+=("$name(exit $rc)"); fi
+    done
+    echo "sanitize $tool: $run programs run, $with with errors, $total errors" \
+      "(neg_*, errors on purpose, not counted: ${on_purpose[*]:-none})${failed[*]:+; FAILED: ${failed[*]}}"
+    if [ "$with" -gt 0 ]; then
+      for p in "${progs[@]}"; do
+        name=$(basename "$p")
+        [[ $name == neg_* ]] && continue
+        n=-
+        [ -f "$dir/$tool.$name.result" ] && read -r rc n secs <"$dir/$tool.$name.result"
+        [ "$n" != - ] && [ "$n" -gt 0 ] && echo "  $name: $n errors, first: $(grep -aE '^========= [A-Z]' "$dir/$tool.$name.log" |
+          grep -av -m1 -E 'COMPUTE-SANITIZER|ERROR SUMMARY' | cut -c1-160)"
+      done
+    fi
+    if [ "$with" -gt 0 ] || [ ${#failed[@]} -gt 0 ]; then status=1; fi
+  done
+  echo "sanitize: ${#tools[@]} tools x ${#progs[@]} programs in $((SECONDS - t0)) s (leak_cycles: ${SANITIZE_LEAK_CYCLES:-12} cycles)"
+  if [ "${SANITIZE_RUST:-0}" = 1 ] && [ -x .gpu/bin/gkrt_unit_tests ]; then
+    timeout 600 "$cs" --tool memcheck --error-exitcode 99 --print-limit 100 --leak-check no \
+      .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 device::cuda \
+      --skip gpu_neg_ --skip gpu_alone_ --skip gpu_hot_path >"$dir/memcheck.rust_gpu_tests.log" 2>&1
+    echo "sanitize memcheck, Rust GPU tests: exit $?, $(grep -aoE 'ERROR SUMMARY: [0-9]+ errors?' "$dir/memcheck.rust_gpu_tests.log" | tail -n 1); $(grep -aE '^test result' "$dir/memcheck.rust_gpu_tests.log" || echo 'no result line')"
+  fi
+  return $status
+}
+
 for w in "${what[@]}"; do
   case "$w" in
     tests) run_tests ;;
@@ -125,6 +218,8 @@ for w in "${what[@]}"; do
     pool) run_pool ;;
     swap) run_swap ;;
     workloads) run_workloads ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads)" ;;
+    sanitize) run_sanitize || sanitize_failed=1 ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize)" ;;
   esac
 done
+exit "${sanitize_failed:-0}"

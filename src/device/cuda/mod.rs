@@ -30,14 +30,17 @@
 //!
 //! **Files.** `probe.rs` finds the driver (and NVRTC) without panicking; `handles.rs` holds the
 //! error mapping, handle wrappers and id tables; `modules.rs` loads PTX/cubin/source into cached
-//! modules; `nvrtc.rs` compiles CUDA C++; `launch.rs` launches; `builtins.rs` is the built-in
-//! kernels' CUDA source and their launcher; `tests.rs` the tests (GPU ones are `#[ignore]`d).
+//! modules; `params.rs` reads a kernel's parameter count from the image it was loaded from (so
+//! its layout is asked of the driver without a failing call); `nvrtc.rs` compiles CUDA C++;
+//! `launch.rs` launches; `builtins.rs` is the built-in kernels' CUDA source and their launcher;
+//! `tests.rs` the tests (GPU ones are `#[ignore]`d).
 
 mod builtins;
 mod handles;
 mod launch;
 mod modules;
 mod nvrtc;
+mod params;
 mod probe;
 mod vmm;
 

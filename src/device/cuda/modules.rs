@@ -1,17 +1,28 @@
 //! Loading kernels: PTX, cubin/fatbin images and CUDA source (through NVRTC) become modules,
 //! cached by their full code so the same source is compiled once per device; functions are
 //! looked up by name, loaded eagerly, and their parameter sizes recorded for launch checks.
+//!
+//! **Parameter layout without a failing call.** `cuFuncGetParamInfo(f, i)` gives parameter `i`'s
+//! size, but the driver API before CUDA 13.2 has no parameter count; asking for one index past
+//! the last to find it fails with `CUDA_ERROR_INVALID_VALUE` — an error compute-sanitizer reports
+//! in every program that loads a kernel. So the count comes first, from the driver where it has
+//! `cuFuncGetParamCount` (13.2+, looked up with `dlsym`: cudarc binds it only for 13.2), else from
+//! the image we loaded the module from (`params.rs`: the PTX `.entry` declaration, the cubin's
+//! `EIATTR_KPARAM_INFO` records), and only indices below it are asked for. Where neither can
+//! tell (a compressed fatbin), the kernel's launches are not checked, as before.
 
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void, CString};
 use std::ptr;
+use std::sync::OnceLock;
 
 use cudarc::driver::sys::{self, CUresult};
 
 use super::handles::{
     check, driver_error, error_name, error_string, invalid, lock, write, Func, FuncEntry, Module,
 };
-use super::{nvrtc, CudaDevice};
+use super::params::KernelImage;
+use super::{nvrtc, probe, CudaDevice};
 use crate::device::{DeviceError, DeviceResult, FunctionId, ModuleSource};
 
 /// Cache key of a loaded module: the full code (and NVRTC options), so a hash collision can
@@ -43,31 +54,75 @@ impl ModuleKey {
 pub(super) struct Modules {
     /// Index into `loaded` of each module already built.
     by_key: HashMap<ModuleKey, usize>,
-    /// Every module loaded, unloaded at Drop.
-    loaded: Vec<Module>,
+    /// Every module loaded, unloaded at Drop, with the image it came from (for parameter counts).
+    loaded: Vec<(Module, KernelImage)>,
     /// (module index, function name) → id, so loading a function twice returns the same id.
     functions: HashMap<(usize, String), FunctionId>,
 }
 
-/// The size of each parameter of `f`, or `None` if the driver cannot say.
-fn param_sizes(f: Func) -> Option<Box<[usize]>> {
-    let mut sizes = Vec::new();
-    loop {
-        let (mut offset, mut size) = (0usize, 0usize);
-        // SAFETY: f is a live, loaded function; out-pointers are valid.
-        let r = unsafe { sys::cuFuncGetParamInfo(f.0, sizes.len(), &mut offset, &mut size) };
-        match r {
-            CUresult::CUDA_SUCCESS => sizes.push(size),
-            // One past the last parameter.
-            CUresult::CUDA_ERROR_INVALID_VALUE => break,
-            _ => return None,
-        }
-        if sizes.len() > 4096 {
-            return None;
+/// `cuFuncGetParamCount(CUfunction, size_t*)`, where the driver has it (CUDA 13.2+).
+type ParamCountFn = unsafe extern "C" fn(sys::CUfunction, *mut usize) -> CUresult;
+
+fn driver_param_count_fn() -> Option<ParamCountFn> {
+    static F: OnceLock<Option<usize>> = OnceLock::new();
+    let addr = (*F.get_or_init(|| {
+        probe::optional_driver_symbol(c"cuFuncGetParamCount").map(|p| p as usize)
+    }))?;
+    // SAFETY: the driver's export of that name has this signature (cuda.h, CUDA 13.2+).
+    Some(unsafe { std::mem::transmute::<usize, ParamCountFn>(addr) })
+}
+
+/// The number of parameters of `f` as the driver tells it, or `None` where the driver has no
+/// such query (before CUDA 13.2).
+pub(super) fn driver_param_count(f: Func) -> Option<usize> {
+    let query = driver_param_count_fn()?;
+    let mut n = 0usize;
+    // SAFETY: f is a live, loaded function; valid out-pointer.
+    match unsafe { query(f.0, &mut n) } {
+        CUresult::CUDA_SUCCESS => Some(n),
+        r => {
+            log::warn!("gkrt cuda: cuFuncGetParamCount failed: {}", error_name(r));
+            None
         }
     }
-    // An empty answer cannot be told apart from "not supported": do not validate then.
-    (!sizes.is_empty()).then(|| sizes.into_boxed_slice())
+}
+
+/// The size of each of the `count` parameters of `f` (`cuFuncGetParamInfo` for indices below
+/// `count` only), or `None` if the driver disagrees with that count.
+pub(super) fn param_sizes_of(f: Func, count: usize, name: &str) -> Option<Box<[usize]>> {
+    let mut sizes = Vec::with_capacity(count);
+    for i in 0..count {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: f is a live, loaded function; out-pointers are valid.
+        let r = unsafe { sys::cuFuncGetParamInfo(f.0, i, &mut offset, &mut size) };
+        if r != CUresult::CUDA_SUCCESS {
+            // Only a wrong count gets here: the image said more parameters than the driver has.
+            log::warn!(
+                "gkrt cuda: kernel `{name}`: cuFuncGetParamInfo({i}) of {count} failed ({}); its \
+                 launches will not be checked against its parameters",
+                error_name(r)
+            );
+            return None;
+        }
+        sizes.push(size);
+    }
+    Some(sizes.into_boxed_slice())
+}
+
+/// The size of each parameter of `f` (kernel `name` of a module loaded from `image`), or `None`
+/// when neither the driver nor the image tells the count. See the module comment.
+fn param_sizes(f: Func, image: &KernelImage, name: &str) -> Option<Box<[usize]>> {
+    let count = driver_param_count(f).or_else(|| image.param_count(name));
+    match count {
+        Some(n) => param_sizes_of(f, n, name),
+        None => {
+            log::debug!(
+                "gkrt cuda: kernel `{name}`: parameter count unknown (image not understood); its \
+                 launches will not be checked against its parameters"
+            );
+            None
+        }
+    }
 }
 
 /// Driver errors of `cuModuleLoadDataEx` that mean "this code is bad", not "the device is".
@@ -129,12 +184,14 @@ impl CudaDevice {
         )))
     }
 
-    fn load_module(&self, source: &ModuleSource<'_>) -> DeviceResult<Module> {
+    /// Loads `source` as a module; returns it with the image it was loaded from.
+    fn load_module(&self, source: &ModuleSource<'_>) -> DeviceResult<(Module, KernelImage)> {
         match source {
             ModuleSource::Ptx(text) => {
                 let c = CString::new(*text)
                     .map_err(|_| DeviceError::Compile("PTX text contains a NUL byte".into()))?;
-                self.load_image(c.as_ptr() as *const c_void)
+                let module = self.load_image(c.as_ptr() as *const c_void)?;
+                Ok((module, KernelImage::Ptx(c.into_bytes().into_boxed_slice())))
             }
             ModuleSource::Cubin(image) => {
                 if image.is_empty() {
@@ -144,18 +201,28 @@ impl CudaDevice {
                 // NUL-terminated text, so give it a terminated copy rather than let it overrun.
                 const ELF: &[u8] = b"\x7fELF";
                 const FATBIN: &[u8] = &0xBA55_ED50u32.to_le_bytes();
-                if image.starts_with(ELF) || image.starts_with(FATBIN) {
-                    self.load_image(image.as_ptr() as *const c_void)
+                let module = if image.starts_with(ELF) || image.starts_with(FATBIN) {
+                    self.load_image(image.as_ptr() as *const c_void)?
                 } else {
                     let mut text = image.to_vec();
                     text.push(0);
-                    self.load_image(text.as_ptr() as *const c_void)
-                }
+                    self.load_image(text.as_ptr() as *const c_void)?
+                };
+                Ok((
+                    module,
+                    KernelImage::Binary(image.to_vec().into_boxed_slice()),
+                ))
             }
             ModuleSource::CudaSource { source, options } => {
                 match nvrtc::compile(source, options, self.cc).map_err(DeviceError::Compile)? {
-                    nvrtc::Image::Cubin(bin) => self.load_image(bin.as_ptr() as *const c_void),
-                    nvrtc::Image::Ptx(ptx) => self.load_image(ptx.as_ptr() as *const c_void),
+                    nvrtc::Image::Cubin(bin) => {
+                        let module = self.load_image(bin.as_ptr() as *const c_void)?;
+                        Ok((module, KernelImage::Binary(bin.into_boxed_slice())))
+                    }
+                    nvrtc::Image::Ptx(ptx) => {
+                        let module = self.load_image(ptx.as_ptr() as *const c_void)?;
+                        Ok((module, KernelImage::Ptx(ptx.into_boxed_slice())))
+                    }
                 }
             }
         }
@@ -186,7 +253,9 @@ impl CudaDevice {
         }
         let mut f: sys::CUfunction = ptr::null_mut();
         // SAFETY: live module; NUL-terminated name; valid out-pointer.
-        match unsafe { sys::cuModuleGetFunction(&mut f, modules.loaded[index].0, cname.as_ptr()) } {
+        match unsafe {
+            sys::cuModuleGetFunction(&mut f, modules.loaded[index].0 .0, cname.as_ptr())
+        } {
             CUresult::CUDA_SUCCESS => {}
             CUresult::CUDA_ERROR_NOT_FOUND => {
                 let hint = match source {
@@ -209,7 +278,7 @@ impl CudaDevice {
         let entry = FuncEntry {
             func,
             name: function.into(),
-            param_sizes: param_sizes(func),
+            param_sizes: param_sizes(func, &modules.loaded[index].1, function),
         };
         let id = {
             let mut functions = write(&self.functions);

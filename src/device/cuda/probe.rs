@@ -199,15 +199,16 @@ fn preload_builtins(dir: &Path) {
 }
 
 /// Opens `lib` the way cudarc will — its candidate names, in its order, so the library checked
-/// here is the one cudarc uses — and checks `symbols` in it. With `search_toolkit`, a library
-/// the loader cannot find is looked for in the CUDA toolkit's folders. Handles are never closed:
-/// cudarc keeps the library loaded for the process lifetime anyway.
+/// here is the one cudarc uses — and checks `symbols` in it; returns the `dlopen` handle (as an
+/// address). With `search_toolkit`, a library the loader cannot find is looked for in the CUDA
+/// toolkit's folders. Handles are never closed: cudarc keeps the library loaded for the process
+/// lifetime anyway.
 fn check_library(
     lib: &str,
     what: &str,
     symbols: &[&str],
     search_toolkit: bool,
-) -> Result<(), String> {
+) -> Result<usize, String> {
     let mut candidates = cudarc::get_lib_name_candidates(lib);
     // Keep cudarc's order, drop its repeats.
     let mut seen = std::collections::HashSet::new();
@@ -248,7 +249,7 @@ fn check_library(
         })
         .collect();
     if missing.is_empty() {
-        Ok(())
+        Ok(handle as usize)
     } else {
         Err(format!(
             "{opened} is too old for gkrt (CUDA 12.8+ driver needed): missing {}",
@@ -257,19 +258,35 @@ fn check_library(
     }
 }
 
-/// The driver library and all its symbols are present (cached: it cannot change in-process).
-pub(super) fn driver_library() -> Result<(), String> {
-    static DRIVER: OnceLock<Result<(), String>> = OnceLock::new();
+/// The driver library's `dlopen` handle (as an address), once it and all its symbols were found
+/// (cached: it cannot change in-process).
+fn driver_handle() -> Result<usize, String> {
+    static DRIVER: OnceLock<Result<usize, String>> = OnceLock::new();
     DRIVER
         .get_or_init(|| check_library("cuda", "CUDA driver", DRIVER_SYMBOLS, false))
         .clone()
+}
+
+/// The driver library and all its symbols are present.
+pub(super) fn driver_library() -> Result<(), String> {
+    driver_handle().map(|_| ())
+}
+
+/// The address of driver entry point `name`, which only newer drivers export (so it is not in
+/// [`DRIVER_SYMBOLS`]), or `None`. A `dlsym` in the library cudarc uses: asking costs no driver
+/// call, so an older driver's answer is not a failed CUDA call either.
+pub(super) fn optional_driver_symbol(name: &CStr) -> Option<*mut c_void> {
+    let handle = driver_handle().ok()? as *mut c_void;
+    // SAFETY: a live dlopen handle (never closed); a NUL-terminated name.
+    let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
 }
 
 /// NVRTC and all its symbols are present (cached).
 pub(super) fn nvrtc_library() -> Result<(), String> {
     static NVRTC: OnceLock<Result<(), String>> = OnceLock::new();
     NVRTC
-        .get_or_init(|| check_library("nvrtc", "NVRTC", NVRTC_SYMBOLS, true))
+        .get_or_init(|| check_library("nvrtc", "NVRTC", NVRTC_SYMBOLS, true).map(|_| ()))
         .clone()
 }
 

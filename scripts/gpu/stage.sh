@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 cargo build --release --lib
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j 2
+scripts/cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+scripts/cmake --build build -j 2
 # The lib's unit tests include the CUDA backend's GPU tests (#[ignore]d here, run there).
 unit_tests=$(cargo test --release --lib --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys

@@ -13,8 +13,9 @@
  *    process has no more (2^20 runtime handles live at once) gives GKRT_STATUS_OUT_OF_MEMORY.
  *  - Sizes and counts from the caller are checked where they come in: a tensor or workspace is
  *    1 .. 2^48 bytes, a graph's tensors and workspaces add up to at most 2^60 bytes, a node has
- *    at most 2^20 inputs, outputs and workspaces each; a built-in's sizes are checked when its
- *    node is added. Out of range is GKRT_STATUS_INVALID_ARGUMENT naming the node, tensor and
+ *    at most 2^20 inputs, outputs and workspaces each and a parameter blob of at most 1 MiB, an
+ *    array count past PTRDIFF_MAX bytes is refused before it is read; a built-in's sizes are
+ *    checked when its node is added. Out of range is GKRT_STATUS_INVALID_ARGUMENT naming the node, tensor and
  *    figures.
  *  - Process lifetime: the handle table, the runtimes' homes (a few dozen bytes each) and the
  *    runtime of the PyTorch entry points (with its pool and, on the host backend, its stream

@@ -65,3 +65,34 @@ pub unsafe extern "C" fn gkrt_last_error_message(buf: *mut c_char, len: usize) -
     }
     msg.len()
 }
+
+/// A slice from a C pointer and count; NULL is allowed only for an empty array, and a count no
+/// C array can have (past `isize::MAX` bytes) is refused before the slice exists.
+///
+/// # Safety
+/// A non-NULL `ptr` must point to `len` readable elements.
+pub(super) unsafe fn c_slice<'a, T>(
+    ptr: *const T,
+    len: usize,
+    what: &str,
+) -> Result<&'a [T], Error> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(Error::InvalidArgument(format!(
+            "{what} is NULL but its count is {len}"
+        )));
+    }
+    // A slice may span at most isize::MAX bytes; a larger count is no array a caller has.
+    if len
+        .checked_mul(std::mem::size_of::<T>())
+        .is_none_or(|bytes| bytes > isize::MAX as usize)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: a count of {len} elements of {} bytes is larger than any array",
+            std::mem::size_of::<T>()
+        )));
+    }
+    Ok(std::slice::from_raw_parts(ptr, len))
+}

@@ -1,6 +1,6 @@
 //! C API: graphs, tensors, nodes, reading and writing tensors.
 
-use super::boundary::guard;
+use super::boundary::{c_slice, guard};
 use super::handles::{self, Object};
 use super::types::*;
 use crate::device::LaunchDims;
@@ -16,29 +16,6 @@ fn lock_graph(graph: *const gkrt_graph) -> Result<Arc<Mutex<RuntimeGraph>>, Erro
 /// The graph's lock for this call (an error, not a wait, from inside a host callback).
 fn locked(g: &Mutex<RuntimeGraph>) -> Result<MutexGuard<'_, RuntimeGraph>, Error> {
     lock_for_call(g, "graph")
-}
-
-/// A slice from a C pointer and count; NULL is allowed only for an empty array.
-unsafe fn c_slice<'a, T>(ptr: *const T, len: usize, what: &str) -> Result<&'a [T], Error> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if ptr.is_null() {
-        return Err(Error::InvalidArgument(format!(
-            "{what} is NULL but its count is {len}"
-        )));
-    }
-    // A slice may span at most isize::MAX bytes; a larger count is no array a caller has.
-    if len
-        .checked_mul(std::mem::size_of::<T>())
-        .is_none_or(|bytes| bytes > isize::MAX as usize)
-    {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: a count of {len} elements of {} bytes is larger than any array",
-            std::mem::size_of::<T>()
-        )));
-    }
-    Ok(std::slice::from_raw_parts(ptr, len))
 }
 
 /// Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
@@ -141,6 +118,13 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
                     return Err(Error::InvalidArgument(format!(
                         "launch grid {:?} and block {:?} must be non-zero in every dimension",
                         l.grid, l.block
+                    )));
+                }
+                if l.params_size > crate::graph::MAX_PARAMS_BYTES {
+                    return Err(Error::InvalidArgument(format!(
+                        "launch.params_size is {} bytes; a node's parameters are at most {}",
+                        l.params_size,
+                        crate::graph::MAX_PARAMS_BYTES
                     )));
                 }
                 let params = c_slice(l.params as *const u8, l.params_size, "launch.params")?;

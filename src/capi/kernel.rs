@@ -1,6 +1,6 @@
 //! C API: kernel objects.
 
-use super::boundary::guard;
+use super::boundary::{c_slice, guard};
 use super::handles::{self, KernelObject, Object};
 use super::types::*;
 use crate::device::ModuleSource;
@@ -116,12 +116,7 @@ pub unsafe extern "C" fn gkrt_kernel_from_cubin(
                 "cubin image is NULL or empty".into(),
             ));
         }
-        if size > isize::MAX as usize {
-            return Err(Error::InvalidArgument(format!(
-                "cubin image size {size} bytes is larger than any image"
-            )));
-        }
-        let image = std::slice::from_raw_parts(image as *const u8, size);
+        let image = c_slice(image as *const u8, size, "the cubin image")?;
         let k = rt.load_kernel(ModuleSource::Cubin(image), c_str(name, "name")?)?;
         publish(rt, k, out)
     })
@@ -144,13 +139,9 @@ pub unsafe extern "C" fn gkrt_kernel_from_source(
         let rt = handles::runtime(runtime as usize)?;
         check_out(out)?;
         let (source, name) = (c_str(source, "source")?, c_str(name, "name")?);
-        if num_options > 0 && options.is_null() {
-            return Err(Error::InvalidArgument(format!(
-                "options is NULL but num_options is {num_options}"
-            )));
-        }
-        let opts = (0..num_options)
-            .map(|i| c_str(*options.add(i), "an option").map(str::to_string))
+        let opts = c_slice(options, num_options, "options")?
+            .iter()
+            .map(|&o| c_str(o, "an option").map(str::to_string))
             .collect::<Result<Vec<_>, _>>()?;
         let k = rt.load_kernel(
             ModuleSource::CudaSource {

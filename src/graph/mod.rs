@@ -25,6 +25,9 @@ pub(crate) const MAX_GRAPH_BYTES: u64 = 1 << 60;
 pub(crate) const MAX_NODES: usize = u32::MAX as usize - 1;
 /// Most inputs, outputs or workspaces of one node.
 pub(crate) const MAX_NODE_BUFFERS: usize = 1 << 20;
+/// Largest parameter blob of one node (1 MiB; a CUDA kernel takes at most 32,764 bytes, a host
+/// callback's blob is copied into the node).
+pub(crate) const MAX_PARAMS_BYTES: usize = 1 << 20;
 
 /// Every graph gets a process-unique serial so a tensor id from another graph is recognised.
 static NEXT_GRAPH_SERIAL: AtomicU32 = AtomicU32::new(1);
@@ -253,6 +256,13 @@ impl Graph {
         let node = self.nodes.len() as u32;
         // Formatted only when an error needs it: graphs of many thousand nodes are built often.
         let what = || format!("node {node} ({})", kernel.describe());
+        if params.len() > MAX_PARAMS_BYTES {
+            return invalid(format!(
+                "{}: a parameter blob of {} bytes; a node's is at most {MAX_PARAMS_BYTES}",
+                what(),
+                params.len()
+            ));
+        }
         for (role, count) in [
             ("inputs", input_ids.len()),
             ("outputs", output_ids.len()),

@@ -1523,6 +1523,9 @@ int main(int argc, char **argv) {
   static uint64_t seeds[MAXSEEDS];
   int nseeds = 0;
   const char *env;
+  /* The model is the host backend's (its runtimes ask for it): GKRT_DEVICE would override that,
+   * and on CUDA a made-up stream handle is undefined behaviour, as in CUDA itself. */
+  unsetenv("GKRT_DEVICE");
   if ((env = getenv("GKRT_FUZZ_CALLS")) && *env) calls_per_seed = atol(env);
   if ((env = getenv("GKRT_FUZZ_SEEDS")) && *env) add_seeds(env, seeds, &nseeds, MAXSEEDS);
   if ((env = getenv("GKRT_FUZZ_TRACE")) && *env == '1') trace = 1;

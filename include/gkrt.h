@@ -425,9 +425,13 @@ enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
 // limit and shows in `gkrt_runtime_stats`. On success `*out` receives the address (aligned to
 // 256 bytes), which the caller owns and returns with `gkrt_free`; on failure `*out` is left
 // untouched: GKRT_STATUS_INVALID_ARGUMENT for a NULL or unknown runtime, a NULL `out`, a size of
-// 0 or a stream the backend does not know; GKRT_STATUS_OUT_OF_MEMORY (with the sizes and the
+// 0 or a stream the host backend does not know (on CUDA the stream must be a valid `CUstream`
+// or NULL: like the driver, gkrt cannot tell a made-up handle from a real one); GKRT_STATUS_OUT_OF_MEMORY (with the sizes and the
 // limit in the message) when the limit or the device is exhausted. Thread-safe.
-enum gkrt_status gkrt_malloc(struct gkrt_runtime *runtime, size_t size, void *stream, void **out);
+enum gkrt_status gkrt_malloc(struct gkrt_runtime *runtime,
+                             size_t size,
+                             void *stream,
+                             void **out);
 
 // Returns memory from `gkrt_malloc` to the runtime's pool, in stream order on `stream` like
 // `cuMemFreeAsync`: work queued on `stream` before this call may still use it; freed on the

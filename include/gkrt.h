@@ -203,6 +203,7 @@ typedef struct gkrt_stats {
   uint64_t segment_alloc_count;
   uint64_t segment_free_count;
   uint64_t memory_limit;
+  // Runs started, failed ones included.
   uint64_t runs;
   uint64_t nodes_launched;
   // Pool allocations made by the last run. In planned mode 0 from the second run on: the
@@ -354,7 +355,8 @@ enum gkrt_status gkrt_graph_set_node_recomputable(struct gkrt_graph *graph,
                                                   int recomputable);
 
 // Freezes the graph and derives liveness (and the plan in planned mode). After this the graph
-// can run but not change. Fails on a graph without nodes or with an output no node writes;
+// can run but not change. GKRT_STATUS_INVALID_ARGUMENT for a graph without nodes or with an
+// output no node writes, GKRT_STATUS_INVALID_STATE for one finalized already;
 // after a failure the graph stays unfinalized (it cannot run, and the call can be repeated).
 enum gkrt_status gkrt_graph_finalize(struct gkrt_graph *graph);
 
@@ -510,7 +512,11 @@ enum gkrt_status gkrt_runtime_synchronize(struct gkrt_runtime *runtime);
 
 // Runs a finalized graph of this runtime once, start to end, and waits for it. On failure
 // (out of memory, a callback that failed, a device error) no node is run twice, every
-// intermediate's memory is back in the pool, and the runtime and graph stay usable.
+// intermediate's memory is back in the pool, and the runtime and graph stay usable; outputs
+// that nodes before the failure produced keep what those nodes wrote. A graph not finalized,
+// or whose input or parameter that a node reads was never written, gives
+// GKRT_STATUS_INVALID_STATE before anything runs; a graph of another runtime,
+// GKRT_STATUS_INVALID_ARGUMENT. When a call has several faults, any one of them is reported.
 enum gkrt_status gkrt_runtime_run(struct gkrt_runtime *runtime, struct gkrt_graph *graph);
 
 #ifdef __cplusplus

@@ -179,7 +179,8 @@ pub extern "C" fn gkrt_graph_set_node_recomputable(
 }
 
 /// Freezes the graph and derives liveness (and the plan in planned mode). After this the graph
-/// can run but not change. Fails on a graph without nodes or with an output no node writes;
+/// can run but not change. GKRT_STATUS_INVALID_ARGUMENT for a graph without nodes or with an
+/// output no node writes, GKRT_STATUS_INVALID_STATE for one finalized already;
 /// after a failure the graph stays unfinalized (it cannot run, and the call can be repeated).
 #[no_mangle]
 pub extern "C" fn gkrt_graph_finalize(graph: *mut gkrt_graph) -> gkrt_status {

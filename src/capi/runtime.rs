@@ -226,7 +226,11 @@ pub extern "C" fn gkrt_runtime_synchronize(runtime: *mut gkrt_runtime) -> gkrt_s
 
 /// Runs a finalized graph of this runtime once, start to end, and waits for it. On failure
 /// (out of memory, a callback that failed, a device error) no node is run twice, every
-/// intermediate's memory is back in the pool, and the runtime and graph stay usable.
+/// intermediate's memory is back in the pool, and the runtime and graph stay usable; outputs
+/// that nodes before the failure produced keep what those nodes wrote. A graph not finalized,
+/// or whose input or parameter that a node reads was never written, gives
+/// GKRT_STATUS_INVALID_STATE before anything runs; a graph of another runtime,
+/// GKRT_STATUS_INVALID_ARGUMENT. When a call has several faults, any one of them is reported.
 #[no_mangle]
 pub extern "C" fn gkrt_runtime_run(
     runtime: *mut gkrt_runtime,

@@ -156,6 +156,7 @@ pub struct gkrt_stats {
     pub segment_alloc_count: u64,
     pub segment_free_count: u64,
     pub memory_limit: u64,
+    /// Runs started, failed ones included.
     pub runs: u64,
     pub nodes_launched: u64,
     /// Pool allocations made by the last run. In planned mode 0 from the second run on: the

@@ -5,6 +5,7 @@
 
 pub mod capi;
 pub mod device;
+pub mod error;
 pub mod exec;
 pub mod graph;
 pub mod kernels;

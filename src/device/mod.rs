@@ -8,6 +8,7 @@
 pub mod cuda;
 pub mod host;
 
+use crate::error::Error;
 use std::ffi::c_void;
 use std::fmt;
 
@@ -81,6 +82,22 @@ impl fmt::Display for DeviceError {
 }
 
 impl std::error::Error for DeviceError {}
+
+impl From<DeviceError> for Error {
+    fn from(e: DeviceError) -> Error {
+        let text = e.to_string();
+        match e {
+            DeviceError::OutOfMemory { .. } => Error::OutOfMemory(text),
+            DeviceError::NoDevice(_) => Error::NoDevice(text),
+            DeviceError::Driver { .. } | DeviceError::Async(_) => Error::Device(text),
+            DeviceError::Compile(_) => Error::Compile(text),
+            DeviceError::Unsupported(_) => Error::Unsupported(text),
+            // The device refuses what it was handed (e.g. a parameter blob the kernel's
+            // signature does not take): the caller's input, as far as the device can tell.
+            DeviceError::Invalid(_) => Error::InvalidArgument(text),
+        }
+    }
+}
 
 pub type DeviceResult<T> = Result<T, DeviceError>;
 

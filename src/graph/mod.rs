@@ -7,6 +7,7 @@
 pub mod liveness;
 
 use crate::device::{BuiltinOp, LaunchDims};
+use crate::error::Error;
 use crate::kernels::{validate_builtin, Kernel};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -127,6 +128,15 @@ impl std::fmt::Display for GraphError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             GraphError::Invalid(m) | GraphError::State(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<GraphError> for Error {
+    fn from(e: GraphError) -> Error {
+        match e {
+            GraphError::Invalid(m) => Error::InvalidArgument(m),
+            GraphError::State(m) => Error::InvalidState(m),
         }
     }
 }

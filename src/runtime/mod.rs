@@ -5,7 +5,6 @@
 //! runs, tensor writes and reads, and pool calls are serialised per runtime.
 
 pub mod config;
-pub mod error;
 mod graph;
 pub(crate) mod home;
 mod raw;
@@ -14,12 +13,12 @@ mod state_lock;
 use crate::device::cuda;
 use crate::device::host::{HostDevice, HostOptions};
 use crate::device::{Device, DeviceKind, EventId, ModuleSource, StreamId};
+pub use crate::error::{Error, Result};
 use crate::exec::{RunCounters, Streams};
 use crate::kernels::Kernel;
 use crate::memory::pool::{Pool, PoolConfig, PoolStats};
 use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
-pub use error::{Error, Result};
 pub use graph::RuntimeGraph;
 pub(crate) use state_lock::{FlagLock, StateGuard};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,9 @@
 //! The device layer: the one trait every backend implements, and the types that cross it.
 //!
-//! Everything above this module is generic over `dyn Device`; only `cuda/` names cudarc and
-//! only `host/` knows that "device memory" is host RAM. Streams, events and functions are small
+//! It imports only `kernels` (the descriptions of what a launch runs — `BuiltinOp`,
+//! `LaunchDims`, `FunctionId`, `Buffer`, and the built-ins' CPU arithmetic the host backend
+//! runs) and `error`. Everything above this module is generic over `dyn Device`; only `cuda/`
+//! names cudarc and only `host/` knows that "device memory" is host RAM. Streams, events and functions are small
 //! integer handles into tables the backend owns, so the layers above can copy them freely and a
 //! backend can validate them (a stale handle is an error, not undefined behaviour).
 
@@ -9,6 +11,9 @@ pub mod cuda;
 pub mod host;
 
 use crate::error::Error;
+/// The kernel descriptions the device implements live one layer down, in `kernels`; they are
+/// re-exported here because every backend method names them.
+pub use crate::kernels::{Buffer, BuiltinOp, FunctionId, LaunchDims};
 use std::ffi::c_void;
 use std::fmt;
 
@@ -21,9 +26,6 @@ pub struct StreamId(pub u32);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventId(pub u32);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FunctionId(pub u32);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GraphExecId(pub u32);
@@ -112,40 +114,6 @@ pub enum ModuleSource<'a> {
         source: &'a str,
         options: &'a [String],
     },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchDims {
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub shared_mem_bytes: u32,
-}
-
-/// A device buffer as a kernel sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Buffer {
-    pub ptr: DevPtr,
-    pub bytes: u64,
-}
-
-/// The built-in kernels. All operate on f32 elements; element counts come from buffer sizes,
-/// which the graph layer has already validated (see `kernels::validate_builtin`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum BuiltinOp {
-    /// out[i] = value
-    Fill { value: f32 },
-    /// out = in
-    Copy,
-    /// out[i] = a[i] + b[i]
-    Add,
-    /// out[i] = alpha * in[i]
-    Scale { alpha: f32 },
-    /// out[i] = max(in[i], 0)
-    Relu,
-    /// out[i] = x[i] > 0 ? grad[i] : 0   (inputs: grad, x)
-    ReluGrad,
-    /// out[m×n] = a[m×k] · b[k×n], row-major f32
-    Matmul { m: u32, n: u32, k: u32 },
 }
 
 /// Work a host callback node runs. It receives the backend's native stream handle

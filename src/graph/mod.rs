@@ -6,9 +6,8 @@
 
 pub mod liveness;
 
-use crate::device::{BuiltinOp, LaunchDims};
 use crate::error::Error;
-use crate::kernels::{validate_builtin, Kernel};
+use crate::kernels::{validate_builtin, BuiltinOp, Kernel, LaunchDims};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use liveness::Liveness;

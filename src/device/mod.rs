@@ -2,8 +2,9 @@
 //!
 //! It imports only `kernels` (the descriptions of what a launch runs — `BuiltinOp`,
 //! `LaunchDims`, `FunctionId`, `Buffer`, and the built-ins' CPU arithmetic the host backend
-//! runs) and `error`. Everything above this module is generic over `dyn Device`; only `cuda/`
-//! names cudarc and only `host/` knows that "device memory" is host RAM. Streams, events and functions are small
+//! runs) and `error`. Everything above this module is generic over `dyn Device`, made by `open`
+//! (the one function that picks a backend); only `cuda/` names cudarc and only `host/` knows
+//! that "device memory" is host RAM. Streams, events and functions are small
 //! integer handles into tables the backend owns, so the layers above can copy them freely and a
 //! backend can validate them (a stale handle is an error, not undefined behaviour).
 
@@ -16,6 +17,7 @@ use crate::error::Error;
 pub use crate::kernels::{Buffer, BuiltinOp, FunctionId, LaunchDims};
 use std::ffi::c_void;
 use std::fmt;
+use std::sync::Arc;
 
 /// A device address. On the host backend it is a host address inside a segment; on CUDA a
 /// `CUdeviceptr`.
@@ -102,6 +104,44 @@ impl From<DeviceError> for Error {
 }
 
 pub type DeviceResult<T> = Result<T, DeviceError>;
+
+/// Which backend `open` gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The GPU when a driver and device `ordinal` are present, else the host backend.
+    Auto,
+    Host,
+    Cuda,
+}
+
+/// Opens a device: the one place a backend is chosen (a new backend adds its arm here).
+/// `ordinal` picks the GPU; `host_options` configure the host backend when it is the one
+/// opened. A CUDA device asked for but not usable is `NoDevice`; `Auto` falls back to the host.
+pub fn open(
+    backend: Backend,
+    ordinal: u32,
+    host_options: host::HostOptions,
+) -> DeviceResult<Arc<dyn Device>> {
+    let host = move || -> Arc<dyn Device> { Arc::new(host::HostDevice::new(host_options)) };
+    match backend {
+        Backend::Host => Ok(host()),
+        Backend::Cuda => {
+            cuda::probe(ordinal)
+                .map_err(|why| DeviceError::NoDevice(format!("CUDA device requested: {why}")))?;
+            Ok(Arc::new(cuda::CudaDevice::open(ordinal)?))
+        }
+        Backend::Auto => match cuda::probe(ordinal) {
+            Ok(()) => {
+                log::info!("device auto: CUDA driver and device {ordinal} found");
+                Ok(Arc::new(cuda::CudaDevice::open(ordinal)?))
+            }
+            Err(why) => {
+                log::info!("device auto: using the host backend ({why})");
+                Ok(host())
+            }
+        },
+    }
+}
 
 /// Kernel code handed to `Device::load_function`.
 pub enum ModuleSource<'a> {

@@ -3,6 +3,9 @@
 //!
 //! Nodes run in the order added. A tensor that only nodes produce (intermediates, outputs) must
 //! be written by an earlier node before a node reads it; that is checked here, at build time.
+//!
+//! A node names its kernel in `kernels` terms only (`Kernel`, `BuiltinOp`, `LaunchDims`); this
+//! layer knows nothing of devices. `GraphError` converts into the crate's `Error` here.
 
 pub mod liveness;
 

@@ -1,15 +1,23 @@
 //! The device layer: the one trait every backend implements, and the types that cross it.
 //!
-//! Everything above this module is generic over `dyn Device`; only `cuda/` names cudarc and
-//! only `host/` knows that "device memory" is host RAM. Streams, events and functions are small
+//! It imports only `kernels` (the descriptions of what a launch runs — `BuiltinOp`,
+//! `LaunchDims`, `FunctionId`, `Buffer`, and the built-ins' CPU arithmetic the host backend
+//! runs) and `error`. Everything above this module is generic over `dyn Device`, made by `open`
+//! (the one function that picks a backend); only `cuda/` names cudarc and only `host/` knows
+//! that "device memory" is host RAM. Streams, events and functions are small
 //! integer handles into tables the backend owns, so the layers above can copy them freely and a
 //! backend can validate them (a stale handle is an error, not undefined behaviour).
 
 pub mod cuda;
 pub mod host;
 
+use crate::error::Error;
+/// The kernel descriptions the device implements live one layer down, in `kernels`; they are
+/// re-exported here because every backend method names them.
+pub use crate::kernels::{Buffer, BuiltinOp, FunctionId, LaunchDims};
 use std::ffi::c_void;
 use std::fmt;
+use std::sync::Arc;
 
 /// A device address. On the host backend it is a host address inside a segment; on CUDA a
 /// `CUdeviceptr`.
@@ -20,9 +28,6 @@ pub struct StreamId(pub u32);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EventId(pub u32);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FunctionId(pub u32);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GraphExecId(pub u32);
@@ -82,7 +87,61 @@ impl fmt::Display for DeviceError {
 
 impl std::error::Error for DeviceError {}
 
+impl From<DeviceError> for Error {
+    fn from(e: DeviceError) -> Error {
+        let text = e.to_string();
+        match e {
+            DeviceError::OutOfMemory { .. } => Error::OutOfMemory(text),
+            DeviceError::NoDevice(_) => Error::NoDevice(text),
+            DeviceError::Driver { .. } | DeviceError::Async(_) => Error::Device(text),
+            DeviceError::Compile(_) => Error::Compile(text),
+            DeviceError::Unsupported(_) => Error::Unsupported(text),
+            // The device refuses what it was handed (e.g. a parameter blob the kernel's
+            // signature does not take): the caller's input, as far as the device can tell.
+            DeviceError::Invalid(_) => Error::InvalidArgument(text),
+        }
+    }
+}
+
 pub type DeviceResult<T> = Result<T, DeviceError>;
+
+/// Which backend `open` gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The GPU when a driver and device `ordinal` are present, else the host backend.
+    Auto,
+    Host,
+    Cuda,
+}
+
+/// Opens a device: the one place a backend is chosen (a new backend adds its arm here).
+/// `ordinal` picks the GPU; `host_options` configure the host backend when it is the one
+/// opened. A CUDA device asked for but not usable is `NoDevice`; `Auto` falls back to the host.
+pub fn open(
+    backend: Backend,
+    ordinal: u32,
+    host_options: host::HostOptions,
+) -> DeviceResult<Arc<dyn Device>> {
+    let host = move || -> Arc<dyn Device> { Arc::new(host::HostDevice::new(host_options)) };
+    match backend {
+        Backend::Host => Ok(host()),
+        Backend::Cuda => {
+            cuda::probe(ordinal)
+                .map_err(|why| DeviceError::NoDevice(format!("CUDA device requested: {why}")))?;
+            Ok(Arc::new(cuda::CudaDevice::open(ordinal)?))
+        }
+        Backend::Auto => match cuda::probe(ordinal) {
+            Ok(()) => {
+                log::info!("device auto: CUDA driver and device {ordinal} found");
+                Ok(Arc::new(cuda::CudaDevice::open(ordinal)?))
+            }
+            Err(why) => {
+                log::info!("device auto: using the host backend ({why})");
+                Ok(host())
+            }
+        },
+    }
+}
 
 /// Kernel code handed to `Device::load_function`.
 pub enum ModuleSource<'a> {
@@ -95,40 +154,6 @@ pub enum ModuleSource<'a> {
         source: &'a str,
         options: &'a [String],
     },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchDims {
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub shared_mem_bytes: u32,
-}
-
-/// A device buffer as a kernel sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Buffer {
-    pub ptr: DevPtr,
-    pub bytes: u64,
-}
-
-/// The built-in kernels. All operate on f32 elements; element counts come from buffer sizes,
-/// which the graph layer has already validated (see `kernels::validate_builtin`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum BuiltinOp {
-    /// out[i] = value
-    Fill { value: f32 },
-    /// out = in
-    Copy,
-    /// out[i] = a[i] + b[i]
-    Add,
-    /// out[i] = alpha * in[i]
-    Scale { alpha: f32 },
-    /// out[i] = max(in[i], 0)
-    Relu,
-    /// out[i] = x[i] > 0 ? grad[i] : 0   (inputs: grad, x)
-    ReluGrad,
-    /// out[m×n] = a[m×k] · b[k×n], row-major f32
-    Matmul { m: u32, n: u32, k: u32 },
 }
 
 /// Work a host callback node runs. It receives the backend's native stream handle

@@ -4,13 +4,13 @@
 
 use super::Executor;
 use crate::device::DevPtr;
+use crate::error::{Error, Result};
 use crate::graph::liveness::NEVER;
 use crate::graph::Graph;
 use crate::memory::pool::PoolError;
 use crate::memory::residency::Residency;
 use crate::memory::DeviceBacking;
 use crate::plan::program::{Buf, PoolCall};
-use crate::runtime::error::{Error, Result};
 
 impl Executor<'_> {
     /// Memory for node `n`'s batch (`Alloc` step): arena entries are placed, pool entries taken

@@ -3,11 +3,11 @@
 
 use super::Executor;
 use crate::device::{EventId, StreamId};
+use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::memory::residency::Residency;
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall};
-use crate::runtime::error::{Error, Result};
 
 impl Executor<'_> {
     /// Makes tensor `t` readable on the compute stream by the node being queued.

@@ -3,9 +3,9 @@
 
 use super::Executor;
 use crate::device::{Buffer, Device, EventId};
+use crate::error::{Error, Result};
 use crate::graph::{Graph, Node};
 use crate::kernels::{CallbackArgs, CallbackBuffer, HostCallback, Kernel};
-use crate::runtime::error::{Error, Result};
 use std::ffi::c_void;
 
 /// Timing events of one profiled run (the first run of a swapping graph): a pair around each

@@ -19,12 +19,12 @@ mod copies;
 mod launch;
 
 use crate::device::{DevPtr, Device, EventId, StreamId};
+use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorKind};
 use crate::memory::pool::Pool;
 use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
-use crate::runtime::error::{Error, Result};
 
 pub use launch::RunProfile;
 

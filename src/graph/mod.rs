@@ -3,11 +3,14 @@
 //!
 //! Nodes run in the order added. A tensor that only nodes produce (intermediates, outputs) must
 //! be written by an earlier node before a node reads it; that is checked here, at build time.
+//!
+//! A node names its kernel in `kernels` terms only (`Kernel`, `BuiltinOp`, `LaunchDims`); this
+//! layer knows nothing of devices. `GraphError` converts into the crate's `Error` here.
 
 pub mod liveness;
 
-use crate::device::{BuiltinOp, LaunchDims};
-use crate::kernels::{validate_builtin, Kernel};
+use crate::error::Error;
+use crate::kernels::{validate_builtin, BuiltinOp, Kernel, LaunchDims};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use liveness::Liveness;
@@ -127,6 +130,15 @@ impl std::fmt::Display for GraphError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             GraphError::Invalid(m) | GraphError::State(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<GraphError> for Error {
+    fn from(e: GraphError) -> Error {
+        match e {
+            GraphError::Invalid(m) => Error::InvalidArgument(m),
+            GraphError::State(m) => Error::InvalidState(m),
         }
     }
 }

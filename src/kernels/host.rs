@@ -1,4 +1,4 @@
-//! The built-in kernels on the CPU, for the host backend.
+//! The built-in kernels on the CPU, which the host backend (`device::host`) runs.
 //!
 //! The arithmetic is the contract the CUDA versions match bit for bit: element-wise ops are
 //! single IEEE operations; the matrix product accumulates each output over k in order with a
@@ -7,7 +7,7 @@
 //! Inputs and outputs may alias (in-place nodes), so everything goes through raw pointers and
 //! reads each element before writing the same index.
 
-use crate::device::{Buffer, BuiltinOp};
+use super::{Buffer, BuiltinOp};
 
 fn f32s(b: &Buffer) -> (*mut f32, usize) {
     (b.ptr as *mut f32, (b.bytes / 4) as usize)

@@ -1,14 +1,59 @@
-//! Kernels: what a node runs, and the rules a node must satisfy to run it.
+//! Kernels: what a node runs, and the rules a node must satisfy to run it — the lowest layer
+//! above `error`, importing nothing else from the crate.
 //!
 //! A kernel is a built-in (implemented by every backend with the same arithmetic), a device
 //! function (PTX, cubin or CUDA source, loaded by the device), or a host callback (a C function
-//! pointer with user data). The graph layer validates each node against its kernel here, at
-//! build time, so the executor never meets a malformed node.
+//! pointer with user data). This module owns their descriptions: `BuiltinKind` (the C API's
+//! numbering) and `BuiltinOp` (what a backend runs), `LaunchDims`, `FunctionId` (an opaque id
+//! a device hands out), `Buffer`, the callback ABI (`HostCallback`, `CallbackArgs`,
+//! `CallbackBuffer`), and in `host.rs` the built-ins' CPU arithmetic. The device layer
+//! implements these; the graph layer validates each node against its kernel here, at build
+//! time, so the executor never meets a malformed node.
 
 pub mod host;
 
-use crate::device::{BuiltinOp, FunctionId};
 use std::ffi::c_void;
+
+/// A function a device has loaded: an opaque handle into the loading backend's table, handed
+/// out by `Device::load_function` and accepted by `Device::launch` of the same device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FunctionId(pub u32);
+
+/// Grid, block and dynamic shared memory of a device-function launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+}
+
+/// A device buffer as a kernel sees it: its device address (a `device::DevPtr`) and size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buffer {
+    pub ptr: u64,
+    pub bytes: u64,
+}
+
+/// The built-in kernels. All operate on f32 elements; element counts come from buffer sizes,
+/// which the graph layer has already validated (see `validate_builtin`). Every backend
+/// implements each one with the arithmetic of `host::run`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BuiltinOp {
+    /// out[i] = value
+    Fill { value: f32 },
+    /// out = in
+    Copy,
+    /// out[i] = a[i] + b[i]
+    Add,
+    /// out[i] = alpha * in[i]
+    Scale { alpha: f32 },
+    /// out[i] = max(in[i], 0)
+    Relu,
+    /// out[i] = x[i] > 0 ? grad[i] : 0   (inputs: grad, x)
+    ReluGrad,
+    /// out[m×n] = a[m×k] · b[k×n], row-major f32
+    Matmul { m: u32, n: u32, k: u32 },
+}
 
 /// The built-in kernels' numbering in the C API (never renumbered).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -296,9 +296,9 @@ pub fn choose(estimates: &[Estimate]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::LaunchDims;
     use crate::graph::Liveness;
     use crate::graph::TensorKind;
+    use crate::kernels::LaunchDims;
     use crate::kernels::{CallbackArgs, HostCallback, Kernel};
     use crate::plan::swap::{plan_swaps, SwapPlan};
 

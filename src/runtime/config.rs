@@ -1,6 +1,6 @@
 //! Runtime configuration and the environment variables that override it.
 
-use super::error::{Error, Result};
+use crate::error::{Error, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceChoice {

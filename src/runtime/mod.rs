@@ -5,21 +5,20 @@
 //! runs, tensor writes and reads, and pool calls are serialised per runtime.
 
 pub mod config;
-pub mod error;
 mod graph;
 pub(crate) mod home;
 mod raw;
 mod state_lock;
 
-use crate::device::cuda;
-use crate::device::host::{HostDevice, HostOptions};
+use crate::device;
+use crate::device::host::HostOptions;
 use crate::device::{Device, DeviceKind, EventId, ModuleSource, StreamId};
+pub use crate::error::{Error, Result};
 use crate::exec::{RunCounters, Streams};
 use crate::kernels::Kernel;
 use crate::memory::pool::{Pool, PoolConfig, PoolStats};
 use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
-pub use error::{Error, Result};
 pub use graph::RuntimeGraph;
 pub(crate) use state_lock::{FlagLock, StateGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -330,36 +329,19 @@ pub(crate) fn busy_inside_callback(what: &str) -> Error {
 }
 
 fn open_device(config: &Config) -> Result<Arc<dyn Device>> {
-    let host = || -> Arc<dyn Device> {
-        Arc::new(HostDevice::new(HostOptions {
-            jitter_us: config.host_jitter_us,
-            seed: config.seed,
-            total_memory: if config.memory_limit > 0 {
-                config.memory_limit
-            } else {
-                config::HOST_DEFAULT_MEMORY
-            },
-        }))
+    let backend = match config.device {
+        DeviceChoice::Auto => device::Backend::Auto,
+        DeviceChoice::Host => device::Backend::Host,
+        DeviceChoice::Cuda => device::Backend::Cuda,
     };
-    match config.device {
-        DeviceChoice::Host => Ok(host()),
-        DeviceChoice::Cuda => {
-            cuda::probe(config.device_ordinal)
-                .map_err(|why| Error::NoDevice(format!("CUDA device requested: {why}")))?;
-            Ok(Arc::new(cuda::CudaDevice::open(config.device_ordinal)?))
-        }
-        DeviceChoice::Auto => match cuda::probe(config.device_ordinal) {
-            Ok(()) => {
-                log::info!(
-                    "device auto: CUDA driver and device {} found",
-                    config.device_ordinal
-                );
-                Ok(Arc::new(cuda::CudaDevice::open(config.device_ordinal)?))
-            }
-            Err(why) => {
-                log::info!("device auto: using the host backend ({why})");
-                Ok(host())
-            }
+    let host = HostOptions {
+        jitter_us: config.host_jitter_us,
+        seed: config.seed,
+        total_memory: if config.memory_limit > 0 {
+            config.memory_limit
+        } else {
+            config::HOST_DEFAULT_MEMORY
         },
-    }
+    };
+    Ok(device::open(backend, config.device_ordinal, host)?)
 }

@@ -1,8 +1,10 @@
-//! What the pool reports to its callers: statistics, errors, and what it knows of a live block.
+//! What the pool reports to its callers: statistics, errors (and their conversion into the
+//! crate's `Error`), and what it knows of a live block.
 
 use std::fmt;
 
 use crate::device::{DeviceError, StreamId};
+use crate::error::Error;
 
 /// Pool statistics; all O(1) and always on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,4 +120,16 @@ pub struct BlockInfo {
     pub size: u64,
     /// Size as requested.
     pub requested: u64,
+}
+
+impl From<PoolError> for Error {
+    fn from(e: PoolError) -> Error {
+        let text = e.to_string();
+        match e {
+            PoolError::OutOfMemory { .. } => Error::OutOfMemory(text),
+            PoolError::ZeroSize | PoolError::UnknownPointer(_) => Error::InvalidArgument(text),
+            PoolError::Device(d) => Error::from(d),
+            PoolError::LiveBlocks { .. } => Error::InvalidState(text),
+        }
+    }
 }

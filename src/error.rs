@@ -1,9 +1,9 @@
-//! The runtime's error: one variant per status the C API reports. Lower layers' errors convert
-//! into it with `From`; `capi` maps it to `gkrt_status` and the thread's last-error text.
-
-use crate::device::DeviceError;
-use crate::graph::GraphError;
-use crate::memory::pool::PoolError;
+//! The crate's error, the bottom layer: one variant per status the C API reports.
+//!
+//! It imports nothing from the crate, so every layer may use it. Each layer's own error converts
+//! into it with a `From` impl that lives beside that error (`device::DeviceError`,
+//! `memory::pool::PoolError`, `graph::GraphError`); `capi` maps it to `gkrt_status` and the
+//! thread's last-error text, and `runtime` re-exports it as `runtime::{Error, Result}`.
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Error {
@@ -53,43 +53,6 @@ impl Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.message())
-    }
-}
-
-impl From<GraphError> for Error {
-    fn from(e: GraphError) -> Error {
-        match e {
-            GraphError::Invalid(m) => Error::InvalidArgument(m),
-            GraphError::State(m) => Error::InvalidState(m),
-        }
-    }
-}
-
-impl From<DeviceError> for Error {
-    fn from(e: DeviceError) -> Error {
-        let text = e.to_string();
-        match e {
-            DeviceError::OutOfMemory { .. } => Error::OutOfMemory(text),
-            DeviceError::NoDevice(_) => Error::NoDevice(text),
-            DeviceError::Driver { .. } | DeviceError::Async(_) => Error::Device(text),
-            DeviceError::Compile(_) => Error::Compile(text),
-            DeviceError::Unsupported(_) => Error::Unsupported(text),
-            // The device refuses what it was handed (e.g. a parameter blob the kernel's
-            // signature does not take): the caller's input, as far as the device can tell.
-            DeviceError::Invalid(_) => Error::InvalidArgument(text),
-        }
-    }
-}
-
-impl From<PoolError> for Error {
-    fn from(e: PoolError) -> Error {
-        let text = e.to_string();
-        match e {
-            PoolError::OutOfMemory { .. } => Error::OutOfMemory(text),
-            PoolError::ZeroSize | PoolError::UnknownPointer(_) => Error::InvalidArgument(text),
-            PoolError::Device(d) => Error::from(d),
-            PoolError::LiveBlocks { .. } => Error::InvalidState(text),
-        }
     }
 }
 

@@ -621,7 +621,7 @@ impl RuntimeGraph {
         queued?;
         finished?;
         self.successful_runs += 1;
-        if let (Some(path), Some(_)) = (timeline_path(), &self.swap) {
+        if let (Some(path), Some(_)) = (super::env::swap_timeline(), &self.swap) {
             if let Err(e) = self.write_timeline(rt.device(), path) {
                 log::warn!("swap timeline not written to {path}: {e}");
             }
@@ -659,7 +659,7 @@ impl RuntimeGraph {
     ) -> (Result<()>, crate::exec::RunCounters) {
         let profiled = self.swap.is_some()
             && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
-                || timeline_path().is_some());
+                || super::env::swap_timeline().is_some());
         self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
     }
 
@@ -743,16 +743,4 @@ impl Drop for RuntimeGraph {
             st.pinned.assume_complete(event);
         }
     }
-}
-
-/// `GKRT_SWAP_TIMELINE`: a file to which every run of a swapping graph appends its measured
-/// timeline (each such run is then timed with events: a diagnostic, not for production).
-fn timeline_path() -> Option<&'static str> {
-    static PATH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        std::env::var("GKRT_SWAP_TIMELINE")
-            .ok()
-            .filter(|p| !p.is_empty())
-    })
-    .as_deref()
 }

@@ -5,23 +5,37 @@
 //! runs, tensor writes and reads, and pool calls are serialised per runtime.
 
 pub mod config;
+mod env;
 pub mod error;
 mod graph;
 pub(crate) mod home;
+mod logging;
+mod process;
 mod raw;
 mod state_lock;
 
 use crate::device::cuda;
 use crate::device::host::{HostDevice, HostOptions};
-use crate::device::{Device, DeviceKind, EventId, ModuleSource, StreamId};
+use crate::device::{Device, EventId, StreamId};
 use crate::exec::{RunCounters, Streams};
-use crate::kernels::Kernel;
 use crate::memory::pool::{Pool, PoolConfig, PoolStats};
 use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
 pub use error::{Error, Result};
 pub use graph::RuntimeGraph;
+pub use logging::init as init_logging;
+pub use process::process_runtime;
 pub(crate) use state_lock::{FlagLock, StateGuard};
+
+// The vocabulary of the layers below that the C API converts to and from, re-exported so that
+// `capi` names the runtime only (ARCHITECTURE.md: each layer uses the one below it).
+pub use crate::device::{DeviceKind, LaunchDims, ModuleSource};
+pub use crate::graph::TensorKind;
+pub(crate) use crate::graph::MAX_PARAMS_BYTES;
+#[cfg(test)]
+pub(crate) use crate::kernels::call_callback;
+pub(crate) use crate::kernels::inside_callback;
+pub use crate::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -99,7 +113,7 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(config: Config) -> Result<Arc<Runtime>> {
-        let config = config.with_env_overrides()?;
+        let config = env::config_overrides(config)?;
         let device = open_device(&config)?;
         let limit = match config.memory_limit {
             0 => device.total_memory(),
@@ -119,23 +133,23 @@ impl Runtime {
             .unwrap_or(config.memory_limit != 0)
             && big_enough;
         let raw_virtual = config.pool_virtual_memory.unwrap_or(true) && big_enough;
-        let pool = Pool::new(PoolConfig {
+        let pool = Pool::new(env::pool_overrides(PoolConfig {
             alignment: ALIGNMENT,
             memory_limit: limit,
             vmm,
             recycle_waits: config.pool_recycle_waits,
             ..defaults
-        });
+        }));
         let host_limit = if config.host_memory_limit == 0 {
             u64::MAX
         } else {
             config.host_memory_limit
         };
-        let pinned = Pool::new(PoolConfig {
+        let pinned = Pool::new(env::pool_overrides(PoolConfig {
             alignment: ALIGNMENT,
             memory_limit: host_limit,
             ..PoolConfig::default()
-        });
+        }));
         log::info!(
             "gkrt runtime on {} ({:?}), memory limit {} bytes, {:?} mode",
             device.name(),
@@ -329,6 +343,16 @@ pub(crate) fn busy_inside_callback(what: &str) -> Error {
     ))
 }
 
+/// Opens CUDA device `ordinal`, with virtual-memory growth off under `GKRT_VMM=0`.
+fn open_cuda(ordinal: u32) -> Result<Arc<dyn Device>> {
+    let device = cuda::CudaDevice::open(ordinal)?;
+    if !env::device_virtual_memory() {
+        log::info!("gkrt cuda: virtual memory turned off by GKRT_VMM=0");
+        device.disable_virtual_memory();
+    }
+    Ok(Arc::new(device))
+}
+
 fn open_device(config: &Config) -> Result<Arc<dyn Device>> {
     let host = || -> Arc<dyn Device> {
         Arc::new(HostDevice::new(HostOptions {
@@ -346,7 +370,7 @@ fn open_device(config: &Config) -> Result<Arc<dyn Device>> {
         DeviceChoice::Cuda => {
             cuda::probe(config.device_ordinal)
                 .map_err(|why| Error::NoDevice(format!("CUDA device requested: {why}")))?;
-            Ok(Arc::new(cuda::CudaDevice::open(config.device_ordinal)?))
+            open_cuda(config.device_ordinal)
         }
         DeviceChoice::Auto => match cuda::probe(config.device_ordinal) {
             Ok(()) => {
@@ -354,7 +378,7 @@ fn open_device(config: &Config) -> Result<Arc<dyn Device>> {
                     "device auto: CUDA driver and device {} found",
                     config.device_ordinal
                 );
-                Ok(Arc::new(cuda::CudaDevice::open(config.device_ordinal)?))
+                open_cuda(config.device_ordinal)
             }
             Err(why) => {
                 log::info!("device auto: using the host backend ({why})");

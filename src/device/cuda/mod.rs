@@ -173,6 +173,12 @@ impl CudaDevice {
         })
     }
 
+    /// Turns virtual-memory growth off for this device (the pool then uses plain `cuMemAlloc`
+    /// segments); the runtime calls it right after `open` for `GKRT_VMM=0`.
+    pub fn disable_virtual_memory(&self) {
+        let _ = self.vmm_page.set(None);
+    }
+
     fn query(dev: sys::CUdevice, ctx: sys::CUcontext) -> DeviceResult<DeviceInfo> {
         // SAFETY: ctx is the retained primary context of dev; buffers and out-pointers are valid.
         check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;

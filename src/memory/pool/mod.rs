@@ -196,7 +196,7 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(config: PoolConfig) -> Pool {
-        let config = config.with_env_overrides().normalized();
+        let config = config.normalized();
         Pool {
             shift: config.alignment.trailing_zeros(),
             config,

@@ -3,6 +3,8 @@
 //! Layers, each using only the ones below it (see ARCHITECTURE.md):
 //! `capi` → `runtime` → `exec` → `plan` → `graph` → `memory` → `device` (+ `kernels`).
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod capi;
 pub mod device;
 pub mod exec;

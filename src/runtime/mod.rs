@@ -18,7 +18,7 @@ use crate::device::cuda;
 use crate::device::host::{HostDevice, HostOptions};
 use crate::device::{Device, EventId, StreamId};
 use crate::exec::{RunCounters, Streams};
-use crate::memory::pool::{Pool, PoolConfig, PoolStats};
+use crate::memory::pool::{Pool, PoolConfig};
 use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
 pub use error::{Error, Result};
@@ -27,8 +27,10 @@ pub use logging::init as init_logging;
 pub use process::process_runtime;
 pub(crate) use state_lock::{FlagLock, StateGuard};
 
-// The vocabulary of the layers below that the C API converts to and from, re-exported so that
-// `capi` names the runtime only (ARCHITECTURE.md: each layer uses the one below it).
+// The vocabulary of the layers below that the C API converts to and from, and that a runtime's
+// and graph's methods take and give, re-exported so that `capi` (and Rust users: the lower
+// layers are crate-private) name the runtime only (ARCHITECTURE.md: each layer uses the one
+// below it).
 pub use crate::device::{DeviceKind, LaunchDims, ModuleSource};
 pub use crate::graph::TensorKind;
 pub(crate) use crate::graph::MAX_PARAMS_BYTES;
@@ -36,6 +38,9 @@ pub(crate) use crate::graph::MAX_PARAMS_BYTES;
 pub(crate) use crate::kernels::call_callback;
 pub(crate) use crate::kernels::inside_callback;
 pub use crate::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel};
+pub use crate::memory::pool::PoolStats;
+pub use crate::plan::program::PoolCall;
+pub use crate::plan::swap::{Policy as SwapPolicy, SwapPlan};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -207,11 +207,13 @@ impl CudaDevice {
     }
 
     /// The CUDA device ordinal.
+    #[allow(dead_code)] // unused since device/ is crate-private: the owner may remove it
     pub fn ordinal(&self) -> u32 {
         self.ordinal
     }
 
     /// Compute capability (major, minor), e.g. (9, 0) on an H200.
+    #[cfg_attr(not(test), allow(dead_code))] // used by device/cuda/tests.rs only
     pub fn compute_capability(&self) -> (i32, i32) {
         self.cc
     }

@@ -135,7 +135,6 @@ pub use config::PoolConfig;
 use config::MIB;
 pub use dry_run::DryRunStep;
 pub use report::{BlockInfo, PoolError, PoolStats};
-pub use stream::AddrHasher;
 /// What the pool needs from below: segments, event completion and, optionally, virtual memory.
 /// The runtime implements it over `dyn Device`; tests implement it with a fake.
 pub trait PoolBacking {

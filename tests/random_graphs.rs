@@ -2,12 +2,11 @@
 //! with jitter: dynamic and planned mode give bit-identical outputs, equal to a plain
 //! interpretation of the same graph, and every run returns allocated memory to its baseline.
 
-use gkrt::device::LaunchDims;
-use gkrt::graph::TensorKind;
-use gkrt::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel};
-use gkrt::plan::program::PoolCall;
-use gkrt::plan::swap::Policy;
-use gkrt::runtime::{Config, DeviceChoice, MemoryMode, Runtime, RuntimeGraph};
+use gkrt::runtime::SwapPolicy as Policy;
+use gkrt::runtime::{
+    BuiltinKind, CallbackArgs, Config, DeviceChoice, HostCallback, Kernel, LaunchDims, MemoryMode,
+    PoolCall, Runtime, RuntimeGraph, TensorKind,
+};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use std::ffi::c_void;

@@ -13,7 +13,7 @@
 //!
 //! `--bench-greedy` also times the greedy path on 20,000 random buffers (median of 5 runs).
 
-use gkrt::plan::arena::{
+use gkrt::planner::{
     check_placement, lower_bound, parse_csv, plan_greedy, plan_search, ArenaProblem, BufferSpec,
 };
 use std::path::{Path, PathBuf};

@@ -59,9 +59,11 @@ pub unsafe extern "C" fn gkrt_last_error_message(buf: *mut c_char, len: usize) -
     let msg = LAST_ERROR.with(|l| l.borrow().clone());
     if !buf.is_null() && len > 0 {
         let n = msg.len().min(len - 1);
-        // SAFETY: the caller gives `len` writable bytes at `buf`.
-        std::ptr::copy_nonoverlapping(msg.as_ptr(), buf as *mut u8, n);
-        *buf.add(n) = 0;
+        // SAFETY: the caller gives `len` writable bytes at `buf`, and `n < len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(msg.as_ptr(), buf as *mut u8, n);
+            *buf.add(n) = 0;
+        }
     }
     msg.len()
 }
@@ -94,5 +96,7 @@ pub(super) unsafe fn c_slice<'a, T>(
             std::mem::size_of::<T>()
         )));
     }
-    Ok(std::slice::from_raw_parts(ptr, len))
+    // SAFETY: `ptr` is not NULL and points to `len` readable elements (the caller's contract),
+    // which span at most isize::MAX bytes (checked above).
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
 }

@@ -3,9 +3,7 @@
 use super::boundary::{c_slice, guard};
 use super::handles::{self, Object};
 use super::types::*;
-use crate::device::LaunchDims;
-use crate::graph::TensorKind;
-use crate::runtime::{lock_for_call, Error, RuntimeGraph};
+use crate::runtime::{lock_for_call, Error, LaunchDims, RuntimeGraph, TensorKind};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -31,7 +29,9 @@ pub unsafe extern "C" fn gkrt_graph_create(
             return Err(Error::InvalidArgument("out (gkrt_graph **) is NULL".into()));
         }
         let g = RuntimeGraph::new(rt);
-        *out = handles::register(Object::Graph(Arc::new(Mutex::new(g))))? as *mut gkrt_graph;
+        let handle = handles::register(Object::Graph(Arc::new(Mutex::new(g))))? as *mut gkrt_graph;
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        unsafe { *out = handle };
         Ok(())
     })
 }
@@ -70,10 +70,14 @@ pub unsafe extern "C" fn gkrt_graph_add_tensor(
         let name = if name.is_null() {
             String::new()
         } else {
-            CStr::from_ptr(name).to_string_lossy().into_owned()
+            // SAFETY: the C contract: a non-NULL `name` is a NUL-terminated string.
+            unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned()
         };
         let id = locked(&g)?.add_tensor(size, kind, &name)?;
-        *out = id;
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        unsafe { *out = id };
         Ok(())
     })
 }
@@ -101,10 +105,17 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
     guard(|| {
         let g = lock_graph(graph)?;
         let k = handles::kernel(kernel as usize)?;
-        let inputs = c_slice(inputs, num_inputs, "inputs")?;
-        let outputs = c_slice(outputs, num_outputs, "outputs")?;
-        let workspaces = c_slice(workspace_sizes, num_workspaces, "workspace_sizes")?;
-        let (dims, params) = match launch.as_ref() {
+        // SAFETY: the C contract: each array is NULL (when its count is 0) or holds its count
+        // of elements, and `launch` is NULL or points to a `gkrt_launch`.
+        let (inputs, outputs, workspaces, launch) = unsafe {
+            (
+                c_slice(inputs, num_inputs, "inputs")?,
+                c_slice(outputs, num_outputs, "outputs")?,
+                c_slice(workspace_sizes, num_workspaces, "workspace_sizes")?,
+                launch.as_ref(),
+            )
+        };
+        let (dims, params) = match launch {
             None => (
                 LaunchDims {
                     grid: [1; 3],
@@ -120,14 +131,16 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
                         l.grid, l.block
                     )));
                 }
-                if l.params_size > crate::graph::MAX_PARAMS_BYTES {
+                if l.params_size > crate::runtime::MAX_PARAMS_BYTES {
                     return Err(Error::InvalidArgument(format!(
                         "launch.params_size is {} bytes; a node's parameters are at most {}",
                         l.params_size,
-                        crate::graph::MAX_PARAMS_BYTES
+                        crate::runtime::MAX_PARAMS_BYTES
                     )));
                 }
-                let params = c_slice(l.params as *const u8, l.params_size, "launch.params")?;
+                // SAFETY: the C contract: `params` holds `params_size` bytes (or is NULL when 0).
+                let params =
+                    unsafe { c_slice(l.params as *const u8, l.params_size, "launch.params")? };
                 (
                     LaunchDims {
                         grid: l.grid,
@@ -147,7 +160,8 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
         let node = g
             .graph
             .add_node(k.kernel.clone(), inputs, outputs, workspaces, dims, params)?;
-        if let Some(out) = node_out.as_mut() {
+        // SAFETY: the C contract: `node_out` is NULL or valid for a write.
+        if let Some(out) = unsafe { node_out.as_mut() } {
             *out = node;
         }
         Ok(())
@@ -199,8 +213,8 @@ pub unsafe extern "C" fn gkrt_graph_get_info(
 ) -> gkrt_status {
     guard(|| {
         let g = lock_graph(graph)?;
-        let out = out
-            .as_mut()
+        // SAFETY: the C contract: `out` is NULL or valid for a write.
+        let out = unsafe { out.as_mut() }
             .ok_or_else(|| Error::InvalidArgument("out (gkrt_graph_info *) is NULL".into()))?;
         let g = locked(&g)?;
         let mut info = gkrt_graph_info {
@@ -237,7 +251,10 @@ pub unsafe extern "C" fn gkrt_graph_write_tensor(
         let mut g = locked(&g)?;
         // The size is checked before a slice of the caller's buffer exists.
         g.check_io(tensor, size as u64, "write")?;
-        g.write(tensor, std::slice::from_raw_parts(data as *const u8, size))
+        // SAFETY: the C contract: `data` (not NULL, checked) holds `size` readable bytes.
+        g.write(tensor, unsafe {
+            std::slice::from_raw_parts(data as *const u8, size)
+        })
     })
 }
 
@@ -258,9 +275,9 @@ pub unsafe extern "C" fn gkrt_graph_read_tensor(
         let mut g = locked(&g)?;
         // The size is checked before a slice of the caller's buffer exists.
         g.check_io(tensor, size as u64, "read")?;
-        g.read(
-            tensor,
-            std::slice::from_raw_parts_mut(data as *mut u8, size),
-        )
+        // SAFETY: the C contract: `data` (not NULL, checked) holds `size` writable bytes.
+        g.read(tensor, unsafe {
+            std::slice::from_raw_parts_mut(data as *mut u8, size)
+        })
     })
 }

@@ -14,9 +14,8 @@
 //! A second handle of the same runtime gets a home of its own, an alias, whose pin is a lock
 //! beside the state lock.
 
-use crate::kernels::Kernel;
 use crate::runtime::home::{self, HomeSlot};
-use crate::runtime::{Error, Result, Runtime, RuntimeGraph, State, StateGuard};
+use crate::runtime::{Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -289,7 +288,7 @@ pub fn pin_runtime(key: usize) -> Result<PinnedRuntime> {
         // Inside a host callback a busy home is an error, never a wait: its holder may be
         // running the graph of the callback, or be in a pool operation that waits for the
         // device, which (on the host backend) waits for the callback.
-        None if crate::kernels::inside_callback() => {
+        None if crate::runtime::inside_callback() => {
             return Err(crate::runtime::busy_inside_callback("runtime"))
         }
         None => home.lock(),
@@ -422,7 +421,7 @@ mod tests {
     /// be waiting for the device, which on the host backend waits for the callback.
     #[test]
     fn a_callback_never_waits_for_a_pinned_runtime() {
-        use crate::kernels::{call_callback, CallbackArgs, HostCallback};
+        use crate::runtime::{call_callback, CallbackArgs, HostCallback};
         let key = register(Object::Runtime(host_runtime())).unwrap();
         unsafe extern "C" fn stats_of(_: *const CallbackArgs, key: *mut std::ffi::c_void) -> i32 {
             let mut s = crate::capi::types::gkrt_stats::default();
@@ -466,7 +465,7 @@ mod tests {
     /// that lives there now.
     #[test]
     fn a_stale_key_is_refused_at_once_while_its_home_is_busy() {
-        use crate::kernels::{call_callback, CallbackArgs, HostCallback};
+        use crate::runtime::{call_callback, CallbackArgs, HostCallback};
         let rt = host_runtime();
         let stale = register(Object::Runtime(Arc::clone(&rt))).unwrap();
         release(stale, "runtime").unwrap();

@@ -3,29 +3,38 @@
 use super::boundary::{c_slice, guard};
 use super::handles::{self, KernelObject, Object};
 use super::types::*;
-use crate::device::ModuleSource;
-use crate::kernels::{BuiltinKind, HostCallback, Kernel};
-use crate::runtime::{Error, Runtime};
+use crate::runtime::{BuiltinKind, Error, HostCallback, Kernel, ModuleSource, Runtime};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
 
+/// Registers a handle for `kernel` and writes it to `*out`.
+///
+/// # Safety
+/// `out` is valid for a write (checked non-NULL by `check_out`).
 unsafe fn publish(
     rt: Arc<Runtime>,
     kernel: Kernel,
     out: *mut *mut gkrt_kernel,
 ) -> Result<(), Error> {
-    *out = handles::register(Object::Kernel(Arc::new(KernelObject {
+    let handle = handles::register(Object::Kernel(Arc::new(KernelObject {
         runtime: rt,
         kernel,
     })))? as *mut gkrt_kernel;
+    // SAFETY: forwarded to the caller.
+    unsafe { *out = handle };
     Ok(())
 }
 
+/// The UTF-8 text of a C string; NULL and invalid UTF-8 are errors naming `what`.
+///
+/// # Safety
+/// A non-NULL `p` points to a NUL-terminated string that outlives `'a`.
 unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, Error> {
     if p.is_null() {
         return Err(Error::InvalidArgument(format!("{what} is NULL")));
     }
-    CStr::from_ptr(p)
+    // SAFETY: forwarded to the caller; `p` is not NULL.
+    unsafe { CStr::from_ptr(p) }
         .to_str()
         .map_err(|_| Error::InvalidArgument(format!("{what} is not valid UTF-8")))
 }
@@ -52,7 +61,8 @@ pub unsafe extern "C" fn gkrt_kernel_builtin(
         let kind = BuiltinKind::from_raw(builtin).ok_or_else(|| {
             Error::InvalidArgument(format!("built-in {builtin} is not a gkrt_builtin"))
         })?;
-        publish(rt, Kernel::Builtin(kind), out)
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        unsafe { publish(rt, Kernel::Builtin(kind), out) }
     })
 }
 
@@ -69,14 +79,12 @@ pub unsafe extern "C" fn gkrt_kernel_from_callback(
         let rt = handles::runtime(runtime as usize)?;
         check_out(out)?;
         let func = callback.ok_or_else(|| Error::InvalidArgument("callback is NULL".into()))?;
-        publish(
-            rt,
-            Kernel::Callback(HostCallback {
-                func,
-                user_data: user_data as usize,
-            }),
-            out,
-        )
+        let kernel = Kernel::Callback(HostCallback {
+            func,
+            user_data: user_data as usize,
+        });
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        unsafe { publish(rt, kernel, out) }
     })
 }
 
@@ -93,9 +101,11 @@ pub unsafe extern "C" fn gkrt_kernel_from_ptx(
     guard(|| {
         let rt = handles::runtime(runtime as usize)?;
         check_out(out)?;
-        let (ptx, name) = (c_str(ptx, "ptx")?, c_str(name, "name")?);
+        // SAFETY: the C contract: `ptx` and `name` are NULL or NUL-terminated strings.
+        let (ptx, name) = unsafe { (c_str(ptx, "ptx")?, c_str(name, "name")?) };
         let k = rt.load_kernel(ModuleSource::Ptx(ptx), name)?;
-        publish(rt, k, out)
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        unsafe { publish(rt, k, out) }
     })
 }
 
@@ -116,9 +126,17 @@ pub unsafe extern "C" fn gkrt_kernel_from_cubin(
                 "cubin image is NULL or empty".into(),
             ));
         }
-        let image = c_slice(image as *const u8, size, "the cubin image")?;
-        let k = rt.load_kernel(ModuleSource::Cubin(image), c_str(name, "name")?)?;
-        publish(rt, k, out)
+        // SAFETY: the C contract: `image` holds `size` bytes, `name` is NULL or a
+        // NUL-terminated string.
+        let (image, name) = unsafe {
+            (
+                c_slice(image as *const u8, size, "the cubin image")?,
+                c_str(name, "name")?,
+            )
+        };
+        let k = rt.load_kernel(ModuleSource::Cubin(image), name)?;
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        unsafe { publish(rt, k, out) }
     })
 }
 
@@ -138,11 +156,18 @@ pub unsafe extern "C" fn gkrt_kernel_from_source(
     guard(|| {
         let rt = handles::runtime(runtime as usize)?;
         check_out(out)?;
-        let (source, name) = (c_str(source, "source")?, c_str(name, "name")?);
-        let opts = c_slice(options, num_options, "options")?
-            .iter()
-            .map(|&o| c_str(o, "an option").map(str::to_string))
-            .collect::<Result<Vec<_>, _>>()?;
+        // SAFETY: the C contract: `source`, `name` and each of the `num_options` options are
+        // NULL or NUL-terminated strings; `options` is NULL (when 0) or holds `num_options`.
+        let (source, name, opts) = unsafe {
+            (
+                c_str(source, "source")?,
+                c_str(name, "name")?,
+                c_slice(options, num_options, "options")?
+                    .iter()
+                    .map(|&o| c_str(o, "an option").map(str::to_string))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )
+        };
         let k = rt.load_kernel(
             ModuleSource::CudaSource {
                 source,
@@ -150,7 +175,8 @@ pub unsafe extern "C" fn gkrt_kernel_from_source(
             },
             name,
         )?;
-        publish(rt, k, out)
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        unsafe { publish(rt, k, out) }
     })
 }
 

@@ -10,7 +10,6 @@ mod boundary;
 mod graph;
 mod handles;
 mod kernel;
-mod logging;
 mod raw;
 mod runtime;
 pub mod types;

@@ -2,30 +2,15 @@
 //! pluggable allocator loads from a shared library (`gkrt_torch_alloc` / `gkrt_torch_free`).
 //!
 //! The PyTorch entry points carry no runtime handle, so they use a process-wide runtime per
-//! device ordinal, created on first use from the environment:
-//!
-//! | variable | meaning | default |
-//! |---|---|---|
-//! | `GKRT_DEVICE` | `auto`, `host` or `cuda` | `auto` |
-//! | `GKRT_MEMORY_LIMIT` | cap on the device memory the pool takes: bytes, with an optional suffix `K`/`M`/`G`/`T` (powers of 1024, `KiB`…`TiB` too), or a fraction of the device's memory such as `0.9` | the device's memory |
-//! | `GKRT_LOG_LEVEL` | 0 off … 5 trace | 2 (warnings) |
-//! | `GKRT_VMM` | `0` turns virtual-memory growth off (plain `cuMemAlloc` segments) | on |
-//! | `GKRT_POOL_VMM` | `1`/`0`: whether a runtime's pool grows by virtual-memory pages on every stream (any runtime's; `gkrt_config.pool_growth` otherwise: by default the streams of raw calls do, a runtime's own streams only under a memory limit) | see left |
-//! | `GKRT_POOL_PAGE_MIB`, `GKRT_POOL_SLACK_PERMILLE`, `GKRT_POOL_RECYCLE_MIN_MIB`, `GKRT_POOL_RECYCLE_WAIT` | the pool's virtual-memory knobs (`memory::pool::PoolConfig`), read by every runtime | 64, 30, 32, 0 (1 for this runtime) |
-//!
-//! That runtime is the one process-wide singleton of gkrt besides the handle table, and it is
-//! justified the same way: the allocator interface PyTorch defines is a pair of plain functions
-//! with no context argument, so the state they share can only live in the process. It is made
-//! once per device (a failed creation is remembered and reported on every call) and never
-//! destroyed: PyTorch frees tensors until the very end of the process.
+//! device ordinal, created on first use from the environment (`runtime/process.rs`; the
+//! variables: `runtime/env.rs`).
 
 use super::boundary::guard;
 use super::handles::{self, Object};
-use super::logging;
 use super::types::*;
-use crate::runtime::{Config, Error, Runtime};
+use crate::runtime::{process_runtime, Error};
 use std::ffi::{c_int, c_void};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
 /// `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on
@@ -50,17 +35,19 @@ pub unsafe extern "C" fn gkrt_malloc(
         if out.is_null() {
             return Err(Error::InvalidArgument("out (void **) is NULL".into()));
         }
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        let publish = |p: u64| unsafe { *out = p as *mut c_void };
         // The handle's own home: its pin locked the state too.
         if let Some((r, st)) = rt.with_state() {
-            *out = r.raw_alloc_in(st, size as u64, stream)? as *mut c_void;
+            publish(r.raw_alloc_in(st, size as u64, stream)?);
             return Ok(());
         }
         if let Some(mut st) = rt.try_lock_for_call() {
-            *out = rt.raw_alloc_in(&mut st, size as u64, stream)? as *mut c_void;
+            publish(rt.raw_alloc_in(&mut st, size as u64, stream)?);
             return Ok(());
         }
         // Busy (a graph run, another thread): wait without pinning the handle's slot.
-        *out = rt.into_owned().raw_alloc(size as u64, stream)? as *mut c_void;
+        publish(rt.into_owned().raw_alloc(size as u64, stream)?);
         Ok(())
     })
 }
@@ -92,94 +79,6 @@ pub unsafe extern "C" fn gkrt_free(
         }
         rt.into_owned().raw_free(ptr as u64, stream, None)
     })
-}
-
-/// Most device ordinals the PyTorch entry points serve.
-const MAX_DEVICES: usize = 64;
-
-type Shared = Result<Arc<Runtime>, String>;
-
-static PROCESS_RUNTIMES: [OnceLock<Shared>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
-
-/// Parses `GKRT_MEMORY_LIMIT`: bytes with an optional binary suffix, or a fraction in (0, 1]
-/// of `total`.
-fn parse_limit(text: &str, total: u64) -> Result<u64, String> {
-    let t = text.trim();
-    let bad = || {
-        format!("GKRT_MEMORY_LIMIT='{text}' is not a size (bytes, 512M, 20GiB) or a fraction such as 0.9")
-    };
-    if t.contains('.') {
-        let f: f64 = t.parse().map_err(|_| bad())?;
-        if !(f > 0.0 && f <= 1.0) {
-            return Err(bad());
-        }
-        return Ok((total as f64 * f) as u64);
-    }
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(1 << shift).filter(|&b| b > 0).ok_or_else(bad)
-}
-
-fn create_process_runtime(ordinal: u32) -> Shared {
-    let level = match std::env::var("GKRT_LOG_LEVEL") {
-        Ok(v) => v
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|&l| l <= 5)
-            .ok_or_else(|| format!("GKRT_LOG_LEVEL='{v}' is not a level 0..5"))?,
-        Err(_) => 2,
-    };
-    logging::init(level);
-    let config = Config {
-        device_ordinal: ordinal,
-        log_level: level,
-        // PyTorch's allocation stream is where fragmentation bites (see BENCHMARKS.md); a
-        // training loop needs page moves only while it warms up, so they may wait for the device.
-        pool_virtual_memory: Some(true),
-        pool_recycle_waits: true,
-        ..Config::default()
-    };
-    let limit = std::env::var("GKRT_MEMORY_LIMIT").ok();
-    let rt = Runtime::new(config.clone()).map_err(|e| e.to_string())?;
-    if let Some(text) = limit {
-        let total = rt.device().total_memory();
-        let bytes = parse_limit(&text, total)?;
-        rt.lock().pool.set_memory_limit(bytes);
-    }
-    log::info!(
-        "gkrt: process-wide runtime for device {ordinal} on {}",
-        rt.device().name()
-    );
-    Ok(rt)
-}
-
-/// The process-wide runtime of device `ordinal`, created on first use.
-fn process_runtime(device: c_int) -> Result<&'static Arc<Runtime>, Error> {
-    let slot = usize::try_from(device)
-        .ok()
-        .and_then(|d| PROCESS_RUNTIMES.get(d))
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "device {device} is outside 0..{MAX_DEVICES} for the process-wide runtime"
-            ))
-        })?;
-    slot.get_or_init(|| create_process_runtime(device as u32))
-        .as_ref()
-        .map_err(|why| {
-            Error::NoDevice(format!(
-                "the process-wide gkrt runtime for device {device} could not be created: {why}"
-            ))
-        })
 }
 
 /// PyTorch's pluggable-allocator `alloc`: `size` bytes on `device` for use on `stream`
@@ -255,7 +154,9 @@ pub unsafe extern "C" fn gkrt_torch_runtime(
             ));
         }
         let rt = process_runtime(device)?;
-        *out = handles::register(Object::Runtime(Arc::clone(rt)))? as *mut gkrt_runtime;
+        let handle = handles::register(Object::Runtime(Arc::clone(rt)))? as *mut gkrt_runtime;
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        unsafe { *out = handle };
         Ok(())
     })
 }
@@ -270,12 +171,9 @@ pub unsafe extern "C" fn gkrt_runtime_release_cached(
 ) -> gkrt_status {
     guard(|| {
         let rt = handles::runtime(runtime as usize)?;
-        let n = {
-            let mut st = rt.lock_for_call()?;
-            st.pool
-                .release_cached(&crate::memory::DeviceBacking(rt.device()))?
-        };
-        if let Some(out) = released.as_mut() {
+        let n = rt.release_cached()?;
+        // SAFETY: the C contract: `released` is NULL or valid for a write.
+        if let Some(out) = unsafe { released.as_mut() } {
             *out = n;
         }
         Ok(())
@@ -285,20 +183,6 @@ pub unsafe extern "C" fn gkrt_runtime_release_cached(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn memory_limits_parse_with_suffixes_and_fractions() {
-        let g = 1u64 << 30;
-        assert_eq!(parse_limit("1048576", g), Ok(1 << 20));
-        assert_eq!(parse_limit("512M", g), Ok(512 << 20));
-        assert_eq!(parse_limit(" 20GiB ", g), Ok(20 << 30));
-        assert_eq!(parse_limit("3k", g), Ok(3 << 10));
-        assert_eq!(parse_limit("0.5", g), Ok(g / 2));
-        for bad in ["", "0", "12X", "1.5", "-3", "G", "0.0", "99999999999999T"] {
-            let e = parse_limit(bad, g).unwrap_err();
-            assert!(e.contains("GKRT_MEMORY_LIMIT"), "{bad}: {e}");
-        }
-    }
 
     /// The PyTorch entry points on the host backend: NULL and zero sizes, round trips, unknown
     /// pointers reported, statistics through a handle to the process-wide runtime.

@@ -2,7 +2,6 @@
 
 use super::boundary::guard;
 use super::handles::{self, Object};
-use super::logging;
 use super::types::*;
 use crate::runtime::{Config, DeviceChoice, Error, MemoryMode, Runtime};
 use std::ffi::c_char;
@@ -37,8 +36,8 @@ pub extern "C" fn gkrt_status_name(status: i32) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_config_init(config: *mut gkrt_config) -> gkrt_status {
     guard(|| {
-        let out = config
-            .as_mut()
+        // SAFETY: the C contract: `config` is NULL or valid for a write.
+        let out = unsafe { config.as_mut() }
             .ok_or_else(|| Error::InvalidArgument("config is NULL".into()))?;
         let d = Config::default();
         *out = gkrt_config {
@@ -121,13 +120,16 @@ pub unsafe extern "C" fn gkrt_runtime_create(
                 "out (gkrt_runtime **) is NULL".into(),
             ));
         }
-        let config = match config.as_ref() {
+        // SAFETY: the C contract: `config` is NULL or points to a `gkrt_config`.
+        let config = match unsafe { config.as_ref() } {
             Some(c) => config_from_c(c)?,
             None => Config::default(),
         };
-        logging::init(config.log_level);
+        crate::runtime::init_logging(config.log_level);
         let rt = Runtime::new(config)?;
-        *out = handles::register(Object::Runtime(rt))? as *mut gkrt_runtime;
+        let handle = handles::register(Object::Runtime(rt))? as *mut gkrt_runtime;
+        // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+        unsafe { *out = handle };
         Ok(())
     })
 }
@@ -156,12 +158,12 @@ pub unsafe extern "C" fn gkrt_runtime_device(
 ) -> gkrt_status {
     guard(|| {
         let rt = handles::runtime(runtime as usize)?;
-        let out = out
-            .as_mut()
-            .ok_or_else(|| Error::InvalidArgument("out is NULL".into()))?;
+        // SAFETY: the C contract: `out` is NULL or valid for a write.
+        let out =
+            unsafe { out.as_mut() }.ok_or_else(|| Error::InvalidArgument("out is NULL".into()))?;
         *out = match rt.device_kind() {
-            crate::device::DeviceKind::Host => GKRT_DEVICE_HOST,
-            crate::device::DeviceKind::Cuda => GKRT_DEVICE_CUDA,
+            crate::runtime::DeviceKind::Host => GKRT_DEVICE_HOST,
+            crate::runtime::DeviceKind::Cuda => GKRT_DEVICE_CUDA,
         };
         Ok(())
     })
@@ -175,8 +177,8 @@ pub unsafe extern "C" fn gkrt_runtime_stats(
 ) -> gkrt_status {
     guard(|| {
         let rt = handles::runtime(runtime as usize)?;
-        let out = out
-            .as_mut()
+        // SAFETY: the C contract: `out` is NULL or valid for a write.
+        let out = unsafe { out.as_mut() }
             .ok_or_else(|| Error::InvalidArgument("out (gkrt_stats *) is NULL".into()))?;
         let s = rt.stats()?;
         *out = gkrt_stats {

@@ -208,7 +208,7 @@ pub struct gkrt_graph_info {
 // The callback's argument structs are defined next to the executor that fills them
 // (`kernels::CallbackArgs`, `kernels::CallbackBuffer`); cbindgen.toml exports them as
 // `gkrt_callback_args` and `gkrt_buffer`.
-use crate::kernels::CallbackArgs;
+use crate::runtime::CallbackArgs;
 
 /// A host callback: called with the node's buffers and the stream, returns 0 on success and
 /// anything else to report failure (the run then fails with GKRT_STATUS_CALLBACK_FAILED).

@@ -121,19 +121,28 @@ pub fn open(
     backend: Backend,
     ordinal: u32,
     host_options: host::HostOptions,
+    cuda_virtual_memory: bool,
 ) -> DeviceResult<Arc<dyn Device>> {
     let host = move || -> Arc<dyn Device> { Arc::new(host::HostDevice::new(host_options)) };
+    let cuda = || -> DeviceResult<Arc<dyn Device>> {
+        let device = cuda::CudaDevice::open(ordinal)?;
+        if !cuda_virtual_memory {
+            log::info!("gkrt cuda: virtual memory turned off (GKRT_VMM=0)");
+            device.disable_virtual_memory();
+        }
+        Ok(Arc::new(device))
+    };
     match backend {
         Backend::Host => Ok(host()),
         Backend::Cuda => {
             cuda::probe(ordinal)
                 .map_err(|why| DeviceError::NoDevice(format!("CUDA device requested: {why}")))?;
-            Ok(Arc::new(cuda::CudaDevice::open(ordinal)?))
+            cuda()
         }
         Backend::Auto => match cuda::probe(ordinal) {
             Ok(()) => {
                 log::info!("device auto: CUDA driver and device {ordinal} found");
-                Ok(Arc::new(cuda::CudaDevice::open(ordinal)?))
+                cuda()
             }
             Err(why) => {
                 log::info!("device auto: using the host backend ({why})");

@@ -23,35 +23,47 @@ pub unsafe fn run(op: BuiltinOp, inputs: &[Buffer], outputs: &[Buffer]) {
     let unary = |f: &dyn Fn(f32) -> f32| {
         let (x, _) = f32s(&inputs[0]);
         for i in 0..n {
-            out.add(i).write(f(x.add(i).read()));
+            // SAFETY: `x` and `out` hold `n` f32s each (the caller's contract).
+            unsafe { out.add(i).write(f(x.add(i).read())) };
         }
     };
     let binary = |f: &dyn Fn(f32, f32) -> f32| {
         let ((a, _), (b, _)) = (f32s(&inputs[0]), f32s(&inputs[1]));
         for i in 0..n {
-            out.add(i).write(f(a.add(i).read(), b.add(i).read()));
+            // SAFETY: `a`, `b` and `out` hold `n` f32s each (the caller's contract).
+            unsafe { out.add(i).write(f(a.add(i).read(), b.add(i).read())) };
         }
     };
     match op {
         BuiltinOp::Fill { value } => {
             for i in 0..n {
-                out.add(i).write(value);
+                // SAFETY: `out` holds `n` f32s (the caller's contract).
+                unsafe { out.add(i).write(value) };
             }
         }
-        BuiltinOp::Copy => std::ptr::copy(
-            inputs[0].ptr as *const u8,
-            outputs[0].ptr as *mut u8,
-            outputs[0].bytes as usize,
-        ),
+        // SAFETY: both buffers are valid for the output's size (the caller's contract).
+        BuiltinOp::Copy => unsafe {
+            std::ptr::copy(
+                inputs[0].ptr as *const u8,
+                outputs[0].ptr as *mut u8,
+                outputs[0].bytes as usize,
+            )
+        },
         BuiltinOp::Add => binary(&|a, b| a + b),
         BuiltinOp::Scale { alpha } => unary(&|x| alpha * x),
         BuiltinOp::Relu => unary(&|x| if x > 0.0 { x } else { 0.0 }),
         BuiltinOp::ReluGrad => binary(&|g, x| if x > 0.0 { g } else { 0.0 }),
         BuiltinOp::Matmul { m, n, k } => {
             let (m, n, k) = (m as usize, n as usize, k as usize);
-            let a = std::slice::from_raw_parts(inputs[0].ptr as *const f32, m * k);
-            let b = std::slice::from_raw_parts(inputs[1].ptr as *const f32, k * n);
-            let c = std::slice::from_raw_parts_mut(outputs[0].ptr as *mut f32, m * n);
+            // SAFETY: the buffers hold m*k, k*n and m*n f32s and the output aliases neither
+            // input (the caller's contract).
+            let (a, b, c) = unsafe {
+                (
+                    std::slice::from_raw_parts(inputs[0].ptr as *const f32, m * k),
+                    std::slice::from_raw_parts(inputs[1].ptr as *const f32, k * n),
+                    std::slice::from_raw_parts_mut(outputs[0].ptr as *mut f32, m * n),
+                )
+            };
             // i-p-j order keeps b's rows streaming through the cache; each c[i][j] still sums
             // its k products in order 0..k, which is what makes it match the GPU bit for bit.
             for i in 0..m {

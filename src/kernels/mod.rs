@@ -106,7 +106,8 @@ thread_local! {
 /// As for calling `cb.func` with `args`: both come from the host for this purpose.
 pub unsafe fn call_callback(cb: HostCallback, args: &CallbackArgs) -> i32 {
     IN_CALLBACK.with(|c| c.set(true));
-    let status = (cb.func)(args, cb.user_data as *mut c_void);
+    // SAFETY: forwarded to the caller.
+    let status = unsafe { (cb.func)(args, cb.user_data as *mut c_void) };
     IN_CALLBACK.with(|c| c.set(false));
     status
 }

@@ -140,6 +140,7 @@ impl TensorMemory {
     }
 
     /// A copy out could not start (no pinned memory): the block stays the tensor's.
+    #[allow(dead_code)] // unused since memory/ is crate-private: the owner may remove it
     pub fn stay_on_device(&mut self, ptr: DevPtr, host_valid_before: bool) {
         self.device = Some(ptr);
         self.host_valid = host_valid_before;

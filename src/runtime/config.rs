@@ -1,6 +1,4 @@
-//! Runtime configuration and the environment variables that override it.
-
-use crate::error::{Error, Result};
+//! Runtime configuration (the environment variables that override it: `env.rs`).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceChoice {
@@ -75,39 +73,3 @@ impl Default for Config {
 
 /// Default "device memory" of the host backend when no limit is set.
 pub(crate) const HOST_DEFAULT_MEMORY: u64 = 16 << 30;
-
-impl Config {
-    /// Applies `GKRT_DEVICE` (auto|host|cuda) and `GKRT_HOST_JITTER_US`, so any program can be
-    /// pointed at either backend without recompiling.
-    pub fn with_env_overrides(mut self) -> Result<Config> {
-        if let Ok(v) = std::env::var("GKRT_DEVICE") {
-            self.device = match v.trim().to_ascii_lowercase().as_str() {
-                "auto" | "" => DeviceChoice::Auto,
-                "host" | "cpu" => DeviceChoice::Host,
-                "cuda" | "gpu" => DeviceChoice::Cuda,
-                other => {
-                    return Err(Error::InvalidArgument(format!(
-                        "GKRT_DEVICE='{other}' is not one of auto, host, cuda"
-                    )))
-                }
-            };
-        }
-        if let Ok(v) = std::env::var("GKRT_POOL_VMM") {
-            self.pool_virtual_memory = match v.trim() {
-                "1" => Some(true),
-                "0" => Some(false),
-                other => {
-                    return Err(Error::InvalidArgument(format!(
-                        "GKRT_POOL_VMM='{other}' is not 0 or 1"
-                    )))
-                }
-            };
-        }
-        if let Ok(v) = std::env::var("GKRT_HOST_JITTER_US") {
-            self.host_jitter_us = v.trim().parse().map_err(|_| {
-                Error::InvalidArgument(format!("GKRT_HOST_JITTER_US='{v}' is not a number"))
-            })?;
-        }
-        Ok(self)
-    }
-}

@@ -5,22 +5,41 @@
 //! runs, tensor writes and reads, and pool calls are serialised per runtime.
 
 pub mod config;
+mod env;
 mod graph;
 pub(crate) mod home;
+mod logging;
+mod process;
 mod raw;
 mod state_lock;
 
 use crate::device;
 use crate::device::host::HostOptions;
-use crate::device::{Device, DeviceKind, EventId, ModuleSource, StreamId};
+use crate::device::{Device, EventId, StreamId};
 pub use crate::error::{Error, Result};
 use crate::exec::{RunCounters, Streams};
-use crate::kernels::Kernel;
-use crate::memory::pool::{Pool, PoolConfig, PoolStats};
+use crate::memory::pool::{Pool, PoolConfig};
 use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
 pub use graph::RuntimeGraph;
+pub use logging::init as init_logging;
+pub use process::process_runtime;
 pub(crate) use state_lock::{FlagLock, StateGuard};
+
+// The vocabulary of the layers below that the C API converts to and from, and that a runtime's
+// and graph's methods take and give, re-exported so that `capi` (and Rust users: the lower
+// layers are crate-private) name the runtime only (ARCHITECTURE.md: each layer uses the one
+// below it).
+pub use crate::device::{DeviceKind, LaunchDims, ModuleSource};
+pub use crate::graph::TensorKind;
+pub(crate) use crate::graph::MAX_PARAMS_BYTES;
+#[cfg(test)]
+pub(crate) use crate::kernels::call_callback;
+pub(crate) use crate::kernels::inside_callback;
+pub use crate::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel};
+pub use crate::memory::pool::PoolStats;
+pub use crate::plan::program::PoolCall;
+pub use crate::plan::swap::{Policy as SwapPolicy, SwapPlan};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -98,7 +117,7 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(config: Config) -> Result<Arc<Runtime>> {
-        let config = config.with_env_overrides()?;
+        let config = env::config_overrides(config)?;
         let device = open_device(&config)?;
         let limit = match config.memory_limit {
             0 => device.total_memory(),
@@ -118,23 +137,23 @@ impl Runtime {
             .unwrap_or(config.memory_limit != 0)
             && big_enough;
         let raw_virtual = config.pool_virtual_memory.unwrap_or(true) && big_enough;
-        let pool = Pool::new(PoolConfig {
+        let pool = Pool::new(env::pool_overrides(PoolConfig {
             alignment: ALIGNMENT,
             memory_limit: limit,
             vmm,
             recycle_waits: config.pool_recycle_waits,
             ..defaults
-        });
+        }));
         let host_limit = if config.host_memory_limit == 0 {
             u64::MAX
         } else {
             config.host_memory_limit
         };
-        let pinned = Pool::new(PoolConfig {
+        let pinned = Pool::new(env::pool_overrides(PoolConfig {
             alignment: ALIGNMENT,
             memory_limit: host_limit,
             ..PoolConfig::default()
-        });
+        }));
         log::info!(
             "gkrt runtime on {} ({:?}), memory limit {} bytes, {:?} mode",
             device.name(),
@@ -343,5 +362,10 @@ fn open_device(config: &Config) -> Result<Arc<dyn Device>> {
             config::HOST_DEFAULT_MEMORY
         },
     };
-    Ok(device::open(backend, config.device_ordinal, host)?)
+    Ok(device::open(
+        backend,
+        config.device_ordinal,
+        host,
+        env::device_virtual_memory(),
+    )?)
 }

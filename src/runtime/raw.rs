@@ -35,6 +35,14 @@ fn alloc_failed(e: crate::memory::pool::PoolError, bytes: u64) -> Error {
 }
 
 impl Runtime {
+    /// Returns every free block the pool caches to the device (`gkrt_runtime_release_cached`):
+    /// plain segments that are wholly free and free pages of virtual ranges, waiting for the
+    /// device to be idle first. The bytes given back.
+    pub fn release_cached(&self) -> Result<u64> {
+        let mut st = self.lock_for_call()?;
+        Ok(st.pool.release_cached(&DeviceBacking(self.device()))?)
+    }
+
     /// The id of the native stream `stream` (NULL: the device's default stream), remembered
     /// in the state (under its lock; a thread-local would cost more than the pool on the GPU
     /// machine, see `lock_for_call`).

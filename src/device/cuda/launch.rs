@@ -41,19 +41,22 @@ pub(super) unsafe fn cu_launch(
     } else {
         args.as_mut_ptr()
     };
-    let r = sys::cuLaunchKernel(
-        f.0,
-        grid[0],
-        grid[1],
-        grid[2],
-        block[0],
-        block[1],
-        block[2],
-        shared_mem,
-        stream,
-        params,
-        ptr::null_mut(),
-    );
+    // SAFETY: forwarded to the caller; `params` is NULL or `args.len()` valid pointers.
+    let r = unsafe {
+        sys::cuLaunchKernel(
+            f.0,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            shared_mem,
+            stream,
+            params,
+            ptr::null_mut(),
+        )
+    };
     check("cuLaunchKernel", r)
 }
 

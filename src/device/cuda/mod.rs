@@ -173,6 +173,12 @@ impl CudaDevice {
         })
     }
 
+    /// Turns virtual-memory growth off for this device (the pool then uses plain `cuMemAlloc`
+    /// segments); the runtime calls it right after `open` for `GKRT_VMM=0`.
+    pub fn disable_virtual_memory(&self) {
+        let _ = self.vmm_page.set(None);
+    }
+
     fn query(dev: sys::CUdevice, ctx: sys::CUcontext) -> DeviceResult<DeviceInfo> {
         // SAFETY: ctx is the retained primary context of dev; buffers and out-pointers are valid.
         check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
@@ -201,11 +207,13 @@ impl CudaDevice {
     }
 
     /// The CUDA device ordinal.
+    #[allow(dead_code)] // unused since device/ is crate-private: the owner may remove it
     pub fn ordinal(&self) -> u32 {
         self.ordinal
     }
 
     /// Compute capability (major, minor), e.g. (9, 0) on an H200.
+    #[cfg_attr(not(test), allow(dead_code))] // used by device/cuda/tests.rs only
     pub fn compute_capability(&self) -> (i32, i32) {
         self.cc
     }

@@ -7,8 +7,9 @@
 //! reuses one instead of creating a new allocation: the pool moves memory by unmapping pages of
 //! free blocks and mapping them where a block needs them, and reusing the handle halves the
 //! driver calls of such a move. `trim` releases the spares; the pool calls it at the end of
-//! every operation, so spares never outlive a pool call. `GKRT_VMM=0` turns the facility off for
-//! a device (the pool then uses plain `cuMemAlloc` segments), for comparisons.
+//! every operation, so spares never outlive a pool call. `CudaDevice::disable_virtual_memory`
+//! (the runtime's `GKRT_VMM=0`) turns the facility off for a device (the pool then uses plain
+//! `cuMemAlloc` segments), for comparisons.
 
 use std::collections::HashMap;
 
@@ -37,13 +38,9 @@ impl CudaDevice {
         prop
     }
 
-    /// The granularity when the device supports VMM and `GKRT_VMM` does not turn it off.
+    /// The granularity when the device supports VMM and `disable_virtual_memory` did not turn it off.
     pub(super) fn vmm_page(&self) -> Option<u64> {
         *self.vmm_page.get_or_init(|| {
-            if std::env::var("GKRT_VMM").is_ok_and(|v| v.trim() == "0") {
-                log::info!("gkrt cuda: virtual memory turned off by GKRT_VMM=0");
-                return None;
-            }
             let attr =
                 sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED;
             match super::attribute(self.dev, attr) {

@@ -100,46 +100,6 @@ impl PoolConfig {
         self
     }
 
-    /// Benchmark knobs, read when a pool is made: `GKRT_POOL_PAGE_MIB` (`vmm_page_bytes` in
-    /// MiB), `GKRT_POOL_SLACK_PERMILLE` (`recycle_slack_permille`), `GKRT_POOL_RECYCLE_MIN_MIB`
-    /// (`recycle_min_bytes` in MiB), `GKRT_POOL_RECYCLE_WAIT` (`recycle_waits`, 0 or 1),
-    /// `GKRT_POOL_RECYCLE_SPIN_US` (`recycle_spin_ns` in µs), `GKRT_POOL_MARKER_EVERY`
-    /// (`marker_every`), `GKRT_POOL_MARKER_MIN_US` (`marker_min_interval_ns` in µs). Values
-    /// that do not parse are
-    /// ignored with a warning.
-    pub(super) fn with_env_overrides(mut self) -> PoolConfig {
-        let read = |name: &str| -> Option<u64> {
-            let v = std::env::var(name).ok()?;
-            let n = v.trim().parse().ok();
-            if n.is_none() {
-                log::warn!("gkrt pool: ignoring {name}='{v}' (not a number)");
-            }
-            n
-        };
-        if let Some(m) = read("GKRT_POOL_PAGE_MIB") {
-            self.vmm_page_bytes = m.saturating_mul(MIB);
-        }
-        if let Some(p) = read("GKRT_POOL_SLACK_PERMILLE") {
-            self.recycle_slack_permille = p;
-        }
-        if let Some(m) = read("GKRT_POOL_RECYCLE_MIN_MIB") {
-            self.recycle_min_bytes = m.saturating_mul(MIB);
-        }
-        if let Some(w) = read("GKRT_POOL_RECYCLE_WAIT") {
-            self.recycle_waits = w != 0;
-        }
-        if let Some(us) = read("GKRT_POOL_RECYCLE_SPIN_US") {
-            self.recycle_spin_ns = us.saturating_mul(1000);
-        }
-        if let Some(n) = read("GKRT_POOL_MARKER_EVERY") {
-            self.marker_every = n.clamp(1, u32::MAX as u64) as u32;
-        }
-        if let Some(us) = read("GKRT_POOL_MARKER_MIN_US") {
-            self.marker_min_interval_ns = us.saturating_mul(1000);
-        }
-        self
-    }
-
     /// Address space to reserve per stream for pages of `page` bytes.
     pub(super) fn reserve_bytes(&self, page: u64) -> u64 {
         const GIB: u64 = 1 << 30;

@@ -135,7 +135,6 @@ pub use config::PoolConfig;
 use config::MIB;
 pub use dry_run::DryRunStep;
 pub use report::{BlockInfo, PoolError, PoolStats};
-pub use stream::AddrHasher;
 /// What the pool needs from below: segments, event completion and, optionally, virtual memory.
 /// The runtime implements it over `dyn Device`; tests implement it with a fake.
 pub trait PoolBacking {
@@ -196,7 +195,7 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(config: PoolConfig) -> Pool {
-        let config = config.with_env_overrides().normalized();
+        let config = config.normalized();
         Pool {
             shift: config.alignment.trailing_zeros(),
             config,

@@ -1,0 +1,137 @@
+//! Every `GKRT_*` environment variable gkrt reads, read here and nowhere else: the layers below
+//! the runtime take the values as configuration (`Config`, `PoolConfig`, a `CudaDevice` switch,
+//! a graph's timeline path).
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `GKRT_DEVICE` | `auto`, `host` (`cpu`) or `cuda` (`gpu`): overrides `Config::device` of every runtime | the config's (`auto`) |
+//! | `GKRT_POOL_VMM` | `1`/`0`: overrides `Config::pool_virtual_memory` (whether a pool grows by virtual-memory pages on every stream) | the config's (auto) |
+//! | `GKRT_HOST_JITTER_US` | host backend: random delay (µs) before each queued item (`Config::host_jitter_us`) | the config's (0) |
+//! | `GKRT_VMM` | `0` keeps a CUDA device from virtual-memory growth altogether (plain `cuMemAlloc` segments) | on where the device supports it |
+//! | `GKRT_POOL_PAGE_MIB` | a pool's virtual-memory page (`PoolConfig::vmm_page_bytes`), MiB | 64 |
+//! | `GKRT_POOL_SLACK_PERMILLE` | `PoolConfig::recycle_slack_permille` | 30 |
+//! | `GKRT_POOL_RECYCLE_MIN_MIB` | `PoolConfig::recycle_min_bytes`, MiB | 32 |
+//! | `GKRT_POOL_RECYCLE_WAIT` | `PoolConfig::recycle_waits`, 0 or 1 | the config's (0; 1 for the PyTorch entry points' runtime) |
+//! | `GKRT_POOL_RECYCLE_SPIN_US` | `PoolConfig::recycle_spin_ns`, µs | `PoolConfig::default()` |
+//! | `GKRT_POOL_MARKER_EVERY` | `PoolConfig::marker_every` | `PoolConfig::default()` |
+//! | `GKRT_POOL_MARKER_MIN_US` | `PoolConfig::marker_min_interval_ns`, µs | `PoolConfig::default()` |
+//! | `GKRT_LOG_LEVEL` | the PyTorch entry points' runtime: 0 off … 5 trace | 2 (warnings) |
+//! | `GKRT_MEMORY_LIMIT` | the PyTorch entry points' runtime: cap on the device memory its pool takes, bytes with an optional suffix `K`/`M`/`G`/`T` (powers of 1024, `KiB`…`TiB` too) or a fraction of the device's memory such as `0.9` | the device's memory |
+//! | `GKRT_SWAP_TIMELINE` | a file to which every run of a swapping graph appends its measured timeline (a diagnostic: such runs are timed with events) | none |
+//!
+//! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
+//! not parse are ignored with a warning. `GKRT_DEVICE`, `GKRT_POOL_VMM` and `GKRT_HOST_JITTER_US`
+//! that do not parse fail the runtime's creation. Every variable but `GKRT_SWAP_TIMELINE` (read
+//! once per process) is read each time a runtime is made. Test-only knobs (`GKRT_TRACES`,
+//! `GKRT_CUDA_POISON_TEST`, ...) are read by the tests that use them.
+
+use super::config::{Config, DeviceChoice};
+use crate::error::{Error, Result};
+use crate::memory::pool::PoolConfig;
+
+const MIB: u64 = 1 << 20;
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// `config` with `GKRT_DEVICE`, `GKRT_POOL_VMM` and `GKRT_HOST_JITTER_US` applied, so any program
+/// can be pointed at either backend without recompiling.
+pub(crate) fn config_overrides(mut config: Config) -> Result<Config> {
+    if let Some(v) = var("GKRT_DEVICE") {
+        config.device = match v.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => DeviceChoice::Auto,
+            "host" | "cpu" => DeviceChoice::Host,
+            "cuda" | "gpu" => DeviceChoice::Cuda,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "GKRT_DEVICE='{other}' is not one of auto, host, cuda"
+                )))
+            }
+        };
+    }
+    if let Some(v) = var("GKRT_POOL_VMM") {
+        config.pool_virtual_memory = match v.trim() {
+            "1" => Some(true),
+            "0" => Some(false),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "GKRT_POOL_VMM='{other}' is not 0 or 1"
+                )))
+            }
+        };
+    }
+    if let Some(v) = var("GKRT_HOST_JITTER_US") {
+        config.host_jitter_us = v.trim().parse().map_err(|_| {
+            Error::InvalidArgument(format!("GKRT_HOST_JITTER_US='{v}' is not a number"))
+        })?;
+    }
+    Ok(config)
+}
+
+/// `pool` with the `GKRT_POOL_*` benchmark knobs applied; values that do not parse are ignored
+/// with a warning.
+pub(crate) fn pool_overrides(mut pool: PoolConfig) -> PoolConfig {
+    let read = |name: &str| -> Option<u64> {
+        let v = var(name)?;
+        let n = v.trim().parse().ok();
+        if n.is_none() {
+            log::warn!("gkrt pool: ignoring {name}='{v}' (not a number)");
+        }
+        n
+    };
+    if let Some(m) = read("GKRT_POOL_PAGE_MIB") {
+        pool.vmm_page_bytes = m.saturating_mul(MIB);
+    }
+    if let Some(p) = read("GKRT_POOL_SLACK_PERMILLE") {
+        pool.recycle_slack_permille = p;
+    }
+    if let Some(m) = read("GKRT_POOL_RECYCLE_MIN_MIB") {
+        pool.recycle_min_bytes = m.saturating_mul(MIB);
+    }
+    if let Some(w) = read("GKRT_POOL_RECYCLE_WAIT") {
+        pool.recycle_waits = w != 0;
+    }
+    if let Some(us) = read("GKRT_POOL_RECYCLE_SPIN_US") {
+        pool.recycle_spin_ns = us.saturating_mul(1000);
+    }
+    if let Some(n) = read("GKRT_POOL_MARKER_EVERY") {
+        pool.marker_every = n.clamp(1, u32::MAX as u64) as u32;
+    }
+    if let Some(us) = read("GKRT_POOL_MARKER_MIN_US") {
+        pool.marker_min_interval_ns = us.saturating_mul(1000);
+    }
+    pool
+}
+
+/// `GKRT_VMM`: false when `0` turns a CUDA device's virtual-memory growth off.
+pub(crate) fn device_virtual_memory() -> bool {
+    var("GKRT_VMM").is_none_or(|v| v.trim() != "0")
+}
+
+/// `GKRT_LOG_LEVEL` (0..5) for the process-wide runtime; 2 when unset.
+pub(crate) fn log_level() -> std::result::Result<u32, String> {
+    match var("GKRT_LOG_LEVEL") {
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&l| l <= 5)
+            .ok_or_else(|| format!("GKRT_LOG_LEVEL='{v}' is not a level 0..5")),
+        None => Ok(2),
+    }
+}
+
+/// `GKRT_MEMORY_LIMIT`, unparsed (`process::parse_limit` reads it once the device is known).
+pub(crate) fn memory_limit() -> Option<String> {
+    var("GKRT_MEMORY_LIMIT")
+}
+
+/// `GKRT_SWAP_TIMELINE`, read once per process: a file to which every run of a swapping graph
+/// appends its measured timeline (each such run is then timed with events: a diagnostic, not for
+/// production).
+pub(crate) fn swap_timeline() -> Option<&'static str> {
+    static PATH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| var("GKRT_SWAP_TIMELINE").filter(|p| !p.is_empty()))
+        .as_deref()
+}

@@ -1,0 +1,144 @@
+//! Finalize: liveness, then the arena or the swap plan, and the step program compiled from them.
+
+use super::{Replay, RuntimeGraph};
+use crate::kernels::Kernel;
+use crate::plan::plan_graph_arena;
+use crate::plan::program::Program;
+use crate::plan::swap::{candidates, check_with_pool, plan_swaps, Policy, SwapPlan};
+use crate::runtime::{Error, MemoryMode, Result, ALIGNMENT};
+use std::sync::Arc;
+
+/// How long finalize may search for a smaller arena than the greedy one.
+const ARENA_SEARCH_TIME: std::time::Duration = std::time::Duration::from_millis(50);
+impl RuntimeGraph {
+    /// Finalizes the graph: liveness, then the arena or swap plan. On failure the graph is left
+    /// as it was, unfinalized, so that it can neither run a half-made plan nor hide the error.
+    pub fn finalize(&mut self) -> Result<()> {
+        if self.graph.is_finalized() {
+            return Err(Error::InvalidState(
+                "the graph is finalized already; it can no longer be changed".into(),
+            ));
+        }
+        let result = self.compile();
+        if result.is_err() {
+            self.graph.unfinalize();
+            self.arena = None;
+            self.swap = None;
+            self.swap_candidates.clear();
+            self.replay = Replay::NotYet;
+            self.program = Program::default();
+        }
+        result
+    }
+
+    /// Compiles the step program for the current liveness, arena and swap plan.
+    pub(super) fn recompile(&mut self) {
+        let lv = self.graph.liveness().expect("finalized");
+        self.program = Program::compile(
+            self.graph.tensors(),
+            self.graph.nodes(),
+            lv,
+            self.swap.as_ref(),
+            self.arena.as_ref().map(|(layout, _)| layout),
+        );
+    }
+
+    /// The swap plan `plan` from now on, and its program.
+    pub(super) fn set_swap_plan(&mut self, plan: SwapPlan) {
+        self.swap = Some(plan);
+        self.recompile();
+    }
+
+    pub(super) fn compile(&mut self) -> Result<()> {
+        let rt = Arc::clone(&self.runtime);
+        let limit = rt.lock_for_call()?.pool.memory_limit();
+        let lv = self.graph.finalize(ALIGNMENT)?;
+        let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
+        if rt.config().memory_mode == MemoryMode::Planned {
+            let layout = plan_graph_arena(&self.graph, ALIGNMENT, ARENA_SEARCH_TIME)
+                .map_err(Error::Internal)?;
+            if persistent + layout.size > limit {
+                log::warn!(
+                    "planned mode: arena of {} bytes plus {persistent} persistent bytes exceeds the memory limit \
+                     {limit}; this graph runs in dynamic mode (with swapping)",
+                    layout.size
+                );
+            } else {
+                log::info!(
+                    "planned mode: arena of {} bytes for a transient peak of {} bytes ({:.4}x)",
+                    layout.size,
+                    layout.lower_bound,
+                    layout.size as f64 / layout.lower_bound.max(1) as f64
+                );
+                self.arena = Some((layout, None));
+            }
+        }
+        if self.arena.is_none() && persistent + peak > limit {
+            let (plan, candidates) = self.make_swap_plan(limit)?;
+            self.swap = Some(plan);
+            self.swap_candidates = candidates;
+        }
+        if !self.is_planned() || !rt.device.supports_capture() {
+            self.replay = Replay::Off;
+        } else if self
+            .graph
+            .nodes()
+            .iter()
+            .any(|n| matches!(n.kernel, Kernel::Callback(_)))
+        {
+            log::info!(
+                "planned graph not captured for replay: host callbacks run on the host when a node is queued, \
+                 so a replayed capture would skip them"
+            );
+            self.replay = Replay::Off;
+        }
+        self.recompile();
+        Ok(())
+    }
+
+    /// Plans swaps for what the pool leaves this graph, checked by a dry run of the pool; when
+    /// the dry run fails (fragmentation), plans again for a smaller budget.
+    pub(super) fn make_swap_plan(&self, limit: u64) -> Result<(SwapPlan, Vec<(Policy, SwapPlan)>)> {
+        let rt = &self.runtime;
+        let st = rt.lock_for_call()?;
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let available = limit.saturating_sub(st.pool.stats().allocated_bytes);
+        let mut budget = available;
+        let mut plan = plan_swaps(tensors, nodes, lv, budget, ALIGNMENT);
+        let check = |plan: &SwapPlan| {
+            let program = Program::compile(tensors, nodes, lv, Some(plan), None);
+            check_with_pool(tensors, nodes, &program, &st.pool, rt.compute)
+        };
+        for _ in 0..8 {
+            match check(&plan) {
+                Ok(()) => break,
+                Err(node) => {
+                    log::debug!("swap plan for {budget} bytes fails the pool's dry run at node {node}; replanning");
+                    budget -= budget / 16;
+                    plan = plan_swaps(tensors, nodes, lv, budget, ALIGNMENT);
+                }
+            }
+        }
+        for &n in &plan.infeasible_nodes {
+            log::warn!("node {n}: its own inputs, outputs and workspaces exceed the memory budget; runs will fail there");
+        }
+        log::info!(
+            "swap plan: working set {} bytes over a budget of {} bytes (planned for {}); per run {} bytes out, {} in",
+            lv.persistent_bytes + lv.peak_transient_bytes,
+            available,
+            plan.budget,
+            plan.bytes_out,
+            plan.bytes_in
+        );
+        let mut candidates = candidates(tensors, nodes, lv, plan.budget, ALIGNMENT);
+        candidates.retain(|(_, p)| {
+            *p == plan
+                || (p.infeasible_nodes.len() <= plan.infeasible_nodes.len() && check(p).is_ok())
+        });
+        if candidates.len() < 2 {
+            candidates.clear();
+        }
+        Ok((plan, candidates))
+    }
+}

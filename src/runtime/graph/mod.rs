@@ -1,0 +1,139 @@
+//! A graph bound to its runtime: the memory of its tensors (residency, device blocks, host
+//! slots), its plans (arena, swap), its captured replay, and the run / write / read entry points.
+//!
+//! - `mod.rs` (here): [`RuntimeGraph`], `new`, accessors, the pool-call record.
+//! - `compile.rs`: finalize — liveness, arena, swap plan, step program.
+//! - `io.rs`: tensor writes and reads from the host, and the one check of such a copy.
+//! - `tune.rs`: choosing among swap plans by the first run's timings; the timeline file.
+//! - `run.rs`: runs — execute, replay capture.
+//! - `drop.rs`: teardown: the graph's memory back to the pools.
+
+mod compile;
+mod drop;
+mod io;
+mod run;
+mod tune;
+
+use super::{Result, Runtime, ALIGNMENT};
+use crate::device::{DevPtr, GraphExecId};
+use crate::exec::RunProfile;
+use crate::graph::{Graph, TensorKind};
+use crate::memory::residency::TensorMemory;
+use crate::plan::program::{PoolCall, PoolWalk, Program};
+use crate::plan::swap::{Policy, SwapPlan};
+use crate::plan::ArenaLayout;
+use std::sync::Arc;
+
+/// Whole-step replay of a planned graph (CUDA graphs): captured at the second run, once every
+/// address is fixed, and replayed from then on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Replay {
+    NotYet,
+    Captured(GraphExecId),
+    /// Not captured; the reason was logged once.
+    Off,
+}
+
+pub struct RuntimeGraph {
+    runtime: Arc<Runtime>,
+    pub graph: Graph,
+    /// Where each tensor is; persistent tensors keep their memory until the graph is released.
+    mem: Vec<TensorMemory>,
+    /// Per tensor: holds meaningful contents (written by the host, or produced by a run).
+    has_contents: Vec<bool>,
+    /// Planned mode: the layout chosen at finalize, and the arena once the first run took it.
+    arena: Option<(ArenaLayout, Option<DevPtr>)>,
+    /// Made at finalize when the working set exceeds the budget.
+    swap: Option<SwapPlan>,
+    /// The plans of the other swap policies (each passed the pool's dry run), default first:
+    /// the first successful run is timed and the plan the timeline model finds fastest on
+    /// those timings replaces the default (`tune_swap_plan`).
+    swap_candidates: Vec<(Policy, SwapPlan)>,
+    /// Timing events of that run.
+    profile: RunProfile,
+    /// The plan was chosen (by the timed run, or by `use_swap_policy`).
+    swap_chosen: bool,
+    replay: Replay,
+    successful_runs: u64,
+    /// What a run executes: compiled at finalize, and again whenever the swap plan changes.
+    program: Program,
+    /// The pool calls of the last run, while `record_pool_calls` is on.
+    pool_calls: Option<Vec<PoolCall>>,
+}
+
+impl RuntimeGraph {
+    pub fn new(runtime: Arc<Runtime>) -> RuntimeGraph {
+        RuntimeGraph {
+            runtime,
+            graph: Graph::new(),
+            mem: Vec::new(),
+            has_contents: Vec::new(),
+            arena: None,
+            swap: None,
+            swap_candidates: Vec::new(),
+            profile: RunProfile::default(),
+            swap_chosen: false,
+            replay: Replay::NotYet,
+            successful_runs: 0,
+            program: Program::default(),
+            pool_calls: None,
+        }
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    pub fn add_tensor(&mut self, size: u64, kind: TensorKind, name: &str) -> Result<u64> {
+        let id = self.graph.add_tensor(size, kind, name)?;
+        self.mem.push(TensorMemory::default());
+        self.has_contents.push(false);
+        Ok(id)
+    }
+
+    /// True when the graph runs from a planned arena (planned mode and the plan fits).
+    pub fn is_planned(&self) -> bool {
+        self.arena.is_some()
+    }
+
+    /// Pool bytes this graph's tensors hold on the device between runs (persistent tensors on
+    /// the device, rounded as the pool rounds) — what `allocated_bytes` returns to after a run.
+    pub fn resident_bytes(&self) -> u64 {
+        let arena = self
+            .arena
+            .as_ref()
+            .and_then(|(l, base)| base.map(|_| l.size))
+            .unwrap_or(0);
+        let tensors = self.graph.tensors();
+        self.mem
+            .iter()
+            .zip(tensors)
+            .filter(|(m, t)| m.device().is_some() && t.kind.persists())
+            .map(|(_, t)| crate::graph::liveness::round_up(t.size, ALIGNMENT))
+            .sum::<u64>()
+            + crate::graph::liveness::round_up(arena, ALIGNMENT)
+    }
+
+    /// The swap plan, when the graph's working set exceeds the budget.
+    pub fn swap_plan(&self) -> Option<&SwapPlan> {
+        self.swap.as_ref()
+    }
+
+    /// Starts (or stops) recording the pool calls each run makes (`last_pool_calls`).
+    pub fn record_pool_calls(&mut self, on: bool) {
+        self.pool_calls = on.then(Vec::new);
+    }
+
+    /// The pool calls the last run made, while recording.
+    pub fn last_pool_calls(&self) -> Option<&[PoolCall]> {
+        self.pool_calls.as_deref()
+    }
+
+    /// The pool calls the dry run of the current program makes: what a run that goes as planned
+    /// makes, from the plan's canonical start (a swapping graph's runs after its first).
+    pub fn planned_pool_calls(&self) -> Vec<PoolCall> {
+        PoolWalk::new(self.graph.tensors(), self.graph.nodes(), &self.program)
+            .run_calls()
+            .to_vec()
+    }
+}

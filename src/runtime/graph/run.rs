@@ -1,0 +1,197 @@
+//! Runs: one step through the executor, the capture and replay of planned graphs.
+
+use super::{Replay, RuntimeGraph};
+use crate::device::DeviceError;
+use crate::exec::{ExecTarget, Executor};
+use crate::graph::Graph;
+use crate::memory::DeviceBacking;
+use crate::runtime::{Error, Result, Runtime};
+use std::sync::Arc;
+
+impl RuntimeGraph {
+    /// Runs the graph once. On failure no node is re-run, every transient buffer is back in the
+    /// pool, and the runtime and graph stay usable.
+    pub fn run(&mut self) -> Result<()> {
+        if !self.graph.is_finalized() {
+            return Err(Error::InvalidState(
+                "the graph must be finalized before it runs".into(),
+            ));
+        }
+        let lv = self.graph.liveness().expect("finalized");
+        for (t, tensor) in self.graph.tensors().iter().enumerate() {
+            let read_first = lv.first_use[t]
+                .is_some_and(|n| self.graph.nodes()[n as usize].inputs.contains(&(t as u32)));
+            if tensor.kind.host_written() && read_first && !self.has_contents[t] {
+                return Err(Error::InvalidState(format!(
+                    "{} is read by node {} but was never written",
+                    tensor.describe(t as u32),
+                    lv.first_use[t].unwrap()
+                )));
+            }
+        }
+        let rt = Arc::clone(&self.runtime);
+        let mut guard = rt.lock_for_call()?;
+        let st = &mut *guard;
+        // Planned mode takes its arena from the pool once, at the first run, and keeps it.
+        if let Some((layout, base @ None)) = &mut self.arena {
+            if layout.size > 0 {
+                *base = Some(
+                    st.pool
+                        .alloc(&DeviceBacking(rt.device()), layout.size, rt.compute)
+                        .map_err(|e| {
+                            Error::from(e).context(format!(
+                                "allocating the planned arena of {} bytes",
+                                layout.size
+                            ))
+                        })?,
+                );
+            }
+        }
+        let capture =
+            self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(&rt);
+        if self.replay == Replay::NotYet && self.successful_runs > 0 && !capture {
+            self.replay = Replay::Off;
+        }
+        let mut counters;
+        let mut queued = match self.replay {
+            Replay::Captured(exec_graph) => {
+                counters = crate::exec::RunCounters {
+                    nodes: self.graph.nodes().len() as u64,
+                    ..Default::default()
+                };
+                rt.device
+                    .launch_graph(exec_graph, rt.compute)
+                    .map_err(Error::from)
+            }
+            _ => {
+                let r;
+                (r, counters) = self.execute(&rt, st);
+                r
+            }
+        };
+        if capture {
+            match (rt.device.end_capture(rt.compute), &queued) {
+                (Ok(exec_graph), Ok(())) => {
+                    self.replay = Replay::Captured(exec_graph);
+                    queued = rt
+                        .device
+                        .launch_graph(exec_graph, rt.compute)
+                        .map_err(Error::from);
+                }
+                (Ok(exec_graph), Err(_)) => {
+                    let _ = rt.device.destroy_graph(exec_graph);
+                }
+                (Err(e), _) => {
+                    // The work was recorded, not run: run it the ordinary way.
+                    log::warn!("planned graph not captured for replay: {e}");
+                    self.replay = Replay::Off;
+                    (queued, counters) = self.execute(&rt, st);
+                }
+            }
+        }
+        // Wait even after a queueing error: asynchronous failures must be collected now, and
+        // copies must be done before their tensors are touched again.
+        let mut finished = Ok(());
+        for s in [rt.streams.compute, rt.streams.copy_in, rt.streams.copy_out] {
+            let r = rt.device.stream_synchronize(s).map_err(|e| match e {
+                DeviceError::Async(m) => Error::CallbackFailed(m),
+                other => Error::from(other),
+            });
+            if finished.is_ok() {
+                finished = r;
+            }
+        }
+        let mut wait_ms = 0.0f64;
+        for &(start, end) in &st.stall_pairs[..counters.stall_pairs_used] {
+            wait_ms += rt.device.event_elapsed_ms(start, end).unwrap_or(0.0) as f64;
+        }
+        st.counters.add_run(&counters, (wait_ms * 1e6) as u64);
+        // Every copy is done: in-flight states have landed.
+        for m in &mut self.mem {
+            m.land();
+        }
+        queued?;
+        finished?;
+        self.successful_runs += 1;
+        if let (Some(path), Some(_)) = (crate::runtime::env::swap_timeline(), &self.swap) {
+            if let Err(e) = self.write_timeline(rt.device(), path) {
+                log::warn!("swap timeline not written to {path}: {e}");
+            }
+        }
+        if self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen {
+            self.swap_chosen = true;
+            self.tune_swap_plan(rt.device());
+            // Runs end in the plan's start state, a new plan's too. The run itself succeeded:
+            // a failure here is only logged (the next run's start retries the move).
+            let (r, _) =
+                self.execute_with(&rt, st, |exec, graph| exec.enter_start_state(graph), false);
+            let synced = rt.device.stream_synchronize(rt.streams.copy_out);
+            if let Err(e) = r.and(synced.map_err(Error::from)) {
+                log::warn!("moving tensors to the tuned swap plan's starting state: {e}");
+            }
+            for m in &mut self.mem {
+                m.land();
+            }
+        }
+        for (t, tensor) in self.graph.tensors().iter().enumerate() {
+            if tensor.kind.persists() && self.mem[t].has_data() {
+                self.has_contents[t] = true;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RuntimeGraph {
+    /// Queues one run through the executor (the state lock is held by the caller).
+    pub(super) fn execute(
+        &mut self,
+        rt: &Runtime,
+        st: &mut crate::runtime::State,
+    ) -> (Result<()>, crate::exec::RunCounters) {
+        let profiled = self.swap.is_some()
+            && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
+                || crate::runtime::env::swap_timeline().is_some());
+        self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
+    }
+
+    /// `what` through an executor over this graph's state (the state lock is held by the caller).
+    pub(super) fn execute_with(
+        &mut self,
+        rt: &Runtime,
+        st: &mut crate::runtime::State,
+        what: impl FnOnce(&mut Executor<'_>, &Graph) -> Result<()>,
+        profiled: bool,
+    ) -> (Result<()>, crate::exec::RunCounters) {
+        if let Some(calls) = &mut self.pool_calls {
+            calls.clear();
+        }
+        let mut exec = Executor::new(
+            ExecTarget {
+                device: rt.device(),
+                streams: rt.streams,
+                pool: &mut st.pool,
+                pinned: &mut st.pinned,
+                program: &self.program,
+                arena: self.arena.as_ref().and_then(|(_, base)| *base),
+                mem: &mut self.mem,
+                stall_pairs: &mut st.stall_pairs,
+            },
+            profiled.then_some(&mut self.profile),
+            self.pool_calls.as_mut(),
+        );
+        let r = what(&mut exec, &self.graph);
+        (r, exec.counters)
+    }
+}
+
+/// Starts capturing the compute stream; on failure logs why and returns false.
+fn begin_capture(rt: &Runtime) -> bool {
+    match rt.device.begin_capture(rt.compute) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("planned graph not captured for replay: {e}");
+            false
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Swap tuning: the first successful run of a swapping graph is timed, and the plan the
+//! timeline model finds fastest on those timings replaces the default; `GKRT_SWAP_TIMELINE`'s file.
+
+use super::RuntimeGraph;
+use crate::device::EventId;
+use crate::plan::program::Program;
+use crate::plan::swap::Policy;
+use crate::plan::swap_model::{choose, estimate, Link};
+use crate::runtime::{Error, Result, ALIGNMENT};
+
+impl RuntimeGraph {
+    /// The swap policies among which the first run's timings choose (default first); empty
+    /// when the graph does not swap or only one plan exists.
+    pub fn swap_policies(&self) -> Vec<Policy> {
+        self.swap_candidates.iter().map(|(p, _)| *p).collect()
+    }
+
+    /// Runs with the plan of `policy` (one of `swap_policies`) from the next run on, and stops
+    /// the choice by timings: for experiments, and for tests that must cover every plan.
+    pub fn use_swap_policy(&mut self, policy: Policy) -> Result<()> {
+        let Some(i) = self.swap_candidates.iter().position(|(p, _)| *p == policy) else {
+            return Err(Error::InvalidArgument(format!(
+                "swap policy {policy:?} is not among this graph's candidates {:?}",
+                self.swap_policies()
+            )));
+        };
+        self.set_swap_plan(self.swap_candidates[i].1.clone());
+        self.swap_chosen = true;
+        Ok(())
+    }
+
+    /// After the timed first run: estimate every candidate plan with the measured node times
+    /// and link bandwidths, and switch to the fastest (the executor moves persistent tensors
+    /// to the new plan's starting state at the next run).
+    pub(super) fn tune_swap_plan(&mut self, device: &dyn crate::device::Device) {
+        let candidates = &self.swap_candidates;
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let timed = |(a, b): (EventId, EventId)| device.event_elapsed_ms(a, b).map(f64::from);
+        let Some(pairs) = self.profile.nodes.get(..nodes.len()) else {
+            return; // not every node was timed
+        };
+        let cost: std::result::Result<Vec<f64>, _> = pairs.iter().map(|&p| timed(p)).collect();
+        let mut moved = [(0u64, 0.0f64); 2]; // (bytes, ms): out, in
+        let mut copies_ok = true;
+        for &(a, b, bytes, incoming) in &self.profile.copies {
+            match timed((a, b)) {
+                Ok(ms) => {
+                    moved[incoming as usize].0 += bytes;
+                    moved[incoming as usize].1 += ms;
+                }
+                Err(_) => copies_ok = false,
+            }
+        }
+        let gbps = |(bytes, ms): (u64, f64)| (ms > 0.0).then(|| bytes as f64 / (ms * 1e6));
+        let (Ok(cost), true) = (cost, copies_ok) else {
+            log::warn!("swap plan not tuned: the first run's timing events could not be read");
+            return;
+        };
+        let (out, inc) = (gbps(moved[0]), gbps(moved[1]));
+        let Some(either) = out.or(inc) else {
+            return; // nothing moved: every plan is as good
+        };
+        let link = Link {
+            in_gbps: inc.unwrap_or(either),
+            out_gbps: out.unwrap_or(either),
+        };
+        let estimates: Vec<_> = candidates
+            .iter()
+            .map(|(_, p)| {
+                let program = Program::compile(tensors, nodes, lv, Some(p), None);
+                estimate(tensors, nodes, &program, &cost, link, ALIGNMENT)
+            })
+            .collect();
+        let best = choose(&estimates);
+        for ((policy, plan), e) in candidates.iter().zip(&estimates) {
+            log::debug!(
+                "swap candidate {policy:?}: estimated step {:.2} ms (compute waits {:.2} ms), {} bytes out, {} in",
+                e.step_ms,
+                e.compute_waited_ms,
+                plan.bytes_out,
+                plan.bytes_in
+            );
+        }
+        log::info!(
+            "swap plan tuned on the first run (nodes {:.2} ms, link in {:.1} / out {:.1} GB/s): {:?}, estimated \
+             step {:.2} ms against {:.2} ms for the default plan; per run {} bytes out, {} in",
+            cost.iter().sum::<f64>(),
+            link.in_gbps,
+            link.out_gbps,
+            candidates[best].0,
+            estimates[best].step_ms,
+            estimates[0].step_ms,
+            candidates[best].1.bytes_out,
+            candidates[best].1.bytes_in
+        );
+        if best != 0 {
+            self.set_swap_plan(candidates[best].1.clone());
+        }
+    }
+
+    /// Appends the last profiled run's measured timeline to `path` (CSV: run, `node` / `in` /
+    /// `out`, node index or copy bytes, start and end in ms from the first node's start), for
+    /// `scripts/gpu/timeline.py`.
+    pub(super) fn write_timeline(
+        &self,
+        device: &dyn crate::device::Device,
+        path: &str,
+    ) -> Result<()> {
+        use std::io::Write;
+        let Some(&(zero, _)) = self.profile.nodes.first() else {
+            return Ok(());
+        };
+        let at = |e: EventId| -> Result<f64> {
+            // Events before the first node's start give negative offsets.
+            match device.event_elapsed_ms(zero, e) {
+                Ok(ms) => Ok(f64::from(ms)),
+                Err(_) => Ok(-f64::from(device.event_elapsed_ms(e, zero)?)),
+            }
+        };
+        let run = self.successful_runs;
+        let mut text = String::new();
+        let n = self.graph.nodes().len().min(self.profile.nodes.len());
+        for (i, &(a, b)) in self.profile.nodes[..n].iter().enumerate() {
+            text += &format!("{run},node,{i},{:.4},{:.4}\n", at(a)?, at(b)?);
+        }
+        for &(a, b, bytes, incoming) in &self.profile.copies {
+            let dir = if incoming { "in" } else { "out" };
+            text += &format!("{run},{dir},{bytes},{:.4},{:.4}\n", at(a)?, at(b)?);
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::InvalidArgument(format!("{path}: {e}")))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| Error::InvalidArgument(format!("{path}: {e}")))
+    }
+}

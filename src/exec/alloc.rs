@@ -43,6 +43,7 @@ impl Executor<'_> {
                 })
                 .collect();
             if !stale.is_empty() {
+                self.counters.fallbacks += 1;
                 for &t in &stale {
                     self.counters.evictions += 1;
                     if let Err(e) = self.swap_out(graph, t) {
@@ -138,6 +139,7 @@ impl Executor<'_> {
                     if !out_of_memory || attempt == 1 {
                         break;
                     }
+                    self.counters.fallbacks += 1;
                     if let Err(e) = self.repack_inputs(graph, inputs) {
                         self.scratch_taken = taken;
                         return Err(e);
@@ -202,6 +204,7 @@ impl Executor<'_> {
             match self.pick_victim(graph) {
                 Some(victim) => {
                     self.counters.evictions += 1;
+                    self.counters.fallbacks += 1;
                     if self.mem[victim as usize].state() == Residency::CopyingToDevice {
                         let event = self.mem[victim as usize]
                             .event(true)

@@ -49,6 +49,10 @@ pub struct RunCounters {
     pub tensors_in: u64,
     /// Evictions made by the fallback (not planned).
     pub evictions: u64,
+    /// Times the run left its program's order: evictions, a batch taken again on a clean slate,
+    /// returns deferred for lack of room. A run without any made exactly its program's pool
+    /// calls.
+    pub fallbacks: u64,
     /// Tensors rebuilt by running their producer again (planned rematerialisation).
     pub recomputes: u64,
     /// Timing-event pairs used around compute-stream waits on copies (see `stall_pairs`).
@@ -219,6 +223,7 @@ impl<'a> Executor<'a> {
     /// A return the plan starts ahead of its reader: deferred when there is no room yet.
     fn copy_in_ahead(&mut self, graph: &Graph, t: u32) -> Result<()> {
         if !self.prefetch(graph, t)? {
+            self.counters.fallbacks += 1;
             self.deferred.push(t);
         }
         Ok(())

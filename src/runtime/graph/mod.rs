@@ -59,6 +59,8 @@ pub struct RuntimeGraph {
     program: Program,
     /// The pool calls of the last run, while `record_pool_calls` is on.
     pool_calls: Option<Vec<PoolCall>>,
+    /// The last run's departures from its program (`RunCounters::fallbacks`).
+    last_fallbacks: u64,
 }
 
 impl RuntimeGraph {
@@ -77,6 +79,7 @@ impl RuntimeGraph {
             successful_runs: 0,
             program: Program::default(),
             pool_calls: None,
+            last_fallbacks: 0,
         }
     }
 
@@ -127,6 +130,12 @@ impl RuntimeGraph {
     /// The pool calls the last run made, while recording.
     pub fn last_pool_calls(&self) -> Option<&[PoolCall]> {
         self.pool_calls.as_deref()
+    }
+
+    /// How often the last run left its program's order (the fallback: evictions, a batch taken
+    /// again, deferred returns); 0 means it made exactly the program's pool calls.
+    pub fn last_run_fallbacks(&self) -> u64 {
+        self.last_fallbacks
     }
 
     /// The pool calls the dry run of the current program makes: what a run that goes as planned

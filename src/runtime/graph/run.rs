@@ -106,6 +106,7 @@ impl RuntimeGraph {
             wait_ms += rt.device.event_elapsed_ms(start, end).unwrap_or(0.0) as f64;
         }
         st.counters.add_run(&counters, (wait_ms * 1e6) as u64);
+        self.last_fallbacks = counters.fallbacks;
         // Every copy is done: in-flight states have landed.
         for m in &mut self.mem {
             m.land();

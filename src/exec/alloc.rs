@@ -131,7 +131,7 @@ impl Executor<'_> {
                 Some(err) => {
                     for (e, &ptr) in batch.iter().zip(taken.iter()) {
                         if ptr != 0 && e.arena.is_none() {
-                            self.give(e.buf, ptr);
+                            self.free_block(e.buf, ptr);
                         }
                     }
                     let out_of_memory = matches!(err, Error::OutOfMemory(_));

@@ -143,7 +143,7 @@ impl Executor<'_> {
         let tensor = &graph.tensors()[t as usize];
         if self.mem[t as usize].host_valid() {
             let ptr = self.mem[t as usize].leave_device(false);
-            self.give(Buf::Tensor(t), ptr);
+            self.free_block(Buf::Tensor(t), ptr);
             return Ok(());
         }
         let host = match self.mem[t as usize].host() {
@@ -153,7 +153,7 @@ impl Executor<'_> {
                 .alloc(&PinnedBacking(self.device), tensor.size, StreamId(0))
             {
                 Ok(slot) => {
-                    self.mem[t as usize].give_host_slot(slot);
+                    self.mem[t as usize].set_host_slot(slot);
                     slot
                 }
                 Err(e) => {

@@ -17,6 +17,7 @@
 mod alloc;
 mod copies;
 mod launch;
+mod store;
 
 use crate::device::{DevPtr, Device, EventId, StreamId};
 use crate::error::{Error, Result};
@@ -27,6 +28,7 @@ use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
 
 pub use launch::RunProfile;
+pub use store::{StoreAccess, TensorStore};
 
 /// The streams of a runtime and the event used to mark progress on the compute stream.
 #[derive(Clone, Copy, Debug)]
@@ -96,8 +98,8 @@ pub struct ExecTarget<'a> {
     pub pool: &'a mut Pool,
     pub pinned: &'a mut Pool,
     pub program: &'a Program,
-    pub arena: Option<DevPtr>,
-    pub mem: &'a mut [TensorMemory],
+    /// The graph's tensor memory (and its arena, in planned mode).
+    pub store: &'a mut TensorStore,
     pub stall_pairs: &'a mut Vec<(EventId, EventId)>,
 }
 
@@ -116,8 +118,8 @@ impl<'a> Executor<'a> {
             pool: target.pool,
             pinned: target.pinned,
             program: target.program,
-            arena: target.arena,
-            mem: target.mem,
+            arena: target.store.arena(),
+            mem: target.store.mem_mut(),
             stall_pairs: target.stall_pairs,
             profile,
             trace,
@@ -200,7 +202,7 @@ impl<'a> Executor<'a> {
             Step::Launch(n) => {
                 let node = &graph.nodes()[n as usize];
                 if let Err(e) = self.launch(graph, n as usize, node, true) {
-                    self.give_workspaces(n);
+                    self.free_workspaces(n);
                     return Err(e);
                 }
                 if self.arena.is_some() {
@@ -208,7 +210,7 @@ impl<'a> Executor<'a> {
                 }
                 self.counters.nodes += 1;
             }
-            Step::FreeWorkspaces(n) => self.give_workspaces(n),
+            Step::FreeWorkspaces(n) => self.free_workspaces(n),
             Step::Free(t) => self.discard(t),
             Step::Drop(t) => {
                 // (A tensor the fallback sent to the host stays there and is read back.)
@@ -265,7 +267,7 @@ impl<'a> Executor<'a> {
             self.take_batch(graph, first, count, &movable)?;
             self.mem[x as usize].overwritten();
             let launched = self.launch(graph, p as usize, producer, false);
-            self.give_workspaces(p);
+            self.free_workspaces(p);
             launched
         })();
         self.protected.clear();
@@ -286,7 +288,7 @@ impl<'a> Executor<'a> {
         let (device, host) = m.discard();
         // (Only intermediates are discarded: in planned mode they live in the arena.)
         if let (Some(ptr), None) = (device, self.arena) {
-            self.give(Buf::Tensor(t), ptr);
+            self.free_block(Buf::Tensor(t), ptr);
         }
         if let Some(slot) = host {
             // The slot is free once the last copies through it are done: an event recorded on
@@ -311,7 +313,7 @@ impl<'a> Executor<'a> {
 
     /// Returns a block to the pool. The pointer came from this pool; failure would be a bug in
     /// the step program, and leaking is the safe outcome.
-    fn give(&mut self, buf: Buf, ptr: DevPtr) {
+    fn free_block(&mut self, buf: Buf, ptr: DevPtr) {
         if let Some(trace) = self.trace.as_deref_mut() {
             trace.push(PoolCall::Free { buf });
         }
@@ -321,12 +323,12 @@ impl<'a> Executor<'a> {
     }
 
     /// Returns node `n`'s pool workspaces, in index order.
-    fn give_workspaces(&mut self, n: u32) {
+    fn free_workspaces(&mut self, n: u32) {
         if self.arena.is_none() {
             let workspaces = std::mem::take(&mut self.workspaces);
             for (i, &ptr) in workspaces.iter().enumerate() {
                 if ptr != 0 {
-                    self.give(
+                    self.free_block(
                         Buf::Workspace {
                             node: n,
                             index: i as u32,

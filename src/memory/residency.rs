@@ -139,16 +139,8 @@ impl TensorMemory {
         ptr
     }
 
-    /// A copy out could not start (no pinned memory): the block stays the tensor's.
-    #[allow(dead_code)] // unused since memory/ is crate-private: the owner may remove it
-    pub fn stay_on_device(&mut self, ptr: DevPtr, host_valid_before: bool) {
-        self.device = Some(ptr);
-        self.host_valid = host_valid_before;
-        self.state = Residency::OnDevice;
-    }
-
     /// The tensor's host slot, now that it has one.
-    pub fn give_host_slot(&mut self, slot: u64) {
+    pub fn set_host_slot(&mut self, slot: u64) {
         self.host = Some(slot);
     }
 
@@ -168,7 +160,7 @@ impl TensorMemory {
     }
 
     /// No memory any more (an intermediate after its last use, a dropped tensor, a released
-    /// graph): returns its device block and host slot for the caller to give back.
+    /// graph): returns its device block and host slot for the caller to return to their pools.
     pub fn discard(&mut self) -> (Option<DevPtr>, Option<u64>) {
         self.state = Residency::Unallocated;
         self.host_valid = false;

@@ -39,7 +39,7 @@ impl RuntimeGraph {
             self.graph.nodes(),
             lv,
             self.swap.as_ref(),
-            self.arena.as_ref().map(|(layout, _)| layout),
+            self.arena.as_ref(),
         );
     }
 
@@ -70,7 +70,7 @@ impl RuntimeGraph {
                     layout.lower_bound,
                     layout.size as f64 / layout.lower_bound.max(1) as f64
                 );
-                self.arena = Some((layout, None));
+                self.arena = Some(layout);
             }
         }
         if self.arena.is_none() && persistent + peak > limit {

@@ -15,10 +15,10 @@ mod run;
 mod tune;
 
 use super::{Result, Runtime, ALIGNMENT};
-use crate::device::{DevPtr, GraphExecId};
+use crate::device::GraphExecId;
 use crate::exec::RunProfile;
+use crate::exec::TensorStore;
 use crate::graph::{Graph, TensorKind};
-use crate::memory::residency::TensorMemory;
 use crate::plan::program::{PoolCall, PoolWalk, Program};
 use crate::plan::swap::{Policy, SwapPlan};
 use crate::plan::ArenaLayout;
@@ -37,12 +37,13 @@ enum Replay {
 pub struct RuntimeGraph {
     runtime: Arc<Runtime>,
     pub graph: Graph,
-    /// Where each tensor is; persistent tensors keep their memory until the graph is released.
-    mem: Vec<TensorMemory>,
+    /// Where each tensor is, and the arena: the one owner of the graph's tensor memory
+    /// (persistent tensors keep theirs until the graph is released).
+    store: TensorStore,
     /// Per tensor: holds meaningful contents (written by the host, or produced by a run).
     has_contents: Vec<bool>,
-    /// Planned mode: the layout chosen at finalize, and the arena once the first run took it.
-    arena: Option<(ArenaLayout, Option<DevPtr>)>,
+    /// Planned mode: the layout chosen at finalize (the store holds the arena itself).
+    arena: Option<ArenaLayout>,
     /// Made at finalize when the working set exceeds the budget.
     swap: Option<SwapPlan>,
     /// The plans of the other swap policies (each passed the pool's dry run), default first:
@@ -68,7 +69,7 @@ impl RuntimeGraph {
         RuntimeGraph {
             runtime,
             graph: Graph::new(),
-            mem: Vec::new(),
+            store: TensorStore::default(),
             has_contents: Vec::new(),
             arena: None,
             swap: None,
@@ -89,7 +90,7 @@ impl RuntimeGraph {
 
     pub fn add_tensor(&mut self, size: u64, kind: TensorKind, name: &str) -> Result<u64> {
         let id = self.graph.add_tensor(size, kind, name)?;
-        self.mem.push(TensorMemory::default());
+        self.store.add_tensor();
         self.has_contents.push(false);
         Ok(id)
     }
@@ -102,13 +103,12 @@ impl RuntimeGraph {
     /// Pool bytes this graph's tensors hold on the device between runs (persistent tensors on
     /// the device, rounded as the pool rounds) — what `allocated_bytes` returns to after a run.
     pub fn resident_bytes(&self) -> u64 {
-        let arena = self
-            .arena
-            .as_ref()
-            .and_then(|(l, base)| base.map(|_| l.size))
-            .unwrap_or(0);
+        let arena = match (&self.arena, self.store.arena()) {
+            (Some(layout), Some(_)) => layout.size,
+            _ => 0,
+        };
         let tensors = self.graph.tensors();
-        self.mem
+        self.store
             .iter()
             .zip(tensors)
             .filter(|(m, t)| m.device().is_some() && t.kind.persists())

@@ -2,9 +2,8 @@
 
 use super::{Replay, RuntimeGraph};
 use crate::device::DeviceError;
-use crate::exec::{ExecTarget, Executor};
+use crate::exec::{ExecTarget, Executor, StoreAccess};
 use crate::graph::Graph;
-use crate::memory::DeviceBacking;
 use crate::runtime::{Error, Result, Runtime};
 use std::sync::Arc;
 
@@ -33,19 +32,16 @@ impl RuntimeGraph {
         let mut guard = rt.lock_for_call()?;
         let st = &mut *guard;
         // Planned mode takes its arena from the pool once, at the first run, and keeps it.
-        if let Some((layout, base @ None)) = &mut self.arena {
-            if layout.size > 0 {
-                *base = Some(
-                    st.pool
-                        .alloc(&DeviceBacking(rt.device()), layout.size, rt.compute)
-                        .map_err(|e| {
-                            Error::from(e).context(format!(
-                                "allocating the planned arena of {} bytes",
-                                layout.size
-                            ))
-                        })?,
-                );
-            }
+        if let Some(layout) = &self.arena {
+            self.store.take_arena(
+                layout.size,
+                StoreAccess {
+                    device: rt.device(),
+                    stream: rt.compute,
+                    pool: &mut st.pool,
+                    pinned: &mut st.pinned,
+                },
+            )?;
         }
         let capture =
             self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(&rt);
@@ -108,9 +104,7 @@ impl RuntimeGraph {
         st.counters.add_run(&counters, (wait_ms * 1e6) as u64);
         self.last_fallbacks = counters.fallbacks;
         // Every copy is done: in-flight states have landed.
-        for m in &mut self.mem {
-            m.land();
-        }
+        self.store.land_all();
         queued?;
         finished?;
         self.successful_runs += 1;
@@ -130,12 +124,10 @@ impl RuntimeGraph {
             if let Err(e) = r.and(synced.map_err(Error::from)) {
                 log::warn!("moving tensors to the tuned swap plan's starting state: {e}");
             }
-            for m in &mut self.mem {
-                m.land();
-            }
+            self.store.land_all();
         }
         for (t, tensor) in self.graph.tensors().iter().enumerate() {
-            if tensor.kind.persists() && self.mem[t].has_data() {
+            if tensor.kind.persists() && self.store.get(t as u32).has_data() {
                 self.has_contents[t] = true;
             }
         }
@@ -174,8 +166,7 @@ impl RuntimeGraph {
                 pool: &mut st.pool,
                 pinned: &mut st.pinned,
                 program: &self.program,
-                arena: self.arena.as_ref().and_then(|(_, base)| *base),
-                mem: &mut self.mem,
+                store: &mut self.store,
                 stall_pairs: &mut st.stall_pairs,
             },
             profiled.then_some(&mut self.profile),

@@ -34,14 +34,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Major version of the API this header declares. `gkrt_version()` gives the loaded library's
+// version as a string, to compare against these at run time.
 #define GKRT_VERSION_MAJOR 0
 
+// Minor version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_MINOR 1
 
+// Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
+  // The call succeeded.
   GKRT_STATUS_OK = 0,
   // A NULL or malformed argument, an unknown or foreign handle or id, a size that does not match.
   GKRT_STATUS_INVALID_ARGUMENT = 1,
@@ -73,6 +78,7 @@ typedef struct gkrt_kernel gkrt_kernel;
 // Opaque: a runtime. Internally locked: every call on one may come from any thread.
 typedef struct gkrt_runtime gkrt_runtime;
 
+// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
 typedef uint32_t gkrt_tensor_kind;
 
 // A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
@@ -83,18 +89,25 @@ typedef uint64_t gkrt_tensor;
 // input, one per output, one per workspace, then — if `params_size` > 0 — the bytes at
 // `params` as one by-value struct parameter.
 typedef struct gkrt_launch {
+  // Grid dimensions in blocks (x, y, z), for device functions.
   uint32_t grid[3];
+  // Block dimensions in threads (x, y, z), for device functions.
   uint32_t block[3];
+  // Dynamic shared memory per block, in bytes, for device functions.
   uint32_t shared_mem_bytes;
   // Copied at add time; may be NULL when params_size is 0.
   const void *params;
+  // Bytes at `params`.
   size_t params_size;
 } gkrt_launch;
 
 // What finalize derived from a graph (`gkrt_graph_get_info`).
 typedef struct gkrt_graph_info {
+  // Tensors added to the graph.
   uint64_t num_tensors;
+  // Nodes added to the graph.
   uint64_t num_nodes;
+  // 1 once the graph is finalized, else 0 (the fields below are then 0).
   uint32_t finalized;
   // Node at which the transient peak is reached.
   uint32_t peak_node;
@@ -113,21 +126,30 @@ typedef uint32_t gkrt_builtin;
 
 // A buffer handed to a callback: a device pointer and its size in bytes.
 typedef struct gkrt_buffer {
+  // Device address on CUDA, host address on the host backend.
   void *ptr;
+  // Size in bytes.
   size_t size;
 } gkrt_buffer;
 
 // What a callback is called with: the node's buffers and the stream. Mirrors
 // `gkrt_callback_args` in the C API (`capi` re-exports it under that name).
 typedef struct gkrt_callback_args {
+  // The node's inputs, in the order they were added.
   const struct gkrt_buffer *inputs;
+  // Entries at `inputs`.
   size_t num_inputs;
+  // The node's outputs, in the order they were added.
   const struct gkrt_buffer *outputs;
+  // Entries at `outputs`.
   size_t num_outputs;
+  // The node's workspaces, in the order their sizes were given at add time.
   const struct gkrt_buffer *workspaces;
+  // Entries at `workspaces`.
   size_t num_workspaces;
   // The node's parameter blob (as given to add_kernel), or NULL when empty.
   const void *params;
+  // Bytes at `params`.
   size_t params_size;
   // `CUstream` on the CUDA backend; an opaque token on the host backend. On both it is the
   // runtime's compute stream, which `gkrt_malloc` / `gkrt_free` of the same runtime accept
@@ -151,6 +173,7 @@ typedef int32_t (*gkrt_callback_fn)(const struct gkrt_callback_args *args, void 
 // Which backend a runtime uses.
 typedef uint32_t gkrt_device_kind;
 
+// How a runtime places a graph's intermediates (`gkrt_config.memory_mode`).
 typedef uint32_t gkrt_memory_mode;
 
 // How a runtime's device pool grows (`gkrt_config.pool_growth`).
@@ -191,20 +214,32 @@ typedef struct gkrt_stats {
   uint64_t allocated_bytes;
   // Bytes the pool holds from the device (live allocations + cached free blocks).
   uint64_t reserved_bytes;
+  // Highest `allocated_bytes` since the runtime was made or
+  // `gkrt_runtime_reset_peak_stats`.
   uint64_t peak_allocated_bytes;
+  // Highest `reserved_bytes` since the runtime was made or
+  // `gkrt_runtime_reset_peak_stats`.
   uint64_t peak_reserved_bytes;
   // Bytes of live allocations as requested (before rounding).
   uint64_t requested_bytes;
+  // Allocations served, cumulative.
   uint64_t alloc_count;
+  // Frees, cumulative (stream-ordered ones included).
   uint64_t free_count;
+  // Allocations that failed for lack of memory or a device error, cumulative.
   uint64_t failed_alloc_count;
-  // Segments the pool holds now / has taken / has given back.
+  // Segments (plain segments and reserved virtual ranges) the pool holds now.
   uint64_t segment_count;
+  // Segments the pool has taken from the device, cumulative.
   uint64_t segment_alloc_count;
+  // Segments the pool has given back to the device, cumulative.
   uint64_t segment_free_count;
+  // The cap on the pool's reserved bytes: `gkrt_config.memory_limit`, or the device's total
+  // memory when that is 0.
   uint64_t memory_limit;
   // Runs started, failed ones included.
   uint64_t runs;
+  // Nodes launched by all runs, cumulative.
   uint64_t nodes_launched;
   // Pool allocations made by the last run. In planned mode 0 from the second run on: the
   // first run takes the arena (not counted here) and allocates each persistent tensor that no
@@ -214,17 +249,24 @@ typedef struct gkrt_stats {
   // copied each way, evictions the fallback made (allocations the swap plan did not
   // foresee), and the time the compute stream waited for copies, in nanoseconds.
   uint64_t swap_out_bytes;
+  // Bytes copied host→device (see `swap_out_bytes`).
   uint64_t swap_in_bytes;
+  // Tensors copied device→host (see `swap_out_bytes`).
   uint64_t tensors_swapped_out;
+  // Tensors copied host→device (see `swap_out_bytes`).
   uint64_t tensors_swapped_in;
+  // Evictions the fallback made (see `swap_out_bytes`).
   uint64_t evictions;
+  // Time the compute stream waited for copies, in nanoseconds (see `swap_out_bytes`).
   uint64_t copy_wait_ns;
   // Pinned host memory held for swapped tensors: reserved now and at its peak.
   uint64_t pinned_reserved_bytes;
+  // Highest `pinned_reserved_bytes` (see `peak_reserved_bytes`).
   uint64_t pinned_peak_reserved_bytes;
   // Pool pages (virtual-memory growth) mapped and unmapped, cumulative: a page moved from a
   // free hole to where a request needs it counts once each way.
   uint64_t page_map_count;
+  // Pool pages unmapped, cumulative (see `page_map_count`).
   uint64_t page_unmap_count;
   // Times the pool waited for the device to finish queued work before moving pages.
   uint64_t pool_device_waits;
@@ -446,8 +488,9 @@ enum gkrt_status gkrt_malloc(struct gkrt_runtime *runtime,
 enum gkrt_status gkrt_free(struct gkrt_runtime *runtime, void *ptr, void *stream);
 
 // PyTorch's pluggable-allocator `alloc`: `size` bytes on `device` for use on `stream`
-// (`cudaStream_t`), from the process-wide runtime of that device (see the environment variables
-// in the module documentation). Returns NULL for a size of 0, and on failure — then the reason
+// (`cudaStream_t`), from the process-wide runtime of that device (its `GKRT_*` environment
+// variables, such as `GKRT_MEMORY_LIMIT` and `GKRT_LOG_LEVEL`, are listed in
+// `src/runtime/env.rs`). Returns NULL for a size of 0, and on failure — then the reason
 // is logged to stderr and kept as the thread's last error (`gkrt_last_error_message`).
 // Load it with `torch.cuda.memory.CUDAPluggableAllocator(path_to_libgkrt, "gkrt_torch_alloc",
 // "gkrt_torch_free")`. Thread-safe.

@@ -9,9 +9,8 @@
 //! generation, because `gkrt_malloc` / `gkrt_free` look their runtime up on every call. A call
 //! pins the runtime by taking the home's flag, which is also the runtime's state lock: one
 //! compare-and-swap and one store pin the handle and lock the pool (the map's read lock and an
-//! `Arc` clone and drop were four read-modify-writes, and gkrt_malloc cost 1.3–1.6 times the
-//! PyTorch entry points on the GPU machine; a slot lock beside the state lock still cost 10–15%).
-//! A second handle of the same runtime gets a home of its own, an alias, whose pin is a lock
+//! `Arc` clone and drop would be four read-modify-writes, and a slot lock beside the state lock
+//! one more; what each cost: BENCHMARKS.md §3, "runtime homes"). A second handle of the same runtime gets a home of its own, an alias, whose pin is a lock
 //! beside the state lock.
 
 use crate::runtime::home::{self, HomeSlot};

@@ -1,4 +1,6 @@
-//! The C API: `extern "C"` functions only. Everything here validates handles and pointers,
+//! The C API: the `extern "C"` functions (`runtime.rs`, `graph.rs`, `kernel.rs`, `raw.rs`), the
+//! C types cbindgen exports to `include/gkrt.h` (`types.rs`), the handle tables (`handles.rs`)
+//! and the panic boundary (`boundary.rs`). Everything here validates handles and pointers,
 //! runs the call inside the panic boundary, maps errors to `gkrt_status` and keeps the
 //! thread's last-error text. No logic of the runtime lives here.
 //!

@@ -82,8 +82,9 @@ pub unsafe extern "C" fn gkrt_free(
 }
 
 /// PyTorch's pluggable-allocator `alloc`: `size` bytes on `device` for use on `stream`
-/// (`cudaStream_t`), from the process-wide runtime of that device (see the environment variables
-/// in the module documentation). Returns NULL for a size of 0, and on failure — then the reason
+/// (`cudaStream_t`), from the process-wide runtime of that device (its `GKRT_*` environment
+/// variables, such as `GKRT_MEMORY_LIMIT` and `GKRT_LOG_LEVEL`, are listed in
+/// `src/runtime/env.rs`). Returns NULL for a size of 0, and on failure — then the reason
 /// is logged to stderr and kept as the thread's last error (`gkrt_last_error_message`).
 /// Load it with `torch.cuda.memory.CUDAPluggableAllocator(path_to_libgkrt, "gkrt_torch_alloc",
 /// "gkrt_torch_free")`. Thread-safe.

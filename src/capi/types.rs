@@ -5,14 +5,19 @@
 
 use std::ffi::c_void;
 
+/// Major version of the API this header declares. `gkrt_version()` gives the loaded library's
+/// version as a string, to compare against these at run time.
 pub const GKRT_VERSION_MAJOR: u32 = 0;
+/// Minor version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 pub const GKRT_VERSION_MINOR: u32 = 1;
+/// Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 pub const GKRT_VERSION_PATCH: u32 = 0;
 
 /// The result of every fallible call. Values are fixed and never renumbered.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum gkrt_status {
+    /// The call succeeded.
     GKRT_STATUS_OK = 0,
     /// A NULL or malformed argument, an unknown or foreign handle or id, a size that does not match.
     GKRT_STATUS_INVALID_ARGUMENT = 1,
@@ -43,6 +48,7 @@ pub const GKRT_DEVICE_HOST: gkrt_device_kind = 1;
 /// A CUDA GPU; GKRT_STATUS_NO_DEVICE when there is none.
 pub const GKRT_DEVICE_CUDA: gkrt_device_kind = 2;
 
+/// How a runtime places a graph's intermediates (`gkrt_config.memory_mode`).
 pub type gkrt_memory_mode = u32;
 /// The pool serves each allocation as its node runs; intermediates are freed after their last use.
 pub const GKRT_MEMORY_DYNAMIC: gkrt_memory_mode = 0;
@@ -60,6 +66,7 @@ pub const GKRT_POOL_GROWTH_SEGMENTS: gkrt_pool_growth = 1;
 /// and budgets under 512 MiB use segments).
 pub const GKRT_POOL_GROWTH_VIRTUAL: gkrt_pool_growth = 2;
 
+/// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
 pub type gkrt_tensor_kind = u32;
 /// Written by the host before a run; persists.
 pub const GKRT_TENSOR_INPUT: gkrt_tensor_kind = 0;
@@ -127,11 +134,15 @@ pub struct gkrt_config {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gkrt_launch {
+    /// Grid dimensions in blocks (x, y, z), for device functions.
     pub grid: [u32; 3],
+    /// Block dimensions in threads (x, y, z), for device functions.
     pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes, for device functions.
     pub shared_mem_bytes: u32,
     /// Copied at add time; may be NULL when params_size is 0.
     pub params: *const c_void,
+    /// Bytes at `params`.
     pub params_size: usize,
 }
 
@@ -144,20 +155,32 @@ pub struct gkrt_stats {
     pub allocated_bytes: u64,
     /// Bytes the pool holds from the device (live allocations + cached free blocks).
     pub reserved_bytes: u64,
+    /// Highest `allocated_bytes` since the runtime was made or
+    /// `gkrt_runtime_reset_peak_stats`.
     pub peak_allocated_bytes: u64,
+    /// Highest `reserved_bytes` since the runtime was made or
+    /// `gkrt_runtime_reset_peak_stats`.
     pub peak_reserved_bytes: u64,
     /// Bytes of live allocations as requested (before rounding).
     pub requested_bytes: u64,
+    /// Allocations served, cumulative.
     pub alloc_count: u64,
+    /// Frees, cumulative (stream-ordered ones included).
     pub free_count: u64,
+    /// Allocations that failed for lack of memory or a device error, cumulative.
     pub failed_alloc_count: u64,
-    /// Segments the pool holds now / has taken / has given back.
+    /// Segments (plain segments and reserved virtual ranges) the pool holds now.
     pub segment_count: u64,
+    /// Segments the pool has taken from the device, cumulative.
     pub segment_alloc_count: u64,
+    /// Segments the pool has given back to the device, cumulative.
     pub segment_free_count: u64,
+    /// The cap on the pool's reserved bytes: `gkrt_config.memory_limit`, or the device's total
+    /// memory when that is 0.
     pub memory_limit: u64,
     /// Runs started, failed ones included.
     pub runs: u64,
+    /// Nodes launched by all runs, cumulative.
     pub nodes_launched: u64,
     /// Pool allocations made by the last run. In planned mode 0 from the second run on: the
     /// first run takes the arena (not counted here) and allocates each persistent tensor that no
@@ -167,17 +190,24 @@ pub struct gkrt_stats {
     /// copied each way, evictions the fallback made (allocations the swap plan did not
     /// foresee), and the time the compute stream waited for copies, in nanoseconds.
     pub swap_out_bytes: u64,
+    /// Bytes copied host→device (see `swap_out_bytes`).
     pub swap_in_bytes: u64,
+    /// Tensors copied device→host (see `swap_out_bytes`).
     pub tensors_swapped_out: u64,
+    /// Tensors copied host→device (see `swap_out_bytes`).
     pub tensors_swapped_in: u64,
+    /// Evictions the fallback made (see `swap_out_bytes`).
     pub evictions: u64,
+    /// Time the compute stream waited for copies, in nanoseconds (see `swap_out_bytes`).
     pub copy_wait_ns: u64,
     /// Pinned host memory held for swapped tensors: reserved now and at its peak.
     pub pinned_reserved_bytes: u64,
+    /// Highest `pinned_reserved_bytes` (see `peak_reserved_bytes`).
     pub pinned_peak_reserved_bytes: u64,
     /// Pool pages (virtual-memory growth) mapped and unmapped, cumulative: a page moved from a
     /// free hole to where a request needs it counts once each way.
     pub page_map_count: u64,
+    /// Pool pages unmapped, cumulative (see `page_map_count`).
     pub page_unmap_count: u64,
     /// Times the pool waited for the device to finish queued work before moving pages.
     pub pool_device_waits: u64,
@@ -190,8 +220,11 @@ pub struct gkrt_stats {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct gkrt_graph_info {
+    /// Tensors added to the graph.
     pub num_tensors: u64,
+    /// Nodes added to the graph.
     pub num_nodes: u64,
+    /// 1 once the graph is finalized, else 0 (the fields below are then 0).
     pub finalized: u32,
     /// Node at which the transient peak is reached.
     pub peak_node: u32,

@@ -122,14 +122,21 @@ pub fn inside_callback() -> bool {
 /// `gkrt_callback_args` in the C API (`capi` re-exports it under that name).
 #[repr(C)]
 pub struct CallbackArgs {
+    /// The node's inputs, in the order they were added.
     pub inputs: *const CallbackBuffer,
+    /// Entries at `inputs`.
     pub num_inputs: usize,
+    /// The node's outputs, in the order they were added.
     pub outputs: *const CallbackBuffer,
+    /// Entries at `outputs`.
     pub num_outputs: usize,
+    /// The node's workspaces, in the order their sizes were given at add time.
     pub workspaces: *const CallbackBuffer,
+    /// Entries at `workspaces`.
     pub num_workspaces: usize,
     /// The node's parameter blob (as given to add_kernel), or NULL when empty.
     pub params: *const c_void,
+    /// Bytes at `params`.
     pub params_size: usize,
     /// `CUstream` on the CUDA backend; an opaque token on the host backend. On both it is the
     /// runtime's compute stream, which `gkrt_malloc` / `gkrt_free` of the same runtime accept
@@ -143,7 +150,9 @@ pub struct CallbackArgs {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CallbackBuffer {
+    /// Device address on CUDA, host address on the host backend.
     pub ptr: *mut c_void,
+    /// Size in bytes.
     pub size: usize,
 }
 

@@ -25,8 +25,8 @@
 //!
 //! * [`plan_greedy`]: greedy by size, lowest fit — buffers in decreasing size, each at the lowest
 //!   aligned offset free over its whole interval. An interval structure (a segment tree over time
-//!   whose nodes hold coalesced unions of occupied byte ranges, `arena/greedy.rs`) keeps 20,000
-//!   buffers at about 20 ms.
+//!   whose nodes hold coalesced unions of occupied byte ranges, `arena/greedy.rs`) keeps it
+//!   within the goal on 20,000 buffers (timings: BENCHMARKS.md §4).
 //! * [`plan_search`]: the greedy result, then a search for something smaller within the caller's
 //!   time limit: greedy with other orders, then a branch-and-bound over *canonical* (pushed-down)
 //!   placements in the style of MiniMalloc (Moffitt, ASPLOS'23) with conflict-weighted restarts
@@ -775,8 +775,8 @@ mod tests {
         let t = thread_cpu_time();
         let g = plan_greedy(&p).unwrap();
         let took = thread_cpu_time() - t;
-        // Generous: the real figure (about 20 ms in release) is printed by `gkrt-plans --bench-greedy`.
-        // CPU time, not wall time: on a loaded 2-core machine the wall time passed 200 ms.
+        // Generous: the real figure is printed by `gkrt-plans --bench-greedy` (BENCHMARKS.md §4).
+        // CPU time, not wall time: on a loaded machine the wall time is many times the CPU time.
         let bound = if cfg!(debug_assertions) {
             Duration::from_secs(10)
         } else {

@@ -31,13 +31,12 @@ pub struct Config {
     /// (CUDA only), instead of separate segments: less fragmentation (free memory never split
     /// at segment seams), at some cost per operation. `None` (auto): streams that raw calls
     /// (`gkrt_malloc`, the PyTorch entry points) bring always do — they serve allocation
-    /// patterns like PyTorch's, where segments strand memory (GPT-2's trace: peak reserved over
-    /// peak live 1.038 on a range, 1.089 on segments; ResNet-50's 1.021 and 1.233) — and the
-    /// runtime's own streams do when `memory_limit` is set: such a runtime works at its limit,
-    /// where seams strand memory (measured on the H200: a swapping chain at half its working
-    /// set needed fallback evictions on segments and ran 1.48 times its bound, 1.07 on one
-    /// range), and not otherwise (the 10,000-kernel chain's per-node time went from 1.11 to 1.38
-    /// times a plain launch loop with it on). `Some(b)`: every stream as `b` says
+    /// patterns like PyTorch's, where segments strand memory (fragmentation on the traces:
+    /// BENCHMARKS.md §3) — and the runtime's own streams do when `memory_limit` is set: such a
+    /// runtime works at its limit, where seams strand memory (a swapping chain on segments needs
+    /// fallback evictions: BENCHMARKS.md §2), and not otherwise, because a range costs more per
+    /// operation than a graph node can afford (the 10,000-kernel chain: BENCHMARKS.md §1, run
+    /// B). `Some(b)`: every stream as `b` says
     /// (`gkrt_config.pool_growth`, `GKRT_POOL_VMM=1|0`). Budgets under 512 MiB always use
     /// segments (a page is 64 MiB).
     pub pool_virtual_memory: Option<bool>,
@@ -45,8 +44,8 @@ pub struct Config {
     /// move where a large request needs them (`PoolConfig::recycle_waits`), rather than map
     /// new ones. Off by default (graph runtimes never stall their own queue for it); on for the
     /// PyTorch entry points, where the pool's placement leaves no page to move once a training
-    /// loop is warm (measured on GPT-2: two waits in the first steps, none after, peak
-    /// reserved 7.99 GB against 8.25 GB without and 8.08 GB for PyTorch's own allocator).
+    /// loop is warm, so the waits come only while it warms up and buy a lower peak (GPT-2:
+    /// BENCHMARKS.md §3, "What each change did").
     /// `GKRT_POOL_RECYCLE_WAIT=1|0` overrides.
     pub pool_recycle_waits: bool,
     /// Host backend only: random delay (µs) before each queued item.

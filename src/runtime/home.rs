@@ -4,9 +4,9 @@
 //! A C handle to a runtime names a home and the home's generation (`capi/handles.rs`). A raw
 //! call (`gkrt_malloc` / `gkrt_free`) takes the home's flag to pin the runtime against a
 //! concurrent release; because that flag is also the runtime's state lock, the same
-//! compare-and-swap locks the pool (it was two, the handle's slot and the state, 10–15% of a raw
-//! call's time on the GPU machine). A key read after its runtime is gone still names memory
-//! that is a home: its generation tells it is stale.
+//! compare-and-swap locks the pool, where a separate slot lock would add a second one to every
+//! raw call (BENCHMARKS.md §3, "runtime homes"). A key read after its runtime is gone still
+//! names memory that is a home: its generation tells it is stale.
 //!
 //! A runtime's home is taken when the runtime is made and given back when it is dropped. A
 //! second handle to a runtime that already has one (`gkrt_torch_runtime` hands out several)

@@ -1,8 +1,13 @@
 //! The runtime: one device, its pool and streams, and the graphs and kernels made on it.
 //!
 //! A `Runtime` is shared (`Arc`) by every graph and kernel made from it, so release order
-//! cannot leave a dangling device. Its mutable state sits behind one lock (`state_lock.rs`):
-//! runs, tensor writes and reads, and pool calls are serialised per runtime.
+//! cannot leave a dangling device. Its mutable state sits behind one lock (`state_lock.rs`,
+//! whose flag lives in the runtime's home, `home.rs`): runs, tensor writes and reads, and pool
+//! calls are serialised per runtime.
+//!
+//! Files: `config.rs` the configuration, `env.rs` every `GKRT_*` variable, `process.rs` the
+//! PyTorch entry points' runtimes, `raw.rs` raw pool use (`gkrt_malloc`), `graph/` a graph
+//! bound to its runtime, `logging.rs` the stderr logger.
 
 pub mod config;
 mod env;
@@ -314,7 +319,8 @@ impl Drop for Runtime {
 ///
 /// The free lock is taken before the thread-local "inside a callback" flag is read: the pool's
 /// raw calls come through here on every operation, and with the CUDA driver loaded a
-/// thread-local read from this library measured tens of nanoseconds on the GPU machine.
+/// thread-local read from this library is slow enough to matter there (BENCHMARKS.md §3,
+/// "What each change did").
 pub fn lock_for_call<'a, T>(m: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
     match m.try_lock() {
         Ok(g) => return Ok(g),

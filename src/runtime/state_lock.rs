@@ -3,10 +3,9 @@
 //! Every raw pool call (`gkrt_malloc` / `gkrt_free`, the PyTorch entry points) takes it once, so
 //! its uncontended cost is part of every allocation. `std::sync::Mutex` spends two atomic
 //! read-modify-writes there (the unlock swaps, to learn whether a waiter must be woken); this
-//! lock releases with a plain store. Measured: an alloc+free pair 69 -> 61 ns on the build
-//! machine (the swap was half of the lock's cost there); on the GPU machine the single-thread
-//! pair was unchanged within noise, and throughput with 4 and 8 threads went from 1.5 and 0.7 to
-//! 4.3 million pairs per second. The price is in the contended case: a waiter spins briefly,
+//! lock releases with a plain store, which makes an alloc+free pair cheaper and raises the
+//! pool's throughput with several threads (BENCHMARKS.md §3, "What each change did"). The
+//! price is in the contended case: a waiter spins briefly,
 //! then yields, then sleeps in growing steps (20 µs up to 1.3 ms) instead of being woken — fine
 //! for a lock held either for a pool operation (nanoseconds) or for a whole graph run
 //! (milliseconds).

@@ -33,7 +33,8 @@
 //! modules; `params.rs` reads a kernel's parameter count from the image it was loaded from (so
 //! its layout is asked of the driver without a failing call); `nvrtc.rs` compiles CUDA C++;
 //! `launch.rs` launches; `builtins.rs` is the built-in kernels' CUDA source and their launcher;
-//! `tests.rs` the tests (GPU ones are `#[ignore]`d).
+//! `vmm.rs` the virtual-memory ranges and pages the pool grows by; `tests.rs` the tests (GPU
+//! ones are `#[ignore]`d).
 
 mod builtins;
 mod handles;

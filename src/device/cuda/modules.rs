@@ -9,7 +9,7 @@
 //! `cuFuncGetParamCount` (13.2+, looked up with `dlsym`: cudarc binds it only for 13.2), else from
 //! the image we loaded the module from (`params.rs`: the PTX `.entry` declaration, the cubin's
 //! `EIATTR_KPARAM_INFO` records), and only indices below it are asked for. Where neither can
-//! tell (a compressed fatbin), the kernel's launches are not checked, as before.
+//! tell (a compressed fatbin), the kernel's launches are not checked against its signature.
 
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void, CString};

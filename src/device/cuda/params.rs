@@ -18,7 +18,7 @@
 //!   the same source, so they agree on parameters); compressed entries are skipped.
 //!
 //! Anything else, or any malformed input, gives `None`: launches of that kernel are then not
-//! checked against its signature (as before), and no driver call fails.
+//! checked against its signature, and no driver call fails.
 //!
 //! Pure byte parsing, no driver: tested on the host with NVRTC-compiled fixtures (`testdata/`).
 

@@ -56,7 +56,7 @@ impl PageMap {
 
     /// Mapped pages among `[p0, p1)`. A plain loop with the one-word case first: blocks rarely
     /// span more than 64 pages, and placement asks this on most allocations at the top of a
-    /// range (an iterator form cost far more instructions there: BENCHMARKS.md §3, session 6).
+    /// range (an iterator form costs far more instructions there: BENCHMARKS.md §3, session 6).
     #[inline]
     pub fn count_mapped(&self, p0: u64, p1: u64) -> u64 {
         if p1 <= p0 {

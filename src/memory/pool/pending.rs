@@ -57,8 +57,9 @@ impl Pool {
             for (pos, &i) in blocks.iter().enumerate() {
                 let b = &self.blocks[i];
                 // A close fit only: splitting a much larger block leaves pieces that keep
-                // pending memory from coalescing (measured: fallback evictions on a chain of
-                // mixed sizes, where waiting for all pending copies needed none).
+                // pending memory from coalescing, which can force fallback evictions where
+                // waiting for all pending copies needs none (BENCHMARKS.md §3, "Figures the
+                // runtime's and the C API's comments used to quote").
                 if b.owner != si || b.size < rounded || b.size - rounded > rounded / 8 {
                     continue;
                 }

@@ -252,8 +252,8 @@ impl Pool {
         if best.is_some_and(|((unmapped, _, _), _)| unmapped > 0) {
             // No end of a block avoids new pages: try the ends of the runs of mapped pages
             // inside large blocks, so mapped memory in the middle of a block is used where it
-            // is rather than moved to an end (which moved pages back and forth every step on
-            // the GPT-2 trace).
+            // is rather than moved to an end (which moves pages back and forth every step on
+            // a trace like GPT-2's: BENCHMARKS.md §3).
             let base = self.segs[r].base;
             for i in candidates() {
                 let b = &self.blocks[i];

@@ -10,6 +10,10 @@
  *  5. The edges the header now states: a callback may release its own graph; a callback's
  *     stream is the runtime's compute stream, which gkrt_malloc accepts; a planned graph's first
  *     run allocates the outputs no write put on the device, later runs nothing.
+ *  6. A graph released in one thread while another graph of the same runtime runs in another
+ *     does not take that run's failure: the failing callback's run reports it. (The fuzzer found
+ *     the release draining the streams outside the runtime's lock under ASan's timing; this
+ *     test fixes one interleaving of it, not that timing.)
  * (4, running out of handles, is api_limits' concern.)
  */
 #define _GNU_SOURCE
@@ -253,11 +257,63 @@ static void planned_first_run_allocates_unwritten_outputs_only(void) {
   OK(gkrt_runtime_release(rt));
 }
 
+/* --- 6: a release in another thread does not take a run's failure --- */
+
+static int32_t slow_failure(const gkrt_callback_args *args, void *user) {
+  (void)args;
+  (void)user;
+  usleep(200 * 1000);
+  return 5;
+}
+
+struct releaser {
+  gkrt_graph *g;
+  gkrt_status status;
+};
+
+static void *release_later(void *arg) {
+  struct releaser *r = arg;
+  usleep(50 * 1000); /* inside the 200 ms callback */
+  r->status = gkrt_graph_release(r->g);
+  return NULL;
+}
+
+static void a_release_elsewhere_keeps_the_runs_failure(void) {
+  gkrt_runtime *rt = test_runtime(0);
+  gkrt_kernel *cb, *relu = builtin_kernel(rt, GKRT_BUILTIN_RELU);
+  OK(gkrt_kernel_from_callback(rt, slow_failure, NULL, &cb));
+  gkrt_graph *failing, *other;
+  OK(gkrt_graph_create(rt, &failing));
+  gkrt_tensor x = add_tensor(failing, 64, GKRT_TENSOR_INPUT, "x");
+  OK(gkrt_graph_add_kernel(failing, cb, &x, 1, NULL, 0, NULL, 0, NULL, NULL));
+  OK(gkrt_graph_finalize(failing));
+  float v[16] = {0};
+  OK(gkrt_graph_write_tensor(failing, x, v, sizeof v));
+  OK(gkrt_graph_create(rt, &other));
+  gkrt_tensor a = add_tensor(other, 64, GKRT_TENSOR_INPUT, "a");
+  gkrt_tensor b = add_tensor(other, 64, GKRT_TENSOR_OUTPUT, "b");
+  OK(add_node(other, relu, &a, 1, b, NULL, 0));
+  OK(gkrt_graph_finalize(other));
+  OK(gkrt_graph_write_tensor(other, a, v, sizeof v));
+  struct releaser r = {other, GKRT_STATUS_INTERNAL};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, release_later, &r) == 0);
+  FAILS(gkrt_runtime_run(rt, failing), GKRT_STATUS_CALLBACK_FAILED, "node 0");
+  pthread_join(th, NULL);
+  CHECK_EQ_U64(r.status, GKRT_STATUS_OK);
+  OK(gkrt_graph_release(failing));
+  OK(gkrt_kernel_release(cb));
+  OK(gkrt_kernel_release(relu));
+  CHECK_RUNTIME_WORKS(rt);
+  OK(gkrt_runtime_release(rt));
+}
+
 int main(void) {
   wrapping_sizes_are_refused(GKRT_MEMORY_DYNAMIC);
   wrapping_sizes_are_refused(GKRT_MEMORY_PLANNED);
   stale_handles_are_refused_at_once();
   a_callback_may_release_its_graph_and_name_its_stream();
   planned_first_run_allocates_unwritten_outputs_only();
+  a_release_elsewhere_keeps_the_runs_failure();
   return test_done("int_hardening");
 }

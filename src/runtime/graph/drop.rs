@@ -7,12 +7,15 @@ use std::sync::Arc;
 impl Drop for RuntimeGraph {
     fn drop(&mut self) {
         let rt = Arc::clone(&self.runtime);
+        // The lock first: a run of another graph in another thread owns the streams' errors
+        // until it has collected them (draining outside the lock took a failing callback's
+        // status from under such a run, which then reported success).
+        let mut st = rt.lock();
+        let st = &mut *st;
         let _ = rt.drain();
         if let Replay::Captured(exec_graph) = self.replay {
             let _ = rt.device.destroy_graph(exec_graph);
         }
-        let mut st = rt.lock();
-        let st = &mut *st;
         for event in self.profile.events() {
             let _ = rt.device.destroy_event(event);
         }

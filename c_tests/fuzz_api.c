@@ -1523,9 +1523,10 @@ int main(int argc, char **argv) {
   static uint64_t seeds[MAXSEEDS];
   int nseeds = 0;
   const char *env;
-  /* The model is the host backend's (its runtimes ask for it): GKRT_DEVICE would override that,
-   * and on CUDA a made-up stream handle is undefined behaviour, as in CUDA itself. */
-  unsetenv("GKRT_DEVICE");
+  /* The model is the host backend's: its runtimes ask for it, and the process-wide runtime of
+   * the PyTorch entry points takes GKRT_DEVICE (which would also override the runtimes' choice).
+   * On CUDA a made-up stream handle is undefined behaviour, as in CUDA itself. */
+  setenv("GKRT_DEVICE", "host", 1);
   if ((env = getenv("GKRT_FUZZ_CALLS")) && *env) calls_per_seed = atol(env);
   if ((env = getenv("GKRT_FUZZ_SEEDS")) && *env) add_seeds(env, seeds, &nseeds, MAXSEEDS);
   if ((env = getenv("GKRT_FUZZ_TRACE")) && *env == '1') trace = 1;

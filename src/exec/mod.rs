@@ -51,9 +51,9 @@ pub struct RunCounters {
     pub tensors_in: u64,
     /// Evictions made by the fallback (not planned).
     pub evictions: u64,
-    /// Times the run left its program's order: evictions, a batch taken again on a clean slate,
-    /// returns deferred for lack of room. A run without any made exactly its program's pool
-    /// calls.
+    /// Times the run left its program's order: a start off the plan's canonical state,
+    /// evictions, a batch taken again on a clean slate, returns deferred for lack of room. A run
+    /// without any made exactly its program's pool calls.
     pub fallbacks: u64,
     /// Tensors rebuilt by running their producer again (planned rematerialisation).
     pub recomputes: u64,
@@ -137,6 +137,15 @@ impl<'a> Executor<'a> {
     /// have drained) and the error names the node at fault. The caller synchronises the streams
     /// afterwards; asynchronous failures surface there.
     pub fn run(&mut self, graph: &Graph) -> Result<()> {
+        // A run that does not start from its plan's canonical state (a kept tensor's return
+        // found no room at the end of the last run) cannot make the plan's pool calls.
+        let off_start = self.program.keep.iter().any(|&t| {
+            !matches!(
+                self.mem[t as usize].state(),
+                Residency::OnDevice | Residency::CopyingToDevice
+            )
+        });
+        self.counters.fallbacks += off_start as u64;
         let result = self.run_steps(graph, 0..self.program.steps.len());
         if result.is_err() {
             self.release_after_failure(graph);

@@ -226,6 +226,9 @@ impl Program {
             for t in persistent_not_kept(&plan.keep) {
                 p.push(start, Step::SendHome(t));
             }
+            // Returns that found no room get the room the sends home just made, so the next run
+            // starts with the plan's kept tensors on the device.
+            p.push(start, Step::RetryDeferred);
         }
         p
     }

@@ -13,7 +13,7 @@
 //! one more; what each cost: BENCHMARKS.md §3, "runtime homes"). A second handle of the same runtime gets a home of its own, an alias, whose pin is a lock
 //! beside the state lock.
 
-use crate::runtime::home::{self, HomeSlot};
+use crate::runtime::home::{self, HomeRecord};
 use crate::runtime::{Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
@@ -218,7 +218,7 @@ fn register_runtime(rt: Arc<Runtime>) -> Result<usize> {
 /// handle names the runtime's own home, that flag is also the runtime's state lock
 /// (`with_state`).
 pub struct PinnedRuntime {
-    slot: StateGuard<'static, HomeSlot>,
+    slot: StateGuard<'static, HomeRecord>,
     own_home: bool,
 }
 
@@ -313,7 +313,7 @@ fn release_runtime(key: usize) -> Result<()> {
     drop(pinned);
     if !own_home {
         // An alias is free now; a runtime's own home is given back when the runtime drops.
-        home::give_back(index);
+        home::vacate(index);
     }
     // Dropping the last reference waits for the runtime's device work: outside every lock.
     drop(rt);

@@ -29,7 +29,7 @@ const CHUNKS: usize = MAX_HOMES / CHUNK;
 pub(crate) const GENERATION_LIMIT: u32 = 1 << 22;
 
 /// What a home's flag guards besides the state of the runtime whose home it is.
-pub struct HomeSlot {
+pub struct HomeRecord {
     /// Generation of the handle that names the home now, or named it last (0: none ever did).
     pub generation: u32,
     /// The runtime, while a handle names the home.
@@ -38,7 +38,7 @@ pub struct HomeSlot {
 
 pub struct Home {
     flag: AtomicBool,
-    slot: UnsafeCell<HomeSlot>,
+    slot: UnsafeCell<HomeRecord>,
     /// The generation of the handle that names the home now, 0 when none does: written under
     /// the flag, read without it, so that a stale key is refused without waiting for the flag,
     /// which a run of whatever runtime lives here now may hold for seconds.
@@ -88,7 +88,7 @@ pub fn acquire() -> Option<(usize, &'static Home)> {
                     let chunk: Box<[Home]> = (0..CHUNK)
                         .map(|_| Home {
                             flag: AtomicBool::new(false),
-                            slot: UnsafeCell::new(HomeSlot {
+                            slot: UnsafeCell::new(HomeRecord {
                                 generation: 0,
                                 runtime: None,
                             }),
@@ -113,7 +113,7 @@ pub fn exhausted_message() -> String {
 
 /// Gives home `index` back once nothing uses it (its runtime dropped, or its alias handle
 /// released); one whose generations are used up is kept out for good.
-pub fn give_back(index: usize) {
+pub fn vacate(index: usize) {
     let Some(home) = get(index) else {
         return;
     };
@@ -147,13 +147,13 @@ impl Home {
     }
 
     #[inline]
-    pub fn try_lock(&'static self) -> Option<StateGuard<'static, HomeSlot>> {
+    pub fn try_lock(&'static self) -> Option<StateGuard<'static, HomeRecord>> {
         // SAFETY: `flag` guards `slot`, which is never freed.
         try_acquire(&self.flag)
             .then(|| unsafe { StateGuard::from_held(&self.flag, self.slot.get()) })
     }
 
-    pub fn lock(&'static self) -> StateGuard<'static, HomeSlot> {
+    pub fn lock(&'static self) -> StateGuard<'static, HomeRecord> {
         acquire_waiting(&self.flag);
         // SAFETY: as in `try_lock`.
         unsafe { StateGuard::from_held(&self.flag, self.slot.get()) }
@@ -178,6 +178,6 @@ mod tests {
         assert_eq!(h.lock().generation, generation + 1);
         assert!(std::ptr::eq(get(i).unwrap(), h));
         assert!(get(MAX_HOMES).is_none());
-        give_back(i);
+        vacate(i);
     }
 }

@@ -308,7 +308,7 @@ impl Drop for Runtime {
         ] {
             let _ = self.device.destroy_stream(s);
         }
-        home::give_back(self.home);
+        home::vacate(self.home);
     }
 }
 

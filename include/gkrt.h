@@ -170,6 +170,15 @@ typedef struct gkrt_callback_args {
 // GKRT_STATUS_INVALID_STATE instead of waiting, since waiting could never end.
 typedef int32_t (*gkrt_callback_fn)(const struct gkrt_callback_args *args, void *user_data);
 
+// A host's log callback: called with the message's level (1 error, 2 warning, 3 info, 4 debug,
+// 5 trace), its target (the part of gkrt that wrote it, e.g. "gkrt::runtime") and the message,
+// both NUL-terminated and valid only during the call, and the `user_data` given to
+// `gkrt_set_log_callback`. It may be called from any thread, gkrt's own worker threads
+// included, and from several at once. It may run while gkrt holds a runtime's lock, so it must
+// not call gkrt functions (they could wait for that lock forever): record the message and
+// return.
+typedef void (*gkrt_log_fn)(uint32_t level, const char *target, const char *message, void *user_data);
+
 // Which backend a runtime uses.
 typedef uint32_t gkrt_device_kind;
 
@@ -460,6 +469,14 @@ enum gkrt_status gkrt_kernel_from_source(struct gkrt_runtime *runtime,
 // Releases the caller's kernel handle; graphs that use the kernel keep what they need.
 // NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT.
 enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
+
+// Sends every message the library logs from now on to `callback` (with `user_data`) instead
+// of stderr; NULL sends them to stderr again (the default). Which messages are written is set
+// by `gkrt_config.log_level` (or `GKRT_LOG_LEVEL` for the PyTorch entry points): the most
+// verbose level any runtime asked for. A failed PyTorch allocation is reported whatever the
+// level. Process-wide; thread-safe. A message another thread is delivering while the callback
+// changes may still reach the previous callback, so keep `user_data` valid until then.
+enum gkrt_status gkrt_set_log_callback(gkrt_log_fn callback, void *user_data);
 
 // Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
 // `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on

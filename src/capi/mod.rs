@@ -1,4 +1,5 @@
-//! The C API: the `extern "C"` functions (`runtime.rs`, `graph.rs`, `kernel.rs`, `raw.rs`), the
+//! The C API: the `extern "C"` functions (`runtime.rs`, `graph.rs`, `kernel.rs`, `raw.rs`,
+//! `log.rs`), the
 //! C types cbindgen exports to `include/gkrt.h` (`types.rs`), the handle tables (`handles.rs`)
 //! and the panic boundary (`boundary.rs`). Everything here validates handles and pointers,
 //! runs the call inside the panic boundary, maps errors to `gkrt_status` and keeps the
@@ -12,6 +13,7 @@ mod boundary;
 mod graph;
 mod handles;
 mod kernel;
+mod log;
 mod raw;
 mod runtime;
 pub mod types;
@@ -19,6 +21,7 @@ pub mod types;
 pub use boundary::gkrt_last_error_message;
 pub use graph::*;
 pub use kernel::*;
+pub use log::*;
 pub use raw::*;
 pub use runtime::*;
 pub use types::*;

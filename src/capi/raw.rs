@@ -131,10 +131,9 @@ fn report(what: &str) {
     let n = unsafe { super::boundary::gkrt_last_error_message(buf.as_mut_ptr().cast(), buf.len()) };
     buf.truncate(n.min(buf.len() - 1));
     let msg = String::from_utf8_lossy(&buf);
-    log::error!("{what} failed: {msg}");
-    if log::max_level() < log::LevelFilter::Error {
-        eprintln!("[gkrt error] {what} failed: {msg}");
-    }
+    // Heard even with logging off: PyTorch sees only a null pointer.
+    let text = format!("{what} failed: {msg}");
+    crate::runtime::log_always(log::Level::Error, &text);
 }
 
 /// A new handle to the process-wide runtime of `device` that the PyTorch entry points use

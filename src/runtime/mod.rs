@@ -27,7 +27,13 @@ use crate::memory::pool::{Pool, PoolConfig};
 use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
 pub use graph::RuntimeGraph;
-pub use logging::init as init_logging;
+pub use logging::{init as init_logging, set_sink as set_log_sink, SinkFn as LogSinkFn};
+
+/// A message to the host's log sink (or stderr) whatever the level: for failures the host must
+/// hear about even with logging off.
+pub fn log_always(level: log::Level, message: &str) {
+    logging::deliver(level, module_path!(), message);
+}
 pub use process::process_runtime;
 pub(crate) use state_lock::{FlagLock, StateGuard};
 

@@ -230,14 +230,35 @@ impl Executor<'_> {
                     return Err(Error::OutOfMemory(format!(
                         "out of device memory: {bytes} bytes requested; the node's inputs, outputs and workspaces \
                          total {need} bytes, the memory limit is {} bytes, {} bytes are allocated and {} reserved, \
-                         and nothing is left to evict",
+                         the largest free block is {} bytes, and nothing is left to evict; the largest \
+                         tensors on the device: {}",
                         self.pool.memory_limit(),
                         s.allocated_bytes,
-                        s.reserved_bytes
+                        s.reserved_bytes,
+                        self.pool.largest_free_block(),
+                        self.largest_resident(graph, 5)
                     )));
                 }
             }
         }
+    }
+
+    /// The `n` largest tensors with device memory, named, for an out-of-memory message.
+    fn largest_resident(&self, graph: &Graph, n: usize) -> String {
+        let tensors = graph.tensors();
+        let mut on_device: Vec<u32> = (0..self.mem.len() as u32)
+            .filter(|&t| self.mem[t as usize].device().is_some())
+            .collect();
+        on_device.sort_unstable_by_key(|&t| std::cmp::Reverse(tensors[t as usize].size));
+        if on_device.is_empty() {
+            return "none".into();
+        }
+        on_device
+            .iter()
+            .take(n)
+            .map(|&t| tensors[t as usize].describe(t))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The resident tensor (pool memory, not used by the node being queued, not in flight)

@@ -157,8 +157,8 @@ impl Executor<'_> {
                     slot
                 }
                 Err(e) => {
-                    return Err(Error::from(e)
-                        .context(format!("pinned host memory for {}", tensor.describe(t))));
+                    return Err(super::store::pinned_error(e)
+                        .context(format!("a host copy of {}", tensor.describe(t))));
                 }
             },
         };

@@ -5,9 +5,34 @@
 
 use crate::device::{DevPtr, Device, StreamId};
 use crate::error::{Error, Result};
-use crate::memory::pool::Pool;
+use crate::memory::pool::{Pool, PoolError};
 use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
+
+/// A pinned pool's failure, said as what it is: pinned host memory, under the host memory limit
+/// (the pool's own message speaks of device memory).
+pub(super) fn pinned_error(e: PoolError) -> Error {
+    match e {
+        PoolError::OutOfMemory {
+            requested,
+            reserved,
+            allocated,
+            limit,
+        } => Error::OutOfMemory(if limit == u64::MAX {
+            format!(
+                "out of pinned host memory: requested {requested} bytes with {reserved} bytes pinned \
+                 and {allocated} in use; no host memory limit is set (the system refused)"
+            )
+        } else {
+            format!(
+                "out of pinned host memory: requested {requested} bytes with {reserved} bytes pinned \
+                 and {allocated} in use, and the host memory limit (gkrt_config.host_memory_limit) \
+                 is {limit} bytes"
+            )
+        }),
+        other => Error::from(other),
+    }
+}
 
 #[derive(Default)]
 pub struct TensorStore {
@@ -102,7 +127,8 @@ impl TensorStore {
                 None => {
                     let slot = a
                         .pinned
-                        .alloc(&PinnedBacking(a.device), bytes, StreamId(0))?;
+                        .alloc(&PinnedBacking(a.device), bytes, StreamId(0))
+                        .map_err(pinned_error)?;
                     m.set_host_slot(slot);
                     slot
                 }

@@ -425,6 +425,17 @@ impl Pool {
         Ok(())
     }
 
+    /// The largest free block the pool holds with all of its memory mapped: what one
+    /// allocation could get without taking more from the device. A scan, for error messages.
+    pub fn largest_free_block(&self) -> u64 {
+        self.blocks
+            .iter()
+            .filter(|b| b.state == block::State::Free && b.unmapped == 0)
+            .map(|b| b.size)
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn stats(&self) -> PoolStats {
         self.stats
     }

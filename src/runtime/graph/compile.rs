@@ -120,8 +120,27 @@ impl RuntimeGraph {
                 }
             }
         }
+        // A node the plan could not fit may still run (the fallback makes room); only one whose
+        // own buffers exceed what the limit leaves cannot.
         for &n in &plan.infeasible_nodes {
-            log::warn!("node {n}: its own inputs, outputs and workspaces exceed the memory budget; runs will fail there");
+            let node = &nodes[n as usize];
+            let own = crate::plan::swap::node_tensors(node)
+                .iter()
+                .map(|&t| crate::graph::liveness::round_up(tensors[t as usize].size, ALIGNMENT))
+                .chain(
+                    node.workspaces
+                        .iter()
+                        .map(|&w| crate::graph::liveness::round_up(w, ALIGNMENT)),
+                )
+                .sum::<u64>();
+            if own <= available {
+                continue;
+            }
+            log::warn!(
+                "node {n} ({}): its own inputs, outputs and workspaces take {own} bytes, more than \
+                 the {available} bytes the memory limit of {limit} leaves this graph; runs will fail there",
+                node.kernel.describe()
+            );
         }
         log::info!(
             "swap plan: working set {} bytes over a budget of {} bytes (planned for {}); per run {} bytes out, {} in",

@@ -135,3 +135,35 @@ pub(crate) fn swap_timeline() -> Option<&'static str> {
     PATH.get_or_init(|| var("GKRT_SWAP_TIMELINE").filter(|p| !p.is_empty()))
         .as_deref()
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every variable this file reads is documented for users: in the README's table and in the
+    /// header's list.
+    #[test]
+    fn every_variable_is_documented_in_the_readme_and_the_header() {
+        let source = include_str!("env.rs");
+        let code = &source[..source.find("#[cfg(test)]").unwrap()];
+        let readme = include_str!("../../README.md");
+        let header = include_str!("../../include/gkrt.h");
+        // Every string literal that is a whole variable name: "GKRT_" and capitals up to '"'.
+        let mut names: Vec<&str> = code
+            .match_indices("\"GKRT_")
+            .filter_map(|(i, _)| {
+                let rest = &code[i + 1..];
+                let end = rest.find(|c: char| !(c.is_ascii_uppercase() || c == '_'))?;
+                (rest[end..].starts_with('"') && end > "GKRT_".len()).then(|| &rest[..end])
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() >= 10, "{names:?}");
+        for name in names {
+            assert!(
+                readme.contains(&format!("`{name}`")),
+                "{name} is not in README.md's table"
+            );
+            assert!(header.contains(name), "{name} is not in include/gkrt.h");
+        }
+    }
+}

@@ -11,6 +11,7 @@
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
+#   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -225,6 +226,13 @@ run_sanitize() {
   return $status
 }
 
+# The Python package's PyTorch part: PyTorch on gkrt's pool through gkrt.torch, its statistics
+# under PyTorch's names (python/gpu_torch_check.py).
+run_python() {
+  PYTHONPATH="$PWD/python" GKRT_LIBRARY="${GKRT_GPU_LIB:-$PWD/.gpu/lib}/libgkrt.so" \
+    timeout 300 python3 python/gpu_torch_check.py 2>&1 | tee "$OUT/python_torch.log"
+}
+
 for w in "${what[@]}"; do
   case "$w" in
     tests) run_tests ;;
@@ -234,7 +242,8 @@ for w in "${what[@]}"; do
     swap) run_swap ;;
     workloads) run_workloads ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize)" ;;
+    python) run_python ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

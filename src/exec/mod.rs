@@ -268,7 +268,10 @@ impl<'a> Executor<'a> {
             self.workspaces.resize(producer.workspaces.len(), 0);
             // A clean slate may move the producer's inputs and the reading node's (returns
             // started for it); not `x`, which that node reads too: it has no contents yet.
-            let reader = graph.nodes().get(self.node).map_or(&[][..], |r| &r.inputs[..]);
+            let reader = graph
+                .nodes()
+                .get(self.node)
+                .map_or(&[][..], |r| &r.inputs[..]);
             let movable: Vec<u32> = producer
                 .inputs
                 .iter()

@@ -409,6 +409,14 @@ enum gkrt_status gkrt_graph_set_node_recomputable(struct gkrt_graph *graph,
                                                   uint32_t node,
                                                   int recomputable);
 
+// Names node `node` (an index from `gkrt_graph_add_kernel`): every message about the node (an
+// error, a warning, the log) calls it "node N 'name' (kernel)". `name` is NUL-terminated UTF-8,
+// copied; an empty name removes it. Before `gkrt_graph_finalize` only: GKRT_STATUS_INVALID_STATE
+// after it, GKRT_STATUS_INVALID_ARGUMENT for a NULL or non-UTF-8 name or an unknown node.
+enum gkrt_status gkrt_graph_set_node_name(struct gkrt_graph *graph,
+                                          uint32_t node,
+                                          const char *name);
+
 // Freezes the graph and derives liveness (and the plan in planned mode). After this the graph
 // can run but not change. GKRT_STATUS_INVALID_ARGUMENT for a graph without nodes or with an
 // output no node writes, GKRT_STATUS_INVALID_STATE for one finalized already;

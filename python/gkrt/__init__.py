@@ -206,9 +206,10 @@ class Graph(_Handle):
         return out.value
 
     def add(self, kernel, inputs, outputs, workspaces=(), params=None, grid=(1, 1, 1),
-            block=(1, 1, 1), shared_mem_bytes=0):
+            block=(1, 1, 1), shared_mem_bytes=0, name=None):
         """Appends a node running `kernel` on tensor ids `inputs` / `outputs`, with workspace
-        sizes and a parameter blob (`bytes`, e.g. from `struct.pack`). Returns its index."""
+        sizes and a parameter blob (`bytes`, e.g. from `struct.pack`), named `name` in messages.
+        Returns its index."""
         ins = (ctypes.c_uint64 * max(len(inputs), 1))(*inputs)
         outs = (ctypes.c_uint64 * max(len(outputs), 1))(*outputs)
         ws = (ctypes.c_uint64 * max(len(workspaces), 1))(*workspaces)
@@ -224,6 +225,8 @@ class Graph(_Handle):
                                          len(outputs), ws, len(workspaces),
                                          ctypes.byref(launch) if launch else None,
                                          ctypes.byref(node)))
+        if name:
+            _check(lib.gkrt_graph_set_node_name(self.handle, node.value, name.encode()))
         return node.value
 
     def set_recomputable(self, node, recomputable=True):

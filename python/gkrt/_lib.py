@@ -89,6 +89,7 @@ _signatures = {
     "gkrt_graph_add_kernel": (ctypes.c_int, [c_void_p, c_void_p, _P(c_u64), c_size, _P(c_u64),
                                              c_size, _P(c_u64), c_size, _P(Launch), _P(c_u32)]),
     "gkrt_graph_set_node_recomputable": (ctypes.c_int, [c_void_p, c_u32, ctypes.c_int]),
+    "gkrt_graph_set_node_name": (ctypes.c_int, [c_void_p, c_u32, c_char_p]),
     "gkrt_graph_finalize": (ctypes.c_int, [c_void_p]),
     "gkrt_graph_get_info": (ctypes.c_int, [c_void_p, _P(GraphInfo)]),
     "gkrt_graph_write_tensor": (ctypes.c_int, [c_void_p, c_u64, c_void_p, c_size]),

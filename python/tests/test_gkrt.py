@@ -82,6 +82,19 @@ class ErrorTest(unittest.TestCase):
             self.assertIn("3 bytes", str(e.exception))
             self.assertEqual(rt.stats()["allocated_bytes"], 0)
 
+    def test_node_names_appear_in_messages(self):
+        with gkrt.Runtime(device="host", memory_limit=96 << 10) as rt, rt.graph() as g:
+            x = g.tensor(64 << 10, "input", "x")
+            y = g.tensor(64 << 10, "output", "y")
+            with rt.builtin("relu") as relu:
+                g.add(relu, [x], [y], name="too_big")
+            g.finalize()
+            g.write(x, bytes(64 << 10))
+            with self.assertRaises(gkrt.GkrtError) as e:
+                rt.run(g)
+            self.assertEqual(e.exception.status_name, "OUT_OF_MEMORY")
+            self.assertIn("node 0 'too_big' (built-in relu)", str(e.exception))
+
     def test_bad_names_are_value_errors(self):
         with self.assertRaises(ValueError):
             gkrt.Runtime(device="tpu")

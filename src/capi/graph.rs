@@ -192,6 +192,30 @@ pub extern "C" fn gkrt_graph_set_node_recomputable(
     })
 }
 
+/// Names node `node` (an index from `gkrt_graph_add_kernel`): every message about the node (an
+/// error, a warning, the log) calls it "node N 'name' (kernel)". `name` is NUL-terminated UTF-8,
+/// copied; an empty name removes it. Before `gkrt_graph_finalize` only: GKRT_STATUS_INVALID_STATE
+/// after it, GKRT_STATUS_INVALID_ARGUMENT for a NULL or non-UTF-8 name or an unknown node.
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_graph_set_node_name(
+    graph: *mut gkrt_graph,
+    node: u32,
+    name: *const c_char,
+) -> gkrt_status {
+    guard(|| {
+        let g = lock_graph(graph)?;
+        if name.is_null() {
+            return Err(Error::InvalidArgument("name is NULL".into()));
+        }
+        // SAFETY: the caller gives a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_str()
+            .map_err(|_| Error::InvalidArgument("the node name is not valid UTF-8".into()))?;
+        let mut g = locked(&g)?;
+        Ok(g.graph.set_node_name(node, name)?)
+    })
+}
+
 /// Freezes the graph and derives liveness (and the plan in planned mode). After this the graph
 /// can run but not change. GKRT_STATUS_INVALID_ARGUMENT for a graph without nodes or with an
 /// output no node writes, GKRT_STATUS_INVALID_STATE for one finalized already;

@@ -103,7 +103,7 @@ impl Executor<'_> {
                     .launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
             }
             Kernel::Callback(cb) => {
-                let work = callback_work(*cb, n as u32, &self.buffers, n_in, n_out, &node.params);
+                let work = callback_work(*cb, n as u32, node, &self.buffers, n_in, n_out);
                 self.device
                     .enqueue_host_work(stream, work)
                     .map_err(|e| Error::CallbackFailed(e.to_string()))?;
@@ -120,11 +120,11 @@ impl Executor<'_> {
 /// so it owns everything it touches when the host backend runs it later on the stream worker.
 fn callback_work(
     cb: HostCallback,
-    node: u32,
+    index: u32,
+    node: &Node,
     buffers: &[Buffer],
     n_in: usize,
     n_out: usize,
-    params: &[u8],
 ) -> crate::device::HostWork {
     let bufs: Vec<CallbackBuffer> = buffers
         .iter()
@@ -133,7 +133,9 @@ fn callback_work(
             size: b.bytes as usize,
         })
         .collect();
-    let params = params.to_vec();
+    let params = node.params.clone();
+    // (Cloning an empty name allocates nothing; the message is made only on failure.)
+    let name = node.name.clone();
     let bufs = SendBuffers(bufs);
     Box::new(move |stream| {
         let bufs = bufs;
@@ -152,7 +154,7 @@ fn callback_work(
             },
             params_size: params.len(),
             stream,
-            node,
+            node: index,
         };
         // SAFETY: the function pointer and user data were given by the host for this purpose;
         // `args` and everything it points to live until the call returns.
@@ -160,9 +162,12 @@ fn callback_work(
         if status == 0 {
             Ok(())
         } else {
-            Err(format!(
-                "node {node} (host callback) reported failure {status}"
-            ))
+            let node = if name.is_empty() {
+                format!("node {index}")
+            } else {
+                format!("node {index} '{name}'")
+            };
+            Err(format!("{node} (host callback) reported failure {status}"))
         }
     })
 }

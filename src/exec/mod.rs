@@ -168,7 +168,7 @@ impl<'a> Executor<'a> {
             self.node = n;
             if let Err(e) = self.step(graph, program.steps[i]) {
                 return Err(match nodes.get(n) {
-                    Some(node) => e.context(format!("node {n} ({})", node.kernel.describe())),
+                    Some(node) => e.context(node.describe(n as u32)),
                     None => e,
                 });
             }
@@ -252,9 +252,9 @@ impl<'a> Executor<'a> {
         let producer = &graph.nodes()[p as usize];
         let context = |e: Error| {
             e.context(format!(
-                "recomputing {} by running node {p} ({}) again",
+                "recomputing {} by running {} again",
                 tensor.describe(x),
-                producer.kernel.describe()
+                producer.describe(p)
             ))
         };
         self.protected.clear();

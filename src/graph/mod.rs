@@ -117,6 +117,19 @@ pub struct Node {
     /// The host declared the node a pure function of its inputs (`Graph::set_recomputable`):
     /// a swap plan may drop its output and run the node again before a later reader.
     pub recomputable: bool,
+    /// The host's name for the node (empty: none), used wherever a message names the node.
+    pub name: String,
+}
+
+impl Node {
+    /// "node 3 'attn.qkv' (built-in matmul)" — how every message names a node.
+    pub fn describe(&self, index: u32) -> String {
+        if self.name.is_empty() {
+            format!("node {index} ({})", self.kernel.describe())
+        } else {
+            format!("node {index} '{}' ({})", self.name, self.kernel.describe())
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -376,8 +389,22 @@ impl Graph {
             dims,
             params: params.to_vec(),
             recomputable: false,
+            name: String::new(),
         });
         Ok(node)
+    }
+
+    /// Names node `node` (an empty name removes it); messages about the node use the name.
+    pub fn set_node_name(&mut self, node: u32, name: &str) -> GraphResult<()> {
+        self.check_editable()?;
+        let count = self.nodes.len();
+        let Some(n) = self.nodes.get_mut(node as usize) else {
+            return invalid(format!(
+                "node {node} does not exist (the graph has {count} nodes)"
+            ));
+        };
+        n.name = name.to_string();
+        Ok(())
     }
 
     /// Declares node `node` a pure function of its inputs: run again on the same inputs it
@@ -396,15 +423,15 @@ impl Graph {
         if recomputable {
             if n.outputs.len() != 1 {
                 return invalid(format!(
-                    "node {node} ({}) writes {} outputs; only a node with exactly one output can be recomputed",
-                    n.kernel.describe(),
+                    "{} writes {} outputs; only a node with exactly one output can be recomputed",
+                    n.describe(node),
                     n.outputs.len()
                 ));
             }
             if n.inputs.contains(&n.outputs[0]) {
                 return invalid(format!(
-                    "node {node} ({}) reads the tensor it writes; running it again would not give the same bytes",
-                    n.kernel.describe()
+                    "{} reads the tensor it writes; running it again would not give the same bytes",
+                    n.describe(node)
                 ));
             }
         }

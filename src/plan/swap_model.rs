@@ -356,6 +356,7 @@ mod tests {
                 },
                 params: Vec::new(),
                 recomputable: false,
+                name: String::new(),
             });
             self.cost.push(cost);
         }

@@ -137,9 +137,9 @@ impl RuntimeGraph {
                 continue;
             }
             log::warn!(
-                "node {n} ({}): its own inputs, outputs and workspaces take {own} bytes, more than \
+                "{}: its own inputs, outputs and workspaces take {own} bytes, more than \
                  the {available} bytes the memory limit of {limit} leaves this graph; runs will fail there",
-                node.kernel.describe()
+                node.describe(n)
             );
         }
         log::info!(

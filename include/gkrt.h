@@ -38,6 +38,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Compilers that can warn when a call's status is ignored do. */
+#if defined(__GNUC__) || defined(__clang__)
+#define GKRT_MUST_USE __attribute__((warn_unused_result))
+#else
+#define GKRT_MUST_USE
+#endif
+
 // Major version of the API this header declares. `gkrt_version()` gives the loaded library's
 // version as a string, to compare against these at run time.
 #define GKRT_VERSION_MAJOR 0
@@ -360,17 +367,20 @@ size_t gkrt_last_error_message(char *buf, size_t len);
 
 // Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
 // `gkrt_graph_release`; the graph keeps the runtime alive.
-enum gkrt_status gkrt_graph_create(struct gkrt_runtime *runtime, struct gkrt_graph **out);
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_create(struct gkrt_runtime *runtime,
+                                   struct gkrt_graph **out);
 
 // Releases a graph and the device memory of its tensors (after its queued work finishes).
 // NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT. A host callback of a
 // run of this graph may release it: the handle is dead at once (later calls with it get
 // GKRT_STATUS_INVALID_ARGUMENT), the run completes, and the graph's memory is freed when the
 // run ends.
-enum gkrt_status gkrt_graph_release(struct gkrt_graph *graph);
+GKRT_MUST_USE enum gkrt_status gkrt_graph_release(struct gkrt_graph *graph);
 
 // Adds a tensor of `size` bytes (1 .. 2^48) and kind GKRT_TENSOR_*. `name` may be NULL; it
 // appears in error messages. `*out` receives the tensor's id.
+GKRT_MUST_USE
 enum gkrt_status gkrt_graph_add_tensor(struct gkrt_graph *graph,
                                        uint64_t size,
                                        gkrt_tensor_kind kind,
@@ -383,6 +393,7 @@ enum gkrt_status gkrt_graph_add_tensor(struct gkrt_graph *graph,
 // order added. Checked here: ids belong to this graph; every intermediate or output read was
 // written by an earlier node; built-ins get the tensor sizes and parameters they need. On
 // success `*node_out` (may be NULL) receives the node's index.
+GKRT_MUST_USE
 enum gkrt_status gkrt_graph_add_kernel(struct gkrt_graph *graph,
                                        const struct gkrt_kernel *kernel,
                                        const gkrt_tensor *inputs,
@@ -405,6 +416,7 @@ enum gkrt_status gkrt_graph_add_kernel(struct gkrt_graph *graph,
 // whose output is an input, parameter or output tensor). Before `gkrt_graph_finalize` only:
 // GKRT_STATUS_INVALID_STATE after it, GKRT_STATUS_INVALID_ARGUMENT for an unknown node or one
 // that does not qualify.
+GKRT_MUST_USE
 enum gkrt_status gkrt_graph_set_node_recomputable(struct gkrt_graph *graph,
                                                   uint32_t node,
                                                   int recomputable);
@@ -413,6 +425,7 @@ enum gkrt_status gkrt_graph_set_node_recomputable(struct gkrt_graph *graph,
 // error, a warning, the log) calls it "node N 'name' (kernel)". `name` is NUL-terminated UTF-8,
 // copied; an empty name removes it. Before `gkrt_graph_finalize` only: GKRT_STATUS_INVALID_STATE
 // after it, GKRT_STATUS_INVALID_ARGUMENT for a NULL or non-UTF-8 name or an unknown node.
+GKRT_MUST_USE
 enum gkrt_status gkrt_graph_set_node_name(struct gkrt_graph *graph,
                                           uint32_t node,
                                           const char *name);
@@ -421,13 +434,16 @@ enum gkrt_status gkrt_graph_set_node_name(struct gkrt_graph *graph,
 // can run but not change. GKRT_STATUS_INVALID_ARGUMENT for a graph without nodes or with an
 // output no node writes, GKRT_STATUS_INVALID_STATE for one finalized already;
 // after a failure the graph stays unfinalized (it cannot run, and the call can be repeated).
-enum gkrt_status gkrt_graph_finalize(struct gkrt_graph *graph);
+GKRT_MUST_USE enum gkrt_status gkrt_graph_finalize(struct gkrt_graph *graph);
 
 // Describes the graph (sizes, and after finalize its liveness figures).
-enum gkrt_status gkrt_graph_get_info(const struct gkrt_graph *graph, struct gkrt_graph_info *out);
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_get_info(const struct gkrt_graph *graph,
+                                     struct gkrt_graph_info *out);
 
 // Copies `size` bytes from host memory `data` into an input, parameter or output tensor.
 // `size` must equal the tensor's size. The copy is complete when the call returns.
+GKRT_MUST_USE
 enum gkrt_status gkrt_graph_write_tensor(struct gkrt_graph *graph,
                                          gkrt_tensor tensor,
                                          const void *data,
@@ -435,18 +451,21 @@ enum gkrt_status gkrt_graph_write_tensor(struct gkrt_graph *graph,
 
 // Copies a persistent tensor (after it was written or produced by a run) into host memory
 // `data` of `size` bytes, which must equal the tensor's size.
+GKRT_MUST_USE
 enum gkrt_status gkrt_graph_read_tensor(const struct gkrt_graph *graph,
                                         gkrt_tensor tensor,
                                         void *data,
                                         size_t size);
 
 // A built-in kernel (GKRT_BUILTIN_*). `*out` is released with `gkrt_kernel_release`.
+GKRT_MUST_USE
 enum gkrt_status gkrt_kernel_builtin(struct gkrt_runtime *runtime,
                                      gkrt_builtin builtin,
                                      struct gkrt_kernel **out);
 
 // A host callback kernel: `fn(args, user_data)` is called for every node that uses it (see
 // `gkrt_callback_fn` for where and when). `user_data` is passed through untouched.
+GKRT_MUST_USE
 enum gkrt_status gkrt_kernel_from_callback(struct gkrt_runtime *runtime,
                                            gkrt_callback_fn callback,
                                            void *user_data,
@@ -455,12 +474,14 @@ enum gkrt_status gkrt_kernel_from_callback(struct gkrt_runtime *runtime,
 // A kernel from PTX text (NUL-terminated), function `name`. CUDA backend only: the host
 // backend answers GKRT_STATUS_UNSUPPORTED. Load errors give GKRT_STATUS_COMPILE_ERROR with
 // the driver's log.
+GKRT_MUST_USE
 enum gkrt_status gkrt_kernel_from_ptx(struct gkrt_runtime *runtime,
                                       const char *ptx,
                                       const char *name,
                                       struct gkrt_kernel **out);
 
 // A kernel from a cubin or fatbin image of `size` bytes, function `name`. CUDA backend only.
+GKRT_MUST_USE
 enum gkrt_status gkrt_kernel_from_cubin(struct gkrt_runtime *runtime,
                                         const void *image,
                                         size_t size,
@@ -471,6 +492,7 @@ enum gkrt_status gkrt_kernel_from_cubin(struct gkrt_runtime *runtime,
 // function `name` (declare it `extern "C" __global__`). `options` is an array of
 // `num_options` NUL-terminated NVRTC options (may be NULL when 0); the target architecture
 // is added for the device. CUDA backend only.
+GKRT_MUST_USE
 enum gkrt_status gkrt_kernel_from_source(struct gkrt_runtime *runtime,
                                          const char *source,
                                          const char *name,
@@ -480,7 +502,7 @@ enum gkrt_status gkrt_kernel_from_source(struct gkrt_runtime *runtime,
 
 // Releases the caller's kernel handle; graphs that use the kernel keep what they need.
 // NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT.
-enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
+GKRT_MUST_USE enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
 
 // Sends every message the library logs from now on to `callback` (with `user_data`) instead
 // of stderr; NULL sends them to stderr again (the default). Which messages are written is set
@@ -488,7 +510,7 @@ enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
 // verbose level any runtime asked for. A failed PyTorch allocation is reported whatever the
 // level. Process-wide; thread-safe. A message another thread is delivering while the callback
 // changes may still reach the previous callback, so keep `user_data` valid until then.
-enum gkrt_status gkrt_set_log_callback(gkrt_log_fn callback, void *user_data);
+GKRT_MUST_USE enum gkrt_status gkrt_set_log_callback(gkrt_log_fn callback, void *user_data);
 
 // Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
 // `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on
@@ -501,6 +523,7 @@ enum gkrt_status gkrt_set_log_callback(gkrt_log_fn callback, void *user_data);
 // 0 or a stream the host backend does not know (on CUDA the stream must be a valid `CUstream`
 // or NULL: like the driver, gkrt cannot tell a made-up handle from a real one); GKRT_STATUS_OUT_OF_MEMORY (with the sizes and the
 // limit in the message) when the limit or the device is exhausted. Thread-safe.
+GKRT_MUST_USE
 enum gkrt_status gkrt_malloc(struct gkrt_runtime *runtime,
                              size_t size,
                              void *stream,
@@ -514,7 +537,7 @@ enum gkrt_status gkrt_malloc(struct gkrt_runtime *runtime,
 // as it was) for a NULL or unknown runtime, a pointer that is not the start of a live
 // `gkrt_malloc` block of this runtime (never allocated, freed already, or a graph's tensor),
 // or an unknown stream. Thread-safe.
-enum gkrt_status gkrt_free(struct gkrt_runtime *runtime, void *ptr, void *stream);
+GKRT_MUST_USE enum gkrt_status gkrt_free(struct gkrt_runtime *runtime, void *ptr, void *stream);
 
 // PyTorch's pluggable-allocator `alloc`: `size` bytes on `device` for use on `stream`
 // (`cudaStream_t`), from the process-wide runtime of that device (its `GKRT_*` environment
@@ -537,12 +560,14 @@ void gkrt_torch_free(void *ptr, size_t size, int device, void *stream);
 // it with `gkrt_runtime_release`; the runtime itself lives until the process ends. `*out` is
 // written only on success; GKRT_STATUS_NO_DEVICE when the runtime cannot be created (the
 // message says why), GKRT_STATUS_INVALID_ARGUMENT for a NULL `out` or a negative device.
-enum gkrt_status gkrt_torch_runtime(int device, struct gkrt_runtime **out);
+GKRT_MUST_USE enum gkrt_status gkrt_torch_runtime(int device, struct gkrt_runtime **out);
 
 // Returns every free block the pool caches to the device: plain segments that are wholly free
 // and free pages of virtual ranges (waiting for the device to be idle first). `*released`
 // (may be NULL) receives the bytes given back. Thread-safe.
-enum gkrt_status gkrt_runtime_release_cached(struct gkrt_runtime *runtime, uint64_t *released);
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_release_cached(struct gkrt_runtime *runtime,
+                                             uint64_t *released);
 
 // The library's version as "MAJOR.MINOR.PATCH", a static string (never free it).
 const char *gkrt_version(void);
@@ -552,13 +577,15 @@ const char *gkrt_version(void);
 const char *gkrt_status_name(int32_t status);
 
 // Fills `config` with the defaults (see `gkrt_config`). NULL is an error.
-enum gkrt_status gkrt_config_init(struct gkrt_config *config);
+GKRT_MUST_USE enum gkrt_status gkrt_config_init(struct gkrt_config *config);
 
 // Creates a runtime. `config` may be NULL for the defaults. On success `*out` receives a
 // handle the caller owns and releases with `gkrt_runtime_release`; on failure `*out` is left
 // untouched. Fails with GKRT_STATUS_NO_DEVICE when GKRT_DEVICE_CUDA is asked for and no
 // driver or device is present.
-enum gkrt_status gkrt_runtime_create(const struct gkrt_config *config, struct gkrt_runtime **out);
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_create(const struct gkrt_config *config,
+                                     struct gkrt_runtime **out);
 
 // Releases the caller's handle. Graphs and kernels made from the runtime keep it alive until
 // they are released too, so any release order is safe. NULL is a no-op; a handle already
@@ -568,19 +595,23 @@ enum gkrt_status gkrt_runtime_create(const struct gkrt_config *config, struct gk
 // of the runtime, or goes with the runtime. The release waits for a graph run in progress on
 // the runtime in another thread (the handle `gkrt_runtime_create` gave shares the runtime's
 // state lock); from a host callback of such a run it fails with GKRT_STATUS_INVALID_STATE.
-enum gkrt_status gkrt_runtime_release(struct gkrt_runtime *runtime);
+GKRT_MUST_USE enum gkrt_status gkrt_runtime_release(struct gkrt_runtime *runtime);
 
 // The backend the runtime runs on: GKRT_DEVICE_HOST or GKRT_DEVICE_CUDA.
-enum gkrt_status gkrt_runtime_device(const struct gkrt_runtime *runtime, gkrt_device_kind *out);
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_device(const struct gkrt_runtime *runtime,
+                                     gkrt_device_kind *out);
 
 // Copies the runtime's statistics into `*out`.
-enum gkrt_status gkrt_runtime_stats(const struct gkrt_runtime *runtime, struct gkrt_stats *out);
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_stats(const struct gkrt_runtime *runtime,
+                                    struct gkrt_stats *out);
 
 // Sets the peak statistics to the current values.
-enum gkrt_status gkrt_runtime_reset_peak_stats(struct gkrt_runtime *runtime);
+GKRT_MUST_USE enum gkrt_status gkrt_runtime_reset_peak_stats(struct gkrt_runtime *runtime);
 
 // Waits until all work the runtime queued has finished; reports asynchronous failures.
-enum gkrt_status gkrt_runtime_synchronize(struct gkrt_runtime *runtime);
+GKRT_MUST_USE enum gkrt_status gkrt_runtime_synchronize(struct gkrt_runtime *runtime);
 
 // Runs a finalized graph of this runtime once, start to end, and waits for it. On failure
 // (out of memory, a callback that failed, a device error) no node is run twice, every
@@ -589,7 +620,9 @@ enum gkrt_status gkrt_runtime_synchronize(struct gkrt_runtime *runtime);
 // or whose input or parameter that a node reads was never written, gives
 // GKRT_STATUS_INVALID_STATE before anything runs; a graph of another runtime,
 // GKRT_STATUS_INVALID_ARGUMENT. When a call has several faults, any one of them is reported.
-enum gkrt_status gkrt_runtime_run(struct gkrt_runtime *runtime, struct gkrt_graph *graph);
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_run(struct gkrt_runtime *runtime,
+                                  struct gkrt_graph *graph);
 
 #ifdef __cplusplus
 }  // extern "C"

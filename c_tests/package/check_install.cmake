@@ -1,7 +1,7 @@
 # Installs the package into a scratch prefix and checks it as a user would: the library files
 # and links, find_package(gkrt 0.1) (and the refusal of a version it is not), pkg-config, and a
 # program built each way that runs. Run by CTest (pkg_install_consumers) with BUILD_DIR,
-# SOURCE_DIR, VERSION and C_COMPILER set.
+# SOURCE_DIR, VERSION, C_COMPILER, LIBDIR and INCLUDEDIR set.
 set(work ${BUILD_DIR}/pkg-check)
 set(prefix ${work}/prefix)
 file(REMOVE_RECURSE ${work})
@@ -15,8 +15,7 @@ function(run)
 endfunction()
 
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-include(GNUInstallDirs)
-set(lib ${prefix}/${CMAKE_INSTALL_LIBDIR})
+set(lib ${prefix}/${LIBDIR})
 string(REGEX MATCH "^[0-9]+" major ${VERSION})
 
 # The real file carries the full version; the SONAME link and the development link point to it.
@@ -28,7 +27,7 @@ file(READ_SYMLINK ${lib}/libgkrt.so to_soname)
 if(NOT to_real STREQUAL "libgkrt.so.${VERSION}" OR NOT to_soname STREQUAL "libgkrt.so.${major}")
   message(FATAL_ERROR "links: libgkrt.so.${major} -> ${to_real}, libgkrt.so -> ${to_soname}")
 endif()
-foreach(f ${lib}/libgkrt.a ${prefix}/${CMAKE_INSTALL_INCLUDEDIR}/gkrt.h
+foreach(f ${lib}/libgkrt.a ${prefix}/${INCLUDEDIR}/gkrt.h
     ${lib}/cmake/gkrt/gkrtConfigVersion.cmake ${lib}/pkgconfig/gkrt.pc)
   if(NOT EXISTS ${f})
     message(FATAL_ERROR "not installed: ${f}")

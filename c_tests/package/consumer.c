@@ -20,9 +20,7 @@ int main(void) {
   if (gkrt_graph_write_tensor(g, x, in, sizeof in) || gkrt_runtime_run(rt, g) ||
       gkrt_graph_read_tensor(g, y, out, sizeof out))
     return 5;
-  gkrt_graph_release(g);
-  gkrt_kernel_release(relu);
-  gkrt_runtime_release(rt);
+  if (gkrt_graph_release(g) || gkrt_kernel_release(relu) || gkrt_runtime_release(rt)) return 7;
   if (out[0] != 0.0f || out[1] != 2.0f || out[2] != 0.0f || out[3] != 4.0f) return 6;
   printf("consumer of gkrt %s: ok\n", gkrt_version());
   return 0;

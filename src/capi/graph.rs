@@ -18,6 +18,7 @@ fn locked(g: &Mutex<RuntimeGraph>) -> Result<MutexGuard<'_, RuntimeGraph>, Error
 
 /// Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
 /// `gkrt_graph_release`; the graph keeps the runtime alive.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_graph_create(
     runtime: *mut gkrt_runtime,
@@ -41,6 +42,7 @@ pub unsafe extern "C" fn gkrt_graph_create(
 /// run of this graph may release it: the handle is dead at once (later calls with it get
 /// GKRT_STATUS_INVALID_ARGUMENT), the run completes, and the graph's memory is freed when the
 /// run ends.
+#[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_graph_release(graph: *mut gkrt_graph) -> gkrt_status {
     if graph.is_null() {
@@ -51,6 +53,7 @@ pub extern "C" fn gkrt_graph_release(graph: *mut gkrt_graph) -> gkrt_status {
 
 /// Adds a tensor of `size` bytes (1 .. 2^48) and kind GKRT_TENSOR_*. `name` may be NULL; it
 /// appears in error messages. `*out` receives the tensor's id.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_graph_add_tensor(
     graph: *mut gkrt_graph,
@@ -88,6 +91,7 @@ pub unsafe extern "C" fn gkrt_graph_add_tensor(
 /// order added. Checked here: ids belong to this graph; every intermediate or output read was
 /// written by an earlier node; built-ins get the tensor sizes and parameters they need. On
 /// success `*node_out` (may be NULL) receives the node's index.
+#[must_use]
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn gkrt_graph_add_kernel(
@@ -179,6 +183,7 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
 /// whose output is an input, parameter or output tensor). Before `gkrt_graph_finalize` only:
 /// GKRT_STATUS_INVALID_STATE after it, GKRT_STATUS_INVALID_ARGUMENT for an unknown node or one
 /// that does not qualify.
+#[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_graph_set_node_recomputable(
     graph: *mut gkrt_graph,
@@ -196,6 +201,7 @@ pub extern "C" fn gkrt_graph_set_node_recomputable(
 /// error, a warning, the log) calls it "node N 'name' (kernel)". `name` is NUL-terminated UTF-8,
 /// copied; an empty name removes it. Before `gkrt_graph_finalize` only: GKRT_STATUS_INVALID_STATE
 /// after it, GKRT_STATUS_INVALID_ARGUMENT for a NULL or non-UTF-8 name or an unknown node.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_graph_set_node_name(
     graph: *mut gkrt_graph,
@@ -220,6 +226,7 @@ pub unsafe extern "C" fn gkrt_graph_set_node_name(
 /// can run but not change. GKRT_STATUS_INVALID_ARGUMENT for a graph without nodes or with an
 /// output no node writes, GKRT_STATUS_INVALID_STATE for one finalized already;
 /// after a failure the graph stays unfinalized (it cannot run, and the call can be repeated).
+#[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_graph_finalize(graph: *mut gkrt_graph) -> gkrt_status {
     guard(|| {
@@ -230,6 +237,7 @@ pub extern "C" fn gkrt_graph_finalize(graph: *mut gkrt_graph) -> gkrt_status {
 }
 
 /// Describes the graph (sizes, and after finalize its liveness figures).
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_graph_get_info(
     graph: *const gkrt_graph,
@@ -260,6 +268,7 @@ pub unsafe extern "C" fn gkrt_graph_get_info(
 
 /// Copies `size` bytes from host memory `data` into an input, parameter or output tensor.
 /// `size` must equal the tensor's size. The copy is complete when the call returns.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_graph_write_tensor(
     graph: *mut gkrt_graph,
@@ -284,6 +293,7 @@ pub unsafe extern "C" fn gkrt_graph_write_tensor(
 
 /// Copies a persistent tensor (after it was written or produced by a run) into host memory
 /// `data` of `size` bytes, which must equal the tensor's size.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_graph_read_tensor(
     graph: *const gkrt_graph,

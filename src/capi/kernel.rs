@@ -49,6 +49,7 @@ fn check_out(out: *mut *mut gkrt_kernel) -> Result<(), Error> {
 }
 
 /// A built-in kernel (GKRT_BUILTIN_*). `*out` is released with `gkrt_kernel_release`.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_kernel_builtin(
     runtime: *mut gkrt_runtime,
@@ -68,6 +69,7 @@ pub unsafe extern "C" fn gkrt_kernel_builtin(
 
 /// A host callback kernel: `fn(args, user_data)` is called for every node that uses it (see
 /// `gkrt_callback_fn` for where and when). `user_data` is passed through untouched.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_kernel_from_callback(
     runtime: *mut gkrt_runtime,
@@ -91,6 +93,7 @@ pub unsafe extern "C" fn gkrt_kernel_from_callback(
 /// A kernel from PTX text (NUL-terminated), function `name`. CUDA backend only: the host
 /// backend answers GKRT_STATUS_UNSUPPORTED. Load errors give GKRT_STATUS_COMPILE_ERROR with
 /// the driver's log.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_kernel_from_ptx(
     runtime: *mut gkrt_runtime,
@@ -110,6 +113,7 @@ pub unsafe extern "C" fn gkrt_kernel_from_ptx(
 }
 
 /// A kernel from a cubin or fatbin image of `size` bytes, function `name`. CUDA backend only.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_kernel_from_cubin(
     runtime: *mut gkrt_runtime,
@@ -144,6 +148,7 @@ pub unsafe extern "C" fn gkrt_kernel_from_cubin(
 /// function `name` (declare it `extern "C" __global__`). `options` is an array of
 /// `num_options` NUL-terminated NVRTC options (may be NULL when 0); the target architecture
 /// is added for the device. CUDA backend only.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_kernel_from_source(
     runtime: *mut gkrt_runtime,
@@ -182,6 +187,7 @@ pub unsafe extern "C" fn gkrt_kernel_from_source(
 
 /// Releases the caller's kernel handle; graphs that use the kernel keep what they need.
 /// NULL is a no-op; releasing twice gives GKRT_STATUS_INVALID_ARGUMENT.
+#[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_kernel_release(kernel: *mut gkrt_kernel) -> gkrt_status {
     if kernel.is_null() {

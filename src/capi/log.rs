@@ -27,6 +27,7 @@ pub type gkrt_log_fn = Option<
 /// verbose level any runtime asked for. A failed PyTorch allocation is reported whatever the
 /// level. Process-wide; thread-safe. A message another thread is delivering while the callback
 /// changes may still reach the previous callback, so keep `user_data` valid until then.
+#[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_set_log_callback(
     callback: gkrt_log_fn,

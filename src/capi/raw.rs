@@ -23,6 +23,7 @@ use std::sync::Arc;
 /// 0 or a stream the host backend does not know (on CUDA the stream must be a valid `CUstream`
 /// or NULL: like the driver, gkrt cannot tell a made-up handle from a real one); GKRT_STATUS_OUT_OF_MEMORY (with the sizes and the
 /// limit in the message) when the limit or the device is exhausted. Thread-safe.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_malloc(
     runtime: *mut gkrt_runtime,
@@ -60,6 +61,7 @@ pub unsafe extern "C" fn gkrt_malloc(
 /// as it was) for a NULL or unknown runtime, a pointer that is not the start of a live
 /// `gkrt_malloc` block of this runtime (never allocated, freed already, or a graph's tensor),
 /// or an unknown stream. Thread-safe.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_free(
     runtime: *mut gkrt_runtime,
@@ -142,6 +144,7 @@ fn report(what: &str) {
 /// it with `gkrt_runtime_release`; the runtime itself lives until the process ends. `*out` is
 /// written only on success; GKRT_STATUS_NO_DEVICE when the runtime cannot be created (the
 /// message says why), GKRT_STATUS_INVALID_ARGUMENT for a NULL `out` or a negative device.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_torch_runtime(
     device: c_int,
@@ -164,6 +167,7 @@ pub unsafe extern "C" fn gkrt_torch_runtime(
 /// Returns every free block the pool caches to the device: plain segments that are wholly free
 /// and free pages of virtual ranges (waiting for the device to be idle first). `*released`
 /// (may be NULL) receives the bytes given back. Thread-safe.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_runtime_release_cached(
     runtime: *mut gkrt_runtime,

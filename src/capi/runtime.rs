@@ -33,6 +33,7 @@ pub extern "C" fn gkrt_status_name(status: i32) -> *const c_char {
 }
 
 /// Fills `config` with the defaults (see `gkrt_config`). NULL is an error.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_config_init(config: *mut gkrt_config) -> gkrt_status {
     guard(|| {
@@ -109,6 +110,7 @@ fn config_from_c(c: &gkrt_config) -> Result<Config, Error> {
 /// handle the caller owns and releases with `gkrt_runtime_release`; on failure `*out` is left
 /// untouched. Fails with GKRT_STATUS_NO_DEVICE when GKRT_DEVICE_CUDA is asked for and no
 /// driver or device is present.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_runtime_create(
     config: *const gkrt_config,
@@ -142,6 +144,7 @@ pub unsafe extern "C" fn gkrt_runtime_create(
 /// of the runtime, or goes with the runtime. The release waits for a graph run in progress on
 /// the runtime in another thread (the handle `gkrt_runtime_create` gave shares the runtime's
 /// state lock); from a host callback of such a run it fails with GKRT_STATUS_INVALID_STATE.
+#[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_runtime_release(runtime: *mut gkrt_runtime) -> gkrt_status {
     if runtime.is_null() {
@@ -151,6 +154,7 @@ pub extern "C" fn gkrt_runtime_release(runtime: *mut gkrt_runtime) -> gkrt_statu
 }
 
 /// The backend the runtime runs on: GKRT_DEVICE_HOST or GKRT_DEVICE_CUDA.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_runtime_device(
     runtime: *const gkrt_runtime,
@@ -170,6 +174,7 @@ pub unsafe extern "C" fn gkrt_runtime_device(
 }
 
 /// Copies the runtime's statistics into `*out`.
+#[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_runtime_stats(
     runtime: *const gkrt_runtime,
@@ -215,12 +220,14 @@ pub unsafe extern "C" fn gkrt_runtime_stats(
 }
 
 /// Sets the peak statistics to the current values.
+#[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_runtime_reset_peak_stats(runtime: *mut gkrt_runtime) -> gkrt_status {
     guard(|| handles::runtime(runtime as usize)?.reset_peak_stats())
 }
 
 /// Waits until all work the runtime queued has finished; reports asynchronous failures.
+#[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_runtime_synchronize(runtime: *mut gkrt_runtime) -> gkrt_status {
     guard(|| handles::runtime(runtime as usize)?.synchronize())
@@ -233,6 +240,7 @@ pub extern "C" fn gkrt_runtime_synchronize(runtime: *mut gkrt_runtime) -> gkrt_s
 /// or whose input or parameter that a node reads was never written, gives
 /// GKRT_STATUS_INVALID_STATE before anything runs; a graph of another runtime,
 /// GKRT_STATUS_INVALID_ARGUMENT. When a call has several faults, any one of them is reported.
+#[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_runtime_run(
     runtime: *mut gkrt_runtime,

@@ -181,6 +181,9 @@ typedef struct gkrt_callback_args {
 // GKRT_STATUS_INVALID_STATE instead of waiting, since waiting could never end.
 typedef int32_t (*gkrt_callback_fn)(const struct gkrt_callback_args *args, void *user_data);
 
+// A function that frees a callback's user data.
+typedef void (*gkrt_free_fn)(void *user_data);
+
 // A host's log callback: called with the message's level (1 error, 2 warning, 3 info, 4 debug,
 // 5 trace), its target (the part of gkrt that wrote it, e.g. "gkrt::runtime") and the message,
 // both NUL-terminated and valid only during the call, and the `user_data` given to
@@ -464,12 +467,25 @@ enum gkrt_status gkrt_kernel_builtin(struct gkrt_runtime *runtime,
                                      struct gkrt_kernel **out);
 
 // A host callback kernel: `fn(args, user_data)` is called for every node that uses it (see
-// `gkrt_callback_fn` for where and when). `user_data` is passed through untouched.
+// `gkrt_callback_fn` for where and when). `user_data` is passed through untouched; the host
+// keeps it alive (see `gkrt_kernel_from_callback_with_free` for gkrt to free it).
 GKRT_MUST_USE
 enum gkrt_status gkrt_kernel_from_callback(struct gkrt_runtime *runtime,
                                            gkrt_callback_fn callback,
                                            void *user_data,
                                            struct gkrt_kernel **out);
+
+// `gkrt_kernel_from_callback`, and gkrt owns `user_data`: `free_user_data(user_data)` is called
+// once, when the kernel's handle and every graph whose nodes use the kernel have been released
+// (on whatever thread releases the last of them). NULL `free_user_data` is the same as
+// `gkrt_kernel_from_callback`. When the call fails, nothing is freed: the data is still the
+// caller's.
+GKRT_MUST_USE
+enum gkrt_status gkrt_kernel_from_callback_with_free(struct gkrt_runtime *runtime,
+                                                     gkrt_callback_fn callback,
+                                                     void *user_data,
+                                                     gkrt_free_fn free_user_data,
+                                                     struct gkrt_kernel **out);
 
 // A kernel from PTX text (NUL-terminated), function `name`. CUDA backend only: the host
 // backend answers GKRT_STATUS_UNSUPPORTED. Load errors give GKRT_STATUS_COMPILE_ERROR with

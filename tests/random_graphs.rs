@@ -197,6 +197,7 @@ fn build(spec: &Spec, rt: &std::sync::Arc<Runtime>) -> (RuntimeGraph, Vec<u64>) 
     let callback = Kernel::Callback(HostCallback {
         func: twice_plus_one,
         user_data: 0,
+        owner: None,
     });
     for (i, op) in spec.ops.iter().enumerate() {
         let out = [ids[spec.params + i]];

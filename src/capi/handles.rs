@@ -430,12 +430,13 @@ mod tests {
         let cb = HostCallback {
             func: stats_of,
             user_data: key,
+            owner: None,
         };
         // SAFETY: every field is a pointer or an integer, for which zero is valid; `stats_of`
         // reads none of them.
         let args: CallbackArgs = unsafe { std::mem::zeroed() };
         let pinned = pin_runtime(key).unwrap();
-        let status = unsafe { call_callback(cb, &args) };
+        let status = unsafe { call_callback(&cb, &args) };
         assert_eq!(status, gkrt_status::GKRT_STATUS_INVALID_STATE as i32);
         let mut msg = [0u8; 256];
         let n = unsafe { crate::capi::gkrt_last_error_message(msg.as_mut_ptr().cast(), 256) };
@@ -448,14 +449,15 @@ mod tests {
         let release_cb = HostCallback {
             func: release_it,
             user_data: key,
+            owner: None,
         };
         assert_eq!(
-            unsafe { call_callback(release_cb, &args) },
+            unsafe { call_callback(&release_cb, &args) },
             gkrt_status::GKRT_STATUS_INVALID_STATE as i32
         );
         drop(pinned);
         // Free again, the same call from a callback works.
-        assert_eq!(unsafe { call_callback(cb, &args) }, 0);
+        assert_eq!(unsafe { call_callback(&cb, &args) }, 0);
         release(key, "runtime").unwrap();
     }
 
@@ -494,9 +496,10 @@ mod tests {
         let cb = HostCallback {
             func: stats_of,
             user_data: stale,
+            owner: None,
         };
         assert_eq!(
-            unsafe { call_callback(cb, &args) },
+            unsafe { call_callback(&cb, &args) },
             gkrt_status::GKRT_STATUS_INVALID_ARGUMENT as i32
         );
         // A stale runtime key where a graph is wanted is told apart without the lock too.

@@ -3,7 +3,9 @@
 use super::boundary::{c_slice, guard};
 use super::handles::{self, KernelObject, Object};
 use super::types::*;
-use crate::runtime::{BuiltinKind, Error, HostCallback, Kernel, ModuleSource, Runtime};
+use crate::runtime::{
+    BuiltinKind, Error, HostCallback, Kernel, ModuleSource, Runtime, UserDataOwner,
+};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
 
@@ -68,7 +70,8 @@ pub unsafe extern "C" fn gkrt_kernel_builtin(
 }
 
 /// A host callback kernel: `fn(args, user_data)` is called for every node that uses it (see
-/// `gkrt_callback_fn` for where and when). `user_data` is passed through untouched.
+/// `gkrt_callback_fn` for where and when). `user_data` is passed through untouched; the host
+/// keeps it alive (see `gkrt_kernel_from_callback_with_free` for gkrt to free it).
 #[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_kernel_from_callback(
@@ -77,16 +80,46 @@ pub unsafe extern "C" fn gkrt_kernel_from_callback(
     user_data: *mut c_void,
     out: *mut *mut gkrt_kernel,
 ) -> gkrt_status {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { gkrt_kernel_from_callback_with_free(runtime, callback, user_data, None, out) }
+}
+
+/// A function that frees a callback's user data.
+#[allow(non_camel_case_types)]
+pub type gkrt_free_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+/// `gkrt_kernel_from_callback`, and gkrt owns `user_data`: `free_user_data(user_data)` is called
+/// once, when the kernel's handle and every graph whose nodes use the kernel have been released
+/// (on whatever thread releases the last of them). NULL `free_user_data` is the same as
+/// `gkrt_kernel_from_callback`. When the call fails, nothing is freed: the data is still the
+/// caller's.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_kernel_from_callback_with_free(
+    runtime: *mut gkrt_runtime,
+    callback: gkrt_callback_fn,
+    user_data: *mut c_void,
+    free_user_data: gkrt_free_fn,
+    out: *mut *mut gkrt_kernel,
+) -> gkrt_status {
     guard(|| {
         let rt = handles::runtime(runtime as usize)?;
         check_out(out)?;
         let func = callback.ok_or_else(|| Error::InvalidArgument("callback is NULL".into()))?;
+        let owner =
+            free_user_data.map(|free| Arc::new(UserDataOwner::new(free, user_data as usize)));
         let kernel = Kernel::Callback(HostCallback {
             func,
             user_data: user_data as usize,
+            owner: owner.clone(),
         });
         // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
-        unsafe { publish(rt, kernel, out) }
+        unsafe { publish(rt, kernel, out) }?;
+        // Only a kernel that exists frees the data: a failed call leaves it to the caller.
+        if let Some(owner) = owner {
+            owner.arm();
+        }
+        Ok(())
     })
 }
 

@@ -103,7 +103,7 @@ impl Executor<'_> {
                     .launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
             }
             Kernel::Callback(cb) => {
-                let work = callback_work(*cb, n as u32, node, &self.buffers, n_in, n_out);
+                let work = callback_work(cb, n as u32, node, &self.buffers, n_in, n_out);
                 self.device
                     .enqueue_host_work(stream, work)
                     .map_err(|e| Error::CallbackFailed(e.to_string()))?;
@@ -119,7 +119,7 @@ impl Executor<'_> {
 /// Packages a host-callback node as device host-work: the buffers are copied into the closure
 /// so it owns everything it touches when the host backend runs it later on the stream worker.
 fn callback_work(
-    cb: HostCallback,
+    cb: &HostCallback,
     index: u32,
     node: &Node,
     buffers: &[Buffer],
@@ -134,6 +134,11 @@ fn callback_work(
         })
         .collect();
     let params = node.params.clone();
+    // The node keeps the user data alive while the run lasts: the work needs no owner of its own.
+    let cb = HostCallback {
+        owner: None,
+        ..cb.clone()
+    };
     // (Cloning an empty name allocates nothing; the message is made only on failure.)
     let name = node.name.clone();
     let bufs = SendBuffers(bufs);
@@ -158,7 +163,7 @@ fn callback_work(
         };
         // SAFETY: the function pointer and user data were given by the host for this purpose;
         // `args` and everything it points to live until the call returns.
-        let status = unsafe { crate::kernels::call_callback(cb, &args) };
+        let status = unsafe { crate::kernels::call_callback(&cb, &args) };
         if status == 0 {
             Ok(())
         } else {

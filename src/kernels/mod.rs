@@ -90,10 +90,52 @@ impl BuiltinKind {
 
 /// A host callback as the C API receives it. The signature is mirrored by
 /// `gkrt_callback_fn` in the header; it lives here so the executor can call it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct HostCallback {
     pub func: unsafe extern "C" fn(*const CallbackArgs, *mut c_void) -> i32,
     pub user_data: usize,
+    /// Frees `user_data` when the last kernel and node holding this callback are gone (None:
+    /// the host keeps the user data itself).
+    pub owner: Option<std::sync::Arc<UserDataOwner>>,
+}
+
+/// The host's function that frees a callback's user data, called once, on drop — once armed
+/// (a kernel that never came to exist leaves the data to the host).
+pub struct UserDataOwner {
+    free: unsafe extern "C" fn(*mut c_void),
+    user_data: usize,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl UserDataOwner {
+    /// An owner of `user_data`, not yet armed.
+    pub fn new(free: unsafe extern "C" fn(*mut c_void), user_data: usize) -> UserDataOwner {
+        UserDataOwner {
+            free,
+            user_data,
+            armed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// From now on the drop frees the user data.
+    pub fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for UserDataOwner {
+    fn drop(&mut self) {
+        if self.armed.load(std::sync::atomic::Ordering::Acquire) {
+            // SAFETY: the host gave the function and the pointer for exactly this call.
+            unsafe { (self.free)(self.user_data as *mut c_void) }
+        }
+    }
+}
+
+impl std::fmt::Debug for UserDataOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserDataOwner({:#x})", self.user_data)
+    }
 }
 
 thread_local! {
@@ -104,7 +146,7 @@ thread_local! {
 ///
 /// # Safety
 /// As for calling `cb.func` with `args`: both come from the host for this purpose.
-pub unsafe fn call_callback(cb: HostCallback, args: &CallbackArgs) -> i32 {
+pub unsafe fn call_callback(cb: &HostCallback, args: &CallbackArgs) -> i32 {
     IN_CALLBACK.with(|c| c.set(true));
     // SAFETY: forwarded to the caller.
     let status = unsafe { (cb.func)(args, cb.user_data as *mut c_void) };

@@ -344,6 +344,7 @@ mod tests {
                 kernel: Kernel::Callback(HostCallback {
                     func: nothing,
                     user_data: 0,
+                    owner: None,
                 }),
                 builtin: None,
                 inputs: inputs.to_vec(),

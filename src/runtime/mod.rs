@@ -47,7 +47,7 @@ pub(crate) use crate::graph::MAX_PARAMS_BYTES;
 #[cfg(test)]
 pub(crate) use crate::kernels::call_callback;
 pub(crate) use crate::kernels::inside_callback;
-pub use crate::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel};
+pub use crate::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel, UserDataOwner};
 pub use crate::memory::pool::PoolStats;
 pub use crate::plan::program::PoolCall;
 pub use crate::plan::swap::{Policy as SwapPolicy, SwapPlan};

@@ -24,17 +24,6 @@ static void on_log(uint32_t level, const char *target, const char *message, void
   pthread_mutex_unlock(&mu);
 }
 
-static gkrt_runtime *runtime_logging(uint64_t limit, uint32_t level) {
-  gkrt_config cfg;
-  OK(gkrt_config_init(&cfg));
-  cfg.device = GKRT_DEVICE_HOST;
-  cfg.memory_limit = limit;
-  cfg.log_level = level;
-  gkrt_runtime *rt;
-  OK(gkrt_runtime_create(&cfg, &rt));
-  return rt;
-}
-
 /* A graph whose one node needs more than the limit: finalize warns about it. */
 static void finalize_a_node_too_large(gkrt_runtime *rt) {
   gkrt_kernel *relu = builtin_kernel(rt, GKRT_BUILTIN_RELU);
@@ -64,7 +53,7 @@ int main(void) {
   dup2(fileno(err), 2);
 
   OK(gkrt_set_log_callback(on_log, &mu));
-  gkrt_runtime *rt = runtime_logging(1 << 20, 3); /* info: "gkrt runtime on ..." */
+  gkrt_runtime *rt = runtime_with(GKRT_DEVICE_HOST, GKRT_MEMORY_DYNAMIC, 1 << 20, 0, 3); /* info: "gkrt runtime on ..." */
   finalize_a_node_too_large(rt);                 /* a warning */
   pthread_mutex_lock(&mu);
   int infos = by_level[3], warnings = by_level[2], bad_calls = bad;
@@ -80,7 +69,7 @@ int main(void) {
   pthread_mutex_lock(&mu);
   int before = count;
   pthread_mutex_unlock(&mu);
-  gkrt_runtime *rt2 = runtime_logging(1 << 20, 3);
+  gkrt_runtime *rt2 = runtime_with(GKRT_DEVICE_HOST, GKRT_MEMORY_DYNAMIC, 1 << 20, 0, 3);
   finalize_a_node_too_large(rt2);
   CHECK(gkrt_lines(err) >= 2);
   pthread_mutex_lock(&mu);

@@ -32,12 +32,7 @@ static double now_ms(void) {
 /* --- 1 and 2: sizes that wrap --- */
 
 static void wrapping_sizes_are_refused(gkrt_memory_mode mode) {
-  gkrt_config cfg;
-  OK(gkrt_config_init(&cfg));
-  cfg.memory_mode = mode;
-  cfg.log_level = 1;
-  gkrt_runtime *rt;
-  OK(gkrt_runtime_create(&cfg, &rt));
+  gkrt_runtime *rt = runtime_with(GKRT_DEVICE_AUTO, mode, 0, 0, 1);
   gkrt_kernel *mm = builtin_kernel(rt, GKRT_BUILTIN_MATMUL);
   gkrt_kernel *fill = builtin_kernel(rt, GKRT_BUILTIN_FILL);
   gkrt_graph *g;
@@ -228,12 +223,7 @@ static void a_callback_may_release_its_graph_and_name_its_stream(void) {
 }
 
 static void planned_first_run_allocates_unwritten_outputs_only(void) {
-  gkrt_config cfg;
-  OK(gkrt_config_init(&cfg));
-  cfg.memory_mode = GKRT_MEMORY_PLANNED;
-  cfg.log_level = 1;
-  gkrt_runtime *rt;
-  OK(gkrt_runtime_create(&cfg, &rt));
+  gkrt_runtime *rt = runtime_with(GKRT_DEVICE_AUTO, GKRT_MEMORY_PLANNED, 0, 0, 1);
   gkrt_kernel *relu = builtin_kernel(rt, GKRT_BUILTIN_RELU);
   gkrt_graph *g;
   OK(gkrt_graph_create(rt, &g));

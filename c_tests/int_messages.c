@@ -27,16 +27,9 @@ static int warnings_so_far(void) {
   return n;
 }
 
+/* The message tests' runtime: a device and a host memory limit, warnings logged. */
 static gkrt_runtime *limited(uint64_t device, uint64_t host) {
-  gkrt_config cfg;
-  OK(gkrt_config_init(&cfg));
-  cfg.device = GKRT_DEVICE_HOST;
-  cfg.memory_limit = device;
-  cfg.host_memory_limit = host;
-  cfg.log_level = 2;
-  gkrt_runtime *rt;
-  OK(gkrt_runtime_create(&cfg, &rt));
-  return rt;
+  return runtime_with(GKRT_DEVICE_AUTO, GKRT_MEMORY_DYNAMIC, device, host, 2);
 }
 
 /* x -> relu -> y, each `bytes`. */

@@ -133,6 +133,22 @@ static inline float *alloc_floats(size_t n) {
   return p;
 }
 
+/* A runtime on `device` (GKRT_DEVICE_AUTO lets GKRT_DEVICE choose) with these limits (0: none),
+ * memory mode and log level. */
+static inline gkrt_runtime *runtime_with(gkrt_device_kind device, gkrt_memory_mode mode, uint64_t memory_limit,
+                                         uint64_t host_memory_limit, uint32_t log_level) {
+  gkrt_config cfg;
+  OK(gkrt_config_init(&cfg));
+  cfg.device = device;
+  cfg.memory_mode = mode;
+  cfg.memory_limit = memory_limit;
+  cfg.host_memory_limit = host_memory_limit;
+  cfg.log_level = log_level;
+  gkrt_runtime *rt = NULL;
+  OK(gkrt_runtime_create(&cfg, &rt));
+  return rt;
+}
+
 static inline gkrt_kernel *builtin_kernel(gkrt_runtime *rt, gkrt_builtin b) {
   gkrt_kernel *k = NULL;
   OK(gkrt_kernel_builtin(rt, b, &k));

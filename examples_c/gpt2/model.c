@@ -1,0 +1,486 @@
+/*
+ * Builds the GPT-2 training step's graph (model.h) from the node kinds of ops.h, and moves its
+ * weights, batch and loss between the host and gkrt.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int gpt2_check(gkrt_status st, const char *what) {
+  if (st == GKRT_STATUS_OK) return 0;
+  char msg[1024];
+  gkrt_last_error_message(msg, sizeof msg);
+  fprintf(stderr, "%s failed: %s: %s\n", what, gkrt_status_name(st), msg);
+  return 1;
+}
+
+int gpt2_config_check(const gpt2_config *c) {
+  const char *why = NULL;
+  if (!c->layers || !c->channels || !c->heads || !c->seq || !c->batch || !c->vocab)
+    why = "every size must be at least 1";
+  else if (c->layers > GPT2_MAX_LAYERS)
+    why = "too many layers (at most 256)";
+  else if (c->channels % c->heads)
+    why = "heads must divide channels";
+  else if ((uint64_t)c->batch * c->seq * 4 * c->channels >= (1ull << 31) ||
+           (uint64_t)c->batch * c->heads * c->seq * c->seq >= (1ull << 31) ||
+           (uint64_t)c->batch * c->seq * c->vocab >= (1ull << 31))
+    why = "batch x seq x (4 channels, heads x seq, vocab) must stay under 2^31 elements";
+  if (why) fprintf(stderr, "bad size: %s\n", why);
+  return why != NULL;
+}
+
+void gpt2_default_options(gpt2_options *o) {
+  memset(o, 0, sizeof *o);
+  o->lr = 3e-4f;
+  o->beta1 = 0.9f;
+  o->beta2 = 0.95f;
+  o->eps = 1e-8f;
+  o->weight_decay = 0.0f;
+}
+
+static void add_param(gpt2_model *m, const char *name, uint64_t count) {
+  gpt2_param *p = &m->params[m->num_params++];
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->offset = m->num_weights;
+  p->count = count;
+  m->num_weights += count;
+}
+
+void gpt2_layout(const gpt2_config *cfg, gpt2_model *m) {
+  const uint64_t C = cfg->channels;
+  m->cfg = *cfg;
+  m->num_params = 0;
+  m->num_weights = 0;
+  add_param(m, "wte", (uint64_t)cfg->vocab * C);
+  add_param(m, "wpe", (uint64_t)cfg->seq * C);
+  for (uint32_t l = 0; l < cfg->layers; l++) {
+    char n[24];
+    snprintf(n, sizeof n, "h%u.ln1", l);
+    add_param(m, n, 2 * C);
+    snprintf(n, sizeof n, "h%u.qkv", l);
+    add_param(m, n, 3 * C * C + 3 * C);
+    snprintf(n, sizeof n, "h%u.proj", l);
+    add_param(m, n, C * C + C);
+    snprintf(n, sizeof n, "h%u.ln2", l);
+    add_param(m, n, 2 * C);
+    snprintf(n, sizeof n, "h%u.fc", l);
+    add_param(m, n, 4 * C * C + 4 * C);
+    snprintf(n, sizeof n, "h%u.fcproj", l);
+    add_param(m, n, 4 * C * C + C);
+  }
+  add_param(m, "lnf", 2 * C);
+}
+
+/* --- Graph building --- */
+
+typedef struct {
+  gkrt_graph *g;
+  const gpt2_kernels *ks;
+  const gpt2_options *opt;
+  gpt2_model *m;
+  char prefix[24]; /* node names: "h3.attn.softmax" */
+} builder;
+
+static int tensor(builder *b, uint64_t floats, gkrt_tensor_kind kind, const char *name, gkrt_tensor *out) {
+  char full[64];
+  snprintf(full, sizeof full, "%s%s", b->prefix, name);
+  GPT2_TRY(gkrt_graph_add_tensor(b->g, floats * 4, kind, full, out));
+  return 0;
+}
+
+/* A node of kind `op`; `recomputable` marks it as the element-wise or row-wise kind whose output
+ * may be rebuilt instead of swapped (when the option asks for it). */
+static int node(builder *b, gpt2_op op, const char *name, const gkrt_tensor *in, size_t nin, const gkrt_tensor *out,
+                size_t nout, const void *params, size_t params_size, int recomputable) {
+  gkrt_launch l;
+  gpt2_launch_dims(op, params, &l);
+  l.params = params;
+  l.params_size = params_size;
+  uint32_t id;
+  GPT2_TRY(gkrt_graph_add_kernel(b->g, b->ks->k[op], in, nin, out, nout, NULL, 0, &l, &id));
+  char full[64];
+  snprintf(full, sizeof full, "%s%s", b->prefix, name);
+  GPT2_TRY(gkrt_graph_set_node_name(b->g, id, full));
+  if (recomputable && b->opt->recompute) GPT2_TRY(gkrt_graph_set_node_recomputable(b->g, id, 1));
+  return 0;
+}
+
+/* One-output node with a new intermediate of `floats` floats. */
+static int op1(builder *b, gpt2_op op, const char *name, const gkrt_tensor *in, size_t nin, uint64_t floats,
+               const void *params, size_t params_size, int recomputable, gkrt_tensor *out) {
+  if (tensor(b, floats, GKRT_TENSOR_INTERMEDIATE, name, out)) return 1;
+  return node(b, op, name, in, nin, out, 1, params, params_size, recomputable);
+}
+
+static gemm_op gemm(uint32_t ta, uint32_t tb, uint32_t m, uint32_t n, uint32_t k, uint32_t a_in, uint64_t a_off,
+                    uint32_t lda, uint32_t b_in, uint64_t b_off, uint32_t ldb, uint64_t c_off, uint32_t ldc,
+                    float alpha, float beta) {
+  gemm_op o;
+  memset(&o, 0, sizeof o);
+  o.trans_a = ta, o.trans_b = tb, o.m = m, o.n = n, o.k = k;
+  o.a_in = a_in, o.a_off = a_off, o.lda = lda;
+  o.b_in = b_in, o.b_off = b_off, o.ldb = ldb;
+  o.c_off = c_off, o.ldc = ldc;
+  o.alpha = alpha, o.beta = beta;
+  o.batch = 1;
+  return o;
+}
+
+static int gemm_node(builder *b, const char *name, const gkrt_tensor *in, size_t nin, uint64_t floats, p_gemm *p,
+                     gkrt_tensor *out) {
+  return op1(b, OP_GEMM, name, in, nin, floats, p, sizeof *p, 0, out);
+}
+
+/* y[BT,OC] = x[BT,IC]·Wᵀ + b, with W and b packed in `wb`. */
+static int linear(builder *b, const char *name, gkrt_tensor x, gkrt_tensor wb, uint32_t ic, uint32_t oc,
+                  gkrt_tensor *y) {
+  const uint32_t bt = b->m->cfg.batch * b->m->cfg.seq;
+  gkrt_tensor in[3] = {x, wb, b->m->ones};
+  p_gemm p = {2, {gemm(0, 0, oc, bt, 1, 1, (uint64_t)oc * ic, oc, 2, 0, 1, 0, oc, 1.0f, 0.0f),
+                  gemm(1, 0, oc, bt, ic, 1, 0, ic, 0, 0, ic, 0, oc, 1.0f, 1.0f)}};
+  return gemm_node(b, name, in, 3, (uint64_t)bt * oc, &p, y);
+}
+
+/* dx = dy·W, and the packed gradient of (W, b): dW = dyᵀ·x, db = column sums of dy. */
+static int linear_bwd(builder *b, const char *name, gkrt_tensor dy, gkrt_tensor x, gkrt_tensor wb, uint32_t ic,
+                      uint32_t oc, gkrt_tensor *dx, gkrt_tensor *dwb) {
+  const uint32_t bt = b->m->cfg.batch * b->m->cfg.seq;
+  char n[48];
+  snprintf(n, sizeof n, "%s.dx", name);
+  gkrt_tensor in_dx[2] = {dy, wb};
+  p_gemm pdx = {1, {gemm(0, 0, ic, bt, oc, 1, 0, ic, 0, 0, oc, 0, ic, 1.0f, 0.0f)}};
+  if (gemm_node(b, n, in_dx, 2, (uint64_t)bt * ic, &pdx, dx)) return 1;
+  snprintf(n, sizeof n, "%s.dw", name);
+  gkrt_tensor in_dw[3] = {x, dy, b->m->ones};
+  p_gemm pdw = {2, {gemm(0, 1, ic, oc, bt, 0, 0, ic, 1, 0, oc, 0, ic, 1.0f, 0.0f),
+                    gemm(0, 0, oc, 1, bt, 1, 0, oc, 2, 0, bt, (uint64_t)oc * ic, oc, 1.0f, 0.0f)}};
+  return gemm_node(b, n, in_dw, 3, (uint64_t)oc * ic + oc, &pdw, dwb);
+}
+
+static gpt2_param *param(builder *b, uint32_t index) { return &b->m->params[index]; }
+
+/* The parameter's gradient is complete: in a training step its AdamW node comes next. */
+static int finish_grad(builder *b, uint32_t index, gkrt_tensor grad) {
+  gpt2_param *p = param(b, index);
+  p->grad = grad;
+  if (b->opt->grads_as_outputs) return 0;
+  p_adam pa = {(uint32_t)p->count, b->opt->lr, b->opt->beta1, b->opt->beta2, b->opt->eps, b->opt->weight_decay};
+  gkrt_tensor in[5] = {grad, b->m->step, p->w, p->m, p->v};
+  gkrt_tensor out[3] = {p->w, p->m, p->v};
+  char n[40];
+  snprintf(n, sizeof n, "adamw.%s", p->name);
+  char saved[24];
+  memcpy(saved, b->prefix, sizeof saved);
+  b->prefix[0] = 0;
+  int r = node(b, OP_ADAMW, n, in, 5, out, 3, &pa, sizeof pa, 0);
+  memcpy(b->prefix, saved, sizeof saved);
+  return r;
+}
+
+/* A gradient tensor: an intermediate, or an output when the graph exposes gradients. */
+static gkrt_tensor_kind grad_kind(const builder *b) {
+  return b->opt->grads_as_outputs ? GKRT_TENSOR_OUTPUT : GKRT_TENSOR_INTERMEDIATE;
+}
+
+/* What the backward pass needs of a layer's forward. */
+typedef struct {
+  gkrt_tensor x, s1, h1, qkvp, p, y, x2, s2, h2, f, g;
+} layer_saved;
+
+#define TRY(x)           \
+  do {                   \
+    if (x) return 1;     \
+  } while (0)
+
+static int layer_forward(builder *b, uint32_t l, gkrt_tensor x, layer_saved *s, gkrt_tensor *out) {
+  const gpt2_config *c = &b->m->cfg;
+  const uint32_t C = c->channels, H = c->heads, T = c->seq, D = C / H, BT = c->batch * T, BH = c->batch * H;
+  const uint64_t bhtd = (uint64_t)BH * T * D;
+  const uint32_t base = 2 + 6 * l; /* ln1, qkv, proj, ln2, fc, fcproj */
+  const float scale = 1.0f / sqrtf((float)D);
+  snprintf(b->prefix, sizeof b->prefix, "h%u.", l);
+  s->x = x;
+  p_rows rows = {BT, C};
+  TRY(op1(b, OP_LN_STATS, "ln1.stats", &x, 1, 2ull * BT, &rows, sizeof rows, 0, &s->s1));
+  gkrt_tensor ln1_in[3] = {x, s->s1, param(b, base)->w};
+  TRY(op1(b, OP_LN_APPLY, "ln1", ln1_in, 3, (uint64_t)BT * C, &rows, sizeof rows, 1, &s->h1));
+  gkrt_tensor qkv;
+  TRY(linear(b, "attn.qkv", s->h1, param(b, base + 1)->w, C, 3 * C, &qkv));
+  p_perm split3 = {c->batch, T, 3, H, D};
+  TRY(op1(b, OP_SPLIT_HEADS, "attn.split", &qkv, 1, 3 * bhtd, &split3, sizeof split3, 1, &s->qkvp));
+  /* S = scale · Q·Kᵀ per (batch, head) */
+  p_gemm ps = {1, {gemm(1, 0, T, T, D, 0, bhtd, D, 0, 0, D, 0, T, scale, 0.0f)}};
+  ps.ops[0].batch = BH, ps.ops[0].stride_a = (uint64_t)T * D, ps.ops[0].stride_b = (uint64_t)T * D;
+  ps.ops[0].stride_c = (uint64_t)T * T;
+  gkrt_tensor sc;
+  TRY(gemm_node(b, "attn.scores", &s->qkvp, 1, (uint64_t)BH * T * T, &ps, &sc));
+  p_rows att_rows = {BH * T, T};
+  TRY(op1(b, OP_SOFTMAX, "attn.softmax", &sc, 1, (uint64_t)BH * T * T, &att_rows, sizeof att_rows, 1, &s->p));
+  /* Y = P·V */
+  p_gemm pv = {1, {gemm(0, 0, D, T, T, 1, 2 * bhtd, D, 0, 0, T, 0, D, 1.0f, 0.0f)}};
+  pv.ops[0].batch = BH, pv.ops[0].stride_a = (uint64_t)T * D, pv.ops[0].stride_b = (uint64_t)T * T;
+  pv.ops[0].stride_c = (uint64_t)T * D;
+  gkrt_tensor pv_in[2] = {s->p, s->qkvp}, yp;
+  TRY(gemm_node(b, "attn.pv", pv_in, 2, bhtd, &pv, &yp));
+  p_perm merge1 = {c->batch, T, 1, H, D};
+  TRY(op1(b, OP_MERGE_HEADS, "attn.merge", &yp, 1, bhtd, &merge1, sizeof merge1, 1, &s->y));
+  gkrt_tensor ao;
+  TRY(linear(b, "attn.proj", s->y, param(b, base + 2)->w, C, C, &ao));
+  p_n nc = {BT * C}, n4c = {BT * 4 * C};
+  gkrt_tensor r1[2] = {x, ao};
+  TRY(op1(b, OP_ADD, "res1", r1, 2, (uint64_t)BT * C, &nc, sizeof nc, 1, &s->x2));
+  TRY(op1(b, OP_LN_STATS, "ln2.stats", &s->x2, 1, 2ull * BT, &rows, sizeof rows, 0, &s->s2));
+  gkrt_tensor ln2_in[3] = {s->x2, s->s2, param(b, base + 3)->w};
+  TRY(op1(b, OP_LN_APPLY, "ln2", ln2_in, 3, (uint64_t)BT * C, &rows, sizeof rows, 1, &s->h2));
+  TRY(linear(b, "mlp.fc", s->h2, param(b, base + 4)->w, C, 4 * C, &s->f));
+  TRY(op1(b, OP_GELU, "mlp.gelu", &s->f, 1, (uint64_t)BT * 4 * C, &n4c, sizeof n4c, 1, &s->g));
+  gkrt_tensor mo;
+  TRY(linear(b, "mlp.proj", s->g, param(b, base + 5)->w, 4 * C, C, &mo));
+  gkrt_tensor r2[2] = {s->x2, mo};
+  return op1(b, OP_ADD, "res2", r2, 2, (uint64_t)BT * C, &nc, sizeof nc, 1, out);
+}
+
+/* dx: the gradient at the layer's output; *dx_in receives it at the layer's input. */
+static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_tensor dx, gkrt_tensor *dx_in) {
+  const gpt2_config *c = &b->m->cfg;
+  const uint32_t C = c->channels, H = c->heads, T = c->seq, D = C / H, BT = c->batch * T, BH = c->batch * H;
+  const uint64_t bhtd = (uint64_t)BH * T * D;
+  const uint32_t base = 2 + 6 * l;
+  const float scale = 1.0f / sqrtf((float)D);
+  const gkrt_tensor_kind gk = grad_kind(b);
+  snprintf(b->prefix, sizeof b->prefix, "h%u.", l);
+  p_rows rows = {BT, C};
+  p_n n4c = {BT * 4 * C};
+
+  /* MLP */
+  gkrt_tensor dg, dfcproj, df, dh2, dfc, dx2, dln2;
+  TRY(linear_bwd(b, "mlp.proj.bwd", dx, s->g, param(b, base + 5)->w, 4 * C, C, &dg, &dfcproj));
+  TRY(finish_grad(b, base + 5, dfcproj));
+  gkrt_tensor gb_in[2] = {dg, s->f};
+  TRY(op1(b, OP_GELU_BWD, "mlp.gelu.bwd", gb_in, 2, (uint64_t)BT * 4 * C, &n4c, sizeof n4c, 1, &df));
+  TRY(linear_bwd(b, "mlp.fc.bwd", df, s->h2, param(b, base + 4)->w, C, 4 * C, &dh2, &dfc));
+  TRY(finish_grad(b, base + 4, dfc));
+  gkrt_tensor ln2b[5] = {dh2, s->x2, s->s2, param(b, base + 3)->w, dx};
+  TRY(op1(b, OP_LN_BWD_DX_RES, "ln2.bwd", ln2b, 5, (uint64_t)BT * C, &rows, sizeof rows, 0, &dx2));
+  TRY(tensor(b, 2ull * C, gk, "ln2.grad", &dln2));
+  TRY(node(b, OP_LN_BWD_WB, "ln2.grad", ln2b, 3, &dln2, 1, &rows, sizeof rows, 0));
+  TRY(finish_grad(b, base + 3, dln2));
+
+  /* Attention */
+  gkrt_tensor dy, dproj, dyp, dp, ds, dqkvp, dqkv, dh1, dqkvw, dx1, dln1;
+  TRY(linear_bwd(b, "attn.proj.bwd", dx2, s->y, param(b, base + 2)->w, C, C, &dy, &dproj));
+  TRY(finish_grad(b, base + 2, dproj));
+  p_perm split1 = {c->batch, T, 1, H, D}, merge3 = {c->batch, T, 3, H, D};
+  TRY(op1(b, OP_SPLIT_HEADS, "attn.merge.bwd", &dy, 1, bhtd, &split1, sizeof split1, 1, &dyp));
+  /* dP = dY·Vᵀ */
+  p_gemm pdp = {1, {gemm(1, 0, T, T, D, 1, 2 * bhtd, D, 0, 0, D, 0, T, 1.0f, 0.0f)}};
+  pdp.ops[0].batch = BH, pdp.ops[0].stride_a = (uint64_t)T * D, pdp.ops[0].stride_b = (uint64_t)T * D;
+  pdp.ops[0].stride_c = (uint64_t)T * T;
+  gkrt_tensor dp_in[2] = {dyp, s->qkvp};
+  TRY(gemm_node(b, "attn.pv.bwd_p", dp_in, 2, (uint64_t)BH * T * T, &pdp, &dp));
+  p_rows att_rows = {BH * T, T};
+  gkrt_tensor sb_in[2] = {dp, s->p};
+  TRY(op1(b, OP_SOFTMAX_BWD, "attn.softmax.bwd", sb_in, 2, (uint64_t)BH * T * T, &att_rows, sizeof att_rows, 1, &ds));
+  /* inputs: dS, qkvp, dY, P. dQ = scale·dS·K, dK = scale·dSᵀ·Q, dV = Pᵀ·dY, into [3,B,H,T,D]. */
+  p_gemm pq = {3,
+               {gemm(0, 0, D, T, T, 1, bhtd, D, 0, 0, T, 0, D, scale, 0.0f),
+                gemm(0, 1, D, T, T, 1, 0, D, 0, 0, T, bhtd, D, scale, 0.0f),
+                gemm(0, 1, D, T, T, 2, 0, D, 3, 0, T, 2 * bhtd, D, 1.0f, 0.0f)}};
+  for (int i = 0; i < 3; i++) {
+    pq.ops[i].batch = BH, pq.ops[i].stride_a = (uint64_t)T * D, pq.ops[i].stride_b = (uint64_t)T * T;
+    pq.ops[i].stride_c = (uint64_t)T * D;
+  }
+  gkrt_tensor dq_in[4] = {ds, s->qkvp, dyp, s->p};
+  TRY(gemm_node(b, "attn.bwd_qkv", dq_in, 4, 3 * bhtd, &pq, &dqkvp));
+  TRY(op1(b, OP_MERGE_HEADS, "attn.split.bwd", &dqkvp, 1, 3 * bhtd, &merge3, sizeof merge3, 1, &dqkv));
+  TRY(linear_bwd(b, "attn.qkv.bwd", dqkv, s->h1, param(b, base + 1)->w, C, 3 * C, &dh1, &dqkvw));
+  TRY(finish_grad(b, base + 1, dqkvw));
+  gkrt_tensor ln1b[5] = {dh1, s->x, s->s1, param(b, base)->w, dx2};
+  TRY(op1(b, OP_LN_BWD_DX_RES, "ln1.bwd", ln1b, 5, (uint64_t)BT * C, &rows, sizeof rows, 0, &dx1));
+  TRY(tensor(b, 2ull * C, gk, "ln1.grad", &dln1));
+  TRY(node(b, OP_LN_BWD_WB, "ln1.grad", ln1b, 3, &dln1, 1, &rows, sizeof rows, 0));
+  TRY(finish_grad(b, base, dln1));
+  *dx_in = dx1;
+  return 0;
+}
+
+int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg, const gpt2_options *opt,
+               gpt2_model *m) {
+  if (gpt2_config_check(cfg)) return 1;
+  gpt2_layout(cfg, m);
+  const uint32_t C = cfg->channels, T = cfg->seq, BT = cfg->batch * T, V = cfg->vocab, L = cfg->layers;
+  builder b = {NULL, ks, opt, m, ""};
+  GPT2_TRY(gkrt_graph_create(rt, &b.g));
+  m->graph = b.g;
+  for (uint32_t i = 0; i < m->num_params; i++) {
+    gpt2_param *p = &m->params[i];
+    char n[40];
+    TRY(tensor(&b, p->count, GKRT_TENSOR_PARAMETER, p->name, &p->w));
+    snprintf(n, sizeof n, "%s.adam_m", p->name);
+    TRY(tensor(&b, p->count, GKRT_TENSOR_PARAMETER, n, &p->m));
+    snprintf(n, sizeof n, "%s.adam_v", p->name);
+    TRY(tensor(&b, p->count, GKRT_TENSOR_PARAMETER, n, &p->v));
+  }
+  TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "tokens", &m->tokens));
+  TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "targets", &m->targets));
+  TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "ones", &m->ones));
+  TRY(tensor(&b, 1, GKRT_TENSOR_INPUT, "adam_step", &m->step));
+  TRY(tensor(&b, 1, GKRT_TENSOR_OUTPUT, "loss", &m->loss));
+
+  /* Forward */
+  p_dims dims = {BT, T, C, V};
+  gkrt_tensor x, emb_in[3] = {m->tokens, param(&b, 0)->w, param(&b, 1)->w};
+  TRY(op1(&b, OP_EMBED, "embed", emb_in, 3, (uint64_t)BT * C, &dims, sizeof dims, 0, &x));
+  layer_saved *saved = calloc(L, sizeof *saved);
+  if (!saved) return 1;
+  int failed = 0;
+  for (uint32_t l = 0; l < L && !failed; l++) failed = layer_forward(&b, l, x, &saved[l], &x);
+  b.prefix[0] = 0;
+  const uint32_t lnf = m->num_params - 1;
+  p_rows rows = {BT, C}, ce = {BT, V};
+  gkrt_tensor sf, hf, logits, losses, dlogits, dhf, dwte, dx, dlnf, dwpe;
+  if (!failed) {
+    failed = op1(&b, OP_LN_STATS, "lnf.stats", &x, 1, 2ull * BT, &rows, sizeof rows, 0, &sf);
+    gkrt_tensor lnf_in[3] = {x, sf, param(&b, lnf)->w};
+    failed = failed || op1(&b, OP_LN_APPLY, "lnf", lnf_in, 3, (uint64_t)BT * C, &rows, sizeof rows, 1, &hf);
+    /* logits = hf·wteᵀ (tied embedding, no bias) */
+    gkrt_tensor lg_in[2] = {hf, param(&b, 0)->w};
+    p_gemm pl = {1, {gemm(1, 0, V, BT, C, 1, 0, C, 0, 0, C, 0, V, 1.0f, 0.0f)}};
+    failed = failed || gemm_node(&b, "logits", lg_in, 2, (uint64_t)BT * V, &pl, &logits);
+    gkrt_tensor ce_in[2] = {logits, m->targets};
+    failed = failed || op1(&b, OP_CE_ROWS, "loss.rows", ce_in, 2, BT, &ce, sizeof ce, 0, &losses);
+    p_n nbt = {BT};
+    failed = failed || node(&b, OP_MEAN, "loss", &losses, 1, &m->loss, 1, &nbt, sizeof nbt, 0);
+
+    /* Backward */
+    failed = failed || op1(&b, OP_CE_BWD, "loss.bwd", ce_in, 2, (uint64_t)BT * V, &ce, sizeof ce, 0, &dlogits);
+    gkrt_tensor dh_in[2] = {dlogits, param(&b, 0)->w};
+    p_gemm pdh = {1, {gemm(0, 0, C, BT, V, 1, 0, C, 0, 0, V, 0, C, 1.0f, 0.0f)}};
+    failed = failed || gemm_node(&b, "logits.bwd_x", dh_in, 2, (uint64_t)BT * C, &pdh, &dhf);
+    gkrt_tensor dw_in[2] = {hf, dlogits};
+    p_gemm pdw = {1, {gemm(0, 1, C, V, BT, 0, 0, C, 1, 0, V, 0, C, 1.0f, 0.0f)}};
+    if (!failed) failed = tensor(&b, (uint64_t)V * C, grad_kind(&b), "logits.bwd_w", &dwte);
+    failed = failed || node(&b, OP_GEMM, "logits.bwd_w", dw_in, 2, &dwte, 1, &pdw, sizeof pdw, 0);
+    gkrt_tensor lnfb[4] = {dhf, x, sf, param(&b, lnf)->w};
+    failed = failed || op1(&b, OP_LN_BWD_DX, "lnf.bwd", lnfb, 4, (uint64_t)BT * C, &rows, sizeof rows, 0, &dx);
+    if (!failed) failed = tensor(&b, 2ull * C, grad_kind(&b), "lnf.grad", &dlnf);
+    failed = failed || node(&b, OP_LN_BWD_WB, "lnf.grad", lnfb, 3, &dlnf, 1, &rows, sizeof rows, 0);
+    failed = failed || finish_grad(&b, lnf, dlnf);
+  }
+  for (uint32_t l = L; l-- > 0 && !failed;) failed = layer_backward(&b, l, &saved[l], dx, &dx);
+  free(saved);
+  b.prefix[0] = 0;
+  if (failed) return 1;
+  gkrt_tensor wte_in[3] = {dx, m->tokens, dwte};
+  TRY(node(&b, OP_EMBED_BWD_WTE, "embed.bwd_wte", wte_in, 3, &dwte, 1, &dims, sizeof dims, 0));
+  TRY(finish_grad(&b, 0, dwte));
+  if (tensor(&b, (uint64_t)T * C, grad_kind(&b), "embed.bwd_wpe", &dwpe)) return 1;
+  TRY(node(&b, OP_EMBED_BWD_WPE, "embed.bwd_wpe", &dx, 1, &dwpe, 1, &dims, sizeof dims, 0));
+  TRY(finish_grad(&b, 1, dwpe));
+  GPT2_TRY(gkrt_graph_finalize(b.g));
+  return 0;
+}
+
+/* --- Data --- */
+
+static uint64_t rng_next(uint64_t *s) {
+  /* splitmix64 */
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s) { return ((rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+static float rng_normal(uint64_t *s) {
+  double u1 = rng_uniform(s), u2 = rng_uniform(s);
+  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+void gpt2_init_weights(const gpt2_model *m, uint64_t seed, float std, float *w) {
+  const uint64_t C = m->cfg.channels;
+  const float proj_std = std / sqrtf(2.0f * (float)m->cfg.layers);
+  uint64_t s = seed;
+  for (uint32_t i = 0; i < m->num_params; i++) {
+    const gpt2_param *p = &m->params[i];
+    float *v = w + p->offset;
+    const char *kind = strchr(p->name, '.') ? strchr(p->name, '.') + 1 : p->name;
+    if (!strcmp(kind, "ln1") || !strcmp(kind, "ln2") || !strcmp(kind, "lnf")) {
+      for (uint64_t j = 0; j < p->count; j++) v[j] = j < C ? 1.0f : 0.0f;
+      continue;
+    }
+    /* Matrices first, then (for linears) the bias. */
+    uint64_t matrix = p->count;
+    float sd = std;
+    if (!strcmp(kind, "qkv")) matrix = 3 * C * C;
+    if (!strcmp(kind, "proj")) matrix = C * C, sd = proj_std;
+    if (!strcmp(kind, "fc")) matrix = 4 * C * C;
+    if (!strcmp(kind, "fcproj")) matrix = 4 * C * C, sd = proj_std;
+    for (uint64_t j = 0; j < p->count; j++) v[j] = j < matrix ? sd * rng_normal(&s) : 0.0f;
+  }
+}
+
+void gpt2_make_batch(const gpt2_config *cfg, uint64_t seed, int32_t *tokens, int32_t *targets) {
+  uint64_t s = seed ^ 0x5EED5EEDull;
+  for (uint32_t b = 0; b < cfg->batch; b++) {
+    int32_t prev = (int32_t)(rng_next(&s) % cfg->vocab);
+    for (uint32_t t = 0; t < cfg->seq; t++) {
+      int32_t next = (int32_t)(rng_next(&s) % cfg->vocab);
+      tokens[b * cfg->seq + t] = prev;
+      targets[b * cfg->seq + t] = next;
+      prev = next;
+    }
+  }
+}
+
+int gpt2_upload(const gpt2_model *m, const float *w, const int32_t *tokens, const int32_t *targets) {
+  const uint64_t bt = (uint64_t)m->cfg.batch * m->cfg.seq;
+  uint64_t largest = bt;
+  for (uint32_t i = 0; i < m->num_params; i++)
+    if (m->params[i].count > largest) largest = m->params[i].count;
+  float *buf = calloc(largest, sizeof(float));
+  if (!buf) return 1;
+  int failed = 0;
+  for (uint32_t i = 0; i < m->num_params && !failed; i++) {
+    const gpt2_param *p = &m->params[i];
+    failed = gpt2_check(gkrt_graph_write_tensor(m->graph, p->w, w + p->offset, p->count * 4), "write weights") ||
+             gpt2_check(gkrt_graph_write_tensor(m->graph, p->m, buf, p->count * 4), "write adam m") ||
+             gpt2_check(gkrt_graph_write_tensor(m->graph, p->v, buf, p->count * 4), "write adam v");
+  }
+  for (uint64_t i = 0; i < bt; i++) buf[i] = 1.0f;
+  if (!failed)
+    failed = gpt2_check(gkrt_graph_write_tensor(m->graph, m->ones, buf, bt * 4), "write ones") ||
+             gpt2_check(gkrt_graph_write_tensor(m->graph, m->tokens, tokens, bt * 4), "write tokens") ||
+             gpt2_check(gkrt_graph_write_tensor(m->graph, m->targets, targets, bt * 4), "write targets");
+  free(buf);
+  return failed;
+}
+
+int gpt2_step(gkrt_runtime *rt, const gpt2_model *m, uint32_t t, float *loss) {
+  float step = (float)t;
+  GPT2_TRY(gkrt_graph_write_tensor(m->graph, m->step, &step, 4));
+  GPT2_TRY(gkrt_runtime_run(rt, m->graph));
+  GPT2_TRY(gkrt_graph_read_tensor(m->graph, m->loss, loss, 4));
+  return 0;
+}
+
+int gpt2_download(const gpt2_model *m, float *w) {
+  for (uint32_t i = 0; i < m->num_params; i++) {
+    const gpt2_param *p = &m->params[i];
+    GPT2_TRY(gkrt_graph_read_tensor(m->graph, p->w, w + p->offset, p->count * 4));
+  }
+  return 0;
+}
+
+int gpt2_read_grads(const gpt2_model *m, float *g) {
+  for (uint32_t i = 0; i < m->num_params; i++) {
+    const gpt2_param *p = &m->params[i];
+    GPT2_TRY(gkrt_graph_read_tensor(m->graph, p->grad, g + p->offset, p->count * 4));
+  }
+  return 0;
+}

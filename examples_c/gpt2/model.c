@@ -86,7 +86,7 @@ typedef struct {
 } builder;
 
 static int tensor(builder *b, uint64_t floats, gkrt_tensor_kind kind, const char *name, gkrt_tensor *out) {
-  char full[64];
+  char full[96];
   snprintf(full, sizeof full, "%s%s", b->prefix, name);
   GPT2_TRY(gkrt_graph_add_tensor(b->g, floats * 4, kind, full, out));
   return 0;
@@ -102,7 +102,7 @@ static int node(builder *b, gpt2_op op, const char *name, const gkrt_tensor *in,
   l.params_size = params_size;
   uint32_t id;
   GPT2_TRY(gkrt_graph_add_kernel(b->g, b->ks->k[op], in, nin, out, nout, NULL, 0, &l, &id));
-  char full[64];
+  char full[96];
   snprintf(full, sizeof full, "%s%s", b->prefix, name);
   GPT2_TRY(gkrt_graph_set_node_name(b->g, id, full));
   if (recomputable && b->opt->recompute) GPT2_TRY(gkrt_graph_set_node_recomputable(b->g, id, 1));
@@ -145,6 +145,11 @@ static int linear(builder *b, const char *name, gkrt_tensor x, gkrt_tensor wb, u
   return gemm_node(b, name, in, 3, (uint64_t)bt * oc, &p, y);
 }
 
+/* A gradient tensor: an intermediate, or an output when the graph exposes gradients. */
+static gkrt_tensor_kind grad_kind(const builder *b) {
+  return b->opt->grads_as_outputs ? GKRT_TENSOR_OUTPUT : GKRT_TENSOR_INTERMEDIATE;
+}
+
 /* dx = dy·W, and the packed gradient of (W, b): dW = dyᵀ·x, db = column sums of dy. */
 static int linear_bwd(builder *b, const char *name, gkrt_tensor dy, gkrt_tensor x, gkrt_tensor wb, uint32_t ic,
                       uint32_t oc, gkrt_tensor *dx, gkrt_tensor *dwb) {
@@ -158,7 +163,8 @@ static int linear_bwd(builder *b, const char *name, gkrt_tensor dy, gkrt_tensor 
   gkrt_tensor in_dw[3] = {x, dy, b->m->ones};
   p_gemm pdw = {2, {gemm(0, 1, ic, oc, bt, 0, 0, ic, 1, 0, oc, 0, ic, 1.0f, 0.0f),
                     gemm(0, 0, oc, 1, bt, 1, 0, oc, 2, 0, bt, (uint64_t)oc * ic, oc, 1.0f, 0.0f)}};
-  return gemm_node(b, n, in_dw, 3, (uint64_t)oc * ic + oc, &pdw, dwb);
+  if (tensor(b, (uint64_t)oc * ic + oc, grad_kind(b), n, dwb)) return 1;
+  return node(b, OP_GEMM, n, in_dw, 3, dwb, 1, &pdw, sizeof pdw, 0);
 }
 
 static gpt2_param *param(builder *b, uint32_t index) { return &b->m->params[index]; }
@@ -181,10 +187,6 @@ static int finish_grad(builder *b, uint32_t index, gkrt_tensor grad) {
   return r;
 }
 
-/* A gradient tensor: an intermediate, or an output when the graph exposes gradients. */
-static gkrt_tensor_kind grad_kind(const builder *b) {
-  return b->opt->grads_as_outputs ? GKRT_TENSOR_OUTPUT : GKRT_TENSOR_INTERMEDIATE;
-}
 
 /* What the backward pass needs of a layer's forward. */
 typedef struct {

@@ -2,6 +2,8 @@
  * int_gpt2: the GPT-2 example (examples_c/gpt2/) on a tiny configuration, through the public C
  * API only, on whatever backend GKRT_DEVICE picks (CPU callbacks on the host backend; NVRTC
  * kernels and cuBLAS on CUDA).
+ *  0. Causality: a token changed at position t leaves the losses before t and those of the
+ *     other sequence bit-identical.
  *  1. Gradients: every parameter tensor's gradient, at its largest entry and at two others,
  *     against central finite differences of the loss (each a run of the same graph).
  *  2. Training: the first loss is about ln(vocab) and fifteen AdamW steps on the fixed batch
@@ -106,6 +108,31 @@ static void check_gradients(const float *w0, const int32_t *tok, const int32_t *
   done(&s);
 }
 
+/* Causal attention, batch rows apart: changing the input token at position 5 of sequence 0
+ * leaves the losses of its earlier positions and of sequence 1 bit-identical and changes
+ * position 5's. */
+static void check_causal(const float *w0, const int32_t *tok, const int32_t *tg) {
+  gpt2_options opt;
+  gpt2_default_options(&opt);
+  opt.grads_as_outputs = 1;
+  setup s = make(GKRT_MEMORY_DYNAMIC, 0, &opt);
+  const uint32_t T = TINY.seq, BT = TINY.batch * TINY.seq;
+  float before[64], after[64];
+  int32_t changed[64];
+  if (gpt2_upload(s.m, w0, tok, tg) != 0) exit(1);
+  run_loss(&s);
+  OK(gkrt_graph_read_tensor(s.m->graph, s.m->losses, before, BT * 4));
+  memcpy(changed, tok, BT * 4);
+  changed[5] = (changed[5] + 1) % (int32_t)TINY.vocab;
+  OK(gkrt_graph_write_tensor(s.m->graph, s.m->tokens, changed, BT * 4));
+  run_loss(&s);
+  OK(gkrt_graph_read_tensor(s.m->graph, s.m->losses, after, BT * 4));
+  CHECK(memcmp(before, after, 5 * 4) == 0);       /* positions 0..4 of sequence 0 */
+  CHECK(before[5] != after[5]);                   /* the position itself */
+  CHECK(memcmp(before + T, after + T, T * 4) == 0); /* sequence 1 */
+  done(&s);
+}
+
 /* Runs `steps` steps; returns the losses, and the final weights in `w_out`. */
 static void train(uint32_t mode, uint64_t limit, int recompute, uint32_t steps, const float *w0, const int32_t *tok,
                   const int32_t *tg, float *losses, float *w_out, gkrt_stats *st) {
@@ -136,6 +163,7 @@ int main(void) {
   /* Larger weights than GPT-2's 0.02 make every gradient large enough to check. */
   gpt2_init_weights(layout, 7, 0.3f, w0);
   check_gradients(w0, tok, tg);
+  check_causal(w0, tok, tg);
 
   /* --- Training, and the same steps under every memory mode. --- */
   gpt2_init_weights(layout, 7, 0.02f, w0);

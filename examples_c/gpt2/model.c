@@ -169,6 +169,19 @@ static int linear_bwd(builder *b, const char *name, gkrt_tensor dy, gkrt_tensor 
 
 static gpt2_param *param(builder *b, uint32_t index) { return &b->m->params[index]; }
 
+/* The packed (weight, bias) gradient of a layer norm: partial sums over chunks of rows, then
+ * their sum. `in` = (dy, x, stats). */
+static int ln_grad(builder *b, const char *name, const gkrt_tensor *in, gkrt_tensor *dwb) {
+  const uint32_t bt = b->m->cfg.batch * b->m->cfg.seq, c = b->m->cfg.channels;
+  p_chunks pc = {bt, c, bt < 32 ? bt : 32}, ps = {pc.chunks, 2 * c, pc.chunks};
+  gkrt_tensor parts;
+  char n[48];
+  snprintf(n, sizeof n, "%s.parts", name);
+  if (op1(b, OP_LN_BWD_WB, n, in, 3, 2ull * c * pc.chunks, &pc, sizeof pc, 0, &parts)) return 1;
+  if (tensor(b, 2ull * c, grad_kind(b), name, dwb)) return 1;
+  return node(b, OP_SUM_CHUNKS, name, &parts, 1, dwb, 1, &ps, sizeof ps, 0);
+}
+
 /* The parameter's gradient is complete: in a training step its AdamW node comes next. */
 static int finish_grad(builder *b, uint32_t index, gkrt_tensor grad) {
   gpt2_param *p = param(b, index);
@@ -253,7 +266,6 @@ static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_ten
   const uint64_t bhtd = (uint64_t)BH * T * D;
   const uint32_t base = 2 + 6 * l;
   const float scale = 1.0f / sqrtf((float)D);
-  const gkrt_tensor_kind gk = grad_kind(b);
   snprintf(b->prefix, sizeof b->prefix, "h%u.", l);
   p_rows rows = {BT, C};
   p_n n4c = {BT * 4 * C};
@@ -268,8 +280,7 @@ static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_ten
   TRY(finish_grad(b, base + 4, dfc));
   gkrt_tensor ln2b[5] = {dh2, s->x2, s->s2, param(b, base + 3)->w, dx};
   TRY(op1(b, OP_LN_BWD_DX_RES, "ln2.bwd", ln2b, 5, (uint64_t)BT * C, &rows, sizeof rows, 0, &dx2));
-  TRY(tensor(b, 2ull * C, gk, "ln2.grad", &dln2));
-  TRY(node(b, OP_LN_BWD_WB, "ln2.grad", ln2b, 3, &dln2, 1, &rows, sizeof rows, 0));
+  TRY(ln_grad(b, "ln2.grad", ln2b, &dln2));
   TRY(finish_grad(b, base + 3, dln2));
 
   /* Attention */
@@ -303,8 +314,7 @@ static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_ten
   TRY(finish_grad(b, base + 1, dqkvw));
   gkrt_tensor ln1b[5] = {dh1, s->x, s->s1, param(b, base)->w, dx2};
   TRY(op1(b, OP_LN_BWD_DX_RES, "ln1.bwd", ln1b, 5, (uint64_t)BT * C, &rows, sizeof rows, 0, &dx1));
-  TRY(tensor(b, 2ull * C, gk, "ln1.grad", &dln1));
-  TRY(node(b, OP_LN_BWD_WB, "ln1.grad", ln1b, 3, &dln1, 1, &rows, sizeof rows, 0));
+  TRY(ln_grad(b, "ln1.grad", ln1b, &dln1));
   TRY(finish_grad(b, base, dln1));
   *dx_in = dx1;
   return 0;
@@ -354,7 +364,9 @@ int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg,
     p_gemm pl = {1, {gemm(1, 0, V, BT, C, 1, 0, C, 0, 0, C, 0, V, 1.0f, 0.0f)}};
     failed = failed || gemm_node(&b, "logits", lg_in, 2, (uint64_t)BT * V, &pl, &logits);
     gkrt_tensor ce_in[2] = {logits, m->targets};
-    failed = failed || op1(&b, OP_CE_ROWS, "loss.rows", ce_in, 2, BT, &ce, sizeof ce, 0, &losses);
+    if (!failed) failed = tensor(&b, BT, grad_kind(&b), "loss.rows", &losses);
+    failed = failed || node(&b, OP_CE_ROWS, "loss.rows", ce_in, 2, &losses, 1, &ce, sizeof ce, 0);
+    m->losses = losses;
     p_n nbt = {BT};
     failed = failed || node(&b, OP_MEAN, "loss", &losses, 1, &m->loss, 1, &nbt, sizeof nbt, 0);
 
@@ -369,8 +381,7 @@ int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg,
     failed = failed || node(&b, OP_GEMM, "logits.bwd_w", dw_in, 2, &dwte, 1, &pdw, sizeof pdw, 0);
     gkrt_tensor lnfb[4] = {dhf, x, sf, param(&b, lnf)->w};
     failed = failed || op1(&b, OP_LN_BWD_DX, "lnf.bwd", lnfb, 4, (uint64_t)BT * C, &rows, sizeof rows, 0, &dx);
-    if (!failed) failed = tensor(&b, 2ull * C, grad_kind(&b), "lnf.grad", &dlnf);
-    failed = failed || node(&b, OP_LN_BWD_WB, "lnf.grad", lnfb, 3, &dlnf, 1, &rows, sizeof rows, 0);
+    failed = failed || ln_grad(&b, "lnf.grad", lnfb, &dlnf);
     failed = failed || finish_grad(&b, lnf, dlnf);
   }
   for (uint32_t l = L; l-- > 0 && !failed;) failed = layer_backward(&b, l, &saved[l], dx, &dx);

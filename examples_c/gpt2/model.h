@@ -25,7 +25,8 @@ typedef struct {
 
 typedef struct {
   int recompute;        /* declare the element-wise and row-wise nodes recomputable */
-  int grads_as_outputs; /* gradients become output tensors and no optimizer runs (tests) */
+  int grads_as_outputs; /* gradients and per-position losses become output tensors and no
+                           optimizer runs (tests) */
   float lr, beta1, beta2, eps, weight_decay;
 } gpt2_options;
 
@@ -41,6 +42,7 @@ typedef struct {
   gpt2_config cfg;
   gkrt_graph *graph;
   gkrt_tensor tokens, targets, ones, step, loss;
+  gkrt_tensor losses; /* per position [B·T]; an output with grads_as_outputs */
   uint32_t num_params;
   uint64_t num_weights; /* floats over all parameters */
   gpt2_param params[GPT2_MAX_PARAMS];

@@ -29,11 +29,12 @@ typedef enum {
   OP_CE_BWD,        /* (logits, targets) -> (softmax - onehot) / BT               p_rows  */
   OP_LN_BWD_DX,     /* (dy, x, stats, wb) -> dx                                   p_rows  */
   OP_LN_BWD_DX_RES, /* (dy, x, stats, wb, dres) -> dres + dx                      p_rows  */
-  OP_LN_BWD_WB,     /* (dy, x, stats) -> dwb[2C] (dw, db), summed over rows       p_rows  */
+  OP_LN_BWD_WB,     /* (dy, x, stats) -> per chunk of rows (dw, db): [chunks, 2C]  p_chunks */
   OP_EMBED_BWD_WTE, /* (dx, tokens, dwte) -> dwte += scatter(dx), in place        p_dims  */
   OP_EMBED_BWD_WPE, /* (dx) -> dwpe[T,C], summed over the batch                   p_dims  */
   OP_ADAMW,         /* (grad, step, param, m, v) -> (param, m, v), in place       p_adam  */
   OP_GEMM,          /* callback: a list of column-major (cuBLAS-style) products   p_gemm  */
+  OP_SUM_CHUNKS,    /* (parts[chunks, cols]) -> [cols], chunks summed in order    p_chunks */
   OP_COUNT
 } gpt2_op;
 
@@ -41,6 +42,9 @@ typedef struct { uint32_t n; } p_n;
 typedef struct { uint32_t rows, cols; } p_rows;
 typedef struct { uint32_t bt, t, c, v; } p_dims;
 typedef struct { uint32_t b, t, parts, h, d; } p_perm;
+/* Rows split into `chunks` equal ranges (the last takes the rest): column sums over many rows
+ * run as parallel partial sums, then one fixed-order sum of the partials (OP_SUM_CHUNKS). */
+typedef struct { uint32_t rows, cols, chunks; } p_chunks;
 typedef struct { uint32_t n; float lr, beta1, beta2, eps, weight_decay; } p_adam;
 
 /* C = alpha * op(A) op(B) + beta * C in column-major terms, batched with strides (elements).

@@ -21,6 +21,7 @@ struct p_n { unsigned n; };
 struct p_rows { unsigned rows, cols; };
 struct p_dims { unsigned bt, t, c, v; };
 struct p_perm { unsigned b, t, parts, h, d; };
+struct p_chunks { unsigned rows, cols, chunks; };
 struct p_adam { unsigned n; float lr, beta1, beta2, eps, weight_decay; };
 
 __device__ float warp_sum(float v) {
@@ -203,13 +204,16 @@ extern "C" __global__ void g_ln_bwd_dx_res(const float *dy, const float *x, cons
                                            const float *dres, float *dx, p_rows p) {
   ln_bwd_row(dy, x, s, wb, dres, dx, p);
 }
-/* Blocks of 32x8: 32 columns each, 8 row groups summed in a fixed order. */
-extern "C" __global__ void g_ln_bwd_wb(const float *dy, const float *x, const float *s, float *dwb, p_rows p) {
+/* Blocks of 32x8: 32 columns of one chunk of rows (blockIdx.y), 8 row groups summed in a fixed
+ * order. */
+extern "C" __global__ void g_ln_bwd_wb(const float *dy, const float *x, const float *s, float *parts, p_chunks p) {
   __shared__ float sw[8][32], sb[8][32];
-  unsigned c = blockIdx.x * 32 + threadIdx.x;
+  unsigned c = blockIdx.x * 32 + threadIdx.x, per = p.rows / p.chunks;
+  unsigned end = blockIdx.y + 1 == p.chunks ? p.rows : (blockIdx.y + 1) * per;
+  float *dwb = parts + (unsigned long long)blockIdx.y * 2 * p.cols;
   float aw = 0.0f, ab = 0.0f;
   if (c < p.cols)
-    for (unsigned r = threadIdx.y; r < p.rows; r += 8) {
+    for (unsigned r = blockIdx.y * per + threadIdx.y; r < end; r += 8) {
       unsigned long long i = (unsigned long long)r * p.cols + c;
       aw += dy[i] * (x[i] - s[2 * r]) * s[2 * r + 1];
       ab += dy[i];
@@ -236,6 +240,14 @@ extern "C" __global__ void g_embed_bwd_wpe(const float *dx, float *dwpe, p_dims 
     float sum = 0.0f;
     for (unsigned long long r = i / p.c; r < p.bt; r += p.t) sum += dx[r * p.c + i % p.c];
     dwpe[i] = sum;
+  }
+}
+
+extern "C" __global__ void g_sum_chunks(const float *parts, float *out, p_chunks p) {
+  for (unsigned long long i = gid(); i < p.cols; i += gstride()) {
+    float sum = 0.0f;
+    for (unsigned k = 0; k < p.chunks; k++) sum += parts[(unsigned long long)k * p.cols + i];
+    out[i] = sum;
   }
 }
 
@@ -276,6 +288,7 @@ static const char *const KERNEL_NAMES[OP_COUNT] = {
     [OP_EMBED_BWD_WPE] = "g_embed_bwd_wpe",
     [OP_ADAMW] = "g_adamw",
     [OP_GEMM] = NULL, /* a cuBLAS callback */
+    [OP_SUM_CHUNKS] = "g_sum_chunks",
 };
 
 static uint32_t blocks_for(uint64_t n, uint32_t per_block) {
@@ -293,6 +306,7 @@ void gpt2_launch_dims(gpt2_op op, const void *params, gkrt_launch *l) {
   const p_n *n = params;
   const p_dims *dims = params;
   const p_perm *perm = params;
+  const p_chunks *chunks = params;
   switch (op) {
     case OP_EMBED: l->grid[0] = blocks_for((uint64_t)dims->bt * dims->c, 256); break;
     case OP_LN_STATS:
@@ -313,12 +327,14 @@ void gpt2_launch_dims(gpt2_op op, const void *params, gkrt_launch *l) {
     case OP_CE_BWD: l->grid[0] = rows->rows; break; /* a block per row */
     case OP_MEAN: break;
     case OP_LN_BWD_WB:
-      l->grid[0] = blocks_for(rows->cols, 32);
+      l->grid[0] = blocks_for(chunks->cols, 32);
+      l->grid[1] = chunks->chunks;
       l->block[0] = 32;
       l->block[1] = 8;
       break;
     case OP_EMBED_BWD_WTE: l->grid[0] = blocks_for(dims->c, 256); break;
     case OP_EMBED_BWD_WPE: l->grid[0] = blocks_for((uint64_t)dims->t * dims->c, 256); break;
+    case OP_SUM_CHUNKS: l->grid[0] = blocks_for(chunks->cols, 256); break;
     case OP_GEMM:
     case OP_COUNT: l->block[0] = 1; break;
   }
@@ -380,9 +396,16 @@ static void *sym(void *lib, const char *name) {
 }
 
 static blas *blas_open(void) {
-  const char *names[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11"};
+  /* The loader's path first, then the toolkit's usual home ($CUDA_HOME, /usr/local/cuda). */
+  const char *names[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12"};
   void *lib = NULL;
   for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  const char *home = getenv("CUDA_HOME");
+  char path[1024];
+  for (int i = 0; i < 2 && !lib; i++) {
+    snprintf(path, sizeof path, "%s/lib64/libcublas.so", i == 0 && home ? home : "/usr/local/cuda");
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
   if (!lib) {
     fprintf(stderr, "cannot open libcublas (put CUDA's lib64 on LD_LIBRARY_PATH): %s\n", dlerror());
     return NULL;

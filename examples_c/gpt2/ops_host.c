@@ -178,18 +178,22 @@ static void ln_bwd_dx(const gkrt_callback_args *a, int res) {
 }
 
 static void ln_bwd_wb(const gkrt_callback_args *a) {
-  P(p_rows);
+  P(p_chunks);
   const float *dy = IN(0), *x = IN(1), *s = IN(2);
-  float *dw = OUT(0), *db = OUT(0) + p->cols;
-  for (uint32_t c = 0; c < p->cols; c++) {
-    float sw = 0.0f, sb = 0.0f;
-    for (uint32_t r = 0; r < p->rows; r++) {
-      size_t i = (size_t)r * p->cols + c;
-      sw += dy[i] * (x[i] - s[2 * r]) * s[2 * r + 1];
-      sb += dy[i];
+  const uint32_t per = p->rows / p->chunks;
+  for (uint32_t k = 0; k < p->chunks; k++) {
+    float *dw = OUT(0) + (size_t)k * 2 * p->cols, *db = dw + p->cols;
+    const uint32_t end = k + 1 == p->chunks ? p->rows : (k + 1) * per;
+    for (uint32_t c = 0; c < p->cols; c++) {
+      float sw = 0.0f, sb = 0.0f;
+      for (uint32_t r = k * per; r < end; r++) {
+        size_t i = (size_t)r * p->cols + c;
+        sw += dy[i] * (x[i] - s[2 * r]) * s[2 * r + 1];
+        sb += dy[i];
+      }
+      dw[c] = sw;
+      db[c] = sb;
     }
-    dw[c] = sw;
-    db[c] = sb;
   }
 }
 
@@ -270,6 +274,15 @@ static int32_t host_op(const gkrt_callback_args *a, void *user) {
       return 0;
     }
     case OP_ADAMW: adamw(a); return 0;
+    case OP_SUM_CHUNKS: {
+      P(p_chunks);
+      for (uint32_t c = 0; c < p->cols; c++) {
+        float sum = 0.0f;
+        for (uint32_t k = 0; k < p->chunks; k++) sum += IN(0)[(size_t)k * p->cols + c];
+        OUT(0)[c] = sum;
+      }
+      return 0;
+    }
     case OP_GEMM: {
       P(p_gemm);
       for (uint32_t i = 0; i < p->count; i++)

@@ -339,6 +339,9 @@ int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg,
   }
   TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "tokens", &m->tokens));
   TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "targets", &m->targets));
+  TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "token_order", &m->tok_order));
+  TRY(tensor(&b, BT + 1, GKRT_TENSOR_INPUT, "token_start", &m->tok_start));
+  TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "token_of_segment", &m->tok_token));
   TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "ones", &m->ones));
   TRY(tensor(&b, 1, GKRT_TENSOR_INPUT, "adam_step", &m->step));
   TRY(tensor(&b, 1, GKRT_TENSOR_OUTPUT, "loss", &m->loss));
@@ -388,8 +391,8 @@ int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg,
   free(saved);
   b.prefix[0] = 0;
   if (failed) return 1;
-  gkrt_tensor wte_in[3] = {dx, m->tokens, dwte};
-  TRY(node(&b, OP_EMBED_BWD_WTE, "embed.bwd_wte", wte_in, 3, &dwte, 1, &dims, sizeof dims, 0));
+  gkrt_tensor wte_in[5] = {dx, m->tok_order, m->tok_start, m->tok_token, dwte};
+  TRY(node(&b, OP_EMBED_BWD_WTE, "embed.bwd_wte", wte_in, 5, &dwte, 1, &dims, sizeof dims, 0));
   TRY(finish_grad(&b, 0, dwte));
   if (tensor(&b, (uint64_t)T * C, grad_kind(&b), "embed.bwd_wpe", &dwpe)) return 1;
   TRY(node(&b, OP_EMBED_BWD_WPE, "embed.bwd_wpe", &dx, 1, &dwpe, 1, &dims, sizeof dims, 0));
@@ -451,6 +454,38 @@ void gpt2_make_batch(const gpt2_config *cfg, uint64_t seed, int32_t *tokens, int
   }
 }
 
+/* The batch's positions grouped by token for the embedding's backward (a counting sort, so each
+ * token's positions stay ascending): order, each segment's start (B·T + 1 entries, empty
+ * segments at the end) and token. */
+static int write_token_segments(const gpt2_model *m, const int32_t *tokens) {
+  const uint32_t bt = m->cfg.batch * m->cfg.seq, v = m->cfg.vocab;
+  int32_t *count = calloc((size_t)v + 1, 4), *order = malloc((size_t)bt * 4);
+  int32_t *start = malloc(((size_t)bt + 1) * 4), *token = calloc(bt, 4);
+  int failed = !count || !order || !start || !token;
+  for (uint32_t i = 0; i < bt && !failed; i++) {
+    if (tokens[i] < 0 || (uint32_t)tokens[i] >= v) {
+      fprintf(stderr, "token %d at position %u is outside the vocabulary (%u)\n", tokens[i], i, v);
+      failed = 1;
+    } else {
+      count[tokens[i] + 1]++;
+    }
+  }
+  if (!failed) {
+    uint32_t segs = 0;
+    for (uint32_t t = 0; t < v; t++) {
+      if (count[t + 1]) token[segs] = (int32_t)t, start[segs++] = count[t];
+      count[t + 1] += count[t]; /* count[t]: where token t's positions begin */
+    }
+    for (uint32_t s = segs; s <= bt; s++) start[s] = (int32_t)bt;
+    for (uint32_t i = 0; i < bt; i++) order[count[tokens[i]]++] = (int32_t)i;
+    failed = gpt2_check(gkrt_graph_write_tensor(m->graph, m->tok_order, order, (size_t)bt * 4), "write order") ||
+             gpt2_check(gkrt_graph_write_tensor(m->graph, m->tok_start, start, ((size_t)bt + 1) * 4), "write starts") ||
+             gpt2_check(gkrt_graph_write_tensor(m->graph, m->tok_token, token, (size_t)bt * 4), "write tokens");
+  }
+  free(count), free(order), free(start), free(token);
+  return failed;
+}
+
 int gpt2_upload(const gpt2_model *m, const float *w, const int32_t *tokens, const int32_t *targets) {
   const uint64_t bt = (uint64_t)m->cfg.batch * m->cfg.seq;
   uint64_t largest = bt;
@@ -468,10 +503,22 @@ int gpt2_upload(const gpt2_model *m, const float *w, const int32_t *tokens, cons
   for (uint64_t i = 0; i < bt; i++) buf[i] = 1.0f;
   if (!failed)
     failed = gpt2_check(gkrt_graph_write_tensor(m->graph, m->ones, buf, bt * 4), "write ones") ||
-             gpt2_check(gkrt_graph_write_tensor(m->graph, m->tokens, tokens, bt * 4), "write tokens") ||
-             gpt2_check(gkrt_graph_write_tensor(m->graph, m->targets, targets, bt * 4), "write targets");
+             gpt2_write_batch(m, tokens, targets);
   free(buf);
   return failed;
+}
+
+int gpt2_write_batch(const gpt2_model *m, const int32_t *tokens, const int32_t *targets) {
+  const uint64_t bt = (uint64_t)m->cfg.batch * m->cfg.seq;
+  for (uint64_t i = 0; i < bt; i++)
+    if (targets[i] < 0 || (uint32_t)targets[i] >= m->cfg.vocab) {
+      fprintf(stderr, "target %d at position %llu is outside the vocabulary (%u)\n", targets[i],
+              (unsigned long long)i, m->cfg.vocab);
+      return 1;
+    }
+  return write_token_segments(m, tokens) ||
+         gpt2_check(gkrt_graph_write_tensor(m->graph, m->tokens, tokens, bt * 4), "write tokens") ||
+         gpt2_check(gkrt_graph_write_tensor(m->graph, m->targets, targets, bt * 4), "write targets");
 }
 
 int gpt2_step(gkrt_runtime *rt, const gpt2_model *m, uint32_t t, float *loss) {

@@ -42,6 +42,7 @@ typedef struct {
   gpt2_config cfg;
   gkrt_graph *graph;
   gkrt_tensor tokens, targets, ones, step, loss;
+  gkrt_tensor tok_order, tok_start, tok_token; /* the batch's positions grouped by token */
   gkrt_tensor losses; /* per position [B·T]; an output with grads_as_outputs */
   uint32_t num_params;
   uint64_t num_weights; /* floats over all parameters */
@@ -67,6 +68,9 @@ void gpt2_make_batch(const gpt2_config *cfg, uint64_t seed, int32_t *tokens, int
 
 /* Writes the weights (and zero optimizer state), the batch and the constant inputs. */
 int gpt2_upload(const gpt2_model *m, const float *w, const int32_t *tokens, const int32_t *targets);
+/* Writes a batch: tokens, targets and the tokens' positions grouped for the embedding's backward
+ * (always write tokens through here). Tokens and targets must lie in [0, vocab). */
+int gpt2_write_batch(const gpt2_model *m, const int32_t *tokens, const int32_t *targets);
 /* Runs one step (AdamW step number `t`, from 1) and reads the loss. */
 int gpt2_step(gkrt_runtime *rt, const gpt2_model *m, uint32_t t, float *loss);
 /* Reads every parameter (after steps: the updated weights) into `w`. */

@@ -30,7 +30,9 @@ typedef enum {
   OP_LN_BWD_DX,     /* (dy, x, stats, wb) -> dx                                   p_rows  */
   OP_LN_BWD_DX_RES, /* (dy, x, stats, wb, dres) -> dres + dx                      p_rows  */
   OP_LN_BWD_WB,     /* (dy, x, stats) -> per chunk of rows (dw, db): [chunks, 2C]  p_chunks */
-  OP_EMBED_BWD_WTE, /* (dx, tokens, dwte) -> dwte += scatter(dx), in place        p_dims  */
+  OP_EMBED_BWD_WTE, /* (dx, order, seg_start, seg_token, dwte) -> dwte += dx rows   p_dims
+                       of each token's positions (a segment: order[seg_start[s]..
+                       seg_start[s+1]], ascending), in place */
   OP_EMBED_BWD_WPE, /* (dx) -> dwpe[T,C], summed over the batch                   p_dims  */
   OP_ADAMW,         /* (grad, step, param, m, v) -> (param, m, v), in place       p_adam  */
   OP_GEMM,          /* callback: a list of column-major (cuBLAS-style) products   p_gemm  */

@@ -228,12 +228,17 @@ extern "C" __global__ void g_ln_bwd_wb(const float *dy, const float *x, const fl
   }
 }
 
-/* In place: `partial` (the logits' product's gradient) is `dwte`. One thread per column, rows in order. */
-extern "C" __global__ void g_embed_bwd_wte(const float *dx, const int *tok, const float *partial, float *dwte,
-                                           p_dims p) {
-  unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= p.c) return;
-  for (unsigned i = 0; i < p.bt; i++) dwte[(unsigned long long)tok[i] * p.c + c] += dx[(unsigned long long)i * p.c + c];
+/* In place (`partial`, the logits' product's gradient, is `dwte`): a block per token present,
+ * its positions added in ascending order. */
+extern "C" __global__ void g_embed_bwd_wte(const float *dx, const int *order, const int *start, const int *token,
+                                           const float *partial, float *dwte, p_dims p) {
+  int from = start[blockIdx.x], to = start[blockIdx.x + 1];
+  float *row = dwte + (unsigned long long)token[blockIdx.x] * p.c;
+  for (unsigned c = threadIdx.x; c < p.c && from < to; c += blockDim.x) {
+    float acc = row[c];
+    for (int j = from; j < to; j++) acc += dx[(unsigned long long)order[j] * p.c + c];
+    row[c] = acc;
+  }
 }
 extern "C" __global__ void g_embed_bwd_wpe(const float *dx, float *dwpe, p_dims p) {
   for (unsigned long long i = gid(); i < (unsigned long long)p.t * p.c; i += gstride()) {
@@ -332,7 +337,7 @@ void gpt2_launch_dims(gpt2_op op, const void *params, gkrt_launch *l) {
       l->block[0] = 32;
       l->block[1] = 8;
       break;
-    case OP_EMBED_BWD_WTE: l->grid[0] = blocks_for(dims->c, 256); break;
+    case OP_EMBED_BWD_WTE: l->grid[0] = dims->bt; break; /* a block per segment (at most B·T) */
     case OP_EMBED_BWD_WPE: l->grid[0] = blocks_for((uint64_t)dims->t * dims->c, 256); break;
     case OP_SUM_CHUNKS: l->grid[0] = blocks_for(chunks->cols, 256); break;
     case OP_GEMM:

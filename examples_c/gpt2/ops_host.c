@@ -257,10 +257,13 @@ static int32_t host_op(const gkrt_callback_args *a, void *user) {
     case OP_LN_BWD_WB: ln_bwd_wb(a); return 0;
     case OP_EMBED_BWD_WTE: {
       P(p_dims);
-      const int32_t *tok = IN_I32(1);
-      if (OUT(0) != IN(2)) memcpy(OUT(0), IN(2), (size_t)p->v * p->c * sizeof(float));
-      for (uint32_t i = 0; i < p->bt; i++)
-        for (uint32_t c = 0; c < p->c; c++) OUT(0)[(size_t)tok[i] * p->c + c] += IN(0)[(size_t)i * p->c + c];
+      const int32_t *order = IN_I32(1), *start = IN_I32(2), *token = IN_I32(3);
+      if (OUT(0) != IN(4)) memcpy(OUT(0), IN(4), (size_t)p->v * p->c * sizeof(float));
+      for (uint32_t s = 0; s < p->bt && start[s] < start[s + 1]; s++)
+        for (uint32_t c = 0; c < p->c; c++) {
+          float *dst = &OUT(0)[(size_t)token[s] * p->c + c];
+          for (int32_t j = start[s]; j < start[s + 1]; j++) *dst += IN(0)[(size_t)order[j] * p->c + c];
+        }
       return 0;
     }
     case OP_EMBED_BWD_WPE: {

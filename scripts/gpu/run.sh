@@ -244,11 +244,11 @@ run_gpt2() {
     [medium]="${GPT2_MEDIUM:---layers 24 --channels 1024 --heads 16 --seq 512 --batch 8 --vocab 50304}")
   for name in small medium; do
     echo "--- gpt2 $name: ${size[$name]}"
-    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --recompute 1 \
+    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --recompute 1 --lr 1e-3 \
       --dump-weights "$b/$name.bin" >"$o/${name}_gkrt.log" 2>&1
     tail -n 1 "$o/${name}_gkrt.log"
     for frac in 0.5 0.333; do
-      LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --recompute 1 \
+      LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --recompute 1 --lr 1e-3 \
         --limit-frac "$frac" >"$o/${name}_gkrt_limit$frac.log" 2>&1
       tail -n 1 "$o/${name}_gkrt_limit$frac.log"
     done

@@ -5,8 +5,8 @@
  *
  *   gkrt_gpt2 [--layers 2] [--channels 64] [--heads 4] [--seq 32] [--batch 4] [--vocab 256]
  *             [--steps 10] [--mode dynamic|planned] [--limit BYTES[K|M|G]] [--limit-frac F]
- *             [--recompute 0|1] [--lr 3e-4] [--weight-decay 0] [--seed 1] [--dump-weights FILE]
- *             [--dtype f32]
+ *             [--recompute 0|1] [--lr 3e-4] [--weight-decay 0] [--seed 1] [--init-std 0.02]
+ *             [--dump-weights FILE] [--dtype f32]
  *
  * --limit-frac F: the memory limit is F times the step's working set (persistent bytes plus the
  * transient peak, from gkrt_graph_get_info on an unlimited runtime). --dump-weights writes the
@@ -30,6 +30,7 @@ typedef struct {
   uint32_t steps, mode;
   uint64_t limit, seed;
   double limit_frac;
+  float init_std;
   const char *dump;
 } args;
 
@@ -51,6 +52,7 @@ static int parse_args(int argc, char **argv, args *a) {
   a->cfg = (gpt2_config){2, 64, 4, 32, 4, 256};
   gpt2_default_options(&a->opt);
   a->steps = 10, a->mode = GKRT_MEMORY_DYNAMIC, a->limit = 0, a->seed = 1, a->limit_frac = 0, a->dump = NULL;
+  a->init_std = 0.02f;
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
@@ -96,6 +98,7 @@ static int parse_args(int argc, char **argv, args *a) {
     else if (!strcmp(k, "--lr")) a->opt.lr = (float)atof(v);
     else if (!strcmp(k, "--weight-decay")) a->opt.weight_decay = (float)atof(v);
     else if (!strcmp(k, "--seed")) a->seed = strtoull(v, NULL, 10);
+    else if (!strcmp(k, "--init-std")) a->init_std = (float)atof(v);
     else if (!strcmp(k, "--dump-weights")) a->dump = v;
     else if (!strcmp(k, "--dtype")) {
       if (strcmp(v, "f32")) {
@@ -197,7 +200,7 @@ int main(int argc, char **argv) {
   int32_t *tok = malloc(bt * 4), *tg = malloc(bt * 4);
   double *times = calloc(a.steps, sizeof(double));
   if (!w || !tok || !tg || !times) return 1;
-  gpt2_init_weights(m, a.seed, 0.02f, w);
+  gpt2_init_weights(m, a.seed, a.init_std, w);
   gpt2_make_batch(&a.cfg, a.seed, tok, tg);
   if (a.dump && dump(a.dump, &a, m, w, tok, tg)) return 1;
   printf("gpt2: %s, layers %u channels %u heads %u seq %u batch %u vocab %u: %llu parameters, %llu nodes; "
@@ -213,7 +216,7 @@ int main(int argc, char **argv) {
     double start = now_ms();
     if (gpt2_step(rt, m, s, &loss)) return 1;
     times[s - 1] = now_ms() - start;
-    printf("step %u loss %.6f time_ms %.3f\n", s, loss, times[s - 1]);
+    printf("step %u loss %.9g time_ms %.3f\n", s, loss, times[s - 1]);
     fflush(stdout);
   }
   gkrt_stats st;

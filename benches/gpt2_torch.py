@@ -169,10 +169,13 @@ def init_weights(torch, model, cfg, seed):
 
 def measure(torch, cfg, hp, variant, steps, weights=None, tokens=None, targets=None, seed=1):
     """Trains `steps` steps; returns the record (ok False on out-of-memory)."""
+    import gc
+
     dev = torch.device("cuda")
     rec = dict(variant=variant, **cfg, ok=False, losses=[])
-    model = opt = None
+    model = opt = loss = None
     try:
+        gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         model = build(torch, cfg, variant)
@@ -213,9 +216,8 @@ def measure(torch, cfg, hp, variant, steps, weights=None, tokens=None, targets=N
     except torch.OutOfMemoryError:
         rec.update(peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved())
     finally:
-        del model, opt
-        import gc
-
+        # Drop everything this run holds (the last loss keeps its graph) before the next run.
+        model = opt = loss = tok = tgt = None
         gc.collect()
         torch.cuda.empty_cache()
     return rec
@@ -238,6 +240,7 @@ def emit(rec):
 def run(args):
     import torch
 
+    # Full f32 products, as gkrt's cublasSgemm calls (no TF32).
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     weights = tokens = targets = None

@@ -73,6 +73,8 @@ typedef struct {
 int gpt2_kernels_host(gkrt_runtime *rt, gpt2_kernels *out);
 /* CUDA: NVRTC kernels and cuBLAS (opened with dlopen) callbacks. */
 int gpt2_kernels_cuda(gkrt_runtime *rt, gpt2_kernels *out);
+/* CUDA: the OP_GEMM kernel, a cuBLAS callback (blas_cuda.c). */
+int gpt2_gemm_kernel_cublas(gkrt_runtime *rt, gkrt_kernel **out);
 void gpt2_kernels_release(gpt2_kernels *ks);
 /* Grid and block for a node of kind `op` with parameters `params` (CUDA kernels; callbacks
  * ignore them). */

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops.h"
 
@@ -29,10 +30,14 @@ typedef struct {
 
 static int32_t gemm_cb(const gkrt_callback_args *a, void *user) {
   blas *b = user;
-  const p_gemm *p = a->params;
+  p_gemm p; /* copied: gkrt's parameter bytes carry no alignment promise */
+  if (a->params_size != sizeof p || a->num_outputs != 1) return 1;
+  memcpy(&p, a->params, sizeof p);
+  if (p.count > GEMM_MAX_OPS) return 1;
   if (b->set_stream(b->handle, a->stream) != 0) return 2;
-  for (uint32_t i = 0; i < p->count; i++) {
-    const gemm_op *o = &p->ops[i];
+  for (uint32_t i = 0; i < p.count; i++) {
+    const gemm_op *o = &p.ops[i];
+    if (o->a_in >= a->num_inputs || o->b_in >= a->num_inputs) return 1;
     const float *A = (const float *)a->inputs[o->a_in].ptr + o->a_off;
     const float *B = (const float *)a->inputs[o->b_in].ptr + o->b_off;
     float *C = (float *)a->outputs[0].ptr + o->c_off;

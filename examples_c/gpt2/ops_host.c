@@ -12,7 +12,12 @@
 #define IN(i) ((const float *)a->inputs[i].ptr)
 #define IN_I32(i) ((const int32_t *)a->inputs[i].ptr)
 #define OUT(i) ((float *)a->outputs[i].ptr)
-#define P(type) const type *p = (const type *)a->params
+/* The node's parameters, copied (gkrt's parameter bytes carry no alignment promise); host_op
+ * has checked their size. */
+#define P(type)      \
+  type p_;           \
+  memcpy(&p_, a->params, sizeof p_); \
+  const type *p = &p_
 
 static float gelu(float x) {
   const float s = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -211,8 +216,20 @@ static void adamw(const gkrt_callback_args *a) {
   }
 }
 
+/* The parameter struct each kind takes (ops.h). */
+static const size_t PARAM_SIZE[OP_COUNT] = {
+    [OP_EMBED] = sizeof(p_dims),        [OP_LN_STATS] = sizeof(p_rows),       [OP_LN_APPLY] = sizeof(p_rows),
+    [OP_SPLIT_HEADS] = sizeof(p_perm),  [OP_MERGE_HEADS] = sizeof(p_perm),    [OP_SOFTMAX] = sizeof(p_rows),
+    [OP_SOFTMAX_BWD] = sizeof(p_rows),  [OP_ADD] = sizeof(p_n),               [OP_GELU] = sizeof(p_n),
+    [OP_GELU_BWD] = sizeof(p_n),        [OP_CE_ROWS] = sizeof(p_rows),        [OP_MEAN] = sizeof(p_n),
+    [OP_CE_BWD] = sizeof(p_rows),       [OP_LN_BWD_DX] = sizeof(p_rows),      [OP_LN_BWD_DX_RES] = sizeof(p_rows),
+    [OP_LN_BWD_WB] = sizeof(p_chunks),  [OP_EMBED_BWD_WTE] = sizeof(p_dims),  [OP_EMBED_BWD_WPE] = sizeof(p_dims),
+    [OP_ADAMW] = sizeof(p_adam),        [OP_GEMM] = sizeof(p_gemm),           [OP_SUM_CHUNKS] = sizeof(p_chunks),
+};
+
 static int32_t host_op(const gkrt_callback_args *a, void *user) {
   gpt2_op op = (gpt2_op)(intptr_t)user;
+  if (op >= OP_COUNT || a->params_size != PARAM_SIZE[op] || !a->params) return 2;
   switch (op) {
     case OP_EMBED: {
       P(p_dims);
@@ -288,8 +305,11 @@ static int32_t host_op(const gkrt_callback_args *a, void *user) {
     }
     case OP_GEMM: {
       P(p_gemm);
-      for (uint32_t i = 0; i < p->count; i++)
+      if (p->count > GEMM_MAX_OPS) return 1;
+      for (uint32_t i = 0; i < p->count; i++) {
+        if (p->ops[i].a_in >= a->num_inputs || p->ops[i].b_in >= a->num_inputs) return 1;
         gpt2_cpu_gemm(&p->ops[i], IN(p->ops[i].a_in), IN(p->ops[i].b_in), OUT(0));
+      }
       return 0;
     }
     case OP_COUNT: break;

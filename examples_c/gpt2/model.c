@@ -27,8 +27,9 @@ int gpt2_config_check(const gpt2_config *c) {
     why = "heads must divide channels";
   else if ((uint64_t)c->batch * c->seq * 4 * c->channels >= (1ull << 31) ||
            (uint64_t)c->batch * c->heads * c->seq * c->seq >= (1ull << 31) ||
-           (uint64_t)c->batch * c->seq * c->vocab >= (1ull << 31))
-    why = "batch x seq x (4 channels, heads x seq, vocab) must stay under 2^31 elements";
+           (uint64_t)c->batch * c->seq * c->vocab >= (1ull << 31) ||
+           (uint64_t)c->vocab * c->channels >= (1ull << 31))
+    why = "batch x seq x (4 channels, heads x seq, vocab) and vocab x channels must stay under 2^31 elements";
   if (why) fprintf(stderr, "bad size: %s\n", why);
   return why != NULL;
 }

@@ -57,12 +57,14 @@ __device__ float gelu_grad(float x) {
   float sech2 = 1.0f - t * t;
   return 0.5f * (1.0f + t) + 0.5f * x * sech2 * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
 }
-__device__ unsigned long long gid() { return blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; }
-__device__ unsigned long long gstride() { return (unsigned long long)gridDim.x * blockDim.x; }
+/* Grid-stride loops in 32 bits: gpt2_config_check keeps every tensor under 2^31 elements, and
+ * 32-bit division (index arithmetic) costs far less than 64-bit on the GPU. */
+__device__ unsigned gid() { return blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ unsigned gstride() { return gridDim.x * blockDim.x; }
 
 extern "C" __global__ void g_embed(const int *tok, const float *wte, const float *wpe, float *x, p_dims p) {
-  for (unsigned long long i = gid(); i < (unsigned long long)p.bt * p.c; i += gstride()) {
-    unsigned long long r = i / p.c, c = i % p.c;
+  for (unsigned i = gid(); i < p.bt * p.c; i += gstride()) {
+    unsigned r = i / p.c, c = i % p.c;
     x[i] = wte[(unsigned long long)tok[r] * p.c + c] + wpe[(r % p.t) * p.c + c];
   }
 }
@@ -81,30 +83,30 @@ extern "C" __global__ void g_ln_stats(const float *x, float *s, p_rows p) {
 }
 
 extern "C" __global__ void g_ln_apply(const float *x, const float *s, const float *wb, float *y, p_rows p) {
-  for (unsigned long long i = gid(); i < (unsigned long long)p.rows * p.cols; i += gstride()) {
-    unsigned long long r = i / p.cols, c = i % p.cols;
+  for (unsigned i = gid(); i < p.rows * p.cols; i += gstride()) {
+    unsigned r = i / p.cols, c = i % p.cols;
     y[i] = (x[i] - s[2 * r]) * s[2 * r + 1] * wb[c] + wb[p.cols + c];
   }
 }
 
 extern "C" __global__ void g_split_heads(const float *x, float *y, p_perm p) {
-  unsigned long long n = (unsigned long long)p.b * p.t * p.parts * p.h * p.d;
-  for (unsigned long long i = gid(); i < n; i += gstride()) {
-    unsigned long long d = i % p.d, rest = i / p.d;
-    unsigned long long t = rest % p.t; rest /= p.t;
-    unsigned long long h = rest % p.h; rest /= p.h;
-    unsigned long long b = rest % p.b, q = rest / p.b;
+  unsigned n = p.b * p.t * p.parts * p.h * p.d;
+  for (unsigned i = gid(); i < n; i += gstride()) {
+    unsigned d = i % p.d, rest = i / p.d;
+    unsigned t = rest % p.t; rest /= p.t;
+    unsigned h = rest % p.h; rest /= p.h;
+    unsigned b = rest % p.b, q = rest / p.b;
     y[i] = x[(((b * p.t + t) * p.parts + q) * p.h + h) * p.d + d];
   }
 }
 
 extern "C" __global__ void g_merge_heads(const float *x, float *y, p_perm p) {
-  unsigned long long n = (unsigned long long)p.b * p.t * p.parts * p.h * p.d;
-  for (unsigned long long i = gid(); i < n; i += gstride()) {
-    unsigned long long d = i % p.d, rest = i / p.d;
-    unsigned long long h = rest % p.h; rest /= p.h;
-    unsigned long long q = rest % p.parts; rest /= p.parts;
-    unsigned long long t = rest % p.t, b = rest / p.t;
+  unsigned n = p.b * p.t * p.parts * p.h * p.d;
+  for (unsigned i = gid(); i < n; i += gstride()) {
+    unsigned d = i % p.d, rest = i / p.d;
+    unsigned h = rest % p.h; rest /= p.h;
+    unsigned q = rest % p.parts; rest /= p.parts;
+    unsigned t = rest % p.t, b = rest / p.t;
     y[i] = x[(((q * p.b + b) * p.h + h) * p.t + t) * p.d + d];
   }
 }
@@ -135,13 +137,13 @@ extern "C" __global__ void g_softmax_bwd(const float *dp, const float *pr, float
 }
 
 extern "C" __global__ void g_add(const float *a, const float *b, float *c, p_n p) {
-  for (unsigned long long i = gid(); i < p.n; i += gstride()) c[i] = a[i] + b[i];
+  for (unsigned i = gid(); i < p.n; i += gstride()) c[i] = a[i] + b[i];
 }
 extern "C" __global__ void g_gelu(const float *x, float *y, p_n p) {
-  for (unsigned long long i = gid(); i < p.n; i += gstride()) y[i] = gelu(x[i]);
+  for (unsigned i = gid(); i < p.n; i += gstride()) y[i] = gelu(x[i]);
 }
 extern "C" __global__ void g_gelu_bwd(const float *dy, const float *x, float *dx, p_n p) {
-  for (unsigned long long i = gid(); i < p.n; i += gstride()) dx[i] = dy[i] * gelu_grad(x[i]);
+  for (unsigned i = gid(); i < p.n; i += gstride()) dx[i] = dy[i] * gelu_grad(x[i]);
 }
 
 /* One block of 256 per row. */
@@ -239,15 +241,15 @@ extern "C" __global__ void g_embed_bwd_wte(const float *dx, const int *order, co
   }
 }
 extern "C" __global__ void g_embed_bwd_wpe(const float *dx, float *dwpe, p_dims p) {
-  for (unsigned long long i = gid(); i < (unsigned long long)p.t * p.c; i += gstride()) {
+  for (unsigned i = gid(); i < p.t * p.c; i += gstride()) {
     float sum = 0.0f;
-    for (unsigned long long r = i / p.c; r < p.bt; r += p.t) sum += dx[r * p.c + i % p.c];
+    for (unsigned r = i / p.c, c = i % p.c; r < p.bt; r += p.t) sum += dx[r * p.c + c];
     dwpe[i] = sum;
   }
 }
 
 extern "C" __global__ void g_sum_chunks(const float *parts, float *out, p_chunks p) {
-  for (unsigned long long i = gid(); i < p.cols; i += gstride()) {
+  for (unsigned i = gid(); i < p.cols; i += gstride()) {
     float sum = 0.0f;
     for (unsigned k = 0; k < p.chunks; k++) sum += parts[(unsigned long long)k * p.cols + i];
     out[i] = sum;
@@ -258,7 +260,7 @@ extern "C" __global__ void g_adamw(const float *g, const float *step, const floa
                                    const float *v_in, float *w, float *m, float *v, p_adam p) {
   float t = step[0];
   float bc1 = 1.0f - powf(p.beta1, t), bc2 = 1.0f - powf(p.beta2, t);
-  for (unsigned long long i = gid(); i < p.n; i += gstride()) {
+  for (unsigned i = gid(); i < p.n; i += gstride()) {
     float wi = w_in[i] * (1.0f - p.lr * p.weight_decay);
     float mi = p.beta1 * m_in[i] + (1.0f - p.beta1) * g[i];
     float vi = p.beta2 * v_in[i] + (1.0f - p.beta2) * g[i] * g[i];

@@ -76,6 +76,8 @@ int gpt2_kernels_cuda(gkrt_runtime *rt, gpt2_kernels *out);
 /* CUDA: the OP_GEMM kernel, a cuBLAS callback (blas_cuda.c). */
 int gpt2_gemm_kernel_cublas(gkrt_runtime *rt, gkrt_kernel **out);
 void gpt2_kernels_release(gpt2_kernels *ks);
+/* The CUDA source of every kernel but OP_GEMM's (dev/cuda_on_cpu.sh compiles it for the CPU). */
+const char *gpt2_cuda_source(void);
 /* Grid and block for a node of kind `op` with parameters `params` (CUDA kernels; callbacks
  * ignore them). */
 void gpt2_launch_dims(gpt2_op op, const void *params, gkrt_launch *l);

@@ -272,6 +272,8 @@ extern "C" __global__ void g_adamw(const float *g, const float *step, const floa
 }
 );
 
+const char *gpt2_cuda_source(void) { return SRC; }
+
 static const char *const KERNEL_NAMES[OP_COUNT] = {
     [OP_EMBED] = "g_embed",
     [OP_LN_STATS] = "g_ln_stats",

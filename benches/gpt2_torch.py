@@ -284,36 +284,53 @@ def run(args):
 
 
 def report(paths):
-    """One table from run.sh gpt2's logs: gkrt's RESULT lines and PyTorch's TORCH lines."""
-    rows = []
+    """One table from run.sh gpt2's logs (gkrt's RESULT lines, PyTorch's TORCH lines), then the
+    largest depth each trained within the depth sweep's limit."""
+    rows, depth = [], {}
     for p in paths:
         tag = re.sub(r".*/|\.log$", "", p)
+        group = tag.split("_")[0]  # small, medium, depth
         with open(p) as f:
             for line in f:
                 if line.startswith("RESULT "):
                     r = dict(kv.split("=", 1) for kv in line.split()[1:])
-                    rows.append((tag, "gkrt", r["layers"], r["channels"], r["limit"], float(r["step_ms"]),
-                                 int(r["peak_reserved"]), int(r["peak_allocated"]), int(r["working_set"]),
-                                 "swap %.1f GB, %s recomputed" % (int(r["swap_out"]) / 1e9, r["recomputed"])))
+                    rows.append(dict(tag=tag, group=group, system="gkrt", layers=r["layers"], C=r["channels"],
+                                     limit=int(r["limit"]), ms=float(r["step_ms"]), reserved=int(r["peak_reserved"]),
+                                     allocated=int(r["peak_allocated"]), ws=int(r["working_set"]),
+                                     note="swapped %.1f GB out, %s rebuilt" % (int(r["swap_out"]) / 1e9,
+                                                                                r["recomputed"])))
+                    if group == "depth":
+                        best = depth.get("gkrt")
+                        if best is None or int(r["layers"]) > int(best[0]):
+                            depth["gkrt"] = (r["layers"], float(r["step_ms"]))
                 elif line.startswith("TORCH "):
                     r = json.loads(line[6:])
-                    if r.get("kind") == "depth_try":
+                    if r.get("kind") == "depth_best":
+                        depth["torch " + r["variant"]] = (r.get("layers") if r.get("ok") else 0, r.get("step_ms"))
                         continue
-                    note = ""
+                    note = "" if r.get("ok") else "OUT OF MEMORY"
                     if r.get("max_loss_diff") is not None:
                         note = "loss curve: max diff from gkrt's %.2e" % r["max_loss_diff"]
-                    if r.get("kind") == "depth_best":
-                        note = "largest depth that fits"
-                    rows.append((tag, "torch " + r["variant"], str(r.get("layers")), str(r.get("channels", "")),
-                                 str(r.get("limit") or 0), r.get("step_ms") if r.get("ok") else None,
-                                 r.get("peak_reserved", 0), r.get("peak_allocated", 0), 0,
-                                 note if r.get("ok") else "OUT OF MEMORY"))
-    print("| run | system | layers | C | limit GiB | step ms | peak reserved GiB | peak allocated GiB | working set GiB | note |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    gib = lambda b: "%.2f" % (int(b) / 2**30) if b and int(b) else "-"
-    for tag, sysname, L, C, lim, ms, res, alloc, ws, note in rows:
-        print(f"| {tag} | {sysname} | {L} | {C} | {gib(lim)} | {'%.1f' % ms if ms else '-'} | {gib(res)} | "
-              f"{gib(alloc)} | {gib(ws)} | {note} |")
+                    rows.append(dict(tag=tag, group=group, system="torch " + r["variant"], layers=r.get("layers"),
+                                     C=r.get("channels", ""), limit=r.get("limit") or 0,
+                                     ms=r.get("step_ms") if r.get("ok") else None,
+                                     reserved=r.get("peak_reserved", 0), allocated=r.get("peak_allocated", 0), ws=0,
+                                     note=note))
+    # gkrt's unconstrained step of each size: the baseline of the ratio column.
+    base = {r["group"]: r["ms"] for r in rows if r["system"] == "gkrt" and not r["limit"] and r["group"] != "depth"}
+    gib = lambda b: "%.2f" % (int(b) / 2**30) if b else "-"
+    print("| run | system | layers | C | limit GiB | step ms | / gkrt no limit | peak reserved GiB "
+          "| peak allocated GiB | working set GiB | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ratio = "%.3f" % (r["ms"] / base[r["group"]]) if r["ms"] and base.get(r["group"]) else "-"
+        print(f"| {r['tag']} | {r['system']} | {r['layers']} | {r['C']} | {gib(r['limit'])} | "
+              f"{'%.1f' % r['ms'] if r['ms'] else '-'} | {ratio} | {gib(r['reserved'])} | {gib(r['allocated'])} | "
+              f"{gib(r['ws'])} | {r['note']} |")
+    if depth:
+        print("\nLargest depth trained within the depth sweep's limit (its step time):")
+        for k, (layers, ms) in depth.items():
+            print(f"  {k}: {layers} layers" + (f", {ms:.1f} ms" if ms else ""))
 
 
 def main():

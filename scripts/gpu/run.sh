@@ -16,8 +16,9 @@
 #           sizes (GPT2_SMALL, GPT2_MEDIUM: gkrt_gpt2 size flags): gkrt with no limit and at 1/2 and 1/3
 #           of its working set; PyTorch plain (its loss curve against gkrt's, same initial weights),
 #           fused attention, checkpointing, save_on_cpu, both; then the largest depth of GPT2_DEPTHS
-#           (12,24,36,48,96) each trains at the small width within GPT2_LIMIT (8GiB). One table at the end
-#           ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run.
+#           (12,24,36,48,96) each trains within GPT2_LIMIT (8GiB) at GPT2_DEPTH_WIDTH (the small size's
+#           flags less --layers). One table at the end, step times also as ratios to gkrt's unlimited
+#           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run.
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -257,6 +258,7 @@ run_gpt2() {
     grep -E '^loss step|Error' "$o/${name}_torch.log" | tail -n 12
   done
   local limit=${GPT2_LIMIT:-8GiB} depths=${GPT2_DEPTHS:-12,24,36,48,96}
+  width=${GPT2_DEPTH_WIDTH:-$width}
   echo "--- largest depth within $limit (depths $depths, $width)"
   for d in ${depths//,/ }; do
     LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" --layers "$d" $width --steps 4 --recompute 1 \

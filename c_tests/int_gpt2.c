@@ -9,7 +9,7 @@
  *  2. Training: the first loss is about ln(vocab) and fifteen AdamW steps on the fixed batch
  *     bring it well down.
  *  3. Memory modes: planned, and dynamic under a memory limit of 1/2 and 1/3 of the working set
- *     (swapping, with and without recomputable nodes), give bit-identical losses and final
+ *     (swapping, with and without recomputable nodes and products), give bit-identical losses and final
  *     parameters to dynamic mode without a limit; the limited runs swapped and stayed under
  *     their limit.
  */
@@ -194,6 +194,7 @@ int main(void) {
       {"dynamic, 1/2 of the working set, recomputable nodes", GKRT_MEMORY_DYNAMIC, ws / 2, 1},
       {"dynamic, 1/3 of the working set", GKRT_MEMORY_DYNAMIC, ws / 3, 0},
       {"dynamic, 1/3 of the working set, recomputable nodes", GKRT_MEMORY_DYNAMIC, ws / 3, 1},
+      {"dynamic, 1/3 of the working set, recomputable nodes and forward products", GKRT_MEMORY_DYNAMIC, ws / 3, 2},
       {"planned, 1/2 of the working set", GKRT_MEMORY_PLANNED, ws / 2, 1},
   };
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {

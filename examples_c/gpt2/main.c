@@ -5,7 +5,7 @@
  *
  *   gkrt_gpt2 [--layers 2] [--channels 64] [--heads 4] [--seq 32] [--batch 4] [--vocab 256]
  *             [--steps 10] [--mode dynamic|planned] [--limit BYTES[K|M|G]] [--limit-frac F]
- *             [--recompute 0|1] [--lr 3e-4] [--weight-decay 0] [--seed 1] [--init-std 0.02]
+ *             [--recompute 0|1|2] [--lr 3e-4] [--weight-decay 0] [--seed 1] [--init-std 0.02]
  *             [--dump-weights FILE] [--dtype f32]
  *
  * --limit-frac F: the memory limit is F times the step's working set (persistent bytes plus the
@@ -94,7 +94,13 @@ static int parse_args(int argc, char **argv, args *a) {
         fprintf(stderr, "--limit-frac: must be > 0: %s\n", v);
         return 1;
       }
-    } else if (!strcmp(k, "--recompute")) a->opt.recompute = atoi(v) != 0;
+    } else if (!strcmp(k, "--recompute")) {
+      a->opt.recompute = atoi(v);
+      if (a->opt.recompute < 0 || a->opt.recompute > 2 || strspn(v, "012") != strlen(v)) {
+        fprintf(stderr, "--recompute: 0, 1 or 2, not %s\n", v);
+        return 1;
+      }
+    }
     else if (!strcmp(k, "--lr")) a->opt.lr = (float)atof(v);
     else if (!strcmp(k, "--weight-decay")) a->opt.weight_decay = (float)atof(v);
     else if (!strcmp(k, "--seed")) a->seed = strtoull(v, NULL, 10);

@@ -93,8 +93,11 @@ static int tensor(builder *b, uint64_t floats, gkrt_tensor_kind kind, const char
   return 0;
 }
 
-/* A node of kind `op`; `recomputable` marks it as the element-wise or row-wise kind whose output
- * may be rebuilt instead of swapped (when the option asks for it). */
+/* Recompute levels (gpt2_options.recompute): which nodes are declared recomputable. */
+enum { RECOMPUTE_EW = 1, RECOMPUTE_PRODUCTS = 2 }; /* element-wise and row-wise nodes; forward products */
+
+/* A node of kind `op`; `recomputable` (0, or a RECOMPUTE_* level) declares it recomputable when
+ * the options' level reaches it. */
 static int node(builder *b, gpt2_op op, const char *name, const gkrt_tensor *in, size_t nin, const gkrt_tensor *out,
                 size_t nout, const void *params, size_t params_size, int recomputable) {
   gkrt_launch l;
@@ -106,7 +109,7 @@ static int node(builder *b, gpt2_op op, const char *name, const gkrt_tensor *in,
   char full[96];
   snprintf(full, sizeof full, "%s%s", b->prefix, name);
   GPT2_TRY(gkrt_graph_set_node_name(b->g, id, full));
-  if (recomputable && b->opt->recompute) GPT2_TRY(gkrt_graph_set_node_recomputable(b->g, id, 1));
+  if (recomputable && b->opt->recompute >= recomputable) GPT2_TRY(gkrt_graph_set_node_recomputable(b->g, id, 1));
   return 0;
 }
 
@@ -131,9 +134,10 @@ static gemm_op gemm(uint32_t ta, uint32_t tb, uint32_t m, uint32_t n, uint32_t k
   return o;
 }
 
+/* A product node with a new output; forward products may be declared recomputable. */
 static int gemm_node(builder *b, const char *name, const gkrt_tensor *in, size_t nin, uint64_t floats, p_gemm *p,
-                     gkrt_tensor *out) {
-  return op1(b, OP_GEMM, name, in, nin, floats, p, sizeof *p, 0, out);
+                     int forward, gkrt_tensor *out) {
+  return op1(b, OP_GEMM, name, in, nin, floats, p, sizeof *p, forward ? RECOMPUTE_PRODUCTS : 0, out);
 }
 
 /* y[BT,OC] = x[BT,IC]·Wᵀ + b, with W and b packed in `wb`. */
@@ -143,7 +147,7 @@ static int linear(builder *b, const char *name, gkrt_tensor x, gkrt_tensor wb, u
   gkrt_tensor in[3] = {x, wb, b->m->ones};
   p_gemm p = {2, {gemm(0, 0, oc, bt, 1, 1, (uint64_t)oc * ic, oc, 2, 0, 1, 0, oc, 1.0f, 0.0f),
                   gemm(1, 0, oc, bt, ic, 1, 0, ic, 0, 0, ic, 0, oc, 1.0f, 1.0f)}};
-  return gemm_node(b, name, in, 3, (uint64_t)bt * oc, &p, y);
+  return gemm_node(b, name, in, 3, (uint64_t)bt * oc, &p, 1, y);
 }
 
 /* A gradient tensor: an intermediate, or an output when the graph exposes gradients. */
@@ -159,7 +163,7 @@ static int linear_bwd(builder *b, const char *name, gkrt_tensor dy, gkrt_tensor 
   snprintf(n, sizeof n, "%s.dx", name);
   gkrt_tensor in_dx[2] = {dy, wb};
   p_gemm pdx = {1, {gemm(0, 0, ic, bt, oc, 1, 0, ic, 0, 0, oc, 0, ic, 1.0f, 0.0f)}};
-  if (gemm_node(b, n, in_dx, 2, (uint64_t)bt * ic, &pdx, dx)) return 1;
+  if (gemm_node(b, n, in_dx, 2, (uint64_t)bt * ic, &pdx, 0, dx)) return 1;
   snprintf(n, sizeof n, "%s.dw", name);
   gkrt_tensor in_dw[3] = {x, dy, b->m->ones};
   p_gemm pdw = {2, {gemm(0, 1, ic, oc, bt, 0, 0, ic, 1, 0, oc, 0, ic, 1.0f, 0.0f),
@@ -221,43 +225,44 @@ static int layer_forward(builder *b, uint32_t l, gkrt_tensor x, layer_saved *s, 
   snprintf(b->prefix, sizeof b->prefix, "h%u.", l);
   s->x = x;
   p_rows rows = {BT, C};
-  TRY(op1(b, OP_LN_STATS, "ln1.stats", &x, 1, 2ull * BT, &rows, sizeof rows, 0, &s->s1));
+  TRY(op1(b, OP_LN_STATS, "ln1.stats", &x, 1, 2ull * BT, &rows, sizeof rows, RECOMPUTE_EW, &s->s1));
   gkrt_tensor ln1_in[3] = {x, s->s1, param(b, base)->w};
-  TRY(op1(b, OP_LN_APPLY, "ln1", ln1_in, 3, (uint64_t)BT * C, &rows, sizeof rows, 1, &s->h1));
+  TRY(op1(b, OP_LN_APPLY, "ln1", ln1_in, 3, (uint64_t)BT * C, &rows, sizeof rows, RECOMPUTE_EW, &s->h1));
   gkrt_tensor qkv;
   TRY(linear(b, "attn.qkv", s->h1, param(b, base + 1)->w, C, 3 * C, &qkv));
   p_perm split3 = {c->batch, T, 3, H, D};
-  TRY(op1(b, OP_SPLIT_HEADS, "attn.split", &qkv, 1, 3 * bhtd, &split3, sizeof split3, 1, &s->qkvp));
+  TRY(op1(b, OP_SPLIT_HEADS, "attn.split", &qkv, 1, 3 * bhtd, &split3, sizeof split3, RECOMPUTE_EW, &s->qkvp));
   /* S = scale · Q·Kᵀ per (batch, head) */
   p_gemm ps = {1, {gemm(1, 0, T, T, D, 0, bhtd, D, 0, 0, D, 0, T, scale, 0.0f)}};
   ps.ops[0].batch = BH, ps.ops[0].stride_a = (uint64_t)T * D, ps.ops[0].stride_b = (uint64_t)T * D;
   ps.ops[0].stride_c = (uint64_t)T * T;
   gkrt_tensor sc;
-  TRY(gemm_node(b, "attn.scores", &s->qkvp, 1, (uint64_t)BH * T * T, &ps, &sc));
+  TRY(gemm_node(b, "attn.scores", &s->qkvp, 1, (uint64_t)BH * T * T, &ps, 1, &sc));
   p_rows att_rows = {BH * T, T};
-  TRY(op1(b, OP_SOFTMAX, "attn.softmax", &sc, 1, (uint64_t)BH * T * T, &att_rows, sizeof att_rows, 1, &s->p));
+  TRY(op1(b, OP_SOFTMAX, "attn.softmax", &sc, 1,
+           (uint64_t)BH * T * T, &att_rows, sizeof att_rows, RECOMPUTE_EW, &s->p));
   /* Y = P·V */
   p_gemm pv = {1, {gemm(0, 0, D, T, T, 1, 2 * bhtd, D, 0, 0, T, 0, D, 1.0f, 0.0f)}};
   pv.ops[0].batch = BH, pv.ops[0].stride_a = (uint64_t)T * D, pv.ops[0].stride_b = (uint64_t)T * T;
   pv.ops[0].stride_c = (uint64_t)T * D;
   gkrt_tensor pv_in[2] = {s->p, s->qkvp}, yp;
-  TRY(gemm_node(b, "attn.pv", pv_in, 2, bhtd, &pv, &yp));
+  TRY(gemm_node(b, "attn.pv", pv_in, 2, bhtd, &pv, 1, &yp));
   p_perm merge1 = {c->batch, T, 1, H, D};
-  TRY(op1(b, OP_MERGE_HEADS, "attn.merge", &yp, 1, bhtd, &merge1, sizeof merge1, 1, &s->y));
+  TRY(op1(b, OP_MERGE_HEADS, "attn.merge", &yp, 1, bhtd, &merge1, sizeof merge1, RECOMPUTE_EW, &s->y));
   gkrt_tensor ao;
   TRY(linear(b, "attn.proj", s->y, param(b, base + 2)->w, C, C, &ao));
   p_n nc = {BT * C}, n4c = {BT * 4 * C};
   gkrt_tensor r1[2] = {x, ao};
-  TRY(op1(b, OP_ADD, "res1", r1, 2, (uint64_t)BT * C, &nc, sizeof nc, 1, &s->x2));
-  TRY(op1(b, OP_LN_STATS, "ln2.stats", &s->x2, 1, 2ull * BT, &rows, sizeof rows, 0, &s->s2));
+  TRY(op1(b, OP_ADD, "res1", r1, 2, (uint64_t)BT * C, &nc, sizeof nc, RECOMPUTE_EW, &s->x2));
+  TRY(op1(b, OP_LN_STATS, "ln2.stats", &s->x2, 1, 2ull * BT, &rows, sizeof rows, RECOMPUTE_EW, &s->s2));
   gkrt_tensor ln2_in[3] = {s->x2, s->s2, param(b, base + 3)->w};
-  TRY(op1(b, OP_LN_APPLY, "ln2", ln2_in, 3, (uint64_t)BT * C, &rows, sizeof rows, 1, &s->h2));
+  TRY(op1(b, OP_LN_APPLY, "ln2", ln2_in, 3, (uint64_t)BT * C, &rows, sizeof rows, RECOMPUTE_EW, &s->h2));
   TRY(linear(b, "mlp.fc", s->h2, param(b, base + 4)->w, C, 4 * C, &s->f));
-  TRY(op1(b, OP_GELU, "mlp.gelu", &s->f, 1, (uint64_t)BT * 4 * C, &n4c, sizeof n4c, 1, &s->g));
+  TRY(op1(b, OP_GELU, "mlp.gelu", &s->f, 1, (uint64_t)BT * 4 * C, &n4c, sizeof n4c, RECOMPUTE_EW, &s->g));
   gkrt_tensor mo;
   TRY(linear(b, "mlp.proj", s->g, param(b, base + 5)->w, 4 * C, C, &mo));
   gkrt_tensor r2[2] = {s->x2, mo};
-  return op1(b, OP_ADD, "res2", r2, 2, (uint64_t)BT * C, &nc, sizeof nc, 1, out);
+  return op1(b, OP_ADD, "res2", r2, 2, (uint64_t)BT * C, &nc, sizeof nc, RECOMPUTE_EW, out);
 }
 
 /* dx: the gradient at the layer's output; *dx_in receives it at the layer's input. */
@@ -276,7 +281,7 @@ static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_ten
   TRY(linear_bwd(b, "mlp.proj.bwd", dx, s->g, param(b, base + 5)->w, 4 * C, C, &dg, &dfcproj));
   TRY(finish_grad(b, base + 5, dfcproj));
   gkrt_tensor gb_in[2] = {dg, s->f};
-  TRY(op1(b, OP_GELU_BWD, "mlp.gelu.bwd", gb_in, 2, (uint64_t)BT * 4 * C, &n4c, sizeof n4c, 1, &df));
+  TRY(op1(b, OP_GELU_BWD, "mlp.gelu.bwd", gb_in, 2, (uint64_t)BT * 4 * C, &n4c, sizeof n4c, RECOMPUTE_EW, &df));
   TRY(linear_bwd(b, "mlp.fc.bwd", df, s->h2, param(b, base + 4)->w, C, 4 * C, &dh2, &dfc));
   TRY(finish_grad(b, base + 4, dfc));
   gkrt_tensor ln2b[5] = {dh2, s->x2, s->s2, param(b, base + 3)->w, dx};
@@ -289,16 +294,17 @@ static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_ten
   TRY(linear_bwd(b, "attn.proj.bwd", dx2, s->y, param(b, base + 2)->w, C, C, &dy, &dproj));
   TRY(finish_grad(b, base + 2, dproj));
   p_perm split1 = {c->batch, T, 1, H, D}, merge3 = {c->batch, T, 3, H, D};
-  TRY(op1(b, OP_SPLIT_HEADS, "attn.merge.bwd", &dy, 1, bhtd, &split1, sizeof split1, 1, &dyp));
+  TRY(op1(b, OP_SPLIT_HEADS, "attn.merge.bwd", &dy, 1, bhtd, &split1, sizeof split1, RECOMPUTE_EW, &dyp));
   /* dP = dY·Vᵀ */
   p_gemm pdp = {1, {gemm(1, 0, T, T, D, 1, 2 * bhtd, D, 0, 0, D, 0, T, 1.0f, 0.0f)}};
   pdp.ops[0].batch = BH, pdp.ops[0].stride_a = (uint64_t)T * D, pdp.ops[0].stride_b = (uint64_t)T * D;
   pdp.ops[0].stride_c = (uint64_t)T * T;
   gkrt_tensor dp_in[2] = {dyp, s->qkvp};
-  TRY(gemm_node(b, "attn.pv.bwd_p", dp_in, 2, (uint64_t)BH * T * T, &pdp, &dp));
+  TRY(gemm_node(b, "attn.pv.bwd_p", dp_in, 2, (uint64_t)BH * T * T, &pdp, 0, &dp));
   p_rows att_rows = {BH * T, T};
   gkrt_tensor sb_in[2] = {dp, s->p};
-  TRY(op1(b, OP_SOFTMAX_BWD, "attn.softmax.bwd", sb_in, 2, (uint64_t)BH * T * T, &att_rows, sizeof att_rows, 1, &ds));
+  TRY(op1(b, OP_SOFTMAX_BWD, "attn.softmax.bwd", sb_in, 2,
+           (uint64_t)BH * T * T, &att_rows, sizeof att_rows, RECOMPUTE_EW, &ds));
   /* inputs: dS, qkvp, dY, P. dQ = scale·dS·K, dK = scale·dSᵀ·Q, dV = Pᵀ·dY, into [3,B,H,T,D]. */
   p_gemm pq = {3,
                {gemm(0, 0, D, T, T, 1, bhtd, D, 0, 0, T, 0, D, scale, 0.0f),
@@ -309,8 +315,8 @@ static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_ten
     pq.ops[i].stride_c = (uint64_t)T * D;
   }
   gkrt_tensor dq_in[4] = {ds, s->qkvp, dyp, s->p};
-  TRY(gemm_node(b, "attn.bwd_qkv", dq_in, 4, 3 * bhtd, &pq, &dqkvp));
-  TRY(op1(b, OP_MERGE_HEADS, "attn.split.bwd", &dqkvp, 1, 3 * bhtd, &merge3, sizeof merge3, 1, &dqkv));
+  TRY(gemm_node(b, "attn.bwd_qkv", dq_in, 4, 3 * bhtd, &pq, 0, &dqkvp));
+  TRY(op1(b, OP_MERGE_HEADS, "attn.split.bwd", &dqkvp, 1, 3 * bhtd, &merge3, sizeof merge3, RECOMPUTE_EW, &dqkv));
   TRY(linear_bwd(b, "attn.qkv.bwd", dqkv, s->h1, param(b, base + 1)->w, C, 3 * C, &dh1, &dqkvw));
   TRY(finish_grad(b, base + 1, dqkvw));
   gkrt_tensor ln1b[5] = {dh1, s->x, s->s1, param(b, base)->w, dx2};
@@ -360,13 +366,13 @@ int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg,
   p_rows rows = {BT, C}, ce = {BT, V};
   gkrt_tensor sf, hf, logits, losses, dlogits, dhf, dwte, dx, dlnf, dwpe;
   if (!failed) {
-    failed = op1(&b, OP_LN_STATS, "lnf.stats", &x, 1, 2ull * BT, &rows, sizeof rows, 0, &sf);
+    failed = op1(&b, OP_LN_STATS, "lnf.stats", &x, 1, 2ull * BT, &rows, sizeof rows, RECOMPUTE_EW, &sf);
     gkrt_tensor lnf_in[3] = {x, sf, param(&b, lnf)->w};
-    failed = failed || op1(&b, OP_LN_APPLY, "lnf", lnf_in, 3, (uint64_t)BT * C, &rows, sizeof rows, 1, &hf);
+    failed = failed || op1(&b, OP_LN_APPLY, "lnf", lnf_in, 3, (uint64_t)BT * C, &rows, sizeof rows, RECOMPUTE_EW, &hf);
     /* logits = hf·wteᵀ (tied embedding, no bias) */
     gkrt_tensor lg_in[2] = {hf, param(&b, 0)->w};
     p_gemm pl = {1, {gemm(1, 0, V, BT, C, 1, 0, C, 0, 0, C, 0, V, 1.0f, 0.0f)}};
-    failed = failed || gemm_node(&b, "logits", lg_in, 2, (uint64_t)BT * V, &pl, &logits);
+    failed = failed || gemm_node(&b, "logits", lg_in, 2, (uint64_t)BT * V, &pl, 1, &logits);
     gkrt_tensor ce_in[2] = {logits, m->targets};
     if (!failed) failed = tensor(&b, BT, grad_kind(&b), "loss.rows", &losses);
     failed = failed || node(&b, OP_CE_ROWS, "loss.rows", ce_in, 2, &losses, 1, &ce, sizeof ce, 0);
@@ -378,7 +384,7 @@ int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg,
     failed = failed || op1(&b, OP_CE_BWD, "loss.bwd", ce_in, 2, (uint64_t)BT * V, &ce, sizeof ce, 0, &dlogits);
     gkrt_tensor dh_in[2] = {dlogits, param(&b, 0)->w};
     p_gemm pdh = {1, {gemm(0, 0, C, BT, V, 1, 0, C, 0, 0, V, 0, C, 1.0f, 0.0f)}};
-    failed = failed || gemm_node(&b, "logits.bwd_x", dh_in, 2, (uint64_t)BT * C, &pdh, &dhf);
+    failed = failed || gemm_node(&b, "logits.bwd_x", dh_in, 2, (uint64_t)BT * C, &pdh, 0, &dhf);
     gkrt_tensor dw_in[2] = {hf, dlogits};
     p_gemm pdw = {1, {gemm(0, 1, C, V, BT, 0, 0, C, 1, 0, V, 0, C, 1.0f, 0.0f)}};
     if (!failed) failed = tensor(&b, (uint64_t)V * C, grad_kind(&b), "logits.bwd_w", &dwte);

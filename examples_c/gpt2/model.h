@@ -24,7 +24,9 @@ typedef struct {
 } gpt2_config;
 
 typedef struct {
-  int recompute;        /* declare the element-wise and row-wise nodes recomputable */
+  int recompute;        /* recomputable nodes: 0 none, 1 the element-wise and row-wise ones (layer
+                           norms, head split/merge, softmax, GELU, residual adds, their gradients
+                           where they qualify), 2 also the forward matrix products */
   int grads_as_outputs; /* gradients and per-position losses become output tensors and no
                            optimizer runs (tests) */
   float lr, beta1, beta2, eps, weight_decay;

@@ -18,7 +18,8 @@
 #           fused attention, checkpointing, save_on_cpu, both; then the largest depth of GPT2_DEPTHS
 #           (12,24,36,48,96) each trains within GPT2_LIMIT (8GiB) at GPT2_DEPTH_WIDTH (the small size's
 #           flags less --layers). One table at the end, step times also as ratios to gkrt's unlimited
-#           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run.
+#           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run;
+#           GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the limited runs (2: products too).
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -249,8 +250,8 @@ run_gpt2() {
       --dump-weights "$b/$name.bin" >"$o/${name}_gkrt.log" 2>&1
     tail -n 1 "$o/${name}_gkrt.log"
     for frac in 0.5 0.333; do
-      LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --recompute 1 --lr 1e-3 \
-        --limit-frac "$frac" >"$o/${name}_gkrt_limit$frac.log" 2>&1
+      LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --lr 1e-3 \
+        --recompute "${GPT2_RECOMPUTE:-1}" --limit-frac "$frac" >"$o/${name}_gkrt_limit$frac.log" 2>&1
       tail -n 1 "$o/${name}_gkrt_limit$frac.log"
     done
     timeout 300 python3 benches/gpt2_torch.py --weights "$b/$name.bin" --steps "$steps" \

@@ -19,7 +19,7 @@
 #           (12,24,36,48,96) each trains within GPT2_LIMIT (8GiB) at GPT2_DEPTH_WIDTH (the small size's
 #           flags less --layers). One table at the end, step times also as ratios to gkrt's unlimited
 #           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run;
-#           GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the limited runs (2: products too).
+#           GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the limited and depth runs (2: products too).
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -262,7 +262,7 @@ run_gpt2() {
   width=${GPT2_DEPTH_WIDTH:-$width}
   echo "--- largest depth within $limit (depths $depths, $width)"
   for d in ${depths//,/ }; do
-    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" --layers "$d" $width --steps 4 --recompute 1 \
+    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" --layers "$d" $width --steps 4 --recompute "${GPT2_RECOMPUTE:-1}" \
       --limit "$limit" >>"$o/depth_gkrt.log" 2>&1 || { echo "gkrt: depth $d failed"; break; }
     tail -n 1 "$o/depth_gkrt.log"
   done

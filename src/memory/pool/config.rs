@@ -29,10 +29,11 @@ pub struct PoolConfig {
     /// Address space reserved per stream in virtual mode; 0 (default) = twice the memory limit,
     /// at least 1 GiB and at most 1 TiB.
     pub vmm_reserve_bytes: u64,
-    /// Unit of physical memory in virtual mode: each page is one device allocation, mapped and
-    /// unmapped whole (default 64 MiB; rounded up to a power of two and to the device's
-    /// granularity). Larger pages mean fewer driver calls when memory moves, smaller ones less
-    /// rounding at the edges of used memory (the page sizes measured: BENCHMARKS.md §3).
+    /// Largest physical allocation in virtual mode (default 64 MiB). Pages are the device's
+    /// granularity (2 MiB on NVIDIA GPUs); one allocation covers several consecutive pages, as
+    /// many as an eighth of the mapped memory (a power of two, at most this, and under a memory
+    /// limit at most a 32nd of it), so a small heap rounds to a granule and a large one grows
+    /// by few driver calls. Allocations are unmapped whole.
     pub vmm_page_bytes: u64,
     /// Mapped memory may exceed the high-water mark of allocated bytes by this many thousandths
     /// before large requests recycle free pages instead of mapping new ones (default 30).
@@ -50,6 +51,11 @@ pub struct PoolConfig {
     /// it, and the pages freed before it can move without a stall; a busy one does not, and new
     /// pages are mapped (after a miss, spins back off exponentially).
     pub recycle_spin_ns: u64,
+    /// Thousandths of wall time the slack rule's page moves may take (default 10: 1%), measured
+    /// by the pool (`move_budget.rs`): under churn, when moves come faster than they are paid
+    /// for, it maps new pages instead. 0: the slack rule never moves pages; 1000 or more: no
+    /// limit. The budget (`memory_limit`) is not subject to it.
+    pub recycle_time_permille: u64,
     /// Stream-ordered frees between two marker events on a stream with a virtual range
     /// (default 256): more frequent markers tell recycling sooner which free pages the device
     /// is done with, at one event query and one record each.
@@ -78,6 +84,7 @@ impl Default for PoolConfig {
             recycle_min_bytes: 32 * MIB,
             recycle_waits: false,
             recycle_spin_ns: 200_000,
+            recycle_time_permille: 10,
             marker_every: 256,
             marker_min_interval_ns: 1_000_000,
         }

@@ -70,7 +70,11 @@ fn a_small_heap_reserves_its_peak_rounded_to_a_granule() {
 #[test]
 fn a_large_heap_grows_by_few_driver_calls_and_unmaps_whole_allocations() {
     let f = Fake::virtual_memory();
-    let mut p = default_pool();
+    // Allocations of up to 64 MiB (the default is 8 MiB: see `vmm_page_bytes`).
+    let mut p = Pool::new(PoolConfig {
+        vmm_page_bytes: 64 * MIB,
+        ..default_pool().config().clone()
+    });
     // 2 GiB in 96 MiB tensors: 1024 granules.
     let blocks: Vec<u64> = (0..21)
         .map(|_| p.alloc(&f, 96 * MIB, st(0)).unwrap())

@@ -31,7 +31,7 @@ pub struct PoolConfig {
     pub vmm_reserve_bytes: u64,
     /// Largest physical allocation in virtual mode (default 8 MiB). Pages are the device's
     /// granularity (2 MiB on NVIDIA GPUs); one allocation covers several consecutive pages, as
-    /// many as an eighth of the mapped memory (a power of two, at most this, and under a memory
+    /// many as a 32nd of the mapped memory (a power of two, at most this, and under a memory
     /// limit at most a 32nd of it). Allocations are unmapped whole, so recycling can take back
     /// only those lying wholly inside a hole: larger ones mean fewer driver calls, smaller ones
     /// more of the holes reclaimable (on the recorded traces 64 MiB left gnn_train at 1.14 of

@@ -53,7 +53,7 @@
 //!   (`vmm_reserve_bytes`, default twice the memory limit, at most 1 TiB) for that stream;
 //!   every block of the stream is carved from it and physical pages (the device's granularity,
 //!   2 MiB) are mapped under a block when it is allocated, several consecutive pages per device
-//!   allocation ("chunks": an eighth of what will then be mapped, a power of two up to
+//!   allocation ("chunks": a 32nd of what will then be mapped, a power of two up to
 //!   `vmm_page_bytes`, 8 MiB), so a small heap rounds to a granule and a large one grows by
 //!   few driver calls; a chunk is unmapped whole (`pages.rs` keeps where each starts). Free memory
 //!   therefore never splits at a segment seam, small and large requests share one range, and

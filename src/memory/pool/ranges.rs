@@ -348,7 +348,7 @@ impl Pool {
         Ok(trimmed?)
     }
 
-    /// Pages per physical allocation when `run` more pages are to be mapped: an eighth of what
+    /// Pages per physical allocation when `run` more pages are to be mapped: a 32nd of what
     /// will then be mapped, as a power of two, between one page (the device's granularity) and
     /// `vmm_page_bytes` — and, under a memory limit, at most a 32nd of it. So a small heap pays
     /// one granule of rounding at the top of its used memory instead of a large page, a large
@@ -361,7 +361,7 @@ impl Pool {
         if self.config.memory_limit != u64::MAX {
             cap = cap.min(self.config.memory_limit / 32);
         }
-        let bytes = (will / 8).min(cap);
+        let bytes = (will / 32).min(cap);
         let pow2 = if bytes == 0 {
             0
         } else {

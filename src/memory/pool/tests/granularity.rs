@@ -55,9 +55,9 @@ fn a_small_heap_reserves_its_peak_rounded_to_a_granule() {
         f.allocation_sizes()
     );
     assert_eq!(p.stats().reserved_bytes, f.mapped_bytes());
-    // Nothing larger than the heap's eighth was mapped in one piece.
+    // A heap this small (a 32nd of it is under a granule) maps granule by granule.
     assert!(
-        f.allocation_sizes()[0] <= 4 * MIB,
+        f.allocation_sizes()[0] == PAGE,
         "{:?}",
         f.allocation_sizes()
     );
@@ -82,14 +82,17 @@ fn a_large_heap_grows_by_few_driver_calls_and_unmaps_whole_allocations() {
     let granules = p.stats().reserved_bytes / PAGE;
     assert_eq!(granules, 21 * 48);
     let sizes = f.allocation_sizes();
+    // A fifth of one per granule at most (32 per doubling of the heap until the cap), and one
+    // or two driver calls per request (full chunks, then the rest).
     assert!(
-        sizes.len() < 80 && f.map_calls() < 80,
+        sizes.len() * 5 < granules as usize && f.map_calls() <= 2 * 21,
         "{} allocations in {} calls",
         sizes.len(),
         f.map_calls()
     );
-    assert_eq!(sizes[0], 64 * MIB, "grows up to the largest allocation");
-    assert!(*sizes.last().unwrap() <= 8 * MIB, "starts small: {sizes:?}");
+    // A 32nd of the heap as it passed 1 GiB.
+    assert_eq!(sizes[0], 32 * MIB, "grows with the heap: {sizes:?}");
+    assert!(*sizes.last().unwrap() <= 4 * MIB, "starts small: {sizes:?}");
     // Every other tensor freed: what can go back is the whole allocations inside the holes
     // (the fake rejects an unmap that is not one whole allocation).
     for b in blocks.iter().step_by(2) {

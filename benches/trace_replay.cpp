@@ -15,103 +15,41 @@
 // the allocator's data in the CPU caches (without it, a pass starts after the other allocators'
 // passes, as an allocator's calls come between other work in a program).
 // Also reported: the peak memory held from the device over all passes divided by the trace's
-// peak of live (requested) bytes. Every trace stream gets its own CUstream. Output: one table
-// row per allocator and trace, in Markdown.
+// peak of live (requested) bytes. Every trace stream gets its own CUstream. Each trace is
+// replayed on allocators made for it (trace_events.hpp), and blocks a trace never frees are freed
+// after each pass, untimed (a line says so). Output: one table row per allocator and trace, in
+// Markdown.
 #include "pool_allocators.hpp"
+#include "trace_events.hpp"
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <unordered_map>
-
-struct Ev {
-  bool alloc;
-  uint32_t id;
-  uint64_t bytes;
-  uint32_t stream;
-};
-
-struct Trace {
-  std::string name;
-  std::vector<Ev> evs;
-  uint32_t nids = 0, nstreams = 0;
-  uint64_t peak_live = 0;
-};
-
-static Trace load(const char *path) {
-  std::string cmd = std::string("gzip -dcf '") + path + "'";
-  FILE *f = popen(cmd.c_str(), "r");
-  if (!f) {
-    std::perror(path);
-    std::exit(2);
-  }
-  Trace t;
-  std::string base = path;
-  base = base.substr(base.rfind('/') + 1);
-  t.name = base.substr(0, base.find('.'));
-  std::unordered_map<uint64_t, uint32_t> ids;
-  std::map<uint64_t, uint32_t> streams;
-  std::vector<uint64_t> size;
-  uint64_t live = 0;
-  char line[512];
-  while (std::fgets(line, sizeof line, f)) {
-    if (line[0] == '#' || line[0] == '\n') continue;
-    char op;
-    unsigned long long id, bytes = 0, stream = 0;
-    int n = std::sscanf(line, "%c %llu %llu %llu", &op, &id, &bytes, &stream);
-    if (op == 'a' && n == 4) {
-      uint32_t k = t.nids++;
-      ids[id] = k;
-      auto s = streams.emplace(stream, (uint32_t)streams.size()).first->second;
-      size.push_back(bytes);
-      t.evs.push_back({true, k, bytes, s});
-      live += bytes;
-      t.peak_live = std::max(t.peak_live, live);
-    } else if (op == 'f' && n >= 2) {
-      auto it = ids.find(id);
-      if (it == ids.end()) {
-        std::fprintf(stderr, "%s: free of unknown id %llu\n", path, id);
-        std::exit(2);
-      }
-      t.evs.push_back({false, it->second, size[it->second], 0});
-      live -= size[it->second];
-      ids.erase(it);
-    }
-  }
-  pclose(f);
-  t.nstreams = (uint32_t)streams.size();
-  return t;
-}
 
 /// One allocator's replay of one trace: its pointers, and the timings of its passes.
-struct Replay {
-  std::vector<void *> ptr;
-  std::vector<CUstream> owner;
+struct Replay : ReplayState<CUstream> {
+  using ReplayState<CUstream>::ReplayState;
   std::vector<uint32_t> cycles;  // per operation, counter ticks (per-op passes)
   std::vector<double> pass_ns;   // per operation, whole-pass timing (one per round)
   double warm_ns = 0;
 };
 
 /// One pass of trace `t` through `a`; returns ns per operation. With `per_op`, the counter is
-/// read after every operation (for p50 / p99) and the pass time includes those reads.
+/// read after every operation (for p50 / p99) and the pass time includes those reads. Blocks the
+/// trace never frees are freed after the pass, untimed, so passes do not pile them up.
 static double pass(Allocator &a, const Trace &t, Replay &r, bool per_op, const std::vector<CUstream> &streams) {
   auto t0 = std::chrono::steady_clock::now();
   uint64_t prev = __rdtsc();
-  for (const Ev &e : t.evs) {
-    if (e.alloc) {
-      CUstream s = streams[e.stream];
-      r.ptr[e.id] = a.alloc(e.bytes, s);
-      r.owner[e.id] = s;
-    } else {
-      a.free(r.ptr[e.id], e.bytes, r.owner[e.id]);
-    }
-    if (per_op) {
+  if (per_op) {
+    replay_pass(a, t, r, streams, [&] {
       uint64_t now = __rdtsc();
       r.cycles.push_back((uint32_t)std::min<uint64_t>(now - prev, UINT32_MAX));
       prev = now;
-    }
+    });
+  } else {
+    replay_pass(a, t, r, streams, [] {});
   }
   auto t1 = std::chrono::steady_clock::now();
+  free_leftovers(a, t, r);
   return (double)std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count() / t.evs.size();
 }
 
@@ -128,10 +66,9 @@ static double median(std::vector<double> v) {
 static void replay_all(std::vector<std::unique_ptr<Allocator>> &allocators, const Trace &t, int passes, double tpn,
                        const std::vector<CUstream> &streams, bool hot) {
   size_t n = allocators.size();
-  std::vector<Replay> rs(n);
+  std::vector<Replay> rs;
+  for (size_t k = 0; k < n; k++) rs.emplace_back(t);
   for (size_t k = 0; k < n; k++) {
-    rs[k].ptr.assign(t.nids, nullptr);
-    rs[k].owner.assign(t.nids, nullptr);
     rs[k].cycles.reserve((size_t)passes * t.evs.size());
     allocators[k]->reset_peak();
     rs[k].warm_ns = pass(*allocators[k], t, rs[k], false, streams);
@@ -169,7 +106,6 @@ static void replay_all(std::vector<std::unique_ptr<Allocator>> &allocators, cons
                 median(r.pass_ns), p50, p99, r.warm_ns, frag, ratio(k, torch).c_str(), ratio(k, async).c_str());
   }
   std::fflush(stdout);
-  for (auto &a : allocators) a->trim();
 }
 
 int main(int argc, char **argv) {
@@ -205,18 +141,25 @@ int main(int argc, char **argv) {
     std::printf("# time-stamp counter: %.3f ticks/ns, one read costs %.1f ns (median)\n", tpn, d[d.size() / 2] / tpn);
   }
   std::vector<Trace> traces;
-  for (auto p : paths) traces.push_back(load(p));
+  for (auto p : paths) traces.push_back(load_trace(p));
   uint32_t nstreams = 1;
   for (auto &t : traces) nstreams = std::max(nstreams, t.nstreams);
   std::vector<CUstream> streams(nstreams);
   for (auto &s : streams) CU_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
-  auto allocators = make_allocators(only);
   std::printf("\n| trace | allocator | ns/op mean | ns/op p50 | ns/op p99 | first pass ns/op | peak reserved / peak live "
               "| mean ÷ PyTorch (same rounds) | mean ÷ cuMemAllocAsync (same rounds) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  for (auto &t : traces) replay_all(allocators, t, passes, tpn, streams, hot);
-  allocators.clear();
+  for (auto &t : traces) {
+    if (!t.unfreed.empty())
+      std::printf("# %s: %zu blocks are never freed by the trace: freed after every pass, untimed\n", t.name.c_str(),
+                  t.unfreed.size());
+    // Fresh allocators for every trace (PyTorch's is one per process: the previous trace left it
+    // empty, and it is trimmed and its peaks reset), so no trace's memory counts in another's.
+    auto allocators = make_allocators(only);
+    replay_all(allocators, t, passes, tpn, streams, hot);
+    for (auto &a : allocators) a->trim();
+  }
   for (auto &s : streams) cuStreamDestroy(s);
   return 0;
 }

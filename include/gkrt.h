@@ -19,7 +19,8 @@
  *    figures.
  *  - Environment: GKRT_DEVICE, GKRT_HOST_JITTER_US, GKRT_POOL_VMM, GKRT_VMM, GKRT_POOL_PAGE_MIB,
  *    GKRT_POOL_SLACK_PERMILLE, GKRT_POOL_RECYCLE_MIN_MIB, GKRT_POOL_RECYCLE_WAIT,
- *    GKRT_POOL_RECYCLE_SPIN_US, GKRT_POOL_MARKER_EVERY, GKRT_POOL_MARKER_MIN_US, GKRT_LOG_LEVEL,
+ *    GKRT_POOL_RECYCLE_SPIN_US, GKRT_POOL_MARKER_EVERY, GKRT_POOL_MARKER_MIN_US,
+ *    GKRT_POOL_RECYCLE_TIME_PERMILLE, GKRT_LOG_LEVEL,
  *    GKRT_MEMORY_LIMIT and GKRT_SWAP_TIMELINE; the README's table says what each does.
  *  - Process lifetime: the handle table, the runtimes' homes (a few dozen bytes each) and the
  *    runtime of the PyTorch entry points (with its pool and, on the host backend, its stream

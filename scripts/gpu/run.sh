@@ -112,14 +112,23 @@ run_swap() {
 }
 
 # The pool against PyTorch's caching allocator and cuMemAllocAsync (BENCHMARKS.md, section 3): builds
-# the benches, replays the shared traces (staged in .gpu/pool/) and the synthetic ones, runs the
+# the benches, replays the shared traces (staged in .gpu/pool/), the recorded ones in benches/traces/
+# and the synthetic ones (one table, each trace on allocators of its own), runs the
 # micro-benchmarks and the C test of gkrt_malloc on CUDA. Tables go to stdout and $OUT/pool_*.
 run_pool() {
   local b=/tmp/gkrt-pool
   bash benches/build_pool_benches.sh "$b" 2>&1 | tee "$OUT/pool_build.log" || return
   GKRT_DEVICE=cuda timeout 120 .gpu/tests/api_raw_alloc 2>&1 | tail -n 3
   python3 benches/gen_traces.py "$b/traces" >/dev/null
-  timeout 300 "$b/trace_replay" --passes 30 .gpu/pool/*.trace.gz "$b"/traces/*.trace.gz 2>&1 | tee "$OUT/pool_replay.md"
+  # Every trace in one table, each on allocators of its own: the shared ones (staged in
+  # .gpu/pool/), the project's recorded ones (benches/traces/) and the synthetic ones. POOL_ONLY
+  # narrows the allocators (trace_replay --only; default: all, with the variants).
+  local traces
+  traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz)
+  [ -n "$(ls .gpu/pool/*.trace.gz 2>/dev/null)" ] || echo "# no shared traces staged in .gpu/pool/ (copy ../shared/traces/*.trace.gz there)"
+  # shellcheck disable=SC2086  # trace paths have no spaces
+  timeout 560 "$b/trace_replay" --passes "${POOL_PASSES:-30}" ${POOL_ONLY:+--only "$POOL_ONLY"} \
+    $traces 2>&1 | tee "$OUT/pool_replay.md"
   timeout 120 "$b/pool_micro" 2>&1 | tee "$OUT/pool_micro.md"
 }
 

@@ -8,9 +8,10 @@
 //! | `GKRT_POOL_VMM` | `1`/`0`: overrides `Config::pool_virtual_memory` (whether a pool grows by virtual-memory pages on every stream) | the config's (auto) |
 //! | `GKRT_HOST_JITTER_US` | host backend: random delay (µs) before each queued item (`Config::host_jitter_us`) | the config's (0) |
 //! | `GKRT_VMM` | `0` keeps a CUDA device from virtual-memory growth altogether (plain `cuMemAlloc` segments) | on where the device supports it |
-//! | `GKRT_POOL_PAGE_MIB` | a pool's virtual-memory page (`PoolConfig::vmm_page_bytes`), MiB | 64 |
+//! | `GKRT_POOL_PAGE_MIB` | a pool's largest physical allocation in virtual mode (`PoolConfig::vmm_page_bytes`), MiB | 8 |
 //! | `GKRT_POOL_SLACK_PERMILLE` | `PoolConfig::recycle_slack_permille` | 30 |
-//! | `GKRT_POOL_RECYCLE_MIN_MIB` | `PoolConfig::recycle_min_bytes`, MiB | 32 |
+//! | `GKRT_POOL_RECYCLE_MIN_MIB` | `PoolConfig::recycle_min_bytes`, MiB | 2 |
+//! | `GKRT_POOL_RECYCLE_TIME_PERMILLE` | `PoolConfig::recycle_time_permille` (share of wall time the slack rule's page moves may take) | 10 |
 //! | `GKRT_POOL_RECYCLE_WAIT` | `PoolConfig::recycle_waits`, 0 or 1 | the config's (0; 1 for the PyTorch entry points' runtime) |
 //! | `GKRT_POOL_RECYCLE_SPIN_US` | `PoolConfig::recycle_spin_ns`, µs | `PoolConfig::default()` |
 //! | `GKRT_POOL_MARKER_EVERY` | `PoolConfig::marker_every` | `PoolConfig::default()` |
@@ -88,6 +89,9 @@ pub(crate) fn pool_overrides(mut pool: PoolConfig) -> PoolConfig {
     }
     if let Some(m) = read("GKRT_POOL_RECYCLE_MIN_MIB") {
         pool.recycle_min_bytes = m.saturating_mul(MIB);
+    }
+    if let Some(p) = read("GKRT_POOL_RECYCLE_TIME_PERMILLE") {
+        pool.recycle_time_permille = p;
     }
     if let Some(w) = read("GKRT_POOL_RECYCLE_WAIT") {
         pool.recycle_waits = w != 0;

@@ -142,7 +142,9 @@ impl Runtime {
             marker: device.create_event()?,
         };
         let defaults = PoolConfig::default();
-        let big_enough = limit >= 8 * defaults.vmm_page_bytes;
+        // Virtual ranges only under a budget of at least 512 MiB (eight of the 64 MiB pages the
+        // pool once had; kept when pages became granules so small budgets behave as before).
+        let big_enough = limit >= 512 << 20;
         let vmm = config
             .pool_virtual_memory
             .unwrap_or(config.memory_limit != 0)

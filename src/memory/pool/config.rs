@@ -29,16 +29,20 @@ pub struct PoolConfig {
     /// Address space reserved per stream in virtual mode; 0 (default) = twice the memory limit,
     /// at least 1 GiB and at most 1 TiB.
     pub vmm_reserve_bytes: u64,
-    /// Unit of physical memory in virtual mode: each page is one device allocation, mapped and
-    /// unmapped whole (default 64 MiB; rounded up to a power of two and to the device's
-    /// granularity). Larger pages mean fewer driver calls when memory moves, smaller ones less
-    /// rounding at the edges of used memory (the page sizes measured: BENCHMARKS.md §3).
+    /// Largest physical allocation in virtual mode (default 8 MiB). Pages are the device's
+    /// granularity (2 MiB on NVIDIA GPUs); one allocation covers several consecutive pages, as
+    /// many as a 32nd of the mapped memory (a power of two, at most this, and under a memory
+    /// limit at most a 32nd of it). Allocations are unmapped whole, so recycling can take back
+    /// only those lying wholly inside a hole: larger ones mean fewer driver calls, smaller ones
+    /// more of the holes reclaimable (on the recorded traces 64 MiB left gnn_train at 1.14 of
+    /// its peak, 4 and 8 MiB at 1.03: BENCHMARKS.md §3).
     pub vmm_page_bytes: u64,
     /// Mapped memory may exceed the high-water mark of allocated bytes by this many thousandths
     /// before large requests recycle free pages instead of mapping new ones (default 30).
     pub recycle_slack_permille: u64,
-    /// Only a request needing at least this many bytes of new pages recycles under the slack
-    /// rule (default 32 MiB); the budget always recycles.
+    /// Only a request needing at least this many bytes of new pages — or more than the slack
+    /// itself — recycles under the slack rule (default 2 MiB, one granule: every growth; the
+    /// time budget `recycle_time_permille` bounds what that costs); the budget always recycles.
     pub recycle_min_bytes: u64,
     /// Whether the slack rule may wait for the device (`quiesce`) to reuse pages that queued
     /// work may still touch. Default false: it moves only pages the device is known to be done
@@ -50,6 +54,11 @@ pub struct PoolConfig {
     /// it, and the pages freed before it can move without a stall; a busy one does not, and new
     /// pages are mapped (after a miss, spins back off exponentially).
     pub recycle_spin_ns: u64,
+    /// Thousandths of wall time the slack rule's page moves may take (default 10: 1%), measured
+    /// by the pool (`move_budget.rs`): under churn, when moves come faster than they are paid
+    /// for, it maps new pages instead. 0: the slack rule never moves pages; 1000 or more: no
+    /// limit. The budget (`memory_limit`) is not subject to it.
+    pub recycle_time_permille: u64,
     /// Stream-ordered frees between two marker events on a stream with a virtual range
     /// (default 256): more frequent markers tell recycling sooner which free pages the device
     /// is done with, at one event query and one record each.
@@ -73,11 +82,12 @@ impl Default for PoolConfig {
             large_segment_rounding: 2 * MIB,
             vmm: true,
             vmm_reserve_bytes: 0,
-            vmm_page_bytes: 64 * MIB,
+            vmm_page_bytes: 8 * MIB,
             recycle_slack_permille: 30,
-            recycle_min_bytes: 32 * MIB,
+            recycle_min_bytes: 2 * MIB,
             recycle_waits: false,
             recycle_spin_ns: 200_000,
+            recycle_time_permille: 10,
             marker_every: 256,
             marker_min_interval_ns: 1_000_000,
         }

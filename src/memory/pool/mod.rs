@@ -18,6 +18,7 @@
 //!   the live blocks by address;
 //! - `segments.rs` plain segments and what all segments share; `ranges.rs` virtual ranges and
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
+//! - `move_budget.rs` the time budget of the slack rule's moves;
 //! - `pending.rs` blocks freed after an event; `dry_run.rs` dry runs; `check.rs` validation;
 //!   `tests/` the tests, over one configurable fake backing.
 //!
@@ -50,8 +51,11 @@
 //! - **Virtual ranges (devices with virtual memory, `config.vmm`, or per stream with
 //!   `set_new_stream_growth`).** The first allocation on a stream reserves one address range
 //!   (`vmm_reserve_bytes`, default twice the memory limit, at most 1 TiB) for that stream;
-//!   every block of the stream is carved from it and physical pages (`vmm_page_bytes`, 64 MiB:
-//!   one device allocation each) are mapped under a block when it is allocated. Free memory
+//!   every block of the stream is carved from it and physical pages (the device's granularity,
+//!   2 MiB) are mapped under a block when it is allocated, several consecutive pages per device
+//!   allocation ("chunks": a 32nd of what will then be mapped, a power of two up to
+//!   `vmm_page_bytes`, 8 MiB), so a small heap rounds to a granule and a large one grows by
+//!   few driver calls; a chunk is unmapped whole (`pages.rs` keeps where each starts). Free memory
 //!   therefore never splits at a segment seam, small and large requests share one range, and
 //!   reserved bytes are mapped pages, not address space. A request first tries the free blocks
 //!   whose pages are all mapped (no device call); otherwise it is placed, at the low or the high
@@ -61,13 +65,17 @@
 //!   where it lies instead of being moved back and forth between steps.
 //!   If the range cannot hold it (or the device cannot reserve one), the request falls back to
 //!   plain segments.
-//! - **Recycling pages.** A mapped page lying wholly inside a free block can be unmapped and
-//!   its memory mapped where it is needed. The pool does so (a) when the budget would be
-//!   exceeded, and (b) when a request needs at least `recycle_min_bytes` of new pages and the
-//!   mapped total would exceed the high-water mark of allocated bytes by more than
-//!   `recycle_slack_permille`: large transient tensors then reuse the physical memory of holes
+//! - **Recycling pages.** A chunk lying wholly inside a free block can be unmapped and its
+//!   memory mapped where it is needed. The pool does so (a) when the budget would be
+//!   exceeded, and (b) when a request needs at least `recycle_min_bytes` (or, on a small heap,
+//!   the slack itself) of new pages and the mapped total would exceed the high-water mark of
+//!   allocated bytes by more than `recycle_slack_permille` (and at least one page) — but (b)
+//!   only while such moves have taken at most `recycle_time_permille` of wall time as the pool
+//!   measures it (`move_budget.rs`): under churn it maps new pages once instead of moving the
+//!   same ones every step. Large transient tensors then reuse the physical memory of holes
 //!   instead of growing the footprint (the effect on fragmentation: BENCHMARKS.md §3). Victims
-//!   are the free blocks with the most mapped pages, unmapped from their high end.
+//!   are the free blocks with the most mapped pages, their whole chunks unmapped from the high
+//!   end.
 //!   Stream-ordered frees may still have work queued on those pages, so a page is unmapped only
 //!   once the device is known to be past the free: every `marker_every` frees (and at most once
 //!   per `marker_min_interval_ns`) the pool records a marker event on the stream and polls it
@@ -110,6 +118,7 @@ mod config;
 mod dry_run;
 mod free_index;
 mod markers;
+mod move_budget;
 mod pages;
 mod pending;
 mod ranges;
@@ -158,6 +167,14 @@ pub trait PoolBacking {
     }
     /// Gives back a marker event from `record_marker` (pool teardown).
     fn release_marker(&self, _event: EventId) {}
+    /// A monotonic clock in ns: the pool times its page moves with it (`move_budget.rs`).
+    fn now_ns(&self) -> u64 {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos() as u64
+    }
 }
 
 /// The caching device-memory pool. See the module comment for the policies.
@@ -190,6 +207,8 @@ pub struct Pool {
     epoch: u64,
     /// Blocks parked on events so far.
     park_seq: u64,
+    /// What the slack rule's page moves may still cost.
+    moves: move_budget::MoveBudget,
     stats: PoolStats,
 }
 
@@ -214,6 +233,7 @@ impl Pool {
             high_water: 0,
             epoch: 1,
             park_seq: 0,
+            moves: move_budget::MoveBudget::default(),
             stats: PoolStats::default(),
         }
     }
@@ -438,6 +458,11 @@ impl Pool {
 
     pub fn stats(&self) -> PoolStats {
         self.stats
+    }
+
+    /// Slack-rule page moves declined because moving had used up its share of time.
+    pub fn recycle_declined_count(&self) -> u64 {
+        self.moves.declined
     }
 
     /// Peaks := current values.

@@ -1,4 +1,8 @@
-//! Which pages of a reserved virtual range have physical memory mapped (one bit per page).
+//! Which pages of a reserved virtual range have physical memory mapped (one bit per page), and
+//! how they were mapped: pages are the device's granularity, and one physical allocation (a
+//! "chunk") covers one or more consecutive pages; a second bitmap marks the first page of each
+//! chunk. A chunk is unmapped whole (the driver unmaps what one call mapped), so it runs from its
+//! start bit to the next start bit or the first unmapped page.
 //!
 //! Owns nothing on the device: it is the pool's record of what it asked the device to map.
 //! Counting and run-finding work a 64-page word at a time, so a query over a range of `n`
@@ -7,6 +11,8 @@
 #[derive(Clone, Debug, Default)]
 pub struct PageMap {
     bits: Vec<u64>,
+    /// Bit `p` set: a chunk starts at page `p` (only ever set on mapped pages).
+    starts: Vec<u64>,
     pages: u64,
     mapped: u64,
     /// No page at or above this one has ever been mapped (bounds scans of a range that is
@@ -18,6 +24,7 @@ impl PageMap {
     pub fn new(pages: u64) -> PageMap {
         PageMap {
             bits: vec![0; pages.div_ceil(64) as usize],
+            starts: vec![0; pages.div_ceil(64) as usize],
             pages,
             mapped: 0,
             ceiling: 0,
@@ -100,8 +107,102 @@ impl PageMap {
         p1.saturating_sub(p0) - self.count_mapped(p0, p1)
     }
 
+    /// Records `[p0, p1)` (unmapped pages) as mapped by one chunk; returns the pages.
+    pub fn map_chunk(&mut self, p0: u64, p1: u64) -> u64 {
+        debug_assert_eq!(
+            self.count_mapped(p0, p1),
+            0,
+            "chunk [{p0}, {p1}) over mapped pages"
+        );
+        if p1 > p0 {
+            self.starts[(p0 / 64) as usize] |= 1 << (p0 % 64);
+        }
+        self.set(p0, p1, true)
+    }
+
+    /// Records the whole chunks `[p0, p1)` as unmapped; returns the pages that were mapped.
+    pub fn unmap_chunks(&mut self, p0: u64, p1: u64) -> u64 {
+        debug_assert!(
+            self.is_chunk_edge(p0) && self.is_chunk_edge(p1),
+            "[{p0}, {p1}) cuts a chunk"
+        );
+        for (w, mask) in Self::word_masks(p0, p1) {
+            self.starts[w] &= !mask;
+        }
+        self.set(p0, p1, false)
+    }
+
+    /// Whether no chunk spans the edge between pages `p - 1` and `p`.
+    pub fn is_chunk_edge(&self, p: u64) -> bool {
+        p == 0 || p >= self.pages || !self.bit(&self.bits, p) || self.bit(&self.starts, p)
+    }
+
+    fn bit(&self, v: &[u64], p: u64) -> bool {
+        v[(p / 64) as usize] >> (p % 64) & 1 == 1
+    }
+
+    /// The first chunk start in `[p0, p1)`.
+    fn next_start(&self, p0: u64, p1: u64) -> Option<u64> {
+        let mut p = p0;
+        while p < p1 {
+            let word = self.starts[(p / 64) as usize] >> (p % 64);
+            if word != 0 {
+                let at = p + word.trailing_zeros() as u64;
+                return (at < p1).then_some(at);
+            }
+            p = (p / 64 + 1) * 64;
+        }
+        None
+    }
+
+    /// The last chunk start in `[p0, p1)`.
+    fn prev_start(&self, p0: u64, p1: u64) -> Option<u64> {
+        let mut end = p1;
+        while end > p0 {
+            let w = (end - 1) / 64;
+            // Bits [0, (end - 1) % 64] of word w.
+            let word = self.starts[w as usize] & (u64::MAX >> (63 - (end - 1) % 64));
+            if word != 0 {
+                let at = w * 64 + 63 - word.leading_zeros() as u64;
+                return (at >= p0).then_some(at);
+            }
+            end = w * 64;
+        }
+        None
+    }
+
+    /// The chunks `(start, pages)` lying wholly inside `[p0, p1)` (all of whose pages are
+    /// mapped), from the highest down, until `f` returns false.
+    pub fn each_chunk_down(&self, p0: u64, p1: u64, mut f: impl FnMut((u64, u64)) -> bool) {
+        let mut runs = Vec::new();
+        self.each_run(p0, p1, true, |run| {
+            runs.push(run);
+            true
+        });
+        for (p, n) in runs.into_iter().rev() {
+            let Some(lo) = self.next_start(p, p + n) else {
+                continue;
+            };
+            let mut hi = p + n;
+            if !self.is_chunk_edge(hi) {
+                // The chunk over the run's end reaches past `p1`.
+                match self.prev_start(lo + 1, hi) {
+                    Some(s) => hi = s,
+                    None => continue,
+                }
+            }
+            while hi > lo {
+                let s = self.prev_start(lo, hi).expect("a chunk starts at lo");
+                if !f((s, hi - s)) {
+                    return;
+                }
+                hi = s;
+            }
+        }
+    }
+
     /// Marks `[p0, p1)` mapped (`true`) or unmapped; returns how many pages changed.
-    pub fn set(&mut self, p0: u64, p1: u64, mapped: bool) -> u64 {
+    fn set(&mut self, p0: u64, p1: u64, mapped: bool) -> u64 {
         let mut changed = 0;
         for (w, mask) in Self::word_masks(p0, p1) {
             let word = &mut self.bits[w];
@@ -193,7 +294,7 @@ mod tests {
     fn set_count_and_runs_agree_with_a_naive_scan() {
         let mut m = PageMap::new(300);
         assert_eq!(m.set(3, 70, true), 67);
-        assert_eq!(m.set(60, 130, true), 60);
+        assert_eq!(m.set(70, 130, true), 60);
         assert_eq!(m.set(100, 101, false), 1);
         assert_eq!(m.set(250, 300, true), 50);
         assert_eq!(m.mapped(), 176);
@@ -221,5 +322,42 @@ mod tests {
         assert_eq!(m.runs(0, 300, true), vec![(3, 97), (101, 29), (250, 50)]);
         assert_eq!(m.set(0, 300, false), 176);
         assert_eq!(m.mapped(), 0);
+    }
+
+    fn chunks_down(m: &PageMap, p0: u64, p1: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        m.each_chunk_down(p0, p1, |c| {
+            out.push(c);
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn only_whole_chunks_are_offered_for_unmapping() {
+        let mut m = PageMap::new(200);
+        // Chunks [2, 6) [6, 7) [7, 70) [70, 72), a gap, [100, 164) [164, 165).
+        for (a, b) in [(2, 6), (6, 7), (7, 70), (70, 72), (100, 164), (164, 165)] {
+            assert_eq!(m.map_chunk(a, b), b - a);
+        }
+        assert_eq!(
+            chunks_down(&m, 0, 200),
+            vec![(164, 1), (100, 64), (70, 2), (7, 63), (6, 1), (2, 4)]
+        );
+        // Cut at both ends: [3, 71) holds only [6, 7) and [7, 70) whole.
+        assert_eq!(chunks_down(&m, 3, 71), vec![(7, 63), (6, 1)]);
+        // Inside one chunk: nothing.
+        assert_eq!(chunks_down(&m, 101, 163), vec![]);
+        assert_eq!(chunks_down(&m, 100, 165), vec![(164, 1), (100, 64)]);
+        assert!(m.is_chunk_edge(7) && !m.is_chunk_edge(8) && m.is_chunk_edge(72));
+        assert_eq!(m.unmap_chunks(6, 70), 64);
+        assert_eq!(
+            chunks_down(&m, 0, 200),
+            vec![(164, 1), (100, 64), (70, 2), (2, 4)]
+        );
+        // A chunk mapped again where one was: its own start, not the old ones.
+        assert_eq!(m.map_chunk(6, 40), 34);
+        assert_eq!(chunks_down(&m, 0, 72), vec![(70, 2), (6, 34), (2, 4)]);
+        assert_eq!(m.mapped(), 4 + 34 + 2 + 65);
     }
 }

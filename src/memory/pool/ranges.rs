@@ -54,12 +54,9 @@ impl Pool {
             return None;
         }
         let g = vm.granularity();
-        let page = self
-            .config
-            .vmm_page_bytes
-            .max(g)
-            .checked_next_power_of_two()
-            .unwrap_or(0);
+        // Pages are the device's granularity; `chunk_pages` decides how many one physical
+        // allocation covers.
+        let page = g.max(self.config.alignment);
         let usable = g.is_power_of_two() && page >= self.config.alignment;
         if !usable || (self.page != 0 && page != self.page) {
             log::warn!("gkrt pool: the device's granularity {g} is unusable; using plain segments");
@@ -309,14 +306,27 @@ impl Pool {
             must = excess.div_ceil(page);
         }
         let mut want = must;
-        if add >= self.config.recycle_min_bytes {
-            let hw = self
-                .high_water
-                .max(self.stats.allocated_bytes + self.pending_bytes + rounded);
-            let allowed = hw / 1000 * (1000 + self.config.recycle_slack_permille);
-            let cap = allowed.div_ceil(page);
-            want = want.max((self.mapped_pages + need).saturating_sub(cap));
+        let hw = self
+            .high_water
+            .max(self.stats.allocated_bytes + self.pending_bytes + rounded);
+        // Growth that alone exceeds the slack counts too (on a small heap, a granule may).
+        let slack_bytes = hw / 1000 * self.config.recycle_slack_permille;
+        if add >= self.config.recycle_min_bytes.min(slack_bytes) {
+            let allowed = hw + slack_bytes;
+            // At least one granule of slack (the rounding of the top of used memory).
+            let cap = allowed.div_ceil(page).max(hw.div_ceil(page) + 1);
+            let slack = (self.mapped_pages + need).saturating_sub(cap);
+            // Only while moves have paid for themselves (move_budget.rs).
+            if slack > must
+                && self
+                    .moves
+                    .allows(backing.now_ns(), self.config.recycle_time_permille)
+            {
+                want = slack;
+            }
         }
+        // A slack-rule move is timed from here to the end of the mapping.
+        let started = (want > must).then(|| backing.now_ns());
         if want > 0 {
             self.recycle(backing, vm, want, must, placing)?;
         }
@@ -331,8 +341,33 @@ impl Pool {
         let mapped = self.map_runs(backing, vm, r, base, &runs, placing, bytes);
         // Spares left by recycling that the new pages did not reuse go back to the device.
         let trimmed = vm.trim();
+        if let Some(t0) = started {
+            self.moves.charge(backing.now_ns().saturating_sub(t0));
+        }
         mapped?;
         Ok(trimmed?)
+    }
+
+    /// Pages per physical allocation when `run` more pages are to be mapped: a 32nd of what
+    /// will then be mapped, as a power of two, between one page (the device's granularity) and
+    /// `vmm_page_bytes` — and, under a memory limit, at most a 32nd of it. So a small heap pays
+    /// one granule of rounding at the top of its used memory instead of a large page, a large
+    /// one grows by few driver calls (their number is logarithmic in the heap up to the
+    /// largest chunk size), and a chunk, which is unmapped whole, is never more than a small
+    /// part of the memory recycling may want back.
+    pub(super) fn chunk_pages(&self, run: u64) -> u64 {
+        let will = (self.mapped_pages + run) * self.page;
+        let mut cap = self.config.vmm_page_bytes;
+        if self.config.memory_limit != u64::MAX {
+            cap = cap.min(self.config.memory_limit / 32);
+        }
+        let bytes = (will / 32).min(cap);
+        let pow2 = if bytes == 0 {
+            0
+        } else {
+            1u64 << (63 - bytes.leading_zeros())
+        };
+        (pow2 / self.page).max(1)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -348,26 +383,38 @@ impl Pool {
     ) -> Result<(), PoolError> {
         let page = self.page;
         for &(p, n) in runs {
-            let mut result = vm.map(base + p * page, page, n);
-            if let Err(DeviceError::OutOfMemory { .. }) = result {
-                // Give the device every free page and idle segment we hold, then retry.
-                self.recycle(backing, vm, u64::MAX, u64::MAX, placing)?;
-                vm.trim()?;
-                self.release_idle_segments(backing)?;
-                result = vm.map(base + p * page, page, n);
+            let mut at = p;
+            while at < p + n {
+                // Full chunks of the size the heap has grown to, then one of what is left.
+                let c = self.chunk_pages(p + n - at);
+                let left = p + n - at;
+                let (size, count) = if left >= c { (c, left / c) } else { (left, 1) };
+                let addr = base + at * page;
+                let mut result = vm.map(addr, size * page, count);
+                if let Err(DeviceError::OutOfMemory { .. }) = result {
+                    // Give the device every free page and idle segment we hold, then retry.
+                    self.recycle(backing, vm, u64::MAX, u64::MAX, placing)?;
+                    vm.trim()?;
+                    self.release_idle_segments(backing)?;
+                    result = vm.map(addr, size * page, count);
+                }
+                match result {
+                    Ok(()) => {}
+                    Err(DeviceError::OutOfMemory { .. }) => return Err(self.oom(bytes)),
+                    Err(e) => return Err(PoolError::Device(e)),
+                }
+                let pages = self.segs[r].pages.as_mut().expect("range");
+                for k in 0..count {
+                    pages.map_chunk(at + k * size, at + (k + 1) * size);
+                }
+                let n = size * count;
+                at += n;
+                self.mapped_pages += n;
+                let s = &mut self.stats;
+                s.reserved_bytes += n * page;
+                s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
+                s.page_map_count += n;
             }
-            match result {
-                Ok(()) => {}
-                Err(DeviceError::OutOfMemory { .. }) => return Err(self.oom(bytes)),
-                Err(e) => return Err(PoolError::Device(e)),
-            }
-            let pages = self.segs[r].pages.as_mut().expect("range");
-            pages.set(p, p + n, true);
-            self.mapped_pages += n;
-            let s = &mut self.stats;
-            s.reserved_bytes += n * page;
-            s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
-            s.page_map_count += n;
         }
         Ok(())
     }

@@ -146,23 +146,25 @@ impl Pool {
                 (self.streams[b.owner as usize].range, b.addr, b.size)
             };
             let (q0, q1) = self.interior(r, addr, size);
-            let mut runs = self.pages_of(r).runs(q0, q1, true);
-            if let Some((_, k0, k1)) = placing.filter(|&(j, _, _)| j == i) {
-                // Keep the pages the placed block will use.
-                runs = runs
-                    .into_iter()
-                    .flat_map(|(p, n)| {
-                        let lo = (p, n.min(k0.saturating_sub(p)));
-                        let hi_start = (p + n).min(p.max(k1));
-                        [lo, (hi_start, p + n - hi_start)]
-                    })
-                    .filter(|&(_, n)| n > 0)
-                    .collect();
+            // The placed block's pages `[k0, k1)` stay: its chunks are not victims.
+            let keep = placing
+                .filter(|&(j, _, _)| j == i)
+                .map_or((q1, q1), |(_, k0, k1)| (k0, k1));
+            let mut chunks = Vec::new();
+            let pages = self.pages_of(r);
+            for (lo, hi) in [(keep.1.max(q0), q1), (q0, keep.0.min(q1))] {
+                if lo < hi {
+                    pages.each_chunk_down(lo, hi, |c| {
+                        chunks.push(c);
+                        true
+                    });
+                }
             }
             let base = self.segs[r].base;
             let mut took = 0;
             let mut failed = None;
-            'runs: for &(p, n) in runs.iter().rev() {
+            // From the high end; a chunk goes whole (the last one may overshoot `want`).
+            for (start, k) in chunks {
                 if done >= want {
                     break;
                 }
@@ -174,17 +176,15 @@ impl Pool {
                     quiet = true;
                     self.stats.device_wait_count += 1;
                 }
-                let k = n.min(want - done);
-                let start = p + n - k;
-                if let Err(e) = vm.unmap(base + start * page, page, k) {
+                if let Err(e) = vm.unmap(base + start * page, k * page, 1) {
                     failed = Some(e);
-                    break 'runs;
+                    break;
                 }
                 self.segs[r]
                     .pages
                     .as_mut()
                     .expect("range")
-                    .set(start, start + k, false);
+                    .unmap_chunks(start, start + k);
                 self.mapped_pages -= k;
                 let s = &mut self.stats;
                 s.reserved_bytes -= k * page;

@@ -63,13 +63,18 @@ impl Pool {
             )
         })?;
         let page = self.page;
-        let runs = pages.runs(0, pages.pages(), true);
-        if !runs.is_empty() {
+        let mut chunks = Vec::new();
+        pages.each_chunk_down(0, pages.pages(), |c| {
+            chunks.push(c);
+            true
+        });
+        if !chunks.is_empty() {
             vm.quiesce()?;
         }
-        for (p, n) in runs {
-            vm.unmap(seg.base + p * page, page, n)?;
-            pages.set(p, p + n, false);
+        // Each physical allocation is unmapped as it was mapped: whole.
+        for (p, n) in chunks {
+            vm.unmap(seg.base + p * page, n * page, 1)?;
+            pages.unmap_chunks(p, p + n);
             self.mapped_pages -= n;
             self.stats.reserved_bytes -= n * page;
             self.stats.page_unmap_count += n;

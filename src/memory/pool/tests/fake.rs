@@ -38,6 +38,11 @@ pub(super) struct FakeConfig {
     /// Off: count calls only, and every event is complete at once (nothing runs on this
     /// device) — the trace replay, which measures the pool's own cost.
     pub(super) record: bool,
+    /// The clock (`now_ns`): it stands still but for `Fake::advance` and `move_cost_ns` per
+    /// `map` or `unmap` call (default 0): what a driver call costs. With `real_clock`, readings
+    /// are real elapsed time plus the driver calls' costs (the trace replay).
+    pub(super) move_cost_ns: u64,
+    pub(super) real_clock: bool,
 }
 
 impl FakeConfig {
@@ -52,6 +57,8 @@ impl FakeConfig {
             page: 0,
             range_base: 1 << 44,
             record: true,
+            move_cost_ns: 0,
+            real_clock: false,
         }
     }
 
@@ -89,9 +96,20 @@ impl FakeConfig {
         }
     }
 
+    /// Each driver call of `map` or `unmap` takes `move_cost_ns` on the clock.
+    pub(super) fn move_cost(self, move_cost_ns: u64) -> FakeConfig {
+        FakeConfig {
+            move_cost_ns,
+            ..self
+        }
+    }
+
     pub(super) fn build(self) -> Fake {
         Fake {
+            started: std::time::Instant::now(),
             state: RefCell::new(FakeState {
+                clock: 0,
+                map_calls: 0,
                 next_segment: self.segment_base,
                 skew: self.skew,
                 segments: BTreeMap::new(),
@@ -105,6 +123,7 @@ impl FakeConfig {
                 next_range: self.range_base,
                 ranges: BTreeMap::new(),
                 mapped: BTreeSet::new(),
+                allocations: BTreeMap::new(),
                 maps: 0,
                 unmaps: 0,
                 syncs: 0,
@@ -122,6 +141,10 @@ impl FakeConfig {
 
 /// What the fake has handed out and seen; tests read and steer it through [`Fake::state`].
 pub(super) struct FakeState {
+    /// The fake clock, ns (see `FakeConfig::move_cost_ns`).
+    clock: u64,
+    /// `map` calls (each maps `count` physical allocations).
+    map_calls: u64,
     next_segment: u64,
     /// Added to every (aligned) segment address.
     pub(super) skew: u64,
@@ -143,6 +166,9 @@ pub(super) struct FakeState {
     /// Reserved ranges: base → size.
     pub(super) ranges: BTreeMap<u64, u64>,
     /// Mapped pages, by address.
+    /// The physical allocations mapped, by address: their size (`unmap` must match, as on
+    /// CUDA, where one allocation is unmapped whole).
+    allocations: BTreeMap<u64, u64>,
     pub(super) mapped: BTreeSet<u64>,
     /// Pages mapped and unmapped, cumulative; device waits (`quiesce`).
     pub(super) maps: u64,
@@ -165,6 +191,7 @@ pub(super) struct FakeState {
 pub(super) struct Fake {
     config: FakeConfig,
     state: RefCell<FakeState>,
+    started: std::time::Instant,
 }
 
 impl Fake {
@@ -201,6 +228,22 @@ impl Fake {
     /// Plain segments handed out, cumulative.
     pub(super) fn allocs(&self) -> u64 {
         self.state().allocs
+    }
+
+    /// Physical allocations mapped now, and their sizes (largest first).
+    pub(super) fn allocation_sizes(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.state().allocations.values().copied().collect();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v
+    }
+
+    pub(super) fn map_calls(&self) -> u64 {
+        self.state().map_calls
+    }
+
+    /// Moves the clock on by `ns` (time spent outside the pool).
+    pub(super) fn advance(&self, ns: u64) {
+        self.state_mut().clock += ns;
     }
 
     pub(super) fn maps(&self) -> u64 {
@@ -345,6 +388,14 @@ impl PoolBacking for Fake {
         (self.config.page != 0).then_some(self as &dyn VirtualMemory)
     }
 
+    fn now_ns(&self) -> u64 {
+        let s = self.state();
+        if self.config.real_clock {
+            return self.started.elapsed().as_nanos() as u64 + s.clock;
+        }
+        s.clock
+    }
+
     fn record_marker(&self, stream: StreamId, reuse: Option<EventId>) -> Option<EventId> {
         if self.config.page == 0 {
             return None;
@@ -401,6 +452,8 @@ impl VirtualMemory for Fake {
     fn map(&self, addr: u64, page: u64, count: u64) -> Result<(), DeviceError> {
         let mut guard = self.state_mut();
         let s = &mut *guard;
+        s.clock += self.config.move_cost_ns;
+        s.map_calls += 1;
         if !self.config.record {
             s.maps += count;
             return Ok(());
@@ -421,6 +474,9 @@ impl VirtualMemory for Fake {
             assert!(Fake::in_range(s, p), "map outside a reservation at {p:#x}");
             assert!(s.mapped.insert(p), "page {p:#x} mapped twice");
         }
+        for k in 0..count {
+            s.allocations.insert(addr + k * page, page);
+        }
         s.maps += bytes / unit;
         Ok(())
     }
@@ -428,6 +484,7 @@ impl VirtualMemory for Fake {
     fn unmap(&self, addr: u64, page: u64, count: u64) -> Result<(), DeviceError> {
         let mut guard = self.state_mut();
         let s = &mut *guard;
+        s.clock += self.config.move_cost_ns;
         if !self.config.record {
             s.unmaps += count;
             return Ok(());
@@ -437,6 +494,14 @@ impl VirtualMemory for Fake {
             assert!(
                 !Fake::in_use_on_device(s, p, unit),
                 "page {p:#x} unmapped while queued work may still use it"
+            );
+        }
+        for k in 0..count {
+            let at = addr + k * page;
+            assert_eq!(
+                s.allocations.remove(&at),
+                Some(page),
+                "unmap of {page} bytes at {at:#x} is not one whole allocation"
             );
         }
         for p in (addr..addr + page * count).step_by(unit as usize) {

@@ -1,8 +1,10 @@
 //! Tests of the caching pool, by concern — plain segments (`plain.rs`), virtual ranges
-//! (`virtual_ranges.rs`), random sequences against a model (`random.rs`), the trace replay
+//! (`virtual_ranges.rs`), physical allocations that grow with the heap and the time budget of
+//! page moves (`granularity.rs`), random sequences against a model (`random.rs`), the trace replay
 //! (`replay.rs`) — all over one configurable fake backing (`fake.rs`).
 
 mod fake;
+mod granularity;
 mod plain;
 mod random;
 mod replay;
@@ -39,6 +41,8 @@ fn vpool(limit: u64) -> Pool {
         memory_limit: limit,
         vmm_reserve_bytes: 4 << 30,
         vmm_page_bytes: PAGE,
+        // The slack rule unthrottled (the fake's clock stands still); `move_budget` tests set it.
+        recycle_time_permille: 1000,
         ..PoolConfig::default()
     })
 }

@@ -353,13 +353,15 @@ fn run_virtual_ops(
     capacity: u64,
     nstreams: u32,
     waits: bool,
+    chunk: u64,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
     let f = FakeConfig::virtual_memory().capacity(capacity).build();
     let mut p = Pool::new(PoolConfig {
         memory_limit: limit,
         vmm_reserve_bytes: 256 * MIB,
-        vmm_page_bytes: PAGE,
+        vmm_page_bytes: chunk,
+        recycle_time_permille: 1000,
         recycle_min_bytes: 4 * MIB,
         recycle_waits: waits,
         ..PoolConfig::default()
@@ -504,8 +506,10 @@ proptest! {
         limit in prop_oneof![Just(u64::MAX), 16 * MIB..=128 * MIB],
         capacity in prop_oneof![3 => Just(u64::MAX), 1 => 16 * MIB..=160 * MIB],
         waits in any::<bool>(),
+        // Physical allocations of one page, or growing with the heap up to 16 pages.
+        chunk in prop_oneof![Just(PAGE), Just(16 * PAGE)],
         ops in proptest::collection::vec(op_strategy(), 1..200),
     ) {
-        run_virtual_ops(limit, capacity, nstreams, waits, &ops)?;
+        run_virtual_ops(limit, capacity, nstreams, waits, chunk, &ops)?;
     }
 }

@@ -1,0 +1,85 @@
+//! The time budget of the slack rule's page moves: recycling pages to keep the footprint near
+//! the high-water mark pays for itself only while moving is cheap next to the work between
+//! moves. The pool measures what its moves cost (the wall time of each slack-rule remap:
+//! picking victims, waiting on markers, unmapping and mapping) against the wall time that
+//! passes, and moves pages under the slack rule only while the moves have taken at most
+//! `recycle_time_permille` of it (a token bucket). Under churn — the same pages moved back and
+//! forth between steps in quick succession — the bucket runs dry and the pool maps new pages
+//! instead, once, after which the steps reuse them with no driver call; when the steps are long
+//! next to a move (a real training step), every move is paid for and the footprint stays near
+//! the high-water mark. No constant here depends on a workload: the rate is the share of time
+//! the pool may spend saving memory, and the bucket holds one second's worth of it — full at
+//! first, so the one-off moves of a program's first steps are not held back.
+//! The budget rule (`memory_limit`) never consults it.
+
+/// Wall time whose share of moving may be saved up (bounds a burst after an idle spell).
+const BUCKET_WINDOW_NS: u64 = 1_000_000_000;
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct MoveBudget {
+    /// Moving time still allowed, in ns (negative: moves have overspent and must be repaid).
+    credit_ns: i64,
+    /// When the credit was last brought up to date (the backing's clock).
+    at_ns: u64,
+    /// Whether `allows` has run (the bucket starts full).
+    started: bool,
+    /// Slack-rule moves declined for lack of credit.
+    pub(super) declined: u64,
+}
+
+impl MoveBudget {
+    /// Whether a slack-rule move may start at `now` with `permille` of wall time for moving
+    /// (at least 1000: always; 0: never).
+    pub(super) fn allows(&mut self, now: u64, permille: u64) -> bool {
+        if permille >= 1000 {
+            return true;
+        }
+        let cap = (BUCKET_WINDOW_NS / 1000 * permille) as i64;
+        if !self.started {
+            (self.started, self.credit_ns, self.at_ns) = (true, cap, now);
+        }
+        let earned = now.saturating_sub(self.at_ns) as u128 * permille as u128 / 1000;
+        self.credit_ns = (self.credit_ns as i128 + earned as i128).min(cap as i128) as i64;
+        self.at_ns = now;
+        let ok = permille > 0 && self.credit_ns > 0;
+        if !ok {
+            self.declined += 1;
+        }
+        ok
+    }
+
+    /// A move took `ns`.
+    pub(super) fn charge(&mut self, ns: u64) {
+        self.credit_ns = self
+            .credit_ns
+            .saturating_sub(ns.min(i64::MAX as u64) as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moves_are_allowed_while_they_take_at_most_their_share_of_time() {
+        let mut b = MoveBudget::default();
+        // The bucket starts full: 1% of a second, 10 ms of moving.
+        assert!(b.allows(5_000_000, 10));
+        b.charge(10_150_000);
+        // 1 ms later: 10 µs more, still 140 µs in debt.
+        assert!(!b.allows(6_000_000, 10));
+        // 15 ms after that the debt is repaid.
+        assert!(b.allows(21_000_000, 10));
+        assert_eq!(b.declined, 1);
+        // An idle hour saves up at most one second's share.
+        assert!(b.allows(3_600_000_000_000, 10));
+        b.charge(10_000_011);
+        assert!(!b.allows(3_600_000_000_001, 10));
+        // The two ends of the knob.
+        let mut never = MoveBudget::default();
+        assert!(!never.allows(1 << 40, 0));
+        let mut always = MoveBudget::default();
+        always.charge(u64::MAX);
+        assert!(always.allows(0, 1000));
+    }
+}

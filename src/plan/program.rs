@@ -215,6 +215,10 @@ impl Program {
                 for &t in &plan.drop_after[n] {
                     p.push(n32, Step::Drop(t));
                 }
+                // Links of a recompute chain, rebuilt before this node for another recompute.
+                for &t in plan.free_after.get(n).into_iter().flatten() {
+                    p.push(n32, Step::Free(t));
+                }
             }
         }
         if let Some(plan) = plan {

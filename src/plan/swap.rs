@@ -46,8 +46,12 @@ pub struct SwapPlan {
     pub leave_at_start: Vec<u32>,
     /// After node n: drop these intermediates without a copy (they are recomputed later).
     pub drop_after: Vec<Vec<u32>>,
-    /// Before node n (after its returns start): run each tensor's producer again to rebuild it.
+    /// Before node n (after its returns start): run each tensor's producer again to rebuild it,
+    /// in this order (a chain's freed links before the tensors built from them).
     pub recompute_before: Vec<Vec<u32>>,
+    /// After node n: free these links of a recompute chain, rebuilt before n only to rebuild
+    /// another tensor there (see `rebuild_chain`).
+    pub free_after: Vec<Vec<u32>>,
     /// Bytes the plan moves each way in one run (both include the run-boundary traffic).
     pub bytes_out: u64,
     pub bytes_in: u64,
@@ -162,10 +166,65 @@ impl Writers {
     }
 }
 
-/// The node that can rebuild intermediate `t` right before node `m` reads it (with the tensors
-/// of `rebuilt_before[m]` rebuilt there too, within `budget`): its only writer,
-/// declared recomputable and without workspaces, whose inputs all live unchanged until `m` and
-/// are not themselves waiting for a recompute.
+/// Most tensors one planned recompute rebuilds (the victim and the freed tensors its producer's
+/// chain reads): each link reruns a node and holds its output at the reader's node.
+const MAX_CHAIN: usize = 4;
+
+/// Appends to `chain` the tensors to rebuild before node `m` so that intermediate `x` exists
+/// there, producers' order (`x` last). A link is a tensor whose only writer is declared
+/// recomputable, has no workspaces and writes only it; each input of that writer is either alive
+/// and unchanged until `m` (and not itself waiting for a recompute), already rebuilt before `m`
+/// (`rebuilt`), or freed by then and rebuildable in turn (chained recomputation: the softmax
+/// output from scores freed after the softmax, themselves from Q and K still alive).
+#[allow(clippy::too_many_arguments)]
+fn rebuild_chain(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    writers: &Writers,
+    sim: &Sim,
+    rebuilt: &[u32],
+    x: u32,
+    m: u32,
+    chain: &mut Vec<u32>,
+) -> bool {
+    let tensor = &tensors[x as usize];
+    let Some(p) = tensor.producer else {
+        return false;
+    };
+    let node = &nodes[p as usize];
+    let link = tensor.kind == crate::graph::TensorKind::Intermediate
+        && node.recomputable
+        && node.outputs == [x]
+        // Its workspaces would add to the memory the reader's node needs.
+        && node.workspaces.is_empty()
+        && writers.of[x as usize] == [p]
+        && !sim.feeds_recompute[x as usize]
+        && chain.len() < MAX_CHAIN;
+    if !link {
+        return false;
+    }
+    for &y in &node.inputs {
+        if rebuilt.contains(&y) || chain.contains(&y) {
+            continue;
+        }
+        let alive = lv.last_use[y as usize].is_some_and(|l| l >= m);
+        let ok = if alive {
+            !writers.written_between(y, p, m) && !sim.dropped[y as usize]
+        } else {
+            rebuild_chain(tensors, nodes, lv, writers, sim, rebuilt, y, m, chain)
+        };
+        if !ok {
+            return false;
+        }
+    }
+    chain.push(x);
+    true
+}
+
+/// The tensors to rebuild right before node `m` reads intermediate `t` (with the tensors of
+/// `rebuilt_before[m]` rebuilt there too, within `budget`), in the order their producers run
+/// again, `t` last (see `rebuild_chain`).
 #[allow(clippy::too_many_arguments)]
 fn recompute_source(
     tensors: &[Tensor],
@@ -177,33 +236,20 @@ fn recompute_source(
     budget: u64,
     t: u32,
     m: u32,
-) -> Option<u32> {
-    let tensor = &tensors[t as usize];
-    let p = tensor.producer?;
-    let node = &nodes[p as usize];
-    let ok = tensor.kind == crate::graph::TensorKind::Intermediate
-        && node.recomputable
-        && node.outputs == [t]
-        // Its workspaces would add to the memory the reader's node needs.
-        && node.workspaces.is_empty()
-        && writers.of[t as usize] == [p]
-        && (m as usize) < nodes.len()
-        && nodes[m as usize].inputs.contains(&t)
-        && !sim.feeds_recompute[t as usize]
-        && node.inputs.iter().all(|&y| {
-            lv.last_use[y as usize].is_some_and(|l| l >= m)
-                && !writers.written_between(y, p, m)
-                && !sim.dropped[y as usize]
-        });
-    if !ok {
+) -> Option<Vec<u32>> {
+    if (m as usize) >= nodes.len() || !nodes[m as usize].inputs.contains(&t) {
         return None;
     }
-    // Node m then needs its own tensors, the producer's inputs and the rebuilt tensors (of
+    let rebuilt = &rebuilt_before[m as usize];
+    let mut chain = Vec::new();
+    if !rebuild_chain(tensors, nodes, lv, writers, sim, rebuilt, t, m, &mut chain) {
+        return None;
+    }
+    // Node m then needs its own tensors, the producers' inputs and the rebuilt tensors (of
     // every recompute before it) at once: within the budget, or the copy is the only way.
     let reader = &nodes[m as usize];
     let mut at_m = node_tensors(reader);
-    at_m.extend(node.inputs.iter().copied());
-    for &x in rebuilt_before[m as usize].iter().chain([&t]) {
+    for &x in rebuilt.iter().chain(&chain) {
         at_m.push(x);
         at_m.extend(
             nodes[tensors[x as usize].producer? as usize]
@@ -220,7 +266,7 @@ fn recompute_source(
         .map(|&w| round_up(w, sim.align))
         .sum();
     let need = at_m.iter().map(|&x| sim.size(x)).sum::<u64>() + ws;
-    (need <= budget).then_some(p)
+    (need <= budget).then_some(chain)
 }
 
 /// Plans swaps for `budget` bytes of device memory: the policy that needs no measurement (see
@@ -432,6 +478,7 @@ fn simulate(
         prefetch_before: vec![Vec::new(); n_nodes + 1],
         drop_after: vec![Vec::new(); n_nodes],
         recompute_before: vec![Vec::new(); n_nodes],
+        free_after: vec![Vec::new(); n_nodes],
         keep: keep.to_vec(),
         ..SwapPlan::default()
     };
@@ -453,6 +500,7 @@ fn simulate(
         let mut workspace: u64 = node.workspaces.iter().map(|&w| round_up(w, align)).sum();
         for &x in &plan.recompute_before[n] {
             let p = &nodes[tensors[x as usize].producer.expect("planned") as usize];
+            touched.push(x);
             touched.extend(p.inputs.iter().copied());
             reads.extend(p.inputs.iter().copied());
             workspace += p
@@ -495,13 +543,24 @@ fn simulate(
                     )
                 })
                 .flatten();
-            if let (Some(p), Some(last)) = (source, last) {
-                // Dropped without a copy; its producer runs again before its next use, which
-                // becomes a use of the producer's inputs.
+            if let (Some(chain), Some(last)) = (source, last) {
+                // Dropped without a copy; its producer (after those of the freed tensors it
+                // reads, if any) runs again before its next use, which becomes a use of the
+                // producers' other inputs.
                 plan.drop_after[last as usize].push(victim);
-                plan.recompute_before[next as usize].push(victim);
+                let leaves: Vec<u32> = chain
+                    .iter()
+                    .flat_map(|&x| {
+                        &nodes[tensors[x as usize].producer.expect("a link") as usize].inputs
+                    })
+                    .copied()
+                    .filter(|y| {
+                        !chain.contains(y) && !plan.recompute_before[next as usize].contains(y)
+                    })
+                    .collect();
+                plan.recompute_before[next as usize].extend(chain);
                 sim.dropped[victim as usize] = true;
-                for &y in &nodes[p as usize].inputs {
+                for y in leaves {
                     sim.feeds_recompute[y as usize] = true;
                     let extra = &mut sim.extra_uses[y as usize];
                     if let Err(i) = extra.binary_search(&next) {
@@ -543,7 +602,7 @@ fn simulate(
         }
 
         for &t in &incoming {
-            if sim.dropped[t as usize] {
+            if sim.dropped[t as usize] || plan.recompute_before[n].contains(&t) {
                 sim.dropped[t as usize] = false; // rebuilt here, not copied
             } else if reads.contains(&t) {
                 returns.push((n32, t, sim.left_after[t as usize]));
@@ -562,6 +621,13 @@ fn simulate(
         for &t in &touched {
             sim.unindex(t);
             let tensor = &tensors[t as usize];
+            if plan.recompute_before[n].contains(&t) && !node.inputs.contains(&t) {
+                // Rebuilt only for another recompute here (a link of a chain): freed now.
+                plan.free_after[n].push(t);
+                sim.resident[t as usize] = false;
+                sim.used -= sim.size(t);
+                continue;
+            }
             if lv.last_use[t as usize] == Some(n32) {
                 // Only what the next run reads, or what the plan keeps, lingers: one it first
                 // overwrites (an output) has no use for its device contents and leaves now,
@@ -656,4 +722,158 @@ pub fn check_with_pool(
     pool.dry_run(&walk.dry_run_steps(stream))
         .map(|_| ())
         .map_err(|(i, _)| walk.call_node[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::TensorKind;
+    use crate::kernels::{CallbackArgs, HostCallback, Kernel, LaunchDims};
+    use crate::plan::program::Step;
+
+    unsafe extern "C" fn nothing(_: *const CallbackArgs, _: *mut std::ffi::c_void) -> i32 {
+        0
+    }
+
+    const MB: u64 = 1_000_000;
+
+    #[derive(Default)]
+    struct G {
+        tensors: Vec<Tensor>,
+        nodes: Vec<Node>,
+    }
+
+    impl G {
+        fn tensor(&mut self, mb: u64, kind: TensorKind) -> u32 {
+            self.tensors.push(Tensor {
+                size: mb * MB,
+                kind,
+                name: format!("t{}", self.tensors.len()),
+                producer: None,
+            });
+            self.tensors.len() as u32 - 1
+        }
+        fn node(&mut self, inputs: &[u32], output: u32, recomputable: bool) -> u32 {
+            let node = self.nodes.len() as u32;
+            self.tensors[output as usize].producer.get_or_insert(node);
+            self.nodes.push(Node {
+                kernel: Kernel::Callback(HostCallback {
+                    func: nothing,
+                    user_data: 0,
+                    owner: None,
+                }),
+                builtin: None,
+                inputs: inputs.to_vec(),
+                outputs: vec![output],
+                workspaces: Vec::new(),
+                dims: LaunchDims {
+                    grid: [1; 3],
+                    block: [1; 3],
+                    shared_mem_bytes: 0,
+                },
+                params: Vec::new(),
+                recomputable,
+                name: format!("n{node}"),
+            });
+            node
+        }
+    }
+
+    /// Attention's shape in small: q stays alive to the end; scores s = f(q) is freed after the
+    /// softmax p = g(s); p is read again at the end, past nodes that need its room.
+    fn attention_like() -> (G, [u32; 4], u32) {
+        let mut g = G::default();
+        let a = g.tensor(1, TensorKind::Input);
+        let q = g.tensor(1, TensorKind::Intermediate);
+        let s = g.tensor(4, TensorKind::Intermediate);
+        let p = g.tensor(4, TensorKind::Intermediate);
+        let f1 = g.tensor(10, TensorKind::Intermediate);
+        let f2 = g.tensor(2, TensorKind::Intermediate);
+        let out = g.tensor(1, TensorKind::Output);
+        g.node(&[a], q, false);
+        g.node(&[q], s, true);
+        g.node(&[s], p, true);
+        g.node(&[a], f1, false);
+        g.node(&[f1], f2, false);
+        let last = g.node(&[p, q, f2], out, false);
+        (g, [q, s, p, out], last)
+    }
+
+    /// The softmax output's producer reads scores already freed: the plan rebuilds both (scores
+    /// first), frees the scores after the reader, and moves neither over the link.
+    #[test]
+    fn a_recompute_chains_through_a_freed_input() {
+        let (g, [_, s, p, _], last) = attention_like();
+        let lv = Liveness::analyse(&g.tensors, &g.nodes, 1);
+        let plan = plan_swaps(&g.tensors, &g.nodes, &lv, 14 * MB, 1);
+        assert!(plan.infeasible_nodes.is_empty(), "{plan:?}");
+        assert_eq!(plan.recompute_before[last as usize], vec![s, p], "{plan:?}");
+        assert_eq!(plan.free_after[last as usize], vec![s]);
+        assert!(plan.drop_after[2].contains(&p), "{plan:?}");
+        assert!(plan.swap_out_after.iter().flatten().all(|&t| t != p));
+        assert!(plan.peak <= 14 * MB, "{}", plan.peak);
+
+        // Without recomputation p is copied out and back.
+        let off = Policy {
+            recompute: false,
+            ..Policy::default()
+        };
+        let copied = plan_with(&g.tensors, &g.nodes, &lv, 14 * MB, 1, off);
+        assert_eq!(copied.recomputes(), 0);
+        assert!(copied.bytes_out >= plan.bytes_out + 4 * MB, "{copied:?}");
+    }
+
+    /// The chain is not planned when the reader's node has no room for the freed link too.
+    #[test]
+    fn a_chain_that_does_not_fit_beside_the_reader_is_copied() {
+        let (g, [_, _, p, _], last) = attention_like();
+        let lv = Liveness::analyse(&g.tensors, &g.nodes, 1);
+        // The last node needs 8 MB, 12 with the scores rebuilt beside it.
+        let plan = plan_swaps(&g.tensors, &g.nodes, &lv, 11 * MB, 1);
+        assert!(plan.recompute_before[last as usize].is_empty(), "{plan:?}");
+        assert!(
+            plan.swap_out_after.iter().flatten().any(|&t| t == p),
+            "{plan:?}"
+        );
+    }
+
+    /// The compiled program rebuilds the chain in order before the reader, frees the link after
+    /// it, and the pool walk allocates and frees it once per run.
+    #[test]
+    fn the_program_rebuilds_a_chain_in_order_and_frees_its_link() {
+        let (g, [_, s, p, _], last) = attention_like();
+        let lv = Liveness::analyse(&g.tensors, &g.nodes, 1);
+        let plan = plan_swaps(&g.tensors, &g.nodes, &lv, 14 * MB, 1);
+        let program = Program::compile(&g.tensors, &g.nodes, &lv, Some(&plan), None);
+        let at = |want: &dyn Fn(&Step) -> bool| {
+            program
+                .steps
+                .iter()
+                .position(want)
+                .expect("step present")
+        };
+        let rebuild_s = at(&|x| matches!(x, Step::Recompute { tensor, .. } if *tensor == s));
+        let rebuild_p = at(&|x| matches!(x, Step::Recompute { tensor, .. } if *tensor == p));
+        let launch = at(&|x| *x == Step::Launch(last));
+        let free_s: Vec<usize> = (0..program.steps.len())
+            .filter(|&i| program.steps[i] == Step::Free(s))
+            .collect();
+        assert!(
+            rebuild_s < rebuild_p && rebuild_p < launch,
+            "{:?}",
+            program.steps
+        );
+        // Freed after its first last use (node 2) and after the reader.
+        assert_eq!(free_s.len(), 2, "{:?}", program.steps);
+        assert!(free_s[1] > launch);
+        let walk = PoolWalk::runs(&g.tensors, &g.nodes, &program, 2);
+        let s_calls = walk
+            .calls
+            .iter()
+            .filter(|c| format!("{c:?}").contains(&format!("Tensor({s})")))
+            .count();
+        // Per run: produced, freed, rebuilt, freed.
+        assert_eq!(s_calls, 8, "{:?}", walk.calls);
+        let _ = walk.dry_run_steps(crate::device::StreamId(0));
+    }
 }

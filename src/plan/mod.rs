@@ -7,6 +7,9 @@ pub mod program;
 pub mod swap;
 pub mod swap_model;
 
+#[cfg(test)]
+mod gpt2_shape_tests;
+
 use crate::graph::liveness::round_up;
 use crate::graph::{Graph, TensorKind};
 use arena::{ArenaProblem, BufferSpec};

@@ -173,9 +173,11 @@ const MAX_CHAIN: usize = 4;
 /// Appends to `chain` the tensors to rebuild before node `m` so that intermediate `x` exists
 /// there, producers' order (`x` last). A link is a tensor whose only writer is declared
 /// recomputable, has no workspaces and writes only it; each input of that writer is either alive
-/// and unchanged until `m` (and not itself waiting for a recompute), already rebuilt before `m`
-/// (`rebuilt`), or freed by then and rebuildable in turn (chained recomputation: the softmax
-/// output from scores freed after the softmax, themselves from Q and K still alive).
+/// and unchanged until `m`, already rebuilt before `m` (`rebuilt_before[m]`), freed by then and
+/// rebuildable in turn (chained recomputation: the softmax output from scores freed after the
+/// softmax, themselves from Q and K still alive), or dropped for a recompute planned after `m`
+/// and rebuildable at `m` instead (the GELU output from its input, both dropped): that earlier
+/// rebuild is listed in `moved` as (tensor, node it was planned before).
 #[allow(clippy::too_many_arguments)]
 fn rebuild_chain(
     tensors: &[Tensor],
@@ -183,11 +185,13 @@ fn rebuild_chain(
     lv: &Liveness,
     writers: &Writers,
     sim: &Sim,
-    rebuilt: &[u32],
+    rebuilt_before: &[Vec<u32>],
     x: u32,
     m: u32,
     chain: &mut Vec<u32>,
+    moved: &mut Vec<(u32, u32)>,
 ) -> bool {
+    let rebuilt = &rebuilt_before[m as usize];
     let tensor = &tensors[x as usize];
     let Some(p) = tensor.producer else {
         return false;
@@ -209,10 +213,36 @@ fn rebuild_chain(
             continue;
         }
         let alive = lv.last_use[y as usize].is_some_and(|l| l >= m);
-        let ok = if alive {
-            !writers.written_between(y, p, m) && !sim.dropped[y as usize]
+        let rebuild = |chain: &mut _, moved: &mut _| {
+            rebuild_chain(
+                tensors,
+                nodes,
+                lv,
+                writers,
+                sim,
+                rebuilt_before,
+                y,
+                m,
+                chain,
+                moved,
+            )
+        };
+        let ok = if !alive {
+            rebuild(chain, moved)
+        } else if !sim.dropped[y as usize] {
+            !writers.written_between(y, p, m)
         } else {
-            rebuild_chain(tensors, nodes, lv, writers, sim, rebuilt, y, m, chain)
+            // Dropped, to be rebuilt before a later node: rebuilt here instead, it stays for
+            // that use (a rebuild planned before `m` would be read again here: not chained).
+            let later =
+                (m as usize + 1..rebuilt_before.len()).find(|&k| rebuilt_before[k].contains(&y));
+            match later {
+                Some(k) if !writers.written_between(y, p, m) && rebuild(chain, moved) => {
+                    moved.push((y, k as u32));
+                    true
+                }
+                _ => false,
+            }
         };
         if !ok {
             return false;
@@ -222,9 +252,13 @@ fn rebuild_chain(
     true
 }
 
+/// A planned recompute: the tensors to rebuild, in order, and the rebuilds moved to its node
+/// from later ones as (tensor, node).
+type Rebuild = (Vec<u32>, Vec<(u32, u32)>);
+
 /// The tensors to rebuild right before node `m` reads intermediate `t` (with the tensors of
 /// `rebuilt_before[m]` rebuilt there too, within `budget`), in the order their producers run
-/// again, `t` last (see `rebuild_chain`).
+/// again, `t` last, and the rebuilds moved from later nodes to `m` (see `rebuild_chain`).
 #[allow(clippy::too_many_arguments)]
 fn recompute_source(
     tensors: &[Tensor],
@@ -236,13 +270,24 @@ fn recompute_source(
     budget: u64,
     t: u32,
     m: u32,
-) -> Option<Vec<u32>> {
+) -> Option<Rebuild> {
     if (m as usize) >= nodes.len() || !nodes[m as usize].inputs.contains(&t) {
         return None;
     }
     let rebuilt = &rebuilt_before[m as usize];
-    let mut chain = Vec::new();
-    if !rebuild_chain(tensors, nodes, lv, writers, sim, rebuilt, t, m, &mut chain) {
+    let (mut chain, mut moved) = (Vec::new(), Vec::new());
+    if !rebuild_chain(
+        tensors,
+        nodes,
+        lv,
+        writers,
+        sim,
+        rebuilt_before,
+        t,
+        m,
+        &mut chain,
+        &mut moved,
+    ) {
         return None;
     }
     // Node m then needs its own tensors, the producers' inputs and the rebuilt tensors (of
@@ -266,7 +311,7 @@ fn recompute_source(
         .map(|&w| round_up(w, sim.align))
         .sum();
     let need = at_m.iter().map(|&x| sim.size(x)).sum::<u64>() + ws;
-    (need <= budget).then_some(chain)
+    (need <= budget).then_some((chain, moved))
 }
 
 /// Plans swaps for `budget` bytes of device memory: the policy that needs no measurement (see
@@ -543,11 +588,25 @@ fn simulate(
                     )
                 })
                 .flatten();
-            if let (Some(chain), Some(last)) = (source, last) {
+            if let (Some((chain, moved)), Some(last)) = (source, last) {
                 // Dropped without a copy; its producer (after those of the freed tensors it
                 // reads, if any) runs again before its next use, which becomes a use of the
                 // producers' other inputs.
                 plan.drop_after[last as usize].push(victim);
+                for (y, k) in moved {
+                    // Rebuilt at `next` now, not at k: its producer's inputs lose their use at
+                    // k unless another rebuild there reads them (they gain one at `next`
+                    // below, so no resident one is indexed under k).
+                    let at_k = &mut plan.recompute_before[k as usize];
+                    at_k.retain(|&x| x != y);
+                    let producer_of =
+                        |x: u32| &nodes[tensors[x as usize].producer.expect("a link") as usize];
+                    for &z in &producer_of(y).inputs {
+                        if !at_k.iter().any(|&x| producer_of(x).inputs.contains(&z)) {
+                            sim.extra_uses[z as usize].retain(|&u| u != k);
+                        }
+                    }
+                }
                 let leaves: Vec<u32> = chain
                     .iter()
                     .flat_map(|&x| {
@@ -621,7 +680,9 @@ fn simulate(
         for &t in &touched {
             sim.unindex(t);
             let tensor = &tensors[t as usize];
-            if plan.recompute_before[n].contains(&t) && !node.inputs.contains(&t) {
+            if plan.recompute_before[n].contains(&t)
+                && lv.last_use[t as usize].is_none_or(|l| l < n32)
+            {
                 // Rebuilt only for another recompute here (a link of a chain): freed now.
                 plan.free_after[n].push(t);
                 sim.resident[t as usize] = false;
@@ -837,6 +898,55 @@ mod tests {
         );
     }
 
+    /// A GELU-like output g = gelu(f) read before its input f is: both are dropped (f first,
+    /// used farther away), and g's rebuild moves f's forward to g's reader, where f then stays
+    /// for its own use (not freed, not rebuilt twice).
+    #[test]
+    fn a_dropped_input_rebuilt_later_is_rebuilt_earlier_for_a_chain() {
+        let mut g = G::default();
+        let a = g.tensor(1, TensorKind::Input);
+        let h = g.tensor(1, TensorKind::Intermediate);
+        let f = g.tensor(4, TensorKind::Intermediate);
+        let gl = g.tensor(4, TensorKind::Intermediate);
+        let f1 = g.tensor(10, TensorKind::Intermediate);
+        let f2 = g.tensor(2, TensorKind::Intermediate);
+        let (out1, out2) = (
+            g.tensor(1, TensorKind::Output),
+            g.tensor(1, TensorKind::Output),
+        );
+        g.node(&[a], h, false);
+        g.node(&[h], f, true);
+        g.node(&[f], gl, true);
+        g.node(&[a], f1, false);
+        g.node(&[f1], f2, false);
+        let reads_g = g.node(&[gl, f2], out1, false);
+        let reads_f = g.node(&[f, h], out2, false);
+        let lv = Liveness::analyse(&g.tensors, &g.nodes, 1);
+        let plan = plan_swaps(&g.tensors, &g.nodes, &lv, 15 * MB, 1);
+        assert!(plan.infeasible_nodes.is_empty(), "{plan:?}");
+        assert_eq!(
+            plan.recompute_before[reads_g as usize],
+            vec![f, gl],
+            "{plan:?}"
+        );
+        assert!(
+            plan.recompute_before[reads_f as usize].is_empty(),
+            "{plan:?}"
+        );
+        assert!(plan.free_after.iter().all(Vec::is_empty), "{plan:?}");
+        let copied: Vec<u32> = plan.swap_out_after.iter().flatten().copied().collect();
+        assert!(!copied.contains(&f) && !copied.contains(&gl), "{plan:?}");
+        assert!(plan.peak <= 15 * MB, "{}", plan.peak);
+        // The program rebuilds each once per run.
+        let program = Program::compile(&g.tensors, &g.nodes, &lv, Some(&plan), None);
+        let rebuilds = program
+            .steps
+            .iter()
+            .filter(|x| matches!(x, Step::Recompute { .. }))
+            .count();
+        assert_eq!(rebuilds, 2);
+    }
+
     /// The compiled program rebuilds the chain in order before the reader, frees the link after
     /// it, and the pool walk allocates and frees it once per run.
     #[test]
@@ -846,11 +956,7 @@ mod tests {
         let plan = plan_swaps(&g.tensors, &g.nodes, &lv, 14 * MB, 1);
         let program = Program::compile(&g.tensors, &g.nodes, &lv, Some(&plan), None);
         let at = |want: &dyn Fn(&Step) -> bool| {
-            program
-                .steps
-                .iter()
-                .position(want)
-                .expect("step present")
+            program.steps.iter().position(want).expect("step present")
         };
         let rebuild_s = at(&|x| matches!(x, Step::Recompute { tensor, .. } if *tensor == s));
         let rebuild_p = at(&|x| matches!(x, Step::Recompute { tensor, .. } if *tensor == p));

@@ -696,3 +696,93 @@ fn the_executor_makes_the_dry_runs_pool_calls() {
         "{compared} runs compared, {fell_back} took the fallback"
     );
 }
+
+/// Chained recomputation on a training-like graph whose products are declared recomputable
+/// too (as GPT-2's `--recompute 2`): an attention-like softmax stand-in rebuilt from freed
+/// scores, and a GELU stand-in read before its input. Under every budget and swap policy the
+/// executor makes its program's dry-run pool calls and the outputs are bit-identical; some plan
+/// chains through a freed tensor, and some rebuilds a dropped input early for a chain.
+#[test]
+fn chained_recomputes_match_the_dry_run_and_the_reference() {
+    use Op::*;
+    let ops = vec![
+        Fill(0.5),       // 2: x
+        Matmul(2, 0),    // 3: h (kept for the backward)
+        Matmul(3, 1),    // 4: f = h·w1 (recomputable)
+        Relu(4),         // 5: g = relu(f) (recomputable)
+        Matmul(5, 0),    // 6: a
+        Matmul(3, 0),    // 7: scores (recomputable), freed after the next
+        Relu(7),         // 8: p (recomputable)
+        Matmul(8, 6),    // 9
+        Relu(9),         // 10
+        Matmul(5, 10),   // 11: reads g
+        ReluGrad(11, 4), // 12: reads f after g
+        Matmul(8, 12),   // 13: reads p far away
+        Matmul(3, 13),   // 14: reads h
+        Matmul(14, 0),   // 15: the weights are read to the end, as a backward's are
+        Add(15, 1),      // 16
+    ];
+    let spec = Spec {
+        side: 16,
+        params: 2,
+        ops,
+        outputs: vec![16],
+        workspace: 0,
+        recomputable: (1 << 2) | (1 << 3) | (1 << 5) | (1 << 6),
+    };
+    let want = reference(&spec);
+    let (peak, least) = peak_and_least(&spec);
+    let (mut chained, mut moved_early) = (0, 0);
+    for budget in [
+        peak * 3 / 4,
+        peak * 2 / 3,
+        peak / 2,
+        least + least / 2,
+        least,
+    ] {
+        if budget < least {
+            continue;
+        }
+        let rt = runtime(MemoryMode::Dynamic, budget);
+        let (mut g, _) = build(&spec, &rt);
+        let mut plans: Vec<_> = g.swap_plan().cloned().into_iter().collect();
+        for policy in g.swap_policies() {
+            g.use_swap_policy(policy).unwrap();
+            plans.extend(g.swap_plan().cloned());
+        }
+        for plan in &plans {
+            chained += plan.free_after.iter().flatten().count();
+            // A rebuilt tensor that its node does not read and that is not freed after it: a
+            // dropped input rebuilt early for a chain.
+            for (n, rebuilt) in plan.recompute_before.iter().enumerate() {
+                let inputs = &g.graph.nodes()[n].inputs;
+                moved_early += rebuilt
+                    .iter()
+                    .filter(|&t| !inputs.contains(t) && !plan.free_after[n].contains(t))
+                    .count();
+            }
+        }
+        drop(g);
+        let got = run_spec_with_limit(&spec, MemoryMode::Dynamic, 3, budget);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got[0]), bits(&want[0]), "budget {budget}");
+    }
+    assert!(chained > 0, "no plan chained through a freed tensor");
+    assert!(moved_early > 0, "no plan rebuilt a dropped input early");
+    let (mut compared, mut fell_back) = (0, 0);
+    for (what, made, planned, fallback) in pool_calls_per_policy(&spec) {
+        if fallback > 0 {
+            fell_back += 1;
+            continue;
+        }
+        compared += 1;
+        assert!(
+            made == planned && !made.is_empty(),
+            "{what}: pool calls differ"
+        );
+    }
+    assert!(
+        compared > 3 * fell_back,
+        "{compared} compared, {fell_back} fell back"
+    );
+}

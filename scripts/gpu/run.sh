@@ -20,6 +20,10 @@
 #           flags less --layers). One table at the end, step times also as ratios to gkrt's unlimited
 #           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run;
 #           GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the limited and depth runs (2: products too).
+#   gpt2swap  issue 23's 1/3 figure: gkrt_gpt2's small size unconstrained, then at --limit-frac 0.333
+#           with --recompute 1 and 2 (products too: chained recomputation needs them), GPT2_STEPS
+#           (8) steps each, every run's timeline summarised (scripts/gpu/timeline.py); logs and
+#           ratios (limited step / unconstrained step) in $OUT/gpt2swap/
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -280,6 +284,31 @@ run_gpt2() {
   python3 benches/gpt2_torch.py --report "$o"/small_*.log "$o"/medium_*.log "$o"/depth_*.log | tee "$o/summary.md"
 }
 
+# gkrt_gpt2's small size at a third of its working set against its unconstrained step.
+run_gpt2swap() {
+  local b=/tmp/gkrt-gpt2 o="$OUT/gpt2swap"
+  mkdir -p "$b" "$o"
+  cc -O2 -ffp-contract=off examples_c/gpt2/*.c -Iinclude -L.gpu/lib -lgkrt -lm -ldl -o "$b/gkrt_gpt2" || return
+  local ld="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" steps=${GPT2_STEPS:-8}
+  local small="--layers 12 --channels 768 --heads 12 --seq 512 --batch 8 --vocab 50304 --lr 1e-3 --steps $steps"
+  local step_of='s/.* step_ms=\([0-9.]*\) .*/\1/p'
+  LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 300 "$b/gkrt_gpt2" $small --recompute 1 >"$o/none.log" 2>&1
+  grep RESULT "$o/none.log"
+  local base
+  base=$(grep RESULT "$o/none.log" | sed -n "$step_of")
+  for r in 1 2; do
+    rm -f "$o/timeline_r$r.csv"
+    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda GKRT_SWAP_TIMELINE="$o/timeline_r$r.csv" timeout 300 "$b/gkrt_gpt2" $small \
+      --recompute "$r" --limit-frac 0.333 >"$o/third_r$r.log" 2>&1
+    grep -E 'RESULT|swap plan' "$o/third_r$r.log"
+    local step
+    step=$(grep RESULT "$o/third_r$r.log" | sed -n "$step_of")
+    [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('recompute $r: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      tee -a "$o/ratios.txt"
+    [ -f "$o/timeline_r$r.csv" ] && python3 scripts/gpu/timeline.py "$o/timeline_r$r.csv" >"$o/timeline_r$r.txt" 2>&1
+  done
+}
+
 # The Python package's PyTorch part: PyTorch on gkrt's pool through gkrt.torch, its statistics
 # under PyTorch's names (python/gpu_torch_check.py).
 run_python() {
@@ -298,7 +327,8 @@ for w in "${what[@]}"; do
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
     gpt2) run_gpt2 ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, gpt2)" ;;
+    gpt2swap) run_gpt2swap ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, gpt2, gpt2swap)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

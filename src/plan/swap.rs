@@ -203,8 +203,7 @@ fn rebuild_chain(
         // Its workspaces would add to the memory the reader's node needs.
         && node.workspaces.is_empty()
         && writers.of[x as usize] == [p]
-        && !sim.feeds_recompute[x as usize]
-        && chain.len() < MAX_CHAIN;
+        && !sim.feeds_recompute[x as usize];
     if !link {
         return false;
     }
@@ -247,6 +246,9 @@ fn rebuild_chain(
         if !ok {
             return false;
         }
+    }
+    if chain.len() >= MAX_CHAIN {
+        return false;
     }
     chain.push(x);
     true

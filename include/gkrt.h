@@ -89,11 +89,11 @@ typedef struct gkrt_kernel gkrt_kernel;
 // Opaque: a runtime. Internally locked: every call on one may come from any thread.
 typedef struct gkrt_runtime gkrt_runtime;
 
-// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
-typedef uint32_t gkrt_tensor_kind;
-
 // A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
 typedef uint64_t gkrt_tensor;
+
+// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
+typedef uint32_t gkrt_tensor_kind;
 
 // Launch parameters of a node. For built-ins only `params` is used (grid and block are chosen
 // by the runtime). For device functions the kernel's parameters are, in order: one pointer per
@@ -360,6 +360,46 @@ typedef struct gkrt_stats {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Binds an input, parameter or output tensor of a finalized graph to `bytes` bytes of device
+// memory at `device_ptr` that the host owns (from `cuMemAlloc`, PyTorch's `data_ptr()`,
+// `gkrt_malloc`, ...; `bytes` at least the tensor's size). Runs then read and write the tensor
+// there, in place: no copy, no pool memory. The host keeps the memory alive while it is bound;
+// gkrt never swaps, moves or frees a bound tensor, and bound tensors are outside the memory
+// budget: they hold no pool memory (so they are not in `gkrt_runtime_stats`' allocated bytes),
+// and the planned arena and the swap plan never place or move them. An input or parameter's
+// contents are the memory's own from the bind on (it counts as written). A block the tensor
+// held in the pool before goes back to it. Call again with another pointer to rebind between
+// runs; `gkrt_graph_write_tensor` / `gkrt_graph_read_tensor` still work and copy into or out of
+// the bound memory. A planned graph replayed as a CUDA graph is captured again at its next run
+// after a bound address changes (rebinding to the same address keeps the capture).
+// Errors, each with the tensor named in the message: GKRT_STATUS_INVALID_ARGUMENT for a NULL
+// `device_ptr`, `bytes` smaller than the tensor, an intermediate, or a tensor of another graph;
+// GKRT_STATUS_INVALID_STATE for a graph not finalized yet, or one that swaps (its working set
+// exceeds the memory limit: its swap plan moves persistent tensors, so nothing can be bound).
+// gkrt cannot tell a made-up device address from a real one (the driver cannot either): the
+// pointer is the caller's contract. Not thread-safe on one graph (the graph is locked; calls
+// from several threads are serialised).
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_bind_tensor(struct gkrt_graph *graph,
+                                        gkrt_tensor tensor,
+                                        void *device_ptr,
+                                        size_t bytes);
+
+// Unbinds a tensor bound by `gkrt_graph_bind_tensor` (a no-op for one that is not bound).
+// Waits until no work gkrt queued uses the memory, so the host may free it once this
+// returns. The tensor then has no contents: write it, or let a run produce it (into a block
+// of the pool, as if it had never been bound). Errors as for `gkrt_graph_bind_tensor`.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_unbind_tensor(struct gkrt_graph *graph,
+                                          gkrt_tensor tensor);
+
+// Whether a tensor is bound: `*out` receives 1 or 0. GKRT_STATUS_INVALID_ARGUMENT for a
+// NULL `out` or a tensor of another graph.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_tensor_is_bound(const struct gkrt_graph *graph,
+                                            gkrt_tensor tensor,
+                                            uint32_t *out);
 
 // Copies the calling thread's last error message into `buf` (NUL-terminated, truncated to
 // `len - 1` bytes) and returns the message's full length in bytes, without the NUL.

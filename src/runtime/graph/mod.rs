@@ -7,7 +7,9 @@
 //! - `tune.rs`: choosing among swap plans by the first run's timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
+//! - `binding.rs`: persistent tensors bound to the host's device memory.
 
+mod binding;
 mod compile;
 mod drop;
 mod io;
@@ -62,6 +64,8 @@ pub struct RuntimeGraph {
     pool_calls: Option<Vec<PoolCall>>,
     /// The last run's departures from its program (`RunCounters::fallbacks`).
     last_fallbacks: u64,
+    /// Captured replays dropped because a bound address changed (`binding.rs`).
+    captures_dropped: u64,
 }
 
 impl RuntimeGraph {
@@ -81,6 +85,7 @@ impl RuntimeGraph {
             program: Program::default(),
             pool_calls: None,
             last_fallbacks: 0,
+            captures_dropped: 0,
         }
     }
 
@@ -111,7 +116,7 @@ impl RuntimeGraph {
         self.store
             .iter()
             .zip(tensors)
-            .filter(|(m, t)| m.device().is_some() && t.kind.persists())
+            .filter(|(m, t)| m.device().is_some() && !m.is_bound() && t.kind.persists())
             .map(|(_, t)| crate::graph::liveness::round_up(t.size, ALIGNMENT))
             .sum::<u64>()
             + crate::graph::liveness::round_up(arena, ALIGNMENT)

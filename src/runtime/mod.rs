@@ -17,6 +17,7 @@ mod logging;
 mod process;
 mod raw;
 mod state_lock;
+mod streams;
 
 use crate::device;
 use crate::device::host::HostOptions;

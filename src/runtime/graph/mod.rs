@@ -8,7 +8,9 @@
 //! - `run.rs`: runs — execute, replay capture.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
 //! - `binding.rs`: persistent tensors bound to the host's device memory.
+//! - `async_run.rs`: runs queued on the host's stream, and their wait.
 
+mod async_run;
 mod binding;
 mod compile;
 mod drop;
@@ -66,6 +68,12 @@ pub struct RuntimeGraph {
     last_fallbacks: u64,
     /// Captured replays dropped because a bound address changed (`binding.rs`).
     captures_dropped: u64,
+    /// A run (of either kind) was queued at least once: a wait means something.
+    ever_run: bool,
+    /// An asynchronous run was queued and not yet waited for.
+    async_in_flight: bool,
+    /// The events joining asynchronous runs to the host's stream (`async_run.rs`).
+    async_events: Option<async_run::AsyncEvents>,
 }
 
 impl RuntimeGraph {
@@ -86,6 +94,9 @@ impl RuntimeGraph {
             pool_calls: None,
             last_fallbacks: 0,
             captures_dropped: 0,
+            ever_run: false,
+            async_in_flight: false,
+            async_events: None,
         }
     }
 

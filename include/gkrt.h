@@ -92,8 +92,13 @@ typedef struct gkrt_runtime gkrt_runtime;
 // A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
 typedef uint64_t gkrt_tensor;
 
-// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
-typedef uint32_t gkrt_tensor_kind;
+// A buffer handed to a callback: a device pointer and its size in bytes.
+typedef struct gkrt_buffer {
+  // Device address on CUDA, host address on the host backend.
+  void *ptr;
+  // Size in bytes.
+  size_t size;
+} gkrt_buffer;
 
 // Launch parameters of a node. For built-ins only `params` is used (grid and block are chosen
 // by the runtime). For device functions the kernel's parameters are, in order: one pointer per
@@ -111,6 +116,9 @@ typedef struct gkrt_launch {
   // Bytes at `params`.
   size_t params_size;
 } gkrt_launch;
+
+// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
+typedef uint32_t gkrt_tensor_kind;
 
 // What finalize derived from a graph (`gkrt_graph_get_info`).
 typedef struct gkrt_graph_info {
@@ -134,14 +142,6 @@ typedef struct gkrt_graph_info {
 
 // Built-in kernels (all on f32 elements). Parameters go in `gkrt_launch.params`.
 typedef uint32_t gkrt_builtin;
-
-// A buffer handed to a callback: a device pointer and its size in bytes.
-typedef struct gkrt_buffer {
-  // Device address on CUDA, host address on the host backend.
-  void *ptr;
-  // Size in bytes.
-  size_t size;
-} gkrt_buffer;
 
 // What a callback is called with: the node's buffers and the stream. Mirrors
 // `gkrt_callback_args` in the C API (`capi` re-exports it under that name).
@@ -449,6 +449,35 @@ enum gkrt_status gkrt_graph_tensor_is_bound(const struct gkrt_graph *graph,
 // next failing call on this thread; it names the tensor, node or size at fault.
 // Thread-safe: each thread has its own last error.
 size_t gkrt_last_error_message(char *buf, size_t len);
+
+// Launches `kernel` once, outside any graph, on device memory the caller owns: `inputs`,
+// `outputs` (device pointers and sizes, as a callback sees them) and, for device functions,
+// `launch` (as for `gkrt_graph_add_kernel`: the kernel's parameters are one pointer per input,
+// output and workspace, then the parameter blob). Any kind of kernel: a built-in (checked as a
+// node is: arity, sizes, parameters), PTX, cubin, CUDA source, or a host callback (called as
+// for a node, with `args->node` = UINT32_MAX; on the host backend when the stream reaches it,
+// on CUDA now, with the CUstream). It is queued on `stream` (a native stream: `CUstream` on
+// CUDA; on the host backend a token from `gkrt_stream_create` or a callback's `args->stream`;
+// NULL: gkrt's compute stream, where graphs run) and this returns without waiting. Workspaces
+// of `workspace_sizes` bytes come from the runtime's pool on `stream` and go back to it in
+// stream order as soon as the launch is queued (later work on `stream` may reuse them; work on
+// another stream only after the launch has run). A failure on the device (a callback's
+// non-zero status on the host backend) surfaces at the next synchronisation of `stream`
+// (`gkrt_stream_synchronize`). GKRT_STATUS_INVALID_ARGUMENT, with the buffer or rule named, for
+// a NULL buffer, a size of 0, a built-in's wrong arity or sizes, a kernel of another runtime,
+// or an unknown stream; GKRT_STATUS_OUT_OF_MEMORY for workspaces that do not fit. Nothing is
+// queued after a failure. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_launch_kernel(struct gkrt_runtime *runtime,
+                                    const struct gkrt_kernel *kernel,
+                                    void *stream,
+                                    const struct gkrt_buffer *inputs,
+                                    size_t num_inputs,
+                                    const struct gkrt_buffer *outputs,
+                                    size_t num_outputs,
+                                    const uint64_t *workspace_sizes,
+                                    size_t num_workspaces,
+                                    const struct gkrt_launch *launch);
 
 // Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
 // `gkrt_graph_release`; the graph keeps the runtime alive.

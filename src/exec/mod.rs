@@ -16,6 +16,7 @@
 
 mod alloc;
 mod copies;
+mod eager;
 mod launch;
 mod store;
 
@@ -27,6 +28,7 @@ use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
 
+pub use eager::{launch_eager, EagerKernel};
 pub use launch::RunProfile;
 pub use store::{StoreAccess, TensorStore};
 

@@ -86,6 +86,10 @@ typedef struct gkrt_graph gkrt_graph;
 // may be used by any number of graphs of that runtime, from any thread.
 typedef struct gkrt_kernel gkrt_kernel;
 
+// Opaque: a device data queue of one runtime (`gkrt_queue_create`). Internally locked: pushes,
+// closes and statistics may come from any thread.
+typedef struct gkrt_queue gkrt_queue;
+
 // Opaque: a runtime. Internally locked: every call on one may come from any thread.
 typedef struct gkrt_runtime gkrt_runtime;
 
@@ -192,6 +196,20 @@ typedef void (*gkrt_free_fn)(void *user_data);
 // not call gkrt functions (they could wait for that lock forever): record the message and
 // return.
 typedef void (*gkrt_log_fn)(uint32_t level, const char *target, const char *message, void *user_data);
+
+// A device data queue's counters (`gkrt_queue_get_stats`).
+typedef struct gkrt_queue_stats {
+  // Batches pushed.
+  uint64_t pushes;
+  // Batches popped by graph runs.
+  uint64_t pops;
+  // Bytes pushed (copied to the device).
+  uint64_t bytes_pushed;
+  // Time pushes waited for a free slot, in nanoseconds.
+  uint64_t push_wait_ns;
+  // Time pops waited for a batch, in nanoseconds.
+  uint64_t pop_wait_ns;
+} gkrt_queue_stats;
 
 // Which backend a runtime uses.
 typedef uint32_t gkrt_device_kind;
@@ -638,6 +656,77 @@ GKRT_MUST_USE enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
 // level. Process-wide; thread-safe. A message another thread is delivering while the callback
 // changes may still reach the previous callback, so keep `user_data` valid until then.
 GKRT_MUST_USE enum gkrt_status gkrt_set_log_callback(gkrt_log_fn callback, void *user_data);
+
+// Creates a device data queue on `runtime`: `capacity` slots (1 .. 65536), each one batch of
+// `num_buffers` device buffers of `sizes[i]` bytes, taken from the runtime's pool now (they
+// count against its memory limit while the queue lives). Host threads fill it with
+// `gkrt_queue_push`; graphs empty it (`gkrt_graph_add_queue_pop`), waiting up to
+// `pop_timeout_ms` for a batch. `name` (may be NULL) appears in messages. `*out` receives a
+// handle the caller releases with `gkrt_queue_release`; the queue keeps the runtime alive.
+// GKRT_STATUS_INVALID_ARGUMENT for a capacity or size out of range, or NULL arrays;
+// GKRT_STATUS_OUT_OF_MEMORY when the slots do not fit. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_queue_create(struct gkrt_runtime *runtime,
+                                   const char *name,
+                                   size_t capacity,
+                                   const uint64_t *sizes,
+                                   size_t num_buffers,
+                                   uint32_t pop_timeout_ms,
+                                   struct gkrt_queue **out);
+
+// Releases a queue handle. Graphs that pop from the queue keep it alive until they are
+// released; its device slots and pinned staging go back once the last user is gone. Waiters
+// still blocked keep it alive too: close it first to wake them. NULL is a no-op.
+GKRT_MUST_USE enum gkrt_status gkrt_queue_release(struct gkrt_queue *queue);
+
+// Pushes one batch: `buffers[i]` points to `sizes[i]` bytes of host memory (the sizes given
+// at creation), `num_buffers` of them. The batch is copied, on the queue's own copy stream,
+// into the next free slot: with `pinned` non-zero the buffers are page-locked host memory
+// (`cuMemHostAlloc`, or any memory on the host backend) copied directly, and this returns when
+// the copy is done; otherwise they are copied into the slot's pinned staging area first and
+// the call returns once the device copy is queued. Either way the caller may reuse its buffers
+// when this returns. Blocks up to `timeout_ms` while the queue is full: then
+// GKRT_STATUS_INVALID_STATE with "timed out" in the message. A closed queue (before or while
+// waiting): GKRT_STATUS_INVALID_STATE with "closed" in the message. GKRT_STATUS_INVALID_ARGUMENT
+// for a wrong number of buffers or a NULL one. Thread-safe; pushes from several threads are
+// taken one at a time, in the order they get the queue.
+GKRT_MUST_USE
+enum gkrt_status gkrt_queue_push(struct gkrt_queue *queue,
+                                 const void *const *buffers,
+                                 size_t num_buffers,
+                                 uint32_t pinned,
+                                 uint32_t timeout_ms);
+
+// Closes a queue: later pushes fail; pops take the batches still queued, then fail; every
+// push and pop waiting now wakes (and fails with "closed" in its message, unless a pop finds a
+// batch). Closing twice is fine. Thread-safe.
+GKRT_MUST_USE enum gkrt_status gkrt_queue_close(struct gkrt_queue *queue);
+
+// The queue's counters: pushes, pops, bytes pushed, and the time each side waited.
+// GKRT_STATUS_INVALID_ARGUMENT for a NULL `out`. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_queue_get_stats(const struct gkrt_queue *queue,
+                                      struct gkrt_queue_stats *out);
+
+// Makes every run of a finalized graph pop one batch of `queue` into the input or parameter
+// tensors `tensors` (one per buffer of the batch, in order, sizes equal): at the start of each
+// run (`gkrt_runtime_run` or `gkrt_runtime_run_async`) the graph takes the queue's next batch,
+// waiting up to the queue's pop timeout on the host for one to be pushed, and those tensors
+// are bound to the slot's device buffers — the nodes read the batch in place, with no copy.
+// The run waits for the slot's copy on the device, not on the host; once the run is queued the
+// slot is free for the next push, whose copy waits for the run on the device. A run that fails
+// before it is queued leaves its batch at the queue's head; a run that finds the queue empty
+// past the timeout, or closed and empty, fails with GKRT_STATUS_INVALID_STATE ("timed out" /
+// "closed"). Planned graphs replayed as CUDA graphs keep one capture per slot (each made at the
+// slot's first run after the first). Errors, naming the queue or tensor:
+// GKRT_STATUS_INVALID_ARGUMENT for a queue of another runtime, a count or size that differs
+// from the queue's, an intermediate or output, a tensor popped into already;
+// GKRT_STATUS_INVALID_STATE for a graph not finalized or one that swaps (as for binding).
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_add_queue_pop(struct gkrt_graph *graph,
+                                          struct gkrt_queue *queue,
+                                          const gkrt_tensor *tensors,
+                                          size_t num_tensors);
 
 // Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
 // `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on

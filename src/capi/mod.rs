@@ -1,5 +1,5 @@
 //! The C API: the `extern "C"` functions (`runtime.rs`, `graph.rs`, `kernel.rs`, `raw.rs`,
-//! `log.rs`, `binding.rs`, `async_run.rs`, `eager.rs`), the
+//! `log.rs`, `binding.rs`, `async_run.rs`, `eager.rs`, `queue.rs`), the
 //! C types cbindgen exports to `include/gkrt.h` (`types.rs`), the handle tables (`handles.rs`)
 //! and the panic boundary (`boundary.rs`). Everything here validates handles and pointers,
 //! runs the call inside the panic boundary, maps errors to `gkrt_status` and keeps the
@@ -17,6 +17,7 @@ mod graph;
 mod handles;
 mod kernel;
 mod log;
+mod queue;
 mod raw;
 mod runtime;
 pub mod types;
@@ -28,6 +29,7 @@ pub use eager::*;
 pub use graph::*;
 pub use kernel::*;
 pub use log::*;
+pub use queue::*;
 pub use raw::*;
 pub use runtime::*;
 pub use types::*;

@@ -16,6 +16,7 @@ mod graph;
 pub(crate) mod home;
 mod logging;
 mod process;
+mod queue;
 mod raw;
 mod state_lock;
 mod streams;
@@ -31,6 +32,7 @@ pub use config::{Config, DeviceChoice, MemoryMode};
 pub use eager::EagerArgs;
 pub use graph::RuntimeGraph;
 pub use logging::{init as init_logging, set_sink as set_log_sink, SinkFn as LogSinkFn};
+pub use queue::{DeviceQueue, QueueStats};
 
 /// A message to the host's log sink (or stderr) whatever the level: for failures the host must
 /// hear about even with logging off.

@@ -38,6 +38,20 @@ impl RuntimeGraph {
     /// up as a synchronous run's); failures on the device, at `wait` or the next call that
     /// waits for the compute stream.
     pub fn run_async(&mut self, stream: *mut c_void) -> Result<()> {
+        if !self.has_pops() {
+            return self.run_async_once(stream);
+        }
+        let popped = self.begin_pops()?;
+        match self.run_async_once(stream) {
+            Ok(()) => self.finish_pops(popped),
+            Err(e) => {
+                self.cancel_pops(popped);
+                Err(e)
+            }
+        }
+    }
+
+    fn run_async_once(&mut self, stream: *mut c_void) -> Result<()> {
         self.check_runnable()?;
         if self.swap.is_some() {
             return Err(Error::InvalidState(

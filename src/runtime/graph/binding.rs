@@ -4,17 +4,21 @@
 //! outside the memory limit. Binding needs a finalized graph (the arena and the swap decision
 //! are made first, counting every persistent tensor: conservative) and a graph that does not
 //! swap (its plan moves persistent tensors between device and host). A planned graph replayed
-//! as a captured CUDA graph is captured again at the next run when a bound address changes.
+//! as a captured CUDA graph keeps one capture per set of bound addresses (up to
+//! `MAX_CAPTURES`): a new set is captured at the next run, a set seen before replays its own.
 
 use super::{Replay, RuntimeGraph};
 use crate::exec::StoreAccess;
 use crate::runtime::{Error, Result};
 use std::sync::Arc;
 
+/// Captures kept for other sets of bound addresses (beyond it, the oldest is destroyed).
+const MAX_CAPTURES: usize = 16;
+
 impl RuntimeGraph {
     /// The index of tensor `id` for a bind or unbind (`verb`), after the checks every such call
     /// shares.
-    fn binding_index(&self, id: u64, verb: &str) -> Result<u32> {
+    pub(super) fn binding_index(&self, id: u64, verb: &str) -> Result<u32> {
         let t = self.graph.tensor_index(id)?;
         let tensor = &self.graph.tensors()[t as usize];
         if !tensor.kind.persists() {
@@ -58,11 +62,12 @@ impl RuntimeGraph {
                 tensor.size
             )));
         }
-        let old = self
-            .store
-            .get(t)
-            .is_bound()
-            .then(|| self.store.get(t).device());
+        self.bind_index(t, ptr)
+    }
+
+    /// Binds tensor `t` to `ptr` (checked by the caller), keeping the captures right.
+    pub(super) fn bind_index(&mut self, t: u32, ptr: u64) -> Result<()> {
+        let before = self.bound_addresses();
         let rt = Arc::clone(&self.runtime);
         {
             let mut st = rt.lock_for_call()?;
@@ -79,9 +84,7 @@ impl RuntimeGraph {
             )?;
         }
         self.has_contents[t as usize] = true;
-        if old != Some(Some(ptr)) {
-            self.addresses_changed();
-        }
+        self.addresses_changed(before);
         Ok(())
     }
 
@@ -97,25 +100,58 @@ impl RuntimeGraph {
             let _st = self.runtime.lock_for_call()?;
             self.runtime.drain()?;
         }
+        let before = self.bound_addresses();
         self.store.unbind(t);
         self.has_contents[t as usize] = false;
-        self.addresses_changed();
+        self.addresses_changed(before);
         Ok(())
     }
 
-    /// A tensor's address changed: a captured replay has the old one baked in, so it is
-    /// dropped and captured again at the next run (a capture costs one ordinary run).
-    fn addresses_changed(&mut self) {
-        if let Replay::Captured(exec_graph) = self.replay {
-            log::info!(
-                "a bound address changed: the planned graph is captured again at its next run"
-            );
-            if let Err(e) = self.runtime.device.destroy_graph(exec_graph) {
-                log::warn!("destroying the replaced capture: {e}");
-            }
-            self.replay = Replay::NotYet;
-            self.captures_dropped += 1;
+    /// Every tensor's bound address (0: not bound), in tensor order: the key of a capture.
+    pub(super) fn bound_addresses(&self) -> Vec<u64> {
+        self.store
+            .iter()
+            .map(|m| {
+                if m.is_bound() {
+                    m.device().unwrap_or(0)
+                } else {
+                    0
+                }
+            })
+            .collect()
+    }
+
+    /// Bound addresses may have changed from `before`: a captured replay has them baked in, so
+    /// it is kept aside under `before` and the capture for the new addresses, if one was made
+    /// before, is taken back (else the next run captures again). Rebinding among a few sets of
+    /// buffers (double buffering, a queue's slots) thus captures once per set.
+    pub(super) fn addresses_changed(&mut self, before: Vec<u64>) {
+        if self.replay == Replay::Off {
+            return;
         }
+        let now = self.bound_addresses();
+        if now == before {
+            return;
+        }
+        if let Replay::Captured(exec_graph) = self.replay {
+            self.replay_cache.push((before, exec_graph));
+            if self.replay_cache.len() > MAX_CAPTURES {
+                let (_, oldest) = self.replay_cache.remove(0);
+                if let Err(e) = self.runtime.device.destroy_graph(oldest) {
+                    log::warn!("destroying a replaced capture: {e}");
+                }
+            }
+        }
+        self.replay = match self.replay_cache.iter().position(|(k, _)| *k == now) {
+            Some(i) => Replay::Captured(self.replay_cache.remove(i).1),
+            None => {
+                log::debug!(
+                    "bound addresses changed: the planned graph is captured again at its next run"
+                );
+                self.captures_dropped += 1;
+                Replay::NotYet
+            }
+        };
     }
 
     /// Whether persistent tensor `t` is bound to the host's memory.
@@ -123,7 +159,8 @@ impl RuntimeGraph {
         self.store.get(t).is_bound()
     }
 
-    /// How many captured replays were dropped because a bound address changed.
+    /// How many times a change of bound addresses found no capture for the new ones (each
+    /// costs a capture at the next run).
     pub fn captures_dropped(&self) -> u64 {
         self.captures_dropped
     }

@@ -9,12 +9,14 @@
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
 //! - `binding.rs`: persistent tensors bound to the host's device memory.
 //! - `async_run.rs`: runs queued on the host's stream, and their wait.
+//! - `queue_pop.rs`: input tensors each run takes from a device data queue.
 
 mod async_run;
 mod binding;
 mod compile;
 mod drop;
 mod io;
+mod queue_pop;
 mod run;
 mod tune;
 
@@ -74,6 +76,10 @@ pub struct RuntimeGraph {
     async_in_flight: bool,
     /// The events joining asynchronous runs to the host's stream (`async_run.rs`).
     async_events: Option<async_run::AsyncEvents>,
+    /// Captures for other sets of bound addresses than the current one (`binding.rs`).
+    replay_cache: Vec<(Vec<u64>, GraphExecId)>,
+    /// The queues each run pops a batch from (`queue_pop.rs`).
+    pops: Vec<queue_pop::QueuePop>,
 }
 
 impl RuntimeGraph {
@@ -97,6 +103,8 @@ impl RuntimeGraph {
             ever_run: false,
             async_in_flight: false,
             async_events: None,
+            replay_cache: Vec::new(),
+            pops: Vec::new(),
         }
     }
 

@@ -11,6 +11,21 @@ impl RuntimeGraph {
     /// Runs the graph once. On failure no node is re-run, every transient buffer is back in the
     /// pool, and the runtime and graph stay usable.
     pub fn run(&mut self) -> Result<()> {
+        if !self.has_pops() {
+            return self.run_once();
+        }
+        // A run takes its queues' batches first; one that fails leaves them at the heads.
+        let popped = self.begin_pops()?;
+        match self.run_once() {
+            Ok(()) => self.finish_pops(popped),
+            Err(e) => {
+                self.cancel_pops(popped);
+                Err(e)
+            }
+        }
+    }
+
+    fn run_once(&mut self) -> Result<()> {
         self.check_runnable()?;
         let rt = Arc::clone(&self.runtime);
         let mut guard = rt.lock_for_call()?;

@@ -12,6 +12,11 @@
 #           and torch in python3; BENCHMARKS.md section 3)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
+#   hostint gkrt inside a host program (benches/host_integration.c): eager launches against a
+#           cuLaunchKernel loop, asynchronous against synchronous runs, the cost of rebinding a
+#           replayed graph, a queue-fed step against one with its batch on the device and the
+#           queue's push bandwidth against the pinned link; then python/gpu_bind_check.py (a
+#           PyTorch program running a gkrt graph on its tensors by data_ptr(), on its stream)
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -226,6 +231,18 @@ run_sanitize() {
   return $status
 }
 
+# gkrt inside a host program: benches/host_integration.c, then the PyTorch binding check.
+run_hostint() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b"
+  "$CUDA_HOME/bin/nvcc" -ptx -arch=sm_90 benches/chain_kernel.cu -o "$b/chain_kernel.ptx" || return
+  cc -O2 benches/host_integration.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -lpthread -o "$b/host_integration" || return
+  "$b/host_integration" "$b/chain_kernel.ptx" ${HOSTINT_WHAT:-} 2>&1 | tee "$OUT/bench_host_integration.log"
+  PYTHONPATH="$PWD/python" GKRT_LIBRARY="${GKRT_GPU_LIB:-$PWD/.gpu/lib}/libgkrt.so" \
+    timeout 300 python3 python/gpu_bind_check.py 2>&1 | tee "$OUT/python_bind.log"
+}
+
 # The Python package's PyTorch part: PyTorch on gkrt's pool through gkrt.torch, its statistics
 # under PyTorch's names (python/gpu_torch_check.py).
 run_python() {
@@ -243,7 +260,8 @@ for w in "${what[@]}"; do
     workloads) run_workloads ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python)" ;;
+    hostint) run_hostint ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

@@ -95,21 +95,22 @@ pub unsafe extern "C" fn gkrt_launch_kernel(
         };
         // SAFETY: as above.
         let (dims, params) = unsafe { launch_of(launch)? };
-        let convert = |b: &[CallbackBuffer]| -> Vec<crate::runtime::DeviceBuffer> {
-            b.iter()
+        let mut buffers = Vec::with_capacity(inputs.len() + outputs.len() + workspaces.len());
+        buffers.extend(
+            inputs
+                .iter()
+                .chain(outputs)
                 .map(|b| crate::runtime::DeviceBuffer {
                     ptr: b.ptr as u64,
                     bytes: b.size as u64,
-                })
-                .collect()
-        };
-        let (ins, outs) = (convert(inputs), convert(outputs));
+                }),
+        );
         rt.launch_eager(
             &k.kernel,
             stream,
             EagerArgs {
-                inputs: &ins,
-                outputs: &outs,
+                buffers,
+                num_inputs: inputs.len(),
                 workspaces,
                 dims,
                 params,

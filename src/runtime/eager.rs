@@ -14,8 +14,10 @@ use std::ffi::c_void;
 
 /// The caller's side of an eager launch.
 pub struct EagerArgs<'a> {
-    pub inputs: &'a [Buffer],
-    pub outputs: &'a [Buffer],
+    /// The inputs, then the outputs (one allocation per launch: this is a hot path; room for
+    /// the workspaces is welcome).
+    pub buffers: Vec<Buffer>,
+    pub num_inputs: usize,
     pub workspaces: &'a [u64],
     pub dims: LaunchDims,
     pub params: &'a [u8],
@@ -28,7 +30,7 @@ impl Runtime {
         &self,
         kernel: &Kernel,
         stream: *mut c_void,
-        a: EagerArgs<'_>,
+        mut a: EagerArgs<'_>,
     ) -> Result<()> {
         let what = || format!("eager launch of {}", kernel.describe());
         let builtin =
@@ -38,10 +40,8 @@ impl Runtime {
         } else {
             stream
         };
-        let mut buffers: Vec<Buffer> =
-            Vec::with_capacity(a.inputs.len() + a.outputs.len() + a.workspaces.len());
-        buffers.extend_from_slice(a.inputs);
-        buffers.extend_from_slice(a.outputs);
+        let (num_inputs, num_outputs) = (a.num_inputs, a.buffers.len() - a.num_inputs);
+        let mut buffers = std::mem::take(&mut a.buffers);
         let launch = |buffers: &[Buffer], s| {
             let k = EagerKernel {
                 kernel,
@@ -49,8 +49,8 @@ impl Runtime {
                 dims: &a.dims,
                 params: a.params,
                 buffers,
-                num_inputs: a.inputs.len(),
-                num_outputs: a.outputs.len(),
+                num_inputs,
+                num_outputs,
             };
             launch_eager(self.device(), &k, s).map_err(|e| e.context(what()))
         };
@@ -96,6 +96,8 @@ impl Runtime {
 
 /// The checks a graph makes when a node is added, on the caller's buffers; the built-in's op.
 fn check(kernel: &Kernel, a: &EagerArgs<'_>) -> std::result::Result<Option<BuiltinOp>, String> {
+    let n_in = a.num_inputs.min(a.buffers.len());
+    let (inputs, outputs) = a.buffers.split_at(n_in);
     if a.params.len() > MAX_PARAMS_BYTES {
         return Err(format!(
             "a parameter blob of {} bytes; at most {MAX_PARAMS_BYTES}",
@@ -103,15 +105,15 @@ fn check(kernel: &Kernel, a: &EagerArgs<'_>) -> std::result::Result<Option<Built
         ));
     }
     for (role, count) in [
-        ("inputs", a.inputs.len()),
-        ("outputs", a.outputs.len()),
+        ("inputs", inputs.len()),
+        ("outputs", outputs.len()),
         ("workspaces", a.workspaces.len()),
     ] {
         if count > MAX_NODE_BUFFERS {
             return Err(format!("{count} {role}; at most {MAX_NODE_BUFFERS}"));
         }
     }
-    for (role, bufs) in [("input", a.inputs), ("output", a.outputs)] {
+    for (role, bufs) in [("input", inputs), ("output", outputs)] {
         for (i, b) in bufs.iter().enumerate() {
             if b.ptr == 0 {
                 return Err(format!("{role} {i} is NULL"));
@@ -131,17 +133,17 @@ fn check(kernel: &Kernel, a: &EagerArgs<'_>) -> std::result::Result<Option<Built
             ));
         }
     }
-    if a.outputs.is_empty() && !matches!(kernel, Kernel::Callback(_)) {
+    if outputs.is_empty() && !matches!(kernel, Kernel::Callback(_)) {
         return Err("no outputs".into());
     }
     match kernel {
         Kernel::Builtin(kind) => {
             let sizes = |b: &[Buffer]| b.iter().map(|b| b.bytes).collect::<Vec<_>>();
-            let op = validate_builtin(*kind, &sizes(a.inputs), &sizes(a.outputs), a.params)?;
+            let op = validate_builtin(*kind, &sizes(inputs), &sizes(outputs), a.params)?;
             if matches!(op, BuiltinOp::Matmul { .. })
-                && a.inputs
+                && inputs
                     .iter()
-                    .any(|i| a.outputs.iter().any(|o| o.ptr == i.ptr))
+                    .any(|i| outputs.iter().any(|o| o.ptr == i.ptr))
             {
                 return Err("matmul cannot write one of its own inputs".into());
             }

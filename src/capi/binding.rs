@@ -16,15 +16,18 @@ use std::ffi::c_void;
 /// contents are the memory's own from the bind on (it counts as written). A block the tensor
 /// held in the pool before goes back to it. Call again with another pointer to rebind between
 /// runs; `gkrt_graph_write_tensor` / `gkrt_graph_read_tensor` still work and copy into or out of
-/// the bound memory. A planned graph replayed as a CUDA graph is captured again at its next run
-/// after a bound address changes (rebinding to the same address keeps the capture).
+/// the bound memory. A planned graph replayed as a CUDA graph keeps one capture per set of bound
+/// addresses (up to 16): after a rebind to addresses it has not run with, its next run captures
+/// again (the cost of an ordinary run plus the capture); rebinding to addresses seen before
+/// replays their capture. A rebind while an asynchronous run is in flight applies to later runs:
+/// the host keeps the old memory alive until that run has finished (`gkrt_graph_wait`).
 /// Errors, each with the tensor named in the message: GKRT_STATUS_INVALID_ARGUMENT for a NULL
 /// `device_ptr`, `bytes` smaller than the tensor, an intermediate, or a tensor of another graph;
 /// GKRT_STATUS_INVALID_STATE for a graph not finalized yet, or one that swaps (its working set
 /// exceeds the memory limit: its swap plan moves persistent tensors, so nothing can be bound).
 /// gkrt cannot tell a made-up device address from a real one (the driver cannot either): the
-/// pointer is the caller's contract. Not thread-safe on one graph (the graph is locked; calls
-/// from several threads are serialised).
+/// pointer is the caller's contract. The graph is locked for the call (calls on one graph from
+/// several threads are serialised).
 #[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_graph_bind_tensor(

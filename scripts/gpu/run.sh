@@ -53,7 +53,9 @@ run_tests() {
   for f in "${failed[@]:-}"; do [ -n "$f" ] && sed -n "/^=== $f\$/,/^=== /p" "$OUT/tests.log" | tail -n 20; done
   if [ -x .gpu/bin/gkrt_unit_tests ]; then
     .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 device::cuda >"$OUT/rust_gpu_tests.log" 2>&1
-    echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" || echo 'no result line')"
+    # Above the device layer: rebinding a replayed graph (runtime/graph/binding.rs).
+    .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 runtime::graph::binding::gpu_tests >>"$OUT/rust_gpu_tests.log" 2>&1
+    echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" | tr '\n' ' ' || echo 'no result line')"
     grep -E 'FAILED|panicked' "$OUT/rust_gpu_tests.log" | head -20
     # The test that faults the context on purpose runs alone, in its own process.
     GKRT_CUDA_POISON_TEST=1 .gpu/bin/gkrt_unit_tests --ignored --exact device::cuda::tests::gpu_alone_kernel_fault_surfaces_at_sync \

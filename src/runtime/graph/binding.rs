@@ -133,6 +133,7 @@ impl RuntimeGraph {
         if now == before {
             return;
         }
+        let was_captured = matches!(self.replay, Replay::Captured(_));
         if let Replay::Captured(exec_graph) = self.replay {
             self.replay_cache.push((before, exec_graph));
             if self.replay_cache.len() > MAX_CAPTURES {
@@ -145,10 +146,10 @@ impl RuntimeGraph {
         self.replay = match self.replay_cache.iter().position(|(k, _)| *k == now) {
             Some(i) => Replay::Captured(self.replay_cache.remove(i).1),
             None => {
-                log::debug!(
-                    "bound addresses changed: the planned graph is captured again at its next run"
-                );
-                self.captures_dropped += 1;
+                if was_captured {
+                    log::debug!("bound addresses changed: the planned graph is captured again at its next run");
+                    self.captures_dropped += 1;
+                }
                 Replay::NotYet
             }
         };
@@ -159,9 +160,85 @@ impl RuntimeGraph {
         self.store.get(t).is_bound()
     }
 
-    /// How many times a change of bound addresses found no capture for the new ones (each
-    /// costs a capture at the next run).
+    /// How many times a change of bound addresses set a captured replay aside and found none
+    /// for the new addresses (each costs a capture at the next run).
     pub fn captures_dropped(&self) -> u64 {
         self.captures_dropped
+    }
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use crate::device::LaunchDims;
+    use crate::graph::TensorKind;
+    use crate::kernels::{BuiltinKind, Kernel};
+    use crate::runtime::{Config, DeviceChoice, MemoryMode, Runtime, RuntimeGraph};
+
+    /// On CUDA, a planned graph rebound between two inputs keeps one capture per address: the
+    /// first switch to a new address drops the replay (one recapture), switching back and forth
+    /// afterwards replays the kept captures, and every run computes on the bound input.
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn gpu_rebinding_keeps_one_capture_per_address() {
+        let rt = Runtime::new(Config {
+            device: DeviceChoice::Cuda,
+            memory_mode: MemoryMode::Planned,
+            ..Config::default()
+        })
+        .unwrap();
+        const N: usize = 1024;
+        let bytes = (N * 4) as u64;
+        let mut g = RuntimeGraph::new(rt.clone());
+        let x = g.add_tensor(bytes, TensorKind::Input, "x").unwrap();
+        let y = g.add_tensor(bytes, TensorKind::Output, "y").unwrap();
+        let dims = LaunchDims {
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem_bytes: 0,
+        };
+        g.graph
+            .add_node(
+                Kernel::Builtin(BuiltinKind::Scale),
+                &[x],
+                &[y],
+                &[],
+                dims,
+                &3.0f32.to_ne_bytes(),
+            )
+            .unwrap();
+        g.finalize().unwrap();
+        let a = rt.raw_alloc(bytes, std::ptr::null_mut()).unwrap();
+        let b = rt.raw_alloc(bytes, std::ptr::null_mut()).unwrap();
+        let as_bytes = |v: f32| v.to_ne_bytes().repeat(N);
+        let run_and_read = |g: &mut RuntimeGraph| {
+            g.run().unwrap();
+            let mut out = vec![0u8; N * 4];
+            g.read(y, &mut out).unwrap();
+            f32::from_ne_bytes(out[..4].try_into().unwrap())
+        };
+        g.bind(x, b, bytes).unwrap();
+        g.write(x, &as_bytes(2.0)).unwrap();
+        g.bind(x, a, bytes).unwrap();
+        g.write(x, &as_bytes(1.0)).unwrap();
+        for _ in 0..3 {
+            assert_eq!(run_and_read(&mut g), 3.0); // the second run captures
+        }
+        assert_eq!(g.captures_dropped(), 0);
+        g.bind(x, b, bytes).unwrap();
+        assert_eq!(g.captures_dropped(), 1);
+        assert_eq!(run_and_read(&mut g), 6.0); // captures for b
+        for round in 0..4 {
+            let (ptr, want) = if round % 2 == 0 { (a, 3.0) } else { (b, 6.0) };
+            g.bind(x, ptr, bytes).unwrap();
+            assert_eq!(run_and_read(&mut g), want);
+        }
+        assert_eq!(
+            g.captures_dropped(),
+            1,
+            "switching between known addresses replays"
+        );
+        drop(g);
+        rt.raw_free(a, std::ptr::null_mut(), None).unwrap();
+        rt.raw_free(b, std::ptr::null_mut(), None).unwrap();
     }
 }

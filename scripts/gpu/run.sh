@@ -17,6 +17,14 @@
 #           replayed graph, a queue-fed step against one with its batch on the device and the
 #           queue's push bandwidth against the pinned link; then python/gpu_bind_check.py (a
 #           PyTorch program running a gkrt graph on its tensors by data_ptr(), on its stream)
+#   gpt2    examples_c/gpt2 (GPT-2 training written against gkrt) beside benches/gpt2_torch.py at two
+#           sizes (GPT2_SMALL, GPT2_MEDIUM: gkrt_gpt2 size flags): gkrt with no limit and at 1/2 and 1/3
+#           of its working set; PyTorch plain (its loss curve against gkrt's, same initial weights),
+#           fused attention, checkpointing, save_on_cpu, both; then the largest depth of GPT2_DEPTHS
+#           (12,24,36,48,96) each trains within GPT2_LIMIT (8GiB) at GPT2_DEPTH_WIDTH (the small size's
+#           flags less --layers). One table at the end, step times also as ratios to gkrt's unlimited
+#           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run;
+#           GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the limited and depth runs (2: products too).
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -245,6 +253,43 @@ run_hostint() {
     timeout 300 python3 python/gpu_bind_check.py 2>&1 | tee "$OUT/python_bind.log"
 }
 
+# GPT-2 training (examples_c/gpt2/) with gkrt beside the same network in PyTorch (the "gpt2" mode above).
+run_gpt2() {
+  local b=/tmp/gkrt-gpt2 o="$OUT/gpt2"
+  mkdir -p "$b" "$o"
+  cc -O2 -ffp-contract=off examples_c/gpt2/*.c -Iinclude -L.gpu/lib -lgkrt -lm -ldl -o "$b/gkrt_gpt2" || return
+  # gkrt_gpt2 opens libcublas with dlopen.
+  local ld="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" steps=${GPT2_STEPS:-6}
+  local width="--channels 768 --heads 12 --seq 512 --batch 8 --vocab 50304"
+  local -A size=([small]="${GPT2_SMALL:---layers 12 $width}"
+    [medium]="${GPT2_MEDIUM:---layers 24 --channels 1024 --heads 16 --seq 512 --batch 8 --vocab 50304}")
+  for name in small medium; do
+    echo "--- gpt2 $name: ${size[$name]}"
+    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --recompute 1 --lr 1e-3 \
+      --dump-weights "$b/$name.bin" >"$o/${name}_gkrt.log" 2>&1
+    tail -n 1 "$o/${name}_gkrt.log"
+    for frac in 0.5 0.333; do
+      LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --lr 1e-3 \
+        --recompute "${GPT2_RECOMPUTE:-1}" --limit-frac "$frac" >"$o/${name}_gkrt_limit$frac.log" 2>&1
+      tail -n 1 "$o/${name}_gkrt_limit$frac.log"
+    done
+    timeout 300 python3 benches/gpt2_torch.py --weights "$b/$name.bin" --steps "$steps" \
+      --gkrt-log "$o/${name}_gkrt.log" >"$o/${name}_torch.log" 2>&1
+    grep -E '^loss step|Error' "$o/${name}_torch.log" | tail -n 12
+  done
+  local limit=${GPT2_LIMIT:-8GiB} depths=${GPT2_DEPTHS:-12,24,36,48,96}
+  width=${GPT2_DEPTH_WIDTH:-$width}
+  echo "--- largest depth within $limit (depths $depths, $width)"
+  for d in ${depths//,/ }; do
+    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" --layers "$d" $width --steps 4 --recompute "${GPT2_RECOMPUTE:-1}" \
+      --limit "$limit" >>"$o/depth_gkrt.log" 2>&1 || { echo "gkrt: depth $d failed"; break; }
+    tail -n 1 "$o/depth_gkrt.log"
+  done
+  timeout 300 python3 benches/gpt2_torch.py $width --limit "$limit" --depths "$depths" --steps 4 \
+    --variants plain,ckpt,offload,both >"$o/depth_torch.log" 2>&1
+  python3 benches/gpt2_torch.py --report "$o"/small_*.log "$o"/medium_*.log "$o"/depth_*.log | tee "$o/summary.md"
+}
+
 # The Python package's PyTorch part: PyTorch on gkrt's pool through gkrt.torch, its statistics
 # under PyTorch's names (python/gpu_torch_check.py).
 run_python() {
@@ -263,7 +308,8 @@ for w in "${what[@]}"; do
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
     hostint) run_hostint ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint)" ;;
+    gpt2) run_gpt2 ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

@@ -87,14 +87,23 @@ typedef struct gkrt_graph gkrt_graph;
 // may be used by any number of graphs of that runtime, from any thread.
 typedef struct gkrt_kernel gkrt_kernel;
 
+// Opaque: a device data queue of one runtime (`gkrt_queue_create`). Internally locked: pushes,
+// closes and statistics may come from any thread.
+typedef struct gkrt_queue gkrt_queue;
+
 // Opaque: a runtime. Internally locked: every call on one may come from any thread.
 typedef struct gkrt_runtime gkrt_runtime;
 
-// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
-typedef uint32_t gkrt_tensor_kind;
-
 // A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
 typedef uint64_t gkrt_tensor;
+
+// A buffer handed to a callback: a device pointer and its size in bytes.
+typedef struct gkrt_buffer {
+  // Device address on CUDA, host address on the host backend.
+  void *ptr;
+  // Size in bytes.
+  size_t size;
+} gkrt_buffer;
 
 // Launch parameters of a node. For built-ins only `params` is used (grid and block are chosen
 // by the runtime). For device functions the kernel's parameters are, in order: one pointer per
@@ -112,6 +121,9 @@ typedef struct gkrt_launch {
   // Bytes at `params`.
   size_t params_size;
 } gkrt_launch;
+
+// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
+typedef uint32_t gkrt_tensor_kind;
 
 // What finalize derived from a graph (`gkrt_graph_get_info`).
 typedef struct gkrt_graph_info {
@@ -135,14 +147,6 @@ typedef struct gkrt_graph_info {
 
 // Built-in kernels (all on f32 elements). Parameters go in `gkrt_launch.params`.
 typedef uint32_t gkrt_builtin;
-
-// A buffer handed to a callback: a device pointer and its size in bytes.
-typedef struct gkrt_buffer {
-  // Device address on CUDA, host address on the host backend.
-  void *ptr;
-  // Size in bytes.
-  size_t size;
-} gkrt_buffer;
 
 // What a callback is called with: the node's buffers and the stream. Mirrors
 // `gkrt_callback_args` in the C API (`capi` re-exports it under that name).
@@ -193,6 +197,20 @@ typedef void (*gkrt_free_fn)(void *user_data);
 // not call gkrt functions (they could wait for that lock forever): record the message and
 // return.
 typedef void (*gkrt_log_fn)(uint32_t level, const char *target, const char *message, void *user_data);
+
+// A device data queue's counters (`gkrt_queue_get_stats`).
+typedef struct gkrt_queue_stats {
+  // Batches pushed.
+  uint64_t pushes;
+  // Batches popped by graph runs.
+  uint64_t pops;
+  // Bytes pushed (copied to the device).
+  uint64_t bytes_pushed;
+  // Time pushes waited for a free slot, in nanoseconds.
+  uint64_t push_wait_ns;
+  // Time pops waited for a batch, in nanoseconds.
+  uint64_t pop_wait_ns;
+} gkrt_queue_stats;
 
 // Which backend a runtime uses.
 typedef uint32_t gkrt_device_kind;
@@ -362,12 +380,126 @@ typedef struct gkrt_stats {
 extern "C" {
 #endif // __cplusplus
 
+// Queues one run of a finalized graph of this runtime and returns without waiting for it. The
+// run starts after the work queued so far on `stream` (a native stream: `CUstream` on CUDA; on
+// the host backend a stream from `gkrt_stream_create` or another token gkrt handed out; NULL:
+// gkrt's own compute stream), and work queued on `stream` after this call runs after the run:
+// the host orders its later work on that stream, or waits with `gkrt_graph_wait`. gkrt runs the
+// graph on its compute stream, joined to `stream` by events, so transient buffers go back to
+// the pool in stream order, never before the device is done with them. Two asynchronous runs of
+// one graph in flight are ordered (run in the order queued, whatever their streams); a
+// synchronous run, a tensor write or read, an unbind or the graph's release waits for them first.
+// Errors found while queueing (as for `gkrt_runtime_run`) are returned here, after the queued
+// part has drained; a failure on the device (a kernel fault, a host callback returning
+// non-zero on the host backend) is returned by `gkrt_graph_wait`, or by the next call that waits
+// for the compute stream (a synchronous run, a tensor write or read, `gkrt_runtime_synchronize`).
+// A graph that swaps (its working set exceeds the memory limit) runs only synchronously:
+// GKRT_STATUS_INVALID_STATE. GKRT_STATUS_INVALID_ARGUMENT for a graph of another runtime or a
+// stream the host backend does not know. The graph is locked for the call; `stream` must stay
+// valid until the run has finished.
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_run_async(struct gkrt_runtime *runtime,
+                                        struct gkrt_graph *graph,
+                                        void *stream);
+
+// Waits until the graph's asynchronous runs (and whatever gkrt queued before them on its
+// compute stream) have finished, and returns a failure the device raised in them
+// (GKRT_STATUS_CALLBACK_FAILED for a host callback, GKRT_STATUS_DEVICE for a device error).
+// Returns at once after a synchronous run. GKRT_STATUS_INVALID_STATE for a graph that was never
+// run; GKRT_STATUS_INVALID_ARGUMENT for a graph of another runtime.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_wait(struct gkrt_runtime *runtime,
+                                 struct gkrt_graph *graph);
+
+// Makes a stream on the runtime's device: `*out` receives its native handle (a `CUstream` on
+// CUDA, a token on the host backend) for `gkrt_runtime_run_async`, `gkrt_launch_kernel`,
+// `gkrt_malloc` and the rest. It lives until the runtime is released (gkrt destroys it then).
+// GKRT_STATUS_INVALID_ARGUMENT for a NULL `out`. Thread-safe.
+GKRT_MUST_USE enum gkrt_status gkrt_stream_create(struct gkrt_runtime *runtime, void **out);
+
+// Blocks until the work queued on `stream` (NULL: gkrt's compute stream) has run, and returns
+// the first failure raised there since the last wait. GKRT_STATUS_INVALID_ARGUMENT for a stream
+// the host backend does not know. Thread-safe.
+GKRT_MUST_USE enum gkrt_status gkrt_stream_synchronize(struct gkrt_runtime *runtime, void *stream);
+
+// Binds an input, parameter or output tensor of a finalized graph to `bytes` bytes of device
+// memory at `device_ptr` that the host owns (from `cuMemAlloc`, PyTorch's `data_ptr()`,
+// `gkrt_malloc`, ...; `bytes` at least the tensor's size). Runs then read and write the tensor
+// there, in place: no copy, no pool memory. The host keeps the memory alive while it is bound;
+// gkrt never swaps, moves or frees a bound tensor, and bound tensors are outside the memory
+// budget: they hold no pool memory (so they are not in `gkrt_runtime_stats`' allocated bytes),
+// and the planned arena and the swap plan never place or move them. An input or parameter's
+// contents are the memory's own from the bind on (it counts as written). A block the tensor
+// held in the pool before goes back to it. Call again with another pointer to rebind between
+// runs; `gkrt_graph_write_tensor` / `gkrt_graph_read_tensor` still work and copy into or out of
+// the bound memory. A planned graph replayed as a CUDA graph keeps one capture per set of bound
+// addresses (up to 16): after a rebind to addresses it has not run with, its next run captures
+// again (the cost of an ordinary run plus the capture); rebinding to addresses seen before
+// replays their capture. A rebind while an asynchronous run is in flight applies to later runs:
+// the host keeps the old memory alive until that run has finished (`gkrt_graph_wait`).
+// Errors, each with the tensor named in the message: GKRT_STATUS_INVALID_ARGUMENT for a NULL
+// `device_ptr`, `bytes` smaller than the tensor, an intermediate, or a tensor of another graph;
+// GKRT_STATUS_INVALID_STATE for a graph not finalized yet, or one that swaps (its working set
+// exceeds the memory limit: its swap plan moves persistent tensors, so nothing can be bound).
+// gkrt cannot tell a made-up device address from a real one (the driver cannot either): the
+// pointer is the caller's contract. The graph is locked for the call (calls on one graph from
+// several threads are serialised).
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_bind_tensor(struct gkrt_graph *graph,
+                                        gkrt_tensor tensor,
+                                        void *device_ptr,
+                                        size_t bytes);
+
+// Unbinds a tensor bound by `gkrt_graph_bind_tensor` (a no-op for one that is not bound).
+// Waits until no work gkrt queued uses the memory, so the host may free it once this
+// returns. The tensor then has no contents: write it, or let a run produce it (into a block
+// of the pool, as if it had never been bound). Errors as for `gkrt_graph_bind_tensor`.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_unbind_tensor(struct gkrt_graph *graph,
+                                          gkrt_tensor tensor);
+
+// Whether a tensor is bound: `*out` receives 1 or 0. GKRT_STATUS_INVALID_ARGUMENT for a
+// NULL `out` or a tensor of another graph.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_tensor_is_bound(const struct gkrt_graph *graph,
+                                            gkrt_tensor tensor,
+                                            uint32_t *out);
+
 // Copies the calling thread's last error message into `buf` (NUL-terminated, truncated to
 // `len - 1` bytes) and returns the message's full length in bytes, without the NUL.
 // `buf` may be NULL (or `len` 0) to ask for the length only. The text stays valid until the
 // next failing call on this thread; it names the tensor, node or size at fault.
 // Thread-safe: each thread has its own last error.
 size_t gkrt_last_error_message(char *buf, size_t len);
+
+// Launches `kernel` once, outside any graph, on device memory the caller owns: `inputs`,
+// `outputs` (device pointers and sizes, as a callback sees them) and, for device functions,
+// `launch` (as for `gkrt_graph_add_kernel`: the kernel's parameters are one pointer per input,
+// output and workspace, then the parameter blob). Any kind of kernel: a built-in (checked as a
+// node is: arity, sizes, parameters), PTX, cubin, CUDA source, or a host callback (called as
+// for a node, with `args->node` = UINT32_MAX; on the host backend when the stream reaches it,
+// on CUDA now, with the CUstream). It is queued on `stream` (a native stream: `CUstream` on
+// CUDA; on the host backend a token from `gkrt_stream_create` or a callback's `args->stream`;
+// NULL: gkrt's compute stream, where graphs run) and this returns without waiting. Workspaces
+// of `workspace_sizes` bytes come from the runtime's pool on `stream` and go back to it in
+// stream order as soon as the launch is queued (later work on `stream` may reuse them; work on
+// another stream only after the launch has run). A failure on the device (a callback's
+// non-zero status on the host backend) surfaces at the next synchronisation of `stream`
+// (`gkrt_stream_synchronize`). GKRT_STATUS_INVALID_ARGUMENT, with the buffer or rule named, for
+// a NULL buffer, a size of 0, a built-in's wrong arity or sizes, a kernel of another runtime,
+// or an unknown stream; GKRT_STATUS_OUT_OF_MEMORY for workspaces that do not fit. Nothing is
+// queued after a failure. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_launch_kernel(struct gkrt_runtime *runtime,
+                                    const struct gkrt_kernel *kernel,
+                                    void *stream,
+                                    const struct gkrt_buffer *inputs,
+                                    size_t num_inputs,
+                                    const struct gkrt_buffer *outputs,
+                                    size_t num_outputs,
+                                    const uint64_t *workspace_sizes,
+                                    size_t num_workspaces,
+                                    const struct gkrt_launch *launch);
 
 // Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
 // `gkrt_graph_release`; the graph keeps the runtime alive.
@@ -528,6 +660,77 @@ GKRT_MUST_USE enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
 // level. Process-wide; thread-safe. A message another thread is delivering while the callback
 // changes may still reach the previous callback, so keep `user_data` valid until then.
 GKRT_MUST_USE enum gkrt_status gkrt_set_log_callback(gkrt_log_fn callback, void *user_data);
+
+// Creates a device data queue on `runtime`: `capacity` slots (1 .. 65536), each one batch of
+// `num_buffers` device buffers of `sizes[i]` bytes, taken from the runtime's pool now (they
+// count against its memory limit while the queue lives). Host threads fill it with
+// `gkrt_queue_push`; graphs empty it (`gkrt_graph_add_queue_pop`), waiting up to
+// `pop_timeout_ms` for a batch. `name` (may be NULL) appears in messages. `*out` receives a
+// handle the caller releases with `gkrt_queue_release`; the queue keeps the runtime alive.
+// GKRT_STATUS_INVALID_ARGUMENT for a capacity or size out of range, or NULL arrays;
+// GKRT_STATUS_OUT_OF_MEMORY when the slots do not fit. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_queue_create(struct gkrt_runtime *runtime,
+                                   const char *name,
+                                   size_t capacity,
+                                   const uint64_t *sizes,
+                                   size_t num_buffers,
+                                   uint32_t pop_timeout_ms,
+                                   struct gkrt_queue **out);
+
+// Releases a queue handle. Graphs that pop from the queue keep it alive until they are
+// released; its device slots and pinned staging go back once the last user is gone. Waiters
+// still blocked keep it alive too: close it first to wake them. NULL is a no-op.
+GKRT_MUST_USE enum gkrt_status gkrt_queue_release(struct gkrt_queue *queue);
+
+// Pushes one batch: `buffers[i]` points to `sizes[i]` bytes of host memory (the sizes given
+// at creation), `num_buffers` of them. The batch is copied, on the queue's own copy stream,
+// into the next free slot: with `pinned` non-zero the buffers are page-locked host memory
+// (`cuMemHostAlloc`, or any memory on the host backend) copied directly, and this returns when
+// the copy is done; otherwise they are copied into the slot's pinned staging area first and
+// the call returns once the device copy is queued. Either way the caller may reuse its buffers
+// when this returns. Blocks up to `timeout_ms` while the queue is full: then
+// GKRT_STATUS_INVALID_STATE with "timed out" in the message. A closed queue (before or while
+// waiting): GKRT_STATUS_INVALID_STATE with "closed" in the message. GKRT_STATUS_INVALID_ARGUMENT
+// for a wrong number of buffers or a NULL one. Thread-safe; pushes from several threads are
+// taken one at a time, in the order they get the queue.
+GKRT_MUST_USE
+enum gkrt_status gkrt_queue_push(struct gkrt_queue *queue,
+                                 const void *const *buffers,
+                                 size_t num_buffers,
+                                 uint32_t pinned,
+                                 uint32_t timeout_ms);
+
+// Closes a queue: later pushes fail; pops take the batches still queued, then fail; every
+// push and pop waiting now wakes (and fails with "closed" in its message, unless a pop finds a
+// batch). Closing twice is fine. Thread-safe.
+GKRT_MUST_USE enum gkrt_status gkrt_queue_close(struct gkrt_queue *queue);
+
+// The queue's counters: pushes, pops, bytes pushed, and the time each side waited.
+// GKRT_STATUS_INVALID_ARGUMENT for a NULL `out`. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_queue_get_stats(const struct gkrt_queue *queue,
+                                      struct gkrt_queue_stats *out);
+
+// Makes every run of a finalized graph pop one batch of `queue` into the input or parameter
+// tensors `tensors` (one per buffer of the batch, in order, sizes equal): at the start of each
+// run (`gkrt_runtime_run` or `gkrt_runtime_run_async`) the graph takes the queue's next batch,
+// waiting up to the queue's pop timeout on the host for one to be pushed, and those tensors
+// are bound to the slot's device buffers — the nodes read the batch in place, with no copy.
+// The run waits for the slot's copy on the device, not on the host; once the run is queued the
+// slot is free for the next push, whose copy waits for the run on the device. A run that fails
+// before it is queued leaves its batch at the queue's head; a run that finds the queue empty
+// past the timeout, or closed and empty, fails with GKRT_STATUS_INVALID_STATE ("timed out" /
+// "closed"). Planned graphs replayed as CUDA graphs keep one capture per slot (each made at the
+// slot's first run after the first). Errors, naming the queue or tensor:
+// GKRT_STATUS_INVALID_ARGUMENT for a queue of another runtime, a count or size that differs
+// from the queue's, an intermediate or output, a tensor popped into already;
+// GKRT_STATUS_INVALID_STATE for a graph not finalized or one that swaps (as for binding).
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_add_queue_pop(struct gkrt_graph *graph,
+                                          struct gkrt_queue *queue,
+                                          const gkrt_tensor *tensors,
+                                          size_t num_tensors);
 
 // Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
 // `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on

@@ -184,6 +184,12 @@ class Runtime(_Handle):
         """Runs a finalized graph once and waits for it."""
         _check(lib.gkrt_runtime_run(self.handle, graph.handle))
 
+    def run_async(self, graph, stream=None):
+        """Queues one run of `graph` after the work on native stream `stream` (an int handle,
+        e.g. `torch.cuda.current_stream().cuda_stream`; None: gkrt's own) and returns; work
+        queued on `stream` afterwards runs after it. `graph.wait()` waits for it."""
+        _check(lib.gkrt_runtime_run_async(self.handle, graph.handle, stream))
+
 
 class Graph(_Handle):
     """A graph of one runtime: tensors (ids) and kernel nodes, then `finalize()` and runs."""
@@ -195,6 +201,7 @@ class Graph(_Handle):
         _check(lib.gkrt_graph_create(runtime.handle, ctypes.byref(h)))
         super().__init__(h.value)
         self._sizes = {}
+        self._runtime = runtime
 
     def tensor(self, size, kind, name=None):
         """A tensor of `size` bytes; `kind` "input", "parameter", "intermediate" or "output".
@@ -240,6 +247,19 @@ class Graph(_Handle):
         i = _lib.GraphInfo()
         _check(lib.gkrt_graph_get_info(self.handle, ctypes.byref(i)))
         return {name: getattr(i, name) for name, _ in _lib.GraphInfo._fields_}
+
+    def bind(self, tensor, device_ptr, size=None):
+        """Runs read and write `tensor` in place at device address `device_ptr` (an int, e.g.
+        a PyTorch tensor's `data_ptr()`) of `size` bytes (default: the tensor's size)."""
+        n = size if size is not None else self._sizes.get(tensor, 0)
+        _check(lib.gkrt_graph_bind_tensor(self.handle, tensor, device_ptr, n))
+
+    def unbind(self, tensor):
+        _check(lib.gkrt_graph_unbind_tensor(self.handle, tensor))
+
+    def wait(self):
+        """Waits for the graph's asynchronous runs; raises what failed in them."""
+        _check(lib.gkrt_graph_wait(self._runtime.handle, self.handle))
 
     def write(self, tensor, data):
         """Copies a bytes-like object (bytes, bytearray, memoryview, array, numpy array) of the

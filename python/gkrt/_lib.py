@@ -99,6 +99,12 @@ _signatures = {
     "gkrt_kernel_from_source": (ctypes.c_int, [c_void_p, c_char_p, c_char_p, _P(c_char_p), c_size,
                                                _P(c_void_p)]),
     "gkrt_kernel_release": (ctypes.c_int, [c_void_p]),
+    "gkrt_graph_bind_tensor": (ctypes.c_int, [c_void_p, c_u64, c_void_p, c_size]),
+    "gkrt_graph_unbind_tensor": (ctypes.c_int, [c_void_p, c_u64]),
+    "gkrt_runtime_run_async": (ctypes.c_int, [c_void_p, c_void_p, c_void_p]),
+    "gkrt_graph_wait": (ctypes.c_int, [c_void_p, c_void_p]),
+    "gkrt_malloc": (ctypes.c_int, [c_void_p, c_size, c_void_p, _P(c_void_p)]),
+    "gkrt_free": (ctypes.c_int, [c_void_p, c_void_p, c_void_p]),
 }
 for _name, (_res, _args) in _signatures.items():
     _f = getattr(lib, _name)

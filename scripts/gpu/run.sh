@@ -12,6 +12,11 @@
 #           and torch in python3; BENCHMARKS.md section 3)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
+#   hostint gkrt inside a host program (benches/host_integration.c): eager launches against a
+#           cuLaunchKernel loop, asynchronous against synchronous runs, the cost of rebinding a
+#           replayed graph, a queue-fed step against one with its batch on the device and the
+#           queue's push bandwidth against the pinned link; then python/gpu_bind_check.py (a
+#           PyTorch program running a gkrt graph on its tensors by data_ptr(), on its stream)
 #   gpt2    examples_c/gpt2 (GPT-2 training written against gkrt) beside benches/gpt2_torch.py at two
 #           sizes (GPT2_SMALL, GPT2_MEDIUM: gkrt_gpt2 size flags): gkrt with no limit and at 1/2 and 1/3
 #           of its working set; PyTorch plain (its loss curve against gkrt's, same initial weights),
@@ -56,7 +61,9 @@ run_tests() {
   for f in "${failed[@]:-}"; do [ -n "$f" ] && sed -n "/^=== $f\$/,/^=== /p" "$OUT/tests.log" | tail -n 20; done
   if [ -x .gpu/bin/gkrt_unit_tests ]; then
     .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 device::cuda >"$OUT/rust_gpu_tests.log" 2>&1
-    echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" || echo 'no result line')"
+    # Above the device layer: rebinding a replayed graph (runtime/graph/binding.rs).
+    .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 runtime::graph::binding::gpu_tests >>"$OUT/rust_gpu_tests.log" 2>&1
+    echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" | tr '\n' ' ' || echo 'no result line')"
     grep -E 'FAILED|panicked' "$OUT/rust_gpu_tests.log" | head -20
     # The test that faults the context on purpose runs alone, in its own process.
     GKRT_CUDA_POISON_TEST=1 .gpu/bin/gkrt_unit_tests --ignored --exact device::cuda::tests::gpu_alone_kernel_fault_surfaces_at_sync \
@@ -243,6 +250,18 @@ run_sanitize() {
   return $status
 }
 
+# gkrt inside a host program: benches/host_integration.c, then the PyTorch binding check.
+run_hostint() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b"
+  "$CUDA_HOME/bin/nvcc" -ptx -arch=sm_90 benches/chain_kernel.cu -o "$b/chain_kernel.ptx" || return
+  cc -O2 benches/host_integration.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -lpthread -o "$b/host_integration" || return
+  "$b/host_integration" "$b/chain_kernel.ptx" ${HOSTINT_WHAT:-} 2>&1 | tee "$OUT/bench_host_integration.log"
+  PYTHONPATH="$PWD/python" GKRT_LIBRARY="${GKRT_GPU_LIB:-$PWD/.gpu/lib}/libgkrt.so" \
+    timeout 300 python3 python/gpu_bind_check.py 2>&1 | tee "$OUT/python_bind.log"
+}
+
 # GPT-2 training (examples_c/gpt2/) with gkrt beside the same network in PyTorch (the "gpt2" mode above).
 run_gpt2() {
   local b=/tmp/gkrt-gpt2 o="$OUT/gpt2"
@@ -297,8 +316,9 @@ for w in "${what[@]}"; do
     workloads) run_workloads ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
+    hostint) run_hostint ;;
     gpt2) run_gpt2 ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, gpt2)" ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

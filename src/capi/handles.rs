@@ -14,7 +14,9 @@
 //! beside the state lock.
 
 use crate::runtime::home::{self, HomeRecord};
-use crate::runtime::{Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard};
+use crate::runtime::{
+    DeviceQueue, Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard,
+};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -31,6 +33,7 @@ pub enum Object {
     Runtime(Arc<Runtime>),
     Graph(Arc<Mutex<RuntimeGraph>>),
     Kernel(Arc<KernelObject>),
+    Queue(Arc<DeviceQueue>),
 }
 
 impl Object {
@@ -39,6 +42,7 @@ impl Object {
             Object::Runtime(_) => "runtime",
             Object::Graph(_) => "graph",
             Object::Kernel(_) => "kernel",
+            Object::Queue(_) => "queue",
         }
     }
 }
@@ -134,6 +138,13 @@ pub fn graph(key: usize) -> Result<Arc<Mutex<RuntimeGraph>>> {
 pub fn kernel(key: usize) -> Result<Arc<KernelObject>> {
     match lookup(key, "kernel")? {
         Object::Kernel(k) => Ok(k),
+        _ => unreachable!(),
+    }
+}
+
+pub fn queue(key: usize) -> Result<Arc<DeviceQueue>> {
+    match lookup(key, "queue")? {
+        Object::Queue(q) => Ok(q),
         _ => unreachable!(),
     }
 }

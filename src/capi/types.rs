@@ -270,3 +270,25 @@ pub struct gkrt_graph {
 pub struct gkrt_kernel {
     _private: [u8; 0],
 }
+
+/// Opaque: a device data queue of one runtime (`gkrt_queue_create`). Internally locked: pushes,
+/// closes and statistics may come from any thread.
+pub struct gkrt_queue {
+    _private: [u8; 0],
+}
+
+/// A device data queue's counters (`gkrt_queue_get_stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct gkrt_queue_stats {
+    /// Batches pushed.
+    pub pushes: u64,
+    /// Batches popped by graph runs.
+    pub pops: u64,
+    /// Bytes pushed (copied to the device).
+    pub bytes_pushed: u64,
+    /// Time pushes waited for a free slot, in nanoseconds.
+    pub push_wait_ns: u64,
+    /// Time pops waited for a batch, in nanoseconds.
+    pub pop_wait_ns: u64,
+}

@@ -39,7 +39,7 @@ impl Executor<'_> {
                 .filter(|&t| {
                     !node.inputs.contains(&t)
                         && self.mem[t as usize].state() == Residency::OnDevice
-                        && !self.in_arena(graph, t)
+                        && !self.fixed_place(graph, t)
                 })
                 .collect();
             if !stale.is_empty() {
@@ -162,7 +162,7 @@ impl Executor<'_> {
         inputs.dedup();
         let movable: Vec<u32> = inputs
             .into_iter()
-            .filter(|&t| !self.in_arena(graph, t))
+            .filter(|&t| !self.fixed_place(graph, t))
             .collect();
         for &t in &movable {
             if self.mem[t as usize].state() == Residency::OnDevice {
@@ -276,7 +276,7 @@ impl Executor<'_> {
             let movable = matches!(m.state(), Residency::OnDevice | Residency::CopyingToDevice);
             let own =
                 node.is_some_and(|node| node.inputs.contains(&t32) || node.outputs.contains(&t32));
-            if !movable || self.in_arena(graph, t32) || own || self.protected.contains(&t32) {
+            if !movable || self.fixed_place(graph, t32) || own || self.protected.contains(&t32) {
                 continue;
             }
             let next = lv.next_use_after(t32, n as u32);

@@ -103,7 +103,22 @@ impl Executor<'_> {
                     .launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
             }
             Kernel::Callback(cb) => {
-                let work = callback_work(cb, n as u32, node, &self.buffers, n_in, n_out);
+                // The node keeps the user data alive while the run lasts: the work needs no
+                // owner of its own.
+                let cb = HostCallback {
+                    owner: None,
+                    ..cb.clone()
+                };
+                // (Cloning an empty name allocates nothing; the message is made only on failure.)
+                let work = callback_work(
+                    cb,
+                    n as u32,
+                    node.name.clone(),
+                    node.params.clone(),
+                    &self.buffers,
+                    n_in,
+                    n_out,
+                );
                 self.device
                     .enqueue_host_work(stream, work)
                     .map_err(|e| Error::CallbackFailed(e.to_string()))?;
@@ -116,12 +131,17 @@ impl Executor<'_> {
     }
 }
 
-/// Packages a host-callback node as device host-work: the buffers are copied into the closure
-/// so it owns everything it touches when the host backend runs it later on the stream worker.
-fn callback_work(
-    cb: &HostCallback,
+/// The node index an eager launch's callback sees (`args->node`): it belongs to no graph.
+pub(crate) const EAGER_NODE: u32 = u32::MAX;
+
+/// Packages a host callback (a node's, or an eager launch's: `index` then names no node of a
+/// graph) as device host-work: the buffers are copied into the closure so it owns everything
+/// it touches when the host backend runs it later on the stream worker.
+pub(crate) fn callback_work(
+    cb: HostCallback,
     index: u32,
-    node: &Node,
+    name: String,
+    params: Vec<u8>,
     buffers: &[Buffer],
     n_in: usize,
     n_out: usize,
@@ -133,14 +153,6 @@ fn callback_work(
             size: b.bytes as usize,
         })
         .collect();
-    let params = node.params.clone();
-    // The node keeps the user data alive while the run lasts: the work needs no owner of its own.
-    let cb = HostCallback {
-        owner: None,
-        ..cb.clone()
-    };
-    // (Cloning an empty name allocates nothing; the message is made only on failure.)
-    let name = node.name.clone();
     let bufs = SendBuffers(bufs);
     Box::new(move |stream| {
         let bufs = bufs;
@@ -167,7 +179,16 @@ fn callback_work(
         if status == 0 {
             Ok(())
         } else {
-            let node = if name.is_empty() {
+            let node = if index == EAGER_NODE {
+                format!(
+                    "eager launch{}",
+                    if name.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" '{name}'")
+                    }
+                )
+            } else if name.is_empty() {
                 format!("node {index}")
             } else {
                 format!("node {index} '{name}'")

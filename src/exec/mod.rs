@@ -16,6 +16,7 @@
 
 mod alloc;
 mod copies;
+mod eager;
 mod launch;
 mod store;
 
@@ -27,6 +28,7 @@ use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
 
+pub use eager::{launch_eager, EagerKernel};
 pub use launch::RunProfile;
 pub use store::{StoreAccess, TensorStore};
 
@@ -291,9 +293,11 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// True when tensor `t` lives in the planned arena, not in a pool block.
-    fn in_arena(&self, graph: &Graph, t: u32) -> bool {
-        self.arena.is_some() && graph.tensors()[t as usize].kind == TensorKind::Intermediate
+    /// True when tensor `t` lives in the planned arena or in memory the host bound, not in a
+    /// pool block: the fallback never moves it.
+    fn fixed_place(&self, graph: &Graph, t: u32) -> bool {
+        (self.arena.is_some() && graph.tensors()[t as usize].kind == TensorKind::Intermediate)
+            || self.mem[t as usize].is_bound()
     }
 
     /// An intermediate after its last use (or dropped): its device block and host slot go back.

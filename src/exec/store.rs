@@ -103,6 +103,33 @@ impl TensorStore {
         Ok(())
     }
 
+    /// Binds persistent tensor `t` to the host's memory at `ptr`: a block of its own goes back
+    /// to the pool (in stream order: work queued on the stream may still read it), and from now
+    /// on the tensor is read and written at `ptr`, in place. Rebinding just moves the pointer.
+    pub fn bind(&mut self, t: u32, ptr: DevPtr, a: StoreAccess<'_>) -> Result<()> {
+        self.settle(t, a.device)?;
+        let m = &mut self.mem[t as usize];
+        if !m.is_bound() {
+            let (block, slot) = m.discard();
+            if let Some(block) = block {
+                a.pool.free(&DeviceBacking(a.device), block)?;
+            }
+            if let Some(slot) = slot {
+                a.pinned.free(&PinnedBacking(a.device), slot)?;
+            }
+        }
+        self.mem[t as usize].bind(ptr);
+        Ok(())
+    }
+
+    /// The host takes `t`'s memory back: it has no memory or contents until written or
+    /// produced again (then in a block of the pool, as if never bound).
+    pub fn unbind(&mut self, t: u32) {
+        if self.mem[t as usize].is_bound() {
+            self.mem[t as usize].unbind();
+        }
+    }
+
     /// Copies `data` into persistent tensor `t`. One on the device is written there; one on the
     /// host — or, with `to_host_when_new` (a swapping graph), one never written — into its
     /// pinned slot. The copy is complete when this returns.

@@ -10,13 +10,16 @@
 //! bound to its runtime, `logging.rs` the stderr logger.
 
 pub mod config;
+mod eager;
 mod env;
 mod graph;
 pub(crate) mod home;
 mod logging;
 mod process;
+mod queue;
 mod raw;
 mod state_lock;
+mod streams;
 
 use crate::device;
 use crate::device::host::HostOptions;
@@ -26,8 +29,10 @@ use crate::exec::{RunCounters, Streams};
 use crate::memory::pool::{Pool, PoolConfig};
 use crate::memory::{DeviceBacking, PinnedBacking};
 pub use config::{Config, DeviceChoice, MemoryMode};
+pub use eager::EagerArgs;
 pub use graph::RuntimeGraph;
 pub use logging::{init as init_logging, set_sink as set_log_sink, SinkFn as LogSinkFn};
+pub use queue::{DeviceQueue, QueueStats};
 
 /// A message to the host's log sink (or stderr) whatever the level: for failures the host must
 /// hear about even with logging off.
@@ -47,7 +52,10 @@ pub(crate) use crate::graph::MAX_PARAMS_BYTES;
 #[cfg(test)]
 pub(crate) use crate::kernels::call_callback;
 pub(crate) use crate::kernels::inside_callback;
-pub use crate::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel, UserDataOwner};
+pub use crate::kernels::{
+    Buffer as DeviceBuffer, BuiltinKind, CallbackArgs, CallbackBuffer, HostCallback, Kernel,
+    UserDataOwner,
+};
 pub use crate::memory::pool::PoolStats;
 pub use crate::plan::program::PoolCall;
 pub use crate::plan::swap::{Policy as SwapPolicy, SwapPlan};

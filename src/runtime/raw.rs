@@ -47,7 +47,7 @@ impl Runtime {
     /// in the state (under its lock; a thread-local would cost more than the pool on the GPU
     /// machine, see `lock_for_call`).
     #[inline(always)]
-    fn raw_stream(&self, st: &mut State, stream: *mut c_void) -> Result<StreamId> {
+    pub(super) fn raw_stream(&self, st: &mut State, stream: *mut c_void) -> Result<StreamId> {
         match st.last_raw_stream {
             Some((native, id)) if native == stream as usize => Ok(id),
             _ => self.raw_stream_first(st, stream),

@@ -16,6 +16,13 @@ impl Drop for RuntimeGraph {
         if let Replay::Captured(exec_graph) = self.replay {
             let _ = rt.device.destroy_graph(exec_graph);
         }
+        for (_, exec_graph) in self.replay_cache.drain(..) {
+            let _ = rt.device.destroy_graph(exec_graph);
+        }
+        if let Some(events) = self.async_events.take() {
+            let _ = rt.device.destroy_event(events.fork);
+            let _ = rt.device.destroy_event(events.done);
+        }
         for event in self.profile.events() {
             let _ = rt.device.destroy_event(event);
         }

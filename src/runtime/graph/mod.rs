@@ -7,10 +7,16 @@
 //! - `tune.rs`: choosing among swap plans by the first run's timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
+//! - `binding.rs`: persistent tensors bound to the host's device memory.
+//! - `async_run.rs`: runs queued on the host's stream, and their wait.
+//! - `queue_pop.rs`: input tensors each run takes from a device data queue.
 
+mod async_run;
+mod binding;
 mod compile;
 mod drop;
 mod io;
+mod queue_pop;
 mod run;
 mod tune;
 
@@ -62,6 +68,18 @@ pub struct RuntimeGraph {
     pool_calls: Option<Vec<PoolCall>>,
     /// The last run's departures from its program (`RunCounters::fallbacks`).
     last_fallbacks: u64,
+    /// Captured replays dropped because a bound address changed (`binding.rs`).
+    captures_dropped: u64,
+    /// A run (of either kind) was queued at least once: a wait means something.
+    ever_run: bool,
+    /// An asynchronous run was queued and not yet waited for.
+    async_in_flight: bool,
+    /// The events joining asynchronous runs to the host's stream (`async_run.rs`).
+    async_events: Option<async_run::AsyncEvents>,
+    /// Captures for other sets of bound addresses than the current one (`binding.rs`).
+    replay_cache: Vec<(Vec<u64>, GraphExecId)>,
+    /// The queues each run pops a batch from (`queue_pop.rs`).
+    pops: Vec<queue_pop::QueuePop>,
 }
 
 impl RuntimeGraph {
@@ -81,6 +99,12 @@ impl RuntimeGraph {
             program: Program::default(),
             pool_calls: None,
             last_fallbacks: 0,
+            captures_dropped: 0,
+            ever_run: false,
+            async_in_flight: false,
+            async_events: None,
+            replay_cache: Vec::new(),
+            pops: Vec::new(),
         }
     }
 
@@ -111,7 +135,7 @@ impl RuntimeGraph {
         self.store
             .iter()
             .zip(tensors)
-            .filter(|(m, t)| m.device().is_some() && t.kind.persists())
+            .filter(|(m, t)| m.device().is_some() && !m.is_bound() && t.kind.persists())
             .map(|(_, t)| crate::graph::liveness::round_up(t.size, ALIGNMENT))
             .sum::<u64>()
             + crate::graph::liveness::round_up(arena, ALIGNMENT)

@@ -11,6 +11,35 @@ impl RuntimeGraph {
     /// Runs the graph once. On failure no node is re-run, every transient buffer is back in the
     /// pool, and the runtime and graph stay usable.
     pub fn run(&mut self) -> Result<()> {
+        if !self.has_pops() {
+            return self.run_once();
+        }
+        // A run takes its queues' batches first; one that fails leaves them at the heads.
+        let popped = self.begin_pops()?;
+        match self.run_once() {
+            Ok(()) => self.finish_pops(popped),
+            Err(e) => {
+                self.cancel_pops(popped);
+                Err(e)
+            }
+        }
+    }
+
+    fn run_once(&mut self) -> Result<()> {
+        self.check_runnable()?;
+        let rt = Arc::clone(&self.runtime);
+        let mut guard = rt.lock_for_call()?;
+        let st = &mut *guard;
+        // A run finishes whatever asynchronous run of this graph is in flight.
+        self.async_in_flight = false;
+        self.ever_run = true;
+        let (queued, counters) = self.enqueue(&rt, st);
+        self.finish_run(&rt, st, queued, counters)
+    }
+
+    /// The checks made before anything runs: finalized, and every input or parameter a node
+    /// reads written (or bound).
+    pub(super) fn check_runnable(&self) -> Result<()> {
         if !self.graph.is_finalized() {
             return Err(Error::InvalidState(
                 "the graph must be finalized before it runs".into(),
@@ -28,12 +57,20 @@ impl RuntimeGraph {
                 )));
             }
         }
-        let rt = Arc::clone(&self.runtime);
-        let mut guard = rt.lock_for_call()?;
-        let st = &mut *guard;
+        Ok(())
+    }
+
+    /// Queues one run (the state lock is held by the caller): the arena at the first planned
+    /// run, then the captured replay, a capture, or the executor. Returns whether queueing
+    /// succeeded and the run's counters; nothing is waited for.
+    pub(super) fn enqueue(
+        &mut self,
+        rt: &Runtime,
+        st: &mut crate::runtime::State,
+    ) -> (Result<()>, crate::exec::RunCounters) {
         // Planned mode takes its arena from the pool once, at the first run, and keeps it.
         if let Some(layout) = &self.arena {
-            self.store.take_arena(
+            let taken = self.store.take_arena(
                 layout.size,
                 StoreAccess {
                     device: rt.device(),
@@ -41,10 +78,13 @@ impl RuntimeGraph {
                     pool: &mut st.pool,
                     pinned: &mut st.pinned,
                 },
-            )?;
+            );
+            if let Err(e) = taken {
+                return (Err(e), Default::default());
+            }
         }
         let capture =
-            self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(&rt);
+            self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(rt);
         if self.replay == Replay::NotYet && self.successful_runs > 0 && !capture {
             self.replay = Replay::Off;
         }
@@ -61,7 +101,7 @@ impl RuntimeGraph {
             }
             _ => {
                 let r;
-                (r, counters) = self.execute(&rt, st);
+                (r, counters) = self.execute(rt, st);
                 r
             }
         };
@@ -81,10 +121,23 @@ impl RuntimeGraph {
                     // The work was recorded, not run: run it the ordinary way.
                     log::warn!("planned graph not captured for replay: {e}");
                     self.replay = Replay::Off;
-                    (queued, counters) = self.execute(&rt, st);
+                    (queued, counters) = self.execute(rt, st);
                 }
             }
         }
+        (queued, counters)
+    }
+
+    /// The end of a synchronous run (the state lock is held by the caller): waits for every
+    /// stream, collects asynchronous failures and the run's counters, then the bookkeeping of a
+    /// successful run (the swap plan's tuning after the first).
+    pub(super) fn finish_run(
+        &mut self,
+        rt: &Arc<Runtime>,
+        st: &mut crate::runtime::State,
+        queued: Result<()>,
+        counters: crate::exec::RunCounters,
+    ) -> Result<()> {
         // Wait even after a queueing error: asynchronous failures must be collected now, and
         // copies must be done before their tensors are touched again.
         let mut finished = Ok(());
@@ -119,7 +172,7 @@ impl RuntimeGraph {
             // Runs end in the plan's start state, a new plan's too. The run itself succeeded:
             // a failure here is only logged (the next run's start retries the move).
             let (r, _) =
-                self.execute_with(&rt, st, |exec, graph| exec.enter_start_state(graph), false);
+                self.execute_with(rt, st, |exec, graph| exec.enter_start_state(graph), false);
             let synced = rt.device.stream_synchronize(rt.streams.copy_out);
             if let Err(e) = r.and(synced.map_err(Error::from)) {
                 log::warn!("moving tensors to the tuned swap plan's starting state: {e}");

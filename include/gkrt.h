@@ -77,7 +77,14 @@ typedef enum gkrt_status {
   GKRT_STATUS_UNSUPPORTED = 8,
   // A bug in gkrt (a caught panic). The runtime stays usable.
   GKRT_STATUS_INTERNAL = 9,
+  // Another rank of a communicator failed, left, timed out or issued a different collective;
+  // the communicator is aborted (make a new one). The runtime and graphs stay usable.
+  GKRT_STATUS_PEER_FAILED = 10,
 } gkrt_status;
+
+// Opaque: one rank's communicator (see `gkrt_comm_init_rank`). Internally locked: calls on one
+// may come from any thread.
+typedef struct gkrt_comm gkrt_comm;
 
 // Opaque: a graph of one runtime. Internally locked; calls on one graph are serialised.
 typedef struct gkrt_graph gkrt_graph;
@@ -88,6 +95,12 @@ typedef struct gkrt_kernel gkrt_kernel;
 
 // Opaque: a runtime. Internally locked: every call on one may come from any thread.
 typedef struct gkrt_runtime gkrt_runtime;
+
+// The 128 bytes ranks share to join one communicator (NCCL_UNIQUE_ID_BYTES), made by
+// `gkrt_comm_get_unique_id`. Copy it by value (it holds no pointer).
+typedef struct gkrt_unique_id {
+  uint8_t internal[128];
+} gkrt_unique_id;
 
 // What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
 typedef uint32_t gkrt_tensor_kind;
@@ -367,6 +380,47 @@ extern "C" {
 // next failing call on this thread; it names the tensor, node or size at fault.
 // Thread-safe: each thread has its own last error.
 size_t gkrt_last_error_message(char *buf, size_t len);
+
+// Writes a fresh unique id to `*out` (`ncclGetUniqueId`): one rank makes it and shares the bytes
+// with the others by its own means (MPI, a file, a TCP store); every rank then calls
+// `gkrt_comm_init_rank` with it. On the host backend the ranks are runtimes of this process
+// (threads): the id names a meeting place in it, used up once every rank has joined.
+GKRT_MUST_USE
+enum gkrt_status gkrt_comm_get_unique_id(struct gkrt_runtime *runtime,
+                                         struct gkrt_unique_id *out);
+
+// Joins the communicator of `id` as `rank` of `nranks` on `runtime`'s device
+// (`ncclCommInitRank`) and writes its handle to `*out`. Blocks until every rank has joined,
+// at most `timeout_ms` (0: 300000 ms); the same bound applies to every later wait for other
+// ranks (a collective some rank never reaches), after which the communicator is aborted and
+// the call that waited fails with GKRT_STATUS_PEER_FAILED. A rank out of range, a rank that
+// joined already, or an `nranks` other than the first rank's is GKRT_STATUS_INVALID_ARGUMENT; a
+// backend without communicators is GKRT_STATUS_UNSUPPORTED. Release with `gkrt_comm_release`;
+// the communicator keeps the runtime alive.
+GKRT_MUST_USE
+enum gkrt_status gkrt_comm_init_rank(struct gkrt_runtime *runtime,
+                                     const struct gkrt_unique_id *id,
+                                     uint32_t rank,
+                                     uint32_t nranks,
+                                     uint32_t timeout_ms,
+                                     struct gkrt_comm **out);
+
+// The communicator's rank and number of ranks (either pointer may be NULL).
+GKRT_MUST_USE
+enum gkrt_status gkrt_comm_rank(const struct gkrt_comm *comm,
+                                uint32_t *rank,
+                                uint32_t *nranks);
+
+// Aborts the communicator for every rank (`ncclCommAbort`): collectives any rank is waiting in
+// or queues later fail with GKRT_STATUS_PEER_FAILED instead of hanging. Call it when this rank
+// cannot go on (its step failed), so the others stop waiting for it. The handle stays valid
+// until released; make a new communicator (new unique id) to go on.
+GKRT_MUST_USE enum gkrt_status gkrt_comm_abort(struct gkrt_comm *comm);
+
+// Releases the communicator: this rank leaves it, and ranks still waiting for this one fail
+// with GKRT_STATUS_PEER_FAILED. NULL is a no-op; releasing twice is
+// GKRT_STATUS_INVALID_ARGUMENT.
+GKRT_MUST_USE enum gkrt_status gkrt_comm_release(struct gkrt_comm *comm);
 
 // Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
 // `gkrt_graph_release`; the graph keeps the runtime alive.

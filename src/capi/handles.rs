@@ -14,7 +14,7 @@
 //! beside the state lock.
 
 use crate::runtime::home::{self, HomeRecord};
-use crate::runtime::{Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard};
+use crate::runtime::{Comm, Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -31,6 +31,7 @@ pub enum Object {
     Runtime(Arc<Runtime>),
     Graph(Arc<Mutex<RuntimeGraph>>),
     Kernel(Arc<KernelObject>),
+    Comm(Arc<Comm>),
 }
 
 impl Object {
@@ -39,6 +40,7 @@ impl Object {
             Object::Runtime(_) => "runtime",
             Object::Graph(_) => "graph",
             Object::Kernel(_) => "kernel",
+            Object::Comm(_) => "communicator",
         }
     }
 }
@@ -134,6 +136,13 @@ pub fn graph(key: usize) -> Result<Arc<Mutex<RuntimeGraph>>> {
 pub fn kernel(key: usize) -> Result<Arc<KernelObject>> {
     match lookup(key, "kernel")? {
         Object::Kernel(k) => Ok(k),
+        _ => unreachable!(),
+    }
+}
+
+pub fn comm(key: usize) -> Result<Arc<Comm>> {
+    match lookup(key, "communicator")? {
+        Object::Comm(c) => Ok(c),
         _ => unreachable!(),
     }
 }

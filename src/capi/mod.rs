@@ -1,5 +1,5 @@
 //! The C API: the `extern "C"` functions (`runtime.rs`, `graph.rs`, `kernel.rs`, `raw.rs`,
-//! `log.rs`), the
+//! `log.rs`, `comm.rs`), the
 //! C types cbindgen exports to `include/gkrt.h` (`types.rs`), the handle tables (`handles.rs`)
 //! and the panic boundary (`boundary.rs`). Everything here validates handles and pointers,
 //! runs the call inside the panic boundary, maps errors to `gkrt_status` and keeps the
@@ -10,6 +10,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod boundary;
+mod comm;
 mod graph;
 mod handles;
 mod kernel;
@@ -19,6 +20,7 @@ mod runtime;
 pub mod types;
 
 pub use boundary::gkrt_last_error_message;
+pub use comm::*;
 pub use graph::*;
 pub use kernel::*;
 pub use log::*;

@@ -37,6 +37,9 @@ pub enum gkrt_status {
     GKRT_STATUS_UNSUPPORTED = 8,
     /// A bug in gkrt (a caught panic). The runtime stays usable.
     GKRT_STATUS_INTERNAL = 9,
+    /// Another rank of a communicator failed, left, timed out or issued a different collective;
+    /// the communicator is aborted (make a new one). The runtime and graphs stay usable.
+    GKRT_STATUS_PEER_FAILED = 10,
 }
 
 /// Which backend a runtime uses.
@@ -269,4 +272,18 @@ pub struct gkrt_graph {
 /// may be used by any number of graphs of that runtime, from any thread.
 pub struct gkrt_kernel {
     _private: [u8; 0],
+}
+
+/// Opaque: one rank's communicator (see `gkrt_comm_init_rank`). Internally locked: calls on one
+/// may come from any thread.
+pub struct gkrt_comm {
+    _private: [u8; 0],
+}
+
+/// The 128 bytes ranks share to join one communicator (NCCL_UNIQUE_ID_BYTES), made by
+/// `gkrt_comm_get_unique_id`. Copy it by value (it holds no pointer).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct gkrt_unique_id {
+    pub internal: [u8; 128],
 }

@@ -10,6 +10,7 @@
 //! implements these; the graph layer validates each node against its kernel here, at build
 //! time, so the executor never meets a malformed node.
 
+pub mod collective;
 pub mod host;
 
 use std::ffi::c_void;

@@ -9,6 +9,7 @@
 //! PyTorch entry points' runtimes, `raw.rs` raw pool use (`gkrt_malloc`), `graph/` a graph
 //! bound to its runtime, `logging.rs` the stderr logger.
 
+mod comm;
 pub mod config;
 mod env;
 mod graph;
@@ -25,6 +26,7 @@ pub use crate::error::{Error, Result};
 use crate::exec::{RunCounters, Streams};
 use crate::memory::pool::{Pool, PoolConfig};
 use crate::memory::{DeviceBacking, PinnedBacking};
+pub use comm::Comm;
 pub use config::{Config, DeviceChoice, MemoryMode};
 pub use graph::RuntimeGraph;
 pub use logging::{init as init_logging, set_sink as set_log_sink, SinkFn as LogSinkFn};

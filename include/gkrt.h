@@ -102,11 +102,20 @@ typedef struct gkrt_unique_id {
   uint8_t internal[128];
 } gkrt_unique_id;
 
-// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
-typedef uint32_t gkrt_tensor_kind;
+// What a collective node does (`gkrt_graph_add_collective`), with NCCL's semantics.
+typedef uint32_t gkrt_collective;
+
+// Reduction operator of a collective node.
+typedef uint32_t gkrt_reduce_op;
+
+// Element type of a collective node.
+typedef uint32_t gkrt_dtype;
 
 // A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
 typedef uint64_t gkrt_tensor;
+
+// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
+typedef uint32_t gkrt_tensor_kind;
 
 // Launch parameters of a node. For built-ins only `params` is used (grid and block are chosen
 // by the runtime). For device functions the kernel's parameters are, in order: one pointer per
@@ -370,6 +379,46 @@ typedef struct gkrt_stats {
 // inputs: a (m×k), b (k×n); outputs: a·b (m×n), row-major; params: uint32_t m, n, k.
 #define GKRT_BUILTIN_MATMUL 6
 
+// Every rank's input reduced (`op`) into every rank's output; in place when they are one tensor.
+#define GKRT_COLLECTIVE_ALL_REDUCE 0
+
+// The root's input (`root_or_peer`) copied into every rank's output.
+#define GKRT_COLLECTIVE_BROADCAST 1
+
+// Every rank's input reduced into the root's output; other ranks' outputs are left as they were.
+#define GKRT_COLLECTIVE_REDUCE 2
+
+// Every rank's input concatenated in rank order into every rank's output (nranks times larger).
+#define GKRT_COLLECTIVE_ALL_GATHER 3
+
+// Every rank's input (nranks equal slices) reduced; rank r's output gets slice r.
+#define GKRT_COLLECTIVE_REDUCE_SCATTER 4
+
+// The input sent to rank `root_or_peer` (no output); matched in order by its receive.
+#define GKRT_COLLECTIVE_SEND 5
+
+// The output received from rank `root_or_peer` (no input).
+#define GKRT_COLLECTIVE_RECV 6
+
+#define GKRT_REDUCE_SUM 0
+
+#define GKRT_REDUCE_PROD 1
+
+#define GKRT_REDUCE_MIN 2
+
+#define GKRT_REDUCE_MAX 3
+
+// The sum divided by the number of ranks (integers: truncated).
+#define GKRT_REDUCE_AVG 4
+
+#define GKRT_DTYPE_F32 0
+
+#define GKRT_DTYPE_F16 1
+
+#define GKRT_DTYPE_BF16 2
+
+#define GKRT_DTYPE_I32 3
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -421,6 +470,36 @@ GKRT_MUST_USE enum gkrt_status gkrt_comm_abort(struct gkrt_comm *comm);
 // with GKRT_STATUS_PEER_FAILED. NULL is a no-op; releasing twice is
 // GKRT_STATUS_INVALID_ARGUMENT.
 GKRT_MUST_USE enum gkrt_status gkrt_comm_release(struct gkrt_comm *comm);
+
+// Appends a collective node over `comm` (a communicator of the graph's runtime): `collective`
+// is a GKRT_COLLECTIVE_*, `op` a GKRT_REDUCE_* (read by all-reduce, reduce and
+// reduce-scatter), `root_or_peer` the root of a broadcast or reduce and the peer of a send or
+// receive, `dtype` a GKRT_DTYPE_*. It takes one input and one output tensor (send: only an
+// input; receive: only an output); the same tensor as both is in place (all-reduce, broadcast,
+// reduce). The element count follows from the input's size (its slice's, for reduce-scatter);
+// the output's size must be what NCCL writes (all-gather: nranks times the input). Every rank
+// must add the same collectives in the same order. Several inputs fused into one collective are
+// not supported yet (GKRT_STATUS_INVALID_ARGUMENT says so).
+//
+// The node runs on the runtime's communication stream after the nodes before it; later nodes
+// that touch neither its input nor its output run meanwhile. Graphs with collective nodes run
+// in dynamic mode within their memory limit: planned mode, or a graph that would need to swap,
+// is GKRT_STATUS_UNSUPPORTED at `gkrt_graph_finalize`. A run that fails aborts the graph's
+// communicators (the other ranks' runs fail with GKRT_STATUS_PEER_FAILED instead of waiting);
+// a run that fails because another rank did returns GKRT_STATUS_PEER_FAILED. The graph keeps
+// `comm` alive. On success `*node_out` (may be NULL) receives the node's index.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_add_collective(struct gkrt_graph *graph,
+                                           const struct gkrt_comm *comm,
+                                           gkrt_collective collective,
+                                           gkrt_reduce_op op,
+                                           uint32_t root_or_peer,
+                                           gkrt_dtype dtype,
+                                           const gkrt_tensor *inputs,
+                                           size_t num_inputs,
+                                           const gkrt_tensor *outputs,
+                                           size_t num_outputs,
+                                           uint32_t *node_out);
 
 // Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
 // `gkrt_graph_release`; the graph keeps the runtime alive.

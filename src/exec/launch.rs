@@ -102,6 +102,11 @@ impl Executor<'_> {
                 self.device
                     .launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
             }
+            Kernel::Collective { .. } => {
+                return Err(Error::Internal(format!(
+                    "node {n} is a collective: it is queued by Step::Collective, never launched"
+                )));
+            }
             Kernel::Callback(cb) => {
                 let work = callback_work(cb, n as u32, node, &self.buffers, n_in, n_out);
                 self.device

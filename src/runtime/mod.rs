@@ -24,6 +24,7 @@ use crate::device::host::HostOptions;
 use crate::device::{Device, EventId, StreamId};
 pub use crate::error::{Error, Result};
 use crate::exec::{RunCounters, Streams};
+pub use crate::kernels::collective::{CollectiveKind, DType, ReduceOp};
 use crate::memory::pool::{Pool, PoolConfig};
 use crate::memory::{DeviceBacking, PinnedBacking};
 pub use comm::Comm;
@@ -51,7 +52,7 @@ pub(crate) use crate::kernels::call_callback;
 pub(crate) use crate::kernels::inside_callback;
 pub use crate::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel, UserDataOwner};
 pub use crate::memory::pool::PoolStats;
-pub use crate::plan::program::PoolCall;
+pub use crate::plan::program::{Buf, PoolCall};
 pub use crate::plan::swap::{Policy as SwapPolicy, SwapPlan};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -142,6 +143,7 @@ impl Runtime {
             copy_in: device.create_stream()?,
             copy_out: device.create_stream()?,
             marker: device.create_event()?,
+            comm: device.create_stream()?,
         };
         let defaults = PoolConfig::default();
         let big_enough = limit >= 8 * defaults.vmm_page_bytes;
@@ -276,6 +278,7 @@ impl Runtime {
             self.streams.compute,
             self.streams.copy_in,
             self.streams.copy_out,
+            self.streams.comm,
         ] {
             if let (Err(e), Ok(())) = (self.device.stream_synchronize(s), &first) {
                 first = Err(Error::from(e));
@@ -313,6 +316,7 @@ impl Drop for Runtime {
             self.streams.compute,
             self.streams.copy_in,
             self.streams.copy_out,
+            self.streams.comm,
         ] {
             let _ = self.device.destroy_stream(s);
         }

@@ -92,19 +92,21 @@ fn wait_until<'a>(
 ) -> DeviceResult<MutexGuard<'a, CliqueState>> {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(why) = &st.aborted {
-            return Err(DeviceError::PeerFailed(format!(
-                "communicator aborted: {why}"
-            )));
-        }
+        // Readiness first: what every rank has already done (joined, posted) stands even if
+        // one of them aborts right after.
         match ready(&st) {
             Ok(true) => return Ok(st),
             Ok(false) => {}
             Err(why) => {
-                st.aborted = Some(why.clone());
+                st.aborted.get_or_insert_with(|| why.clone());
                 clique.changed.notify_all();
                 return Err(DeviceError::PeerFailed(why));
             }
+        }
+        if let Some(why) = &st.aborted {
+            return Err(DeviceError::PeerFailed(format!(
+                "communicator aborted: {why}"
+            )));
         }
         let now = Instant::now();
         if now >= deadline {
@@ -338,15 +340,7 @@ impl Member {
                 .enumerate()
                 .find_map(|(k, p)| p.filter(|p| !same_call(&p.call, call)).map(|p| (k, p)));
             if let Some((k, p)) = other {
-                let why = format!(
-                    "collective #{round} differs between ranks: rank {me} calls {} on {} {} elements, rank {k} calls {} on {} {} elements",
-                    call.kind.name(),
-                    call.count,
-                    call.dtype.name(),
-                    p.call.kind.name(),
-                    p.call.count,
-                    p.call.dtype.name()
-                );
+                let why = mismatch(round, me, call, k, &p.call);
                 st.aborted = Some(why.clone());
                 self.clique.changed.notify_all();
                 return Err(DeviceError::PeerFailed(why));
@@ -356,6 +350,13 @@ impl Member {
         let everyone_posted = |st: &CliqueState| -> Result<bool, String> {
             let posts = &st.rounds[&round].posts;
             if posts.iter().all(|p| p.is_some()) {
+                // The poster that made the posts differ aborted; nobody reads mismatched buffers.
+                if let Some(k) = posts
+                    .iter()
+                    .position(|p| !same_call(&p.unwrap().call, call))
+                {
+                    return Err(mismatch(round, me, call, k, &posts[k].unwrap().call));
+                }
                 return Ok(true);
             }
             match (0..n as usize).find(|&k| posts[k].is_none() && st.departed[k]) {
@@ -415,6 +416,19 @@ impl Member {
         }
         Ok(())
     }
+}
+
+/// The message of a round whose calls differ.
+fn mismatch(round: u64, me: usize, call: &Collective, k: usize, other: &Collective) -> String {
+    format!(
+        "collective #{round} differs between ranks: rank {me} calls {} on {} {} elements, rank {k} calls {} on {} {} elements",
+        call.kind.name(),
+        call.count,
+        call.dtype.name(),
+        other.kind.name(),
+        other.count,
+        other.dtype.name()
+    )
 }
 
 /// Calls that may meet in one round: same kind (with root and operator), type and count.

@@ -7,7 +7,10 @@
 //! - `tune.rs`: choosing among swap plans by the first run's timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
+//! - `collective.rs`: collective nodes: adding them, their events, what a failed run does to
+//!   their communicators.
 
+mod collective;
 mod compile;
 mod drop;
 mod io;
@@ -62,6 +65,8 @@ pub struct RuntimeGraph {
     pool_calls: Option<Vec<PoolCall>>,
     /// The last run's departures from its program (`RunCounters::fallbacks`).
     last_fallbacks: u64,
+    /// Per node: a collective node's event (made at finalize; empty without collectives).
+    collective_events: Vec<Option<crate::device::EventId>>,
 }
 
 impl RuntimeGraph {
@@ -81,6 +86,7 @@ impl RuntimeGraph {
             program: Program::default(),
             pool_calls: None,
             last_fallbacks: 0,
+            collective_events: Vec::new(),
         }
     }
 

@@ -460,7 +460,8 @@ int main(void) {
   for (int r = 0; r < 2; r++) {
     CHECK_EQ_U64(fr.status[r], GKRT_STATUS_PEER_FAILED);
     CHECK(strstr(fr.message[r], "differs between ranks") != NULL);
-    CHECK(strstr(fr.message[r], "4 f32") != NULL && strstr(fr.message[r], "8 f32") != NULL);
+    CHECK(strstr(fr.message[r], "4 f32 elements (node 0)") != NULL);
+    CHECK(strstr(fr.message[r], "8 f32 elements (node 0)") != NULL);
   }
   /* A failing rank: its own error; the other fails at once with PEER_FAILED (not its 20 s
    * timeout). */

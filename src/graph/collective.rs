@@ -62,6 +62,7 @@ impl Graph {
             count: 0,
             send: 0,
             recv: 0,
+            node,
         };
         probe
             .check_ranks(rank, nranks)
@@ -171,6 +172,7 @@ impl Graph {
             count,
             send: 0,
             recv: 0,
+            node: n,
         }
     }
 }

@@ -125,9 +125,24 @@ pub struct Collective {
     pub count: u64,
     pub send: u64,
     pub recv: u64,
+    /// The graph node that issued the call (`NO_NODE`: none); messages about a call that
+    /// differs between ranks name it.
+    pub node: u32,
 }
 
+/// `Collective::node` of a call no graph node issued.
+pub const NO_NODE: u32 = u32::MAX;
+
 impl Collective {
+    /// " (node 3)" for a call a graph node issued, "" otherwise.
+    pub fn node_suffix(&self) -> String {
+        if self.node == NO_NODE {
+            String::new()
+        } else {
+            format!(" (node {})", self.node)
+        }
+    }
+
     /// Elements read from `send` on a rank of a communicator of `nranks`.
     pub fn send_elems(&self, nranks: u32) -> u64 {
         match self.kind {

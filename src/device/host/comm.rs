@@ -421,13 +421,15 @@ impl Member {
 /// The message of a round whose calls differ.
 fn mismatch(round: u64, me: usize, call: &Collective, k: usize, other: &Collective) -> String {
     format!(
-        "collective #{round} differs between ranks: rank {me} calls {} on {} {} elements, rank {k} calls {} on {} {} elements",
+        "collective #{round} differs between ranks: rank {me} calls {} on {} {} elements{}, rank {k} calls {} on {} {} elements{}",
         call.kind.name(),
         call.count,
         call.dtype.name(),
+        call.node_suffix(),
         other.kind.name(),
         other.count,
-        other.dtype.name()
+        other.dtype.name(),
+        other.node_suffix()
     )
 }
 

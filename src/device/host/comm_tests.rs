@@ -183,6 +183,7 @@ fn call(kind: CollectiveKind, dtype: DType, count: u64, send: u64, recv: u64) ->
         count,
         send,
         recv,
+        node: crate::kernels::collective::NO_NODE,
     }
 }
 

@@ -469,9 +469,9 @@ enum gkrt_status gkrt_comm_rank(const struct gkrt_comm *comm,
 // until released; make a new communicator (new unique id) to go on.
 GKRT_MUST_USE enum gkrt_status gkrt_comm_abort(struct gkrt_comm *comm);
 
-// Releases the communicator: this rank leaves it, and ranks still waiting for this one fail
-// with GKRT_STATUS_PEER_FAILED. NULL is a no-op; releasing twice is
-// GKRT_STATUS_INVALID_ARGUMENT.
+// Releases the handle. Graphs with collective nodes over the communicator keep it; once none
+// does, this rank leaves it, and ranks still waiting for this one fail with
+// GKRT_STATUS_PEER_FAILED. NULL is a no-op; releasing twice is GKRT_STATUS_INVALID_ARGUMENT.
 GKRT_MUST_USE enum gkrt_status gkrt_comm_release(struct gkrt_comm *comm);
 
 // Appends a collective node over `comm` (a communicator of the graph's runtime): `collective`

@@ -103,9 +103,9 @@ pub extern "C" fn gkrt_comm_abort(comm: *mut gkrt_comm) -> gkrt_status {
     })
 }
 
-/// Releases the communicator: this rank leaves it, and ranks still waiting for this one fail
-/// with GKRT_STATUS_PEER_FAILED. NULL is a no-op; releasing twice is
-/// GKRT_STATUS_INVALID_ARGUMENT.
+/// Releases the handle. Graphs with collective nodes over the communicator keep it; once none
+/// does, this rank leaves it, and ranks still waiting for this one fail with
+/// GKRT_STATUS_PEER_FAILED. NULL is a no-op; releasing twice is GKRT_STATUS_INVALID_ARGUMENT.
 #[must_use]
 #[no_mangle]
 pub extern "C" fn gkrt_comm_release(comm: *mut gkrt_comm) -> gkrt_status {

@@ -53,7 +53,6 @@ impl Comm {
         &self.runtime
     }
 
-    #[allow(dead_code)] // the executor's collective steps queue through it
     pub(crate) fn communicator(&self) -> &Arc<dyn Communicator> {
         &self.inner
     }

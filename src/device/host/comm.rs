@@ -81,32 +81,33 @@ struct Clique {
     changed: Condvar,
 }
 
-/// Waits on the clique until `ready` says so, it is aborted, or the deadline passes (which
-/// aborts it, naming `what` was awaited).
+/// Waits on the clique until `ready` says so, it is aborted (when `abortable`), or the deadline
+/// passes (which aborts it, naming `what` was awaited). The guard comes back with the outcome, so
+/// that a caller that gives up can take back what it posted before anyone else sees it.
 fn wait_until<'a>(
     clique: &'a Clique,
     mut st: MutexGuard<'a, CliqueState>,
     timeout: Duration,
+    abortable: bool,
     what: &dyn Fn(&CliqueState) -> String,
     ready: &dyn Fn(&CliqueState) -> Result<bool, String>,
-) -> DeviceResult<MutexGuard<'a, CliqueState>> {
+) -> (MutexGuard<'a, CliqueState>, DeviceResult<()>) {
     let deadline = Instant::now() + timeout;
     loop {
         // Readiness first: what every rank has already done (joined, posted) stands even if
         // one of them aborts right after.
         match ready(&st) {
-            Ok(true) => return Ok(st),
+            Ok(true) => return (st, Ok(())),
             Ok(false) => {}
             Err(why) => {
                 st.aborted.get_or_insert_with(|| why.clone());
                 clique.changed.notify_all();
-                return Err(DeviceError::PeerFailed(why));
+                return (st, Err(DeviceError::PeerFailed(why)));
             }
         }
-        if let Some(why) = &st.aborted {
-            return Err(DeviceError::PeerFailed(format!(
-                "communicator aborted: {why}"
-            )));
+        if let (true, Some(why)) = (abortable, &st.aborted) {
+            let e = DeviceError::PeerFailed(format!("communicator aborted: {why}"));
+            return (st, Err(e));
         }
         let now = Instant::now();
         if now >= deadline {
@@ -115,9 +116,9 @@ fn wait_until<'a>(
                 timeout.as_millis(),
                 what(&st)
             );
-            st.aborted = Some(why.clone());
+            st.aborted.get_or_insert_with(|| why.clone());
             clique.changed.notify_all();
-            return Err(DeviceError::PeerFailed(why));
+            return (st, Err(DeviceError::PeerFailed(why)));
         }
         st = clique.changed.wait_timeout(st, deadline - now).unwrap().0;
     }
@@ -218,10 +219,11 @@ pub fn init_rank(
         next_round: AtomicU64::new(0),
     };
     let st = clique.state.lock().unwrap();
-    let joined = wait_until(
+    let (st, joined) = wait_until(
         &clique,
         st,
         options.timeout,
+        true,
         &|st| {
             format!(
                 "{} to join (rank {rank} of {nranks})",
@@ -230,6 +232,7 @@ pub fn init_rank(
         },
         &|st| Ok(st.joined.iter().all(|&j| j)),
     );
+    drop(st);
     if let Err(e) = joined {
         // Nobody can complete this clique now: forget the id (dropping `comm` marks the rank
         // departed).
@@ -285,10 +288,11 @@ impl Member {
         let me = self.rank;
         let key = (peer, me);
         let st = self.clique.state.lock().unwrap();
-        let mut st = wait_until(
+        let (mut st, received) = wait_until(
             &self.clique,
             st,
             self.timeout,
+            true,
             &|_| format!("rank {peer} to send to rank {me}"),
             &|st| {
                 if st.mailboxes.get(&key).is_some_and(|q| !q.is_empty()) {
@@ -301,7 +305,8 @@ impl Member {
                     Ok(false)
                 }
             },
-        )?;
+        );
+        received?;
         let data = st.mailboxes.get_mut(&key).unwrap().pop_front().unwrap();
         drop(st);
         let want = (call.count * call.dtype.size()) as usize;
@@ -340,6 +345,7 @@ impl Member {
                 .enumerate()
                 .find_map(|(k, p)| p.filter(|p| !same_call(&p.call, call)).map(|p| (k, p)));
             if let Some((k, p)) = other {
+                r.posts[me] = None;
                 let why = mismatch(round, me, call, k, &p.call);
                 st.aborted = Some(why.clone());
                 self.clique.changed.notify_all();
@@ -366,10 +372,12 @@ impl Member {
                 None => Ok(false),
             }
         };
-        st = wait_until(
+        let posted;
+        (st, posted) = wait_until(
             &self.clique,
             st,
             self.timeout,
+            true,
             &|st| {
                 format!(
                     "{} to reach collective #{round} ({})",
@@ -378,7 +386,15 @@ impl Member {
                 )
             },
             &everyone_posted,
-        )?;
+        );
+        if let Err(e) = posted {
+            // Taken back under the same lock: no rank can now see every post, so none reads
+            // this rank's buffers after it has gone on.
+            if let Some(r) = st.rounds.get_mut(&round) {
+                r.posts[me] = None;
+            }
+            return Err(e);
+        }
         let posts: Vec<Collective> = st.rounds[&round]
             .posts
             .iter()
@@ -390,10 +406,14 @@ impl Member {
         let mut st = self.clique.state.lock().unwrap();
         st.rounds.get_mut(&round).unwrap().read += 1;
         self.clique.changed.notify_all();
-        st = wait_until(
+        // Not abortable: every rank that saw all the posts reads (a copy, bounded), and none may
+        // go on (and free its buffers) while another still reads them.
+        let read;
+        (st, read) = wait_until(
             &self.clique,
             st,
             self.timeout,
+            false,
             &|st| {
                 format!(
                     "every rank to finish reading collective #{round} ({} of {n} have)",
@@ -401,7 +421,8 @@ impl Member {
                 )
             },
             &|st| Ok(st.rounds[&round].read == n),
-        )?;
+        );
+        read?;
         let r = st.rounds.get_mut(&round).unwrap();
         r.left += 1;
         if r.left == n {

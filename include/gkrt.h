@@ -55,9 +55,6 @@
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
-// `Collective::node` of a call no graph node issued.
-#define NO_NODE UINT32_MAX
-
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   // The call succeeded.

@@ -131,7 +131,7 @@ pub struct Collective {
 }
 
 /// `Collective::node` of a call no graph node issued.
-pub const NO_NODE: u32 = u32::MAX;
+pub(crate) const NO_NODE: u32 = u32::MAX;
 
 impl Collective {
     /// " (node 3)" for a call a graph node issued, "" otherwise.

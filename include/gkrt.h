@@ -78,7 +78,14 @@ typedef enum gkrt_status {
   GKRT_STATUS_UNSUPPORTED = 8,
   // A bug in gkrt (a caught panic). The runtime stays usable.
   GKRT_STATUS_INTERNAL = 9,
+  // Another rank of a communicator failed, left, timed out or issued a different collective;
+  // the communicator is aborted (make a new one). The runtime and graphs stay usable.
+  GKRT_STATUS_PEER_FAILED = 10,
 } gkrt_status;
+
+// Opaque: one rank's communicator (see `gkrt_comm_init_rank`). Internally locked: calls on one
+// may come from any thread.
+typedef struct gkrt_comm gkrt_comm;
 
 // Opaque: a graph of one runtime. Internally locked; calls on one graph are serialised.
 typedef struct gkrt_graph gkrt_graph;
@@ -96,6 +103,21 @@ typedef struct gkrt_runtime gkrt_runtime;
 
 // A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
 typedef uint64_t gkrt_tensor;
+
+// The 128 bytes ranks share to join one communicator (NCCL_UNIQUE_ID_BYTES), made by
+// `gkrt_comm_get_unique_id`. Copy it by value (it holds no pointer).
+typedef struct gkrt_unique_id {
+  uint8_t internal[128];
+} gkrt_unique_id;
+
+// What a collective node does (`gkrt_graph_add_collective`), with NCCL's semantics.
+typedef uint32_t gkrt_collective;
+
+// Reduction operator of a collective node.
+typedef uint32_t gkrt_reduce_op;
+
+// Element type of a collective node.
+typedef uint32_t gkrt_dtype;
 
 // A buffer handed to a callback: a device pointer and its size in bytes.
 typedef struct gkrt_buffer {
@@ -376,6 +398,46 @@ typedef struct gkrt_stats {
 // inputs: a (m×k), b (k×n); outputs: a·b (m×n), row-major; params: uint32_t m, n, k.
 #define GKRT_BUILTIN_MATMUL 6
 
+// Every rank's input reduced (`op`) into every rank's output; in place when they are one tensor.
+#define GKRT_COLLECTIVE_ALL_REDUCE 0
+
+// The root's input (`root_or_peer`) copied into every rank's output.
+#define GKRT_COLLECTIVE_BROADCAST 1
+
+// Every rank's input reduced into the root's output; other ranks' outputs are left as they were.
+#define GKRT_COLLECTIVE_REDUCE 2
+
+// Every rank's input concatenated in rank order into every rank's output (nranks times larger).
+#define GKRT_COLLECTIVE_ALL_GATHER 3
+
+// Every rank's input (nranks equal slices) reduced; rank r's output gets slice r.
+#define GKRT_COLLECTIVE_REDUCE_SCATTER 4
+
+// The input sent to rank `root_or_peer` (no output); matched in order by its receive.
+#define GKRT_COLLECTIVE_SEND 5
+
+// The output received from rank `root_or_peer` (no input).
+#define GKRT_COLLECTIVE_RECV 6
+
+#define GKRT_REDUCE_SUM 0
+
+#define GKRT_REDUCE_PROD 1
+
+#define GKRT_REDUCE_MIN 2
+
+#define GKRT_REDUCE_MAX 3
+
+// The sum divided by the number of ranks (integers: truncated).
+#define GKRT_REDUCE_AVG 4
+
+#define GKRT_DTYPE_F32 0
+
+#define GKRT_DTYPE_F16 1
+
+#define GKRT_DTYPE_BF16 2
+
+#define GKRT_DTYPE_I32 3
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -471,6 +533,77 @@ enum gkrt_status gkrt_graph_tensor_is_bound(const struct gkrt_graph *graph,
 // next failing call on this thread; it names the tensor, node or size at fault.
 // Thread-safe: each thread has its own last error.
 size_t gkrt_last_error_message(char *buf, size_t len);
+
+// Writes a fresh unique id to `*out` (`ncclGetUniqueId`): one rank makes it and shares the bytes
+// with the others by its own means (MPI, a file, a TCP store); every rank then calls
+// `gkrt_comm_init_rank` with it. On the host backend the ranks are runtimes of this process
+// (threads): the id names a meeting place in it, used up once every rank has joined.
+GKRT_MUST_USE
+enum gkrt_status gkrt_comm_get_unique_id(struct gkrt_runtime *runtime,
+                                         struct gkrt_unique_id *out);
+
+// Joins the communicator of `id` as `rank` of `nranks` on `runtime`'s device
+// (`ncclCommInitRank`) and writes its handle to `*out`. Blocks until every rank has joined,
+// at most `timeout_ms` (0: 300000 ms); the same bound applies to every later wait for other
+// ranks (a collective some rank never reaches), after which the communicator is aborted and
+// the call that waited fails with GKRT_STATUS_PEER_FAILED. A rank out of range, a rank that
+// joined already, or an `nranks` other than the first rank's is GKRT_STATUS_INVALID_ARGUMENT; a
+// backend without communicators is GKRT_STATUS_UNSUPPORTED. Release with `gkrt_comm_release`;
+// the communicator keeps the runtime alive.
+GKRT_MUST_USE
+enum gkrt_status gkrt_comm_init_rank(struct gkrt_runtime *runtime,
+                                     const struct gkrt_unique_id *id,
+                                     uint32_t rank,
+                                     uint32_t nranks,
+                                     uint32_t timeout_ms,
+                                     struct gkrt_comm **out);
+
+// The communicator's rank and number of ranks (either pointer may be NULL).
+GKRT_MUST_USE
+enum gkrt_status gkrt_comm_rank(const struct gkrt_comm *comm,
+                                uint32_t *rank,
+                                uint32_t *nranks);
+
+// Aborts the communicator for every rank (`ncclCommAbort`): collectives any rank is waiting in
+// or queues later fail with GKRT_STATUS_PEER_FAILED instead of hanging. Call it when this rank
+// cannot go on (its step failed), so the others stop waiting for it. The handle stays valid
+// until released; make a new communicator (new unique id) to go on.
+GKRT_MUST_USE enum gkrt_status gkrt_comm_abort(struct gkrt_comm *comm);
+
+// Releases the handle. Graphs with collective nodes over the communicator keep it; once none
+// does, this rank leaves it, and ranks still waiting for this one fail with
+// GKRT_STATUS_PEER_FAILED. NULL is a no-op; releasing twice is GKRT_STATUS_INVALID_ARGUMENT.
+GKRT_MUST_USE enum gkrt_status gkrt_comm_release(struct gkrt_comm *comm);
+
+// Appends a collective node over `comm` (a communicator of the graph's runtime): `collective`
+// is a GKRT_COLLECTIVE_*, `op` a GKRT_REDUCE_* (read by all-reduce, reduce and
+// reduce-scatter), `root_or_peer` the root of a broadcast or reduce and the peer of a send or
+// receive, `dtype` a GKRT_DTYPE_*. It takes one input and one output tensor (send: only an
+// input; receive: only an output); the same tensor as both is in place (all-reduce, broadcast,
+// reduce). The element count follows from the input's size (its slice's, for reduce-scatter);
+// the output's size must be what NCCL writes (all-gather: nranks times the input). Every rank
+// must add the same collectives in the same order. Several inputs fused into one collective are
+// not supported yet (GKRT_STATUS_INVALID_ARGUMENT says so).
+//
+// The node runs on the runtime's communication stream after the nodes before it; later nodes
+// that touch neither its input nor its output run meanwhile. Graphs with collective nodes run
+// in dynamic mode within their memory limit: planned mode, or a graph that would need to swap,
+// is GKRT_STATUS_UNSUPPORTED at `gkrt_graph_finalize`. A run that fails aborts the graph's
+// communicators (the other ranks' runs fail with GKRT_STATUS_PEER_FAILED instead of waiting);
+// a run that fails because another rank did returns GKRT_STATUS_PEER_FAILED. The graph keeps
+// `comm` alive. On success `*node_out` (may be NULL) receives the node's index.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_add_collective(struct gkrt_graph *graph,
+                                           const struct gkrt_comm *comm,
+                                           gkrt_collective collective,
+                                           gkrt_reduce_op op,
+                                           uint32_t root_or_peer,
+                                           gkrt_dtype dtype,
+                                           const gkrt_tensor *inputs,
+                                           size_t num_inputs,
+                                           const gkrt_tensor *outputs,
+                                           size_t num_outputs,
+                                           uint32_t *node_out);
 
 // Launches `kernel` once, outside any graph, on device memory the caller owns: `inputs`,
 // `outputs` (device pointers and sizes, as a callback sees them) and, for device functions,

@@ -25,6 +25,7 @@ __all__ = ["GkrtError", "Runtime", "Graph", "Kernel", "version", "STATUS_NAMES"]
 STATUS_NAMES = {
     0: "OK", 1: "INVALID_ARGUMENT", 2: "INVALID_STATE", 3: "OUT_OF_MEMORY", 4: "NO_DEVICE",
     5: "DEVICE_ERROR", 6: "COMPILE_ERROR", 7: "CALLBACK_FAILED", 8: "UNSUPPORTED", 9: "INTERNAL",
+    10: "PEER_FAILED",
 }
 _DEVICES = {"auto": 0, "host": 1, "cuda": 2}
 _MODES = {"dynamic": 0, "planned": 1}

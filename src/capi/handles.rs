@@ -15,7 +15,7 @@
 
 use crate::runtime::home::{self, HomeRecord};
 use crate::runtime::{
-    DeviceQueue, Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard,
+    Comm, DeviceQueue, Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard,
 };
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
@@ -34,6 +34,7 @@ pub enum Object {
     Graph(Arc<Mutex<RuntimeGraph>>),
     Kernel(Arc<KernelObject>),
     Queue(Arc<DeviceQueue>),
+    Comm(Arc<Comm>),
 }
 
 impl Object {
@@ -43,6 +44,7 @@ impl Object {
             Object::Graph(_) => "graph",
             Object::Kernel(_) => "kernel",
             Object::Queue(_) => "queue",
+            Object::Comm(_) => "communicator",
         }
     }
 }
@@ -145,6 +147,13 @@ pub fn kernel(key: usize) -> Result<Arc<KernelObject>> {
 pub fn queue(key: usize) -> Result<Arc<DeviceQueue>> {
     match lookup(key, "queue")? {
         Object::Queue(q) => Ok(q),
+        _ => unreachable!(),
+    }
+}
+
+pub fn comm(key: usize) -> Result<Arc<Comm>> {
+    match lookup(key, "communicator")? {
+        Object::Comm(c) => Ok(c),
         _ => unreachable!(),
     }
 }

@@ -1,5 +1,5 @@
 //! The C API: the `extern "C"` functions (`runtime.rs`, `graph.rs`, `kernel.rs`, `raw.rs`,
-//! `log.rs`, `binding.rs`, `async_run.rs`, `eager.rs`, `queue.rs`), the
+//! `log.rs`, `binding.rs`, `async_run.rs`, `eager.rs`, `queue.rs`, `comm.rs`), the
 //! C types cbindgen exports to `include/gkrt.h` (`types.rs`), the handle tables (`handles.rs`)
 //! and the panic boundary (`boundary.rs`). Everything here validates handles and pointers,
 //! runs the call inside the panic boundary, maps errors to `gkrt_status` and keeps the
@@ -12,6 +12,7 @@
 mod async_run;
 mod binding;
 mod boundary;
+mod comm;
 mod eager;
 mod graph;
 mod handles;
@@ -25,6 +26,7 @@ pub mod types;
 pub use async_run::*;
 pub use binding::*;
 pub use boundary::gkrt_last_error_message;
+pub use comm::*;
 pub use eager::*;
 pub use graph::*;
 pub use kernel::*;

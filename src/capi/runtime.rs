@@ -27,6 +27,7 @@ pub extern "C" fn gkrt_status_name(status: i32) -> *const c_char {
         7 => "GKRT_STATUS_CALLBACK_FAILED\0",
         8 => "GKRT_STATUS_UNSUPPORTED\0",
         9 => "GKRT_STATUS_INTERNAL\0",
+        10 => "GKRT_STATUS_PEER_FAILED\0",
         _ => "GKRT_STATUS_UNKNOWN\0",
     };
     name.as_ptr() as *const c_char

@@ -37,6 +37,9 @@ pub enum gkrt_status {
     GKRT_STATUS_UNSUPPORTED = 8,
     /// A bug in gkrt (a caught panic). The runtime stays usable.
     GKRT_STATUS_INTERNAL = 9,
+    /// Another rank of a communicator failed, left, timed out or issued a different collective;
+    /// the communicator is aborted (make a new one). The runtime and graphs stay usable.
+    GKRT_STATUS_PEER_FAILED = 10,
 }
 
 /// Which backend a runtime uses.
@@ -292,3 +295,50 @@ pub struct gkrt_queue_stats {
     /// Time pops waited for a batch, in nanoseconds.
     pub pop_wait_ns: u64,
 }
+
+/// Opaque: one rank's communicator (see `gkrt_comm_init_rank`). Internally locked: calls on one
+/// may come from any thread.
+pub struct gkrt_comm {
+    _private: [u8; 0],
+}
+
+/// The 128 bytes ranks share to join one communicator (NCCL_UNIQUE_ID_BYTES), made by
+/// `gkrt_comm_get_unique_id`. Copy it by value (it holds no pointer).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct gkrt_unique_id {
+    pub internal: [u8; 128],
+}
+
+/// What a collective node does (`gkrt_graph_add_collective`), with NCCL's semantics.
+pub type gkrt_collective = u32;
+/// Every rank's input reduced (`op`) into every rank's output; in place when they are one tensor.
+pub const GKRT_COLLECTIVE_ALL_REDUCE: gkrt_collective = 0;
+/// The root's input (`root_or_peer`) copied into every rank's output.
+pub const GKRT_COLLECTIVE_BROADCAST: gkrt_collective = 1;
+/// Every rank's input reduced into the root's output; other ranks' outputs are left as they were.
+pub const GKRT_COLLECTIVE_REDUCE: gkrt_collective = 2;
+/// Every rank's input concatenated in rank order into every rank's output (nranks times larger).
+pub const GKRT_COLLECTIVE_ALL_GATHER: gkrt_collective = 3;
+/// Every rank's input (nranks equal slices) reduced; rank r's output gets slice r.
+pub const GKRT_COLLECTIVE_REDUCE_SCATTER: gkrt_collective = 4;
+/// The input sent to rank `root_or_peer` (no output); matched in order by its receive.
+pub const GKRT_COLLECTIVE_SEND: gkrt_collective = 5;
+/// The output received from rank `root_or_peer` (no input).
+pub const GKRT_COLLECTIVE_RECV: gkrt_collective = 6;
+
+/// Reduction operator of a collective node.
+pub type gkrt_reduce_op = u32;
+pub const GKRT_REDUCE_SUM: gkrt_reduce_op = 0;
+pub const GKRT_REDUCE_PROD: gkrt_reduce_op = 1;
+pub const GKRT_REDUCE_MIN: gkrt_reduce_op = 2;
+pub const GKRT_REDUCE_MAX: gkrt_reduce_op = 3;
+/// The sum divided by the number of ranks (integers: truncated).
+pub const GKRT_REDUCE_AVG: gkrt_reduce_op = 4;
+
+/// Element type of a collective node.
+pub type gkrt_dtype = u32;
+pub const GKRT_DTYPE_F32: gkrt_dtype = 0;
+pub const GKRT_DTYPE_F16: gkrt_dtype = 1;
+pub const GKRT_DTYPE_BF16: gkrt_dtype = 2;
+pub const GKRT_DTYPE_I32: gkrt_dtype = 3;

@@ -50,6 +50,12 @@ pub fn launch_eager(device: &dyn Device, k: &EagerKernel<'_>, stream: StreamId) 
                 .enqueue_host_work(stream, work)
                 .map_err(|e| Error::CallbackFailed(e.to_string()))?;
         }
+        // Collectives are graph nodes with a communicator, never a kernel handle.
+        Kernel::Collective { .. } => {
+            return Err(Error::InvalidArgument(
+                "a collective runs only as a graph node (gkrt_graph_add_collective)".into(),
+            ))
+        }
     }
     Ok(())
 }

@@ -102,6 +102,11 @@ impl Executor<'_> {
                 self.device
                     .launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
             }
+            Kernel::Collective { .. } => {
+                return Err(Error::Internal(format!(
+                    "node {n} is a collective: it is queued by Step::Collective, never launched"
+                )));
+            }
             Kernel::Callback(cb) => {
                 // The node keeps the user data alive while the run lasts: the work needs no
                 // owner of its own.

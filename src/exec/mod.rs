@@ -15,6 +15,7 @@
 //! entries carry them) and make no pool call.
 
 mod alloc;
+mod collective;
 mod copies;
 mod eager;
 mod launch;
@@ -40,6 +41,8 @@ pub struct Streams {
     pub copy_out: StreamId,
     /// Re-recorded on the compute stream whenever a copy stream must wait for work queued so far.
     pub marker: EventId,
+    /// The communication stream: collectives run here, ordered by events (`collective.rs`).
+    pub comm: StreamId,
 }
 
 /// Counters of one run.
@@ -90,6 +93,11 @@ pub struct Executor<'a> {
     protected: Vec<u32>,
     /// The node whose steps are running (the node count at a run's start and end).
     node: usize,
+    /// Per node: a collective node's event, recorded on the communication stream after it.
+    collective_events: &'a [Option<EventId>],
+    /// Per tensor: the event of a collective that may still read or write it (not yet waited
+    /// for on the compute stream); freeing it then waits for that event.
+    comm_busy: Vec<Option<EventId>>,
 }
 
 /// What an executor works on: the runtime's device, streams and pools, one graph's program and
@@ -103,6 +111,8 @@ pub struct ExecTarget<'a> {
     /// The graph's tensor memory (and its arena, in planned mode).
     pub store: &'a mut TensorStore,
     pub stall_pairs: &'a mut Vec<(EventId, EventId)>,
+    /// Per node: a collective node's event (empty when the graph has none).
+    pub collective_events: &'a [Option<EventId>],
 }
 
 impl<'a> Executor<'a> {
@@ -132,6 +142,8 @@ impl<'a> Executor<'a> {
             buffers: Vec::new(),
             protected: Vec::new(),
             node: 0,
+            collective_events: target.collective_events,
+            comm_busy: Vec::new(),
         }
     }
 
@@ -229,6 +241,11 @@ impl<'a> Executor<'a> {
                     self.discard(t);
                 }
             }
+            Step::Collective(n) => {
+                self.queue_collective(graph, n)?;
+                self.counters.nodes += 1;
+            }
+            Step::AwaitCollective(n) => self.await_collective(graph, n)?,
         }
         Ok(())
     }
@@ -336,7 +353,17 @@ impl<'a> Executor<'a> {
         if let Some(trace) = self.trace.as_deref_mut() {
             trace.push(PoolCall::Free { buf });
         }
-        if let Err(e) = self.pool.free(&DeviceBacking(self.device), ptr) {
+        let busy = match buf {
+            Buf::Tensor(t) => self.comm_busy.get(t as usize).copied().flatten(),
+            Buf::Workspace { .. } => None,
+        };
+        let freed = match busy {
+            Some(event) => self
+                .pool
+                .free_after_event(&DeviceBacking(self.device), ptr, event),
+            None => self.pool.free(&DeviceBacking(self.device), ptr),
+        };
+        if let Err(e) = freed {
             log::error!("returning a transient buffer to the pool: {e}");
         }
     }
@@ -365,7 +392,12 @@ impl<'a> Executor<'a> {
     /// every intermediate's memory.
     fn release_after_failure(&mut self, graph: &Graph) {
         let drain = |device: &dyn Device, streams: Streams| {
-            for s in [streams.compute, streams.copy_in, streams.copy_out] {
+            for s in [
+                streams.compute,
+                streams.copy_in,
+                streams.copy_out,
+                streams.comm,
+            ] {
                 // The run's own error is what the caller reports; a later one is logged.
                 if let Err(e) = device.stream_synchronize(s) {
                     log::warn!("while cleaning up after a failed run: {e}");

@@ -9,6 +9,7 @@
 //! PyTorch entry points' runtimes, `raw.rs` raw pool use (`gkrt_malloc`), `graph/` a graph
 //! bound to its runtime, `logging.rs` the stderr logger.
 
+mod comm;
 pub mod config;
 mod eager;
 mod env;
@@ -26,8 +27,10 @@ use crate::device::host::HostOptions;
 use crate::device::{Device, EventId, StreamId};
 pub use crate::error::{Error, Result};
 use crate::exec::{RunCounters, Streams};
+pub use crate::kernels::collective::{CollectiveKind, DType, ReduceOp};
 use crate::memory::pool::{Pool, PoolConfig};
 use crate::memory::{DeviceBacking, PinnedBacking};
+pub use comm::Comm;
 pub use config::{Config, DeviceChoice, MemoryMode};
 pub use eager::EagerArgs;
 pub use graph::RuntimeGraph;
@@ -57,7 +60,7 @@ pub use crate::kernels::{
     UserDataOwner,
 };
 pub use crate::memory::pool::PoolStats;
-pub use crate::plan::program::PoolCall;
+pub use crate::plan::program::{Buf, PoolCall};
 pub use crate::plan::swap::{Policy as SwapPolicy, SwapPlan};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -148,6 +151,7 @@ impl Runtime {
             copy_in: device.create_stream()?,
             copy_out: device.create_stream()?,
             marker: device.create_event()?,
+            comm: device.create_stream()?,
         };
         let defaults = PoolConfig::default();
         // Virtual ranges only under a budget of at least 512 MiB (eight of the 64 MiB pages the
@@ -284,6 +288,7 @@ impl Runtime {
             self.streams.compute,
             self.streams.copy_in,
             self.streams.copy_out,
+            self.streams.comm,
         ] {
             if let (Err(e), Ok(())) = (self.device.stream_synchronize(s), &first) {
                 first = Err(Error::from(e));
@@ -321,6 +326,7 @@ impl Drop for Runtime {
             self.streams.compute,
             self.streams.copy_in,
             self.streams.copy_out,
+            self.streams.comm,
         ] {
             let _ = self.device.destroy_stream(s);
         }

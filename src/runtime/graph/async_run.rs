@@ -61,6 +61,13 @@ impl RuntimeGraph {
                     .into(),
             ));
         }
+        if self.collective_events.iter().any(Option::is_some) {
+            return Err(Error::InvalidState(
+                "this graph has collective nodes: a rank that fails must abort its communicators \
+                 before it waits for them, so the graph runs only synchronously (gkrt_runtime_run)"
+                    .into(),
+            ));
+        }
         let rt = Arc::clone(&self.runtime);
         let mut guard = rt.lock_for_call()?;
         let st = &mut *guard;

@@ -54,6 +54,24 @@ impl RuntimeGraph {
         let limit = rt.lock_for_call()?.pool.memory_limit();
         let lv = self.graph.finalize(ALIGNMENT)?;
         let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
+        let collectives = self.graph.has_collectives();
+        if collectives && rt.config().memory_mode == MemoryMode::Planned {
+            return Err(Error::Unsupported(
+                "collective nodes in planned mode are not supported yet (the arena would reuse a \
+                 collective's memory while the communication stream may still use it); use dynamic mode"
+                    .into(),
+            ));
+        }
+        if collectives && persistent + peak > limit {
+            return Err(Error::Unsupported(format!(
+                "the graph needs {} bytes, more than the memory limit of {limit}, and swapping \
+                 around collective nodes is not supported yet",
+                persistent + peak
+            )));
+        }
+        if collectives {
+            self.make_collective_events()?;
+        }
         if rt.config().memory_mode == MemoryMode::Planned {
             let layout = plan_graph_arena(&self.graph, ALIGNMENT, ARENA_SEARCH_TIME)
                 .map_err(Error::Internal)?;

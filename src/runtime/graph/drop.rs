@@ -26,6 +26,9 @@ impl Drop for RuntimeGraph {
         for event in self.profile.events() {
             let _ = rt.device.destroy_event(event);
         }
+        for event in self.collective_events.drain(..).flatten() {
+            let _ = rt.device.destroy_event(event);
+        }
         self.store.release(StoreAccess {
             device: rt.device(),
             stream: rt.compute,

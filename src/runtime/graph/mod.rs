@@ -10,9 +10,12 @@
 //! - `binding.rs`: persistent tensors bound to the host's device memory.
 //! - `async_run.rs`: runs queued on the host's stream, and their wait.
 //! - `queue_pop.rs`: input tensors each run takes from a device data queue.
+//! - `collective.rs`: collective nodes: adding them, their events, what a failed run does to
+//!   their communicators.
 
 mod async_run;
 mod binding;
+mod collective;
 mod compile;
 mod drop;
 mod io;
@@ -80,6 +83,8 @@ pub struct RuntimeGraph {
     replay_cache: Vec<(Vec<u64>, GraphExecId)>,
     /// The queues each run pops a batch from (`queue_pop.rs`).
     pops: Vec<queue_pop::QueuePop>,
+    /// Per node: a collective node's event (made at finalize; empty without collectives).
+    collective_events: Vec<Option<crate::device::EventId>>,
 }
 
 impl RuntimeGraph {
@@ -105,6 +110,7 @@ impl RuntimeGraph {
             async_events: None,
             replay_cache: Vec::new(),
             pops: Vec::new(),
+            collective_events: Vec::new(),
         }
     }
 

@@ -9,8 +9,18 @@ use std::sync::Arc;
 
 impl RuntimeGraph {
     /// Runs the graph once. On failure no node is re-run, every transient buffer is back in the
-    /// pool, and the runtime and graph stay usable.
+    /// pool, and the runtime and graph stay usable; the communicators of its collective nodes
+    /// are aborted (the other ranks cannot complete this step without this one).
     pub fn run(&mut self) -> Result<()> {
+        let result = self.run_popping();
+        if let Err(e) = &result {
+            self.abort_communicators(e);
+        }
+        result
+    }
+
+    /// A run with its queues' pops around it.
+    fn run_popping(&mut self) -> Result<()> {
         if !self.has_pops() {
             return self.run_once();
         }
@@ -150,6 +160,21 @@ impl RuntimeGraph {
                 finished = r;
             }
         }
+        // A rank that failed tells the others before it waits for its collectives, which may
+        // be waiting for collectives of this rank that will never come.
+        if let Some(e) = queued.as_ref().err().or(finished.as_ref().err()) {
+            self.abort_communicators(e);
+        }
+        let comm = rt
+            .device
+            .stream_synchronize(rt.streams.comm)
+            .map_err(|e| match e {
+                DeviceError::Async(m) => Error::PeerFailed(m),
+                other => Error::from(other),
+            });
+        if finished.is_ok() {
+            finished = comm;
+        }
         let mut wait_ms = 0.0f64;
         for &(start, end) in &st.stall_pairs[..counters.stall_pairs_used] {
             wait_ms += rt.device.event_elapsed_ms(start, end).unwrap_or(0.0) as f64;
@@ -221,6 +246,7 @@ impl RuntimeGraph {
                 program: &self.program,
                 store: &mut self.store,
                 stall_pairs: &mut st.stall_pairs,
+                collective_events: &self.collective_events,
             },
             profiled.then_some(&mut self.profile),
             self.pool_calls.as_mut(),

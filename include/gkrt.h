@@ -55,6 +55,15 @@
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
+// Most events a history may hold (40 bytes each: 640 MiB).
+#define MAX_HISTORY_EVENTS (1 << 24)
+
+// No owner known (the runtime's own blocks, a graph finalized after labels ran out).
+#define LABEL_UNKNOWN 0
+
+// A host buffer from `gkrt_malloc` or `gkrt_torch_alloc`.
+#define LABEL_RAW 1
+
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   // The call succeeded.
@@ -639,6 +648,30 @@ GKRT_MUST_USE enum gkrt_status gkrt_runtime_synchronize(struct gkrt_runtime *run
 GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_run(struct gkrt_runtime *runtime,
                                   struct gkrt_graph *graph);
+
+// Records the runtime's pool events — allocations, frees, segments and pages taken and given
+// back, out-of-memory failures, swaps — into a ring of the last `capacity` events, for the
+// `device_traces` of `gkrt_runtime_dump_snapshot`; 0 stops recording. Each call starts an
+// empty ring (what was recorded is dropped). The ring is allocated here, once: recording costs
+// a few stores per event and no allocation, and nothing while it is off (the default).
+// `capacity` above 16,777,216 (2^24, 640 MiB of events) is GKRT_STATUS_INVALID_ARGUMENT.
+// Thread-safe (takes the runtime's lock).
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_record_history(struct gkrt_runtime *runtime,
+                                             uint64_t capacity);
+
+// Writes a snapshot of the runtime's device memory to the file `path` (created or truncated),
+// as the pickle PyTorch's `torch.cuda.memory._dump_snapshot` writes, so
+// `torch.cuda._memory_viz` and PyTorch's memory viewer read it: `segments` (each plain segment
+// and virtual range with its blocks in address order; a block's `frames` name the tensor and
+// the node that writes it, a node's workspace, a planned arena, or `gkrt_malloc`) and
+// `device_traces` (the events recorded since `gkrt_runtime_record_history`; empty lists when
+// off). The sum of the `active_allocated` blocks' sizes equals `gkrt_stats.allocated_bytes`.
+// Pinned host memory is not included. `path` must be UTF-8; a file that cannot be written is
+// GKRT_STATUS_INVALID_ARGUMENT naming it. Thread-safe (takes the runtime's lock).
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_dump_snapshot(struct gkrt_runtime *runtime,
+                                            const char *path);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,5 +1,5 @@
 //! The C API: the `extern "C"` functions (`runtime.rs`, `graph.rs`, `kernel.rs`, `raw.rs`,
-//! `log.rs`), the
+//! `log.rs`, `snapshot.rs`), the
 //! C types cbindgen exports to `include/gkrt.h` (`types.rs`), the handle tables (`handles.rs`)
 //! and the panic boundary (`boundary.rs`). Everything here validates handles and pointers,
 //! runs the call inside the panic boundary, maps errors to `gkrt_status` and keeps the
@@ -16,6 +16,7 @@ mod kernel;
 mod log;
 mod raw;
 mod runtime;
+mod snapshot;
 pub mod types;
 
 pub use boundary::gkrt_last_error_message;
@@ -24,4 +25,5 @@ pub use kernel::*;
 pub use log::*;
 pub use raw::*;
 pub use runtime::*;
+pub use snapshot::*;
 pub use types::*;

@@ -95,6 +95,7 @@ impl Executor<'_> {
                         bytes: e.bytes,
                     });
                 }
+                self.own(graph, e.buf);
                 match self.alloc(graph, e.bytes) {
                     Ok(ptr) => taken.push(ptr),
                     Err(err) => {

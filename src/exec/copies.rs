@@ -5,6 +5,7 @@ use super::Executor;
 use crate::device::{EventId, StreamId};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
+use crate::memory::history::Action;
 use crate::memory::residency::Residency;
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall};
@@ -92,6 +93,7 @@ impl Executor<'_> {
                 bytes: tensor.size,
             });
         }
+        self.own(graph, Buf::Tensor(t));
         let (ptr, block_copy) = if may_evict {
             let ptr = self
                 .alloc(graph, tensor.size)
@@ -108,6 +110,7 @@ impl Executor<'_> {
                 }
             }
         };
+        self.pool.note_live(Action::SwapIn, ptr);
         let copy_in = self.streams.copy_in;
         // The block's previous users are on the compute stream, or the copy-out still reading
         // it; the source is written by the tensor's own copy-out, if one is still in flight.
@@ -183,6 +186,7 @@ impl Executor<'_> {
                 buf: Buf::Tensor(t),
             });
         }
+        self.pool.note_live(Action::SwapOut, ptr);
         self.pool
             .free_after_event(&DeviceBacking(self.device), ptr, event)?;
         self.counters.bytes_out += tensor.size;

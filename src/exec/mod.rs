@@ -88,6 +88,8 @@ pub struct Executor<'a> {
     protected: Vec<u32>,
     /// The node whose steps are running (the node count at a run's start and end).
     node: usize,
+    /// The graph's first label (`TensorStore::set_label_base`; 0: none).
+    labels: u32,
 }
 
 /// What an executor works on: the runtime's device, streams and pools, one graph's program and
@@ -119,6 +121,7 @@ impl<'a> Executor<'a> {
             pinned: target.pinned,
             program: target.program,
             arena: target.store.arena(),
+            labels: target.store.label_base(),
             mem: target.store.mem_mut(),
             stall_pairs: target.stall_pairs,
             profile,
@@ -289,6 +292,18 @@ impl<'a> Executor<'a> {
         result.map_err(context)?;
         self.counters.recomputes += 1;
         Ok(())
+    }
+
+    /// Names the owner of the pool's next allocations: `buf` of `graph` (snapshots show it).
+    fn own(&mut self, graph: &Graph, buf: Buf) {
+        let label = match (self.labels, buf) {
+            (0, _) => 0,
+            (base, Buf::Tensor(t)) => base.wrapping_add(t),
+            (base, Buf::Workspace { node, .. }) => base
+                .wrapping_add(graph.tensors().len() as u32)
+                .wrapping_add(node),
+        };
+        self.pool.set_owner(label);
     }
 
     /// True when tensor `t` lives in the planned arena, not in a pool block.

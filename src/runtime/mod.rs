@@ -16,6 +16,7 @@ pub(crate) mod home;
 mod logging;
 mod process;
 mod raw;
+pub mod snapshot;
 mod state_lock;
 
 use crate::device;
@@ -113,6 +114,8 @@ pub struct State {
     pub last_raw_stream: Option<(usize, StreamId)>,
     /// Streams first met through raw calls grow by virtual ranges (`Config::pool_virtual_memory`).
     pub raw_virtual: bool,
+    /// The owners of pool blocks by label, for snapshots (`snapshot/labels.rs`).
+    pub labels: snapshot::Labels,
 }
 
 pub struct Runtime {
@@ -191,6 +194,7 @@ impl Runtime {
                     stall_pairs: Vec::new(),
                     last_raw_stream: None,
                     raw_virtual,
+                    labels: snapshot::Labels::default(),
                 },
             ),
         }))

@@ -19,7 +19,14 @@ impl RuntimeGraph {
                 "the graph is finalized already; it can no longer be changed".into(),
             ));
         }
-        let result = self.compile();
+        let mut result = self.compile();
+        if result.is_ok() {
+            // The names its blocks carry in snapshots.
+            result = self.runtime.lock_for_call().map(|mut st| {
+                let base = st.labels.register(&self.graph);
+                self.store.set_label_base(base);
+            });
+        }
         if result.is_err() {
             self.graph.unfinalize();
             self.arena = None;

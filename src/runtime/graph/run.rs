@@ -35,6 +35,7 @@ impl RuntimeGraph {
         if let Some(layout) = &self.arena {
             self.store.take_arena(
                 layout.size,
+                self.graph.nodes().len() as u32,
                 StoreAccess {
                     device: rt.device(),
                     stream: rt.compute,

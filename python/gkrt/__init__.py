@@ -16,6 +16,9 @@ by `close()` or at the end of a `with` block; a closed object raises `GkrtError`
 """
 
 import ctypes
+import os
+import pickle
+import tempfile
 
 from . import _lib
 from ._lib import lib
@@ -156,6 +159,23 @@ class Runtime(_Handle):
         n = ctypes.c_uint64()
         _check(lib.gkrt_runtime_release_cached(self.handle, ctypes.byref(n)))
         return n.value
+
+    def record_history(self, capacity):
+        """Records the pool's last `capacity` events for snapshots' `device_traces` (0: off)."""
+        _check(lib.gkrt_runtime_record_history(self.handle, capacity))
+
+    def dump_snapshot(self, path):
+        """Writes a memory snapshot in PyTorch's format (the pickle of
+        `torch.cuda.memory._dump_snapshot`) to `path`."""
+        _check(lib.gkrt_runtime_dump_snapshot(self.handle, os.fsencode(path)))
+
+    def snapshot(self):
+        """The memory snapshot as PyTorch's `torch.cuda.memory._snapshot()` returns it."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "snapshot.pickle")
+            self.dump_snapshot(path)
+            with open(path, "rb") as f:
+                return pickle.load(f)
 
     def graph(self):
         """A new, empty graph of this runtime."""

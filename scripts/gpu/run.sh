@@ -12,6 +12,10 @@
 #           and torch in python3; BENCHMARKS.md section 3)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
+#   snapshot  memory snapshots: benches/history_cost (ns per recorded history event, goal <= 100),
+#           then benches/swap_chain with SWAP_SNAPSHOT (each swapping configuration's snapshot,
+#           history on, in $OUT/snapshots/) checked and drawn by torch.cuda._memory_viz
+#           (python/gpu_snapshot_check.py: block list against gkrt_stats, segsum, trace, HTML plots)
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -233,6 +237,22 @@ run_python() {
     timeout 300 python3 python/gpu_torch_check.py 2>&1 | tee "$OUT/python_torch.log"
 }
 
+# Memory snapshots (issue 18): the cost of recording history, then the swap chain's snapshots
+# read by PyTorch's _memory_viz.
+run_snapshot() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b" "$OUT/snapshots"
+  cc -O2 benches/history_cost.c -Iinclude -L.gpu/lib -lgkrt -o "$b/history_cost" || return
+  GKRT_DEVICE=cuda "$b/history_cost" 200000 9 2>&1 | tee "$OUT/history_cost.log"
+  GKRT_DEVICE=host "$b/history_cost" 200000 9 2>&1 | tee -a "$OUT/history_cost.log"
+  cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
+  SWAP_SNAPSHOT="$OUT/snapshots" LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" 8192 8192 16 3 2>&1 |
+    grep -v '^\[gkrt INFO\] gkrt runtime' | tee "$OUT/snapshot_swap.log"
+  PYTHONPATH="$PWD/python" timeout 600 python3 python/gpu_snapshot_check.py "$OUT/snapshots" 2>&1 |
+    tee "$OUT/snapshot_check.log"
+}
+
 for w in "${what[@]}"; do
   case "$w" in
     tests) run_tests ;;
@@ -243,7 +263,8 @@ for w in "${what[@]}"; do
     workloads) run_workloads ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python)" ;;
+    snapshot) run_snapshot ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, snapshot)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

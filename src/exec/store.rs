@@ -103,7 +103,8 @@ impl TensorStore {
     /// Takes the planned arena of `size` bytes from the pool, once.
     pub fn take_arena(&mut self, size: u64, nodes: u32, a: StoreAccess<'_>) -> Result<()> {
         if self.arena.is_none() && size > 0 {
-            a.pool.set_owner(self.label_of(self.mem.len() as u32 + nodes));
+            a.pool
+                .set_owner(self.label_of(self.mem.len() as u32 + nodes));
             let base = a
                 .pool
                 .alloc(&DeviceBacking(a.device), size, a.stream)

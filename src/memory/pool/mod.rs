@@ -19,6 +19,7 @@
 //! - `segments.rs` plain segments and what all segments share; `ranges.rs` virtual ranges and
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
 //! - `pending.rs` blocks freed after an event; `dry_run.rs` dry runs; `check.rs` validation;
+//!   `snapshot.rs` the segments and blocks listed for memory snapshots;
 //!   `tests/` the tests, over one configurable fake backing.
 //!
 //! Data structures (no linear scans over blocks on alloc or free, no allocation per operation
@@ -100,6 +101,11 @@
 //! - **Tags.** A block carries a small tag chosen by its allocator (`alloc_tagged`, read back
 //!   with `block_info`), so the runtime can tell the buffers a host allocated with
 //!   `gkrt_malloc` from a graph's tensors.
+//! - **Owners and history.** A block also keeps the label its allocator set with `set_owner`
+//!   (who it belongs to, for snapshots), in a field free lists do not use while it is
+//!   allocated. `record_history` switches on a fixed ring of events (`memory/history.rs`):
+//!   allocations, frees requested and completed, segments, pages, out-of-memory failures and
+//!   the caller's swaps; off, each recording point is one branch on `None`.
 //! - **Statistics.** `failed_alloc_count` counts allocations that failed for lack of memory or a
 //!   device error (not zero-size requests). `free_count` counts `free` and `free_after_event`.
 

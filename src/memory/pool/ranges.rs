@@ -369,7 +369,9 @@ impl Pool {
             s.reserved_bytes += n * page;
             s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
             s.page_map_count += n;
-            let stream = self.streams[self.blocks[self.segs[r].first].owner as usize].stream.0;
+            let stream = self.streams[self.blocks[self.segs[r].first].owner as usize]
+                .stream
+                .0;
             self.note(Action::SegmentMap, base + p * page, n * page, stream);
         }
         Ok(())

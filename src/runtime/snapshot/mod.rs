@@ -37,9 +37,7 @@ impl Runtime {
                 "history capacity {capacity} events is more than {MAX_HISTORY_EVENTS} allowed"
             )));
         }
-        self.lock_for_call()?
-            .pool
-            .record_history(capacity as usize);
+        self.lock_for_call()?.pool.record_history(capacity as usize);
         Ok(())
     }
 
@@ -123,7 +121,10 @@ fn snapshot(st: &State, device: u32) -> Value {
                 ("active_size", active.into()),
                 ("requested_size", requested.into()),
                 ("stream", seg.stream.into()),
-                ("segment_type", if seg.small { "small" } else { "large" }.into()),
+                (
+                    "segment_type",
+                    if seg.small { "small" } else { "large" }.into(),
+                ),
                 (
                     "segment_pool_id",
                     Value::Tuple(vec![Value::Int(0), Value::Int(0)]),

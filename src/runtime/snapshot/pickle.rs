@@ -156,7 +156,10 @@ mod tests {
     #[test]
     fn containers_mark_their_items() {
         let v = Value::Dict(vec![
-            ("a", Value::List(vec![Value::Bool(true), Value::List(vec![])])),
+            (
+                "a",
+                Value::List(vec![Value::Bool(true), Value::List(vec![])]),
+            ),
             ("b", Value::Tuple(vec![Value::Int(0), Value::Int(1)])),
         ]);
         let b = to_bytes(&v);

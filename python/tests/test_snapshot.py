@@ -106,6 +106,36 @@ class SnapshotTest(unittest.TestCase):
                 rt.run(g)
             self.assertEqual(len(rt.snapshot()["device_traces"][0]), 2)
 
+    def test_swaps_are_recorded_with_their_tensors(self):
+        k = 256 << 10
+        # Persistent x and y plus three live intermediates exceed the 4-tensor limit: swapping.
+        with gkrt.Runtime(device="host", memory_limit=4 * k) as rt, rt.graph() as g:
+            rt.record_history(10000)
+            x = g.tensor(k, "input", "x")
+            hs, prev = [], x
+            with rt.builtin("relu") as relu, rt.builtin("add") as add:
+                for i in range(8):
+                    h = g.tensor(k, "intermediate", f"h{i}")
+                    g.add(relu, [prev], [h], name=f"relu{i}")
+                    hs.append(h)
+                    prev = h
+                y = g.tensor(k, "output", "y")
+                g.add(add, [hs[0], hs[-1]], [y], name="join")
+            g.finalize()
+            g.write(x, bytes(k))
+            rt.run(g)
+            stats = rt.stats()
+            self.assertGreater(stats["swap_out_bytes"], 0)
+            snap = rt.snapshot()
+            self.check_against_stats(snap, stats)
+            swaps = [e for e in snap["device_traces"][0] if e["action"] in ("swap_out", "swap_in")]
+            outs = [e for e in swaps if e["action"] == "swap_out"]
+            self.assertEqual(sum(e["size"] for e in outs), stats["swap_out_bytes"])
+            self.assertEqual(len([e for e in swaps if e["action"] == "swap_in"]),
+                             stats["tensors_swapped_in"])
+            for e in swaps:
+                self.assertRegex(e["frames"][0]["name"], r"^tensor \d+ '(x|y|h\d)'")
+
     def test_out_of_memory_is_recorded(self):
         with gkrt.Runtime(device="host", memory_limit=4 << 20) as rt:
             rt.record_history(16)

@@ -177,6 +177,14 @@ class Runtime(_Handle):
             with open(path, "rb") as f:
                 return pickle.load(f)
 
+    def trace_begin(self):
+        """Starts collecting a trace of runs (Chrome trace-event JSON)."""
+        _check(lib.gkrt_runtime_trace_begin(self.handle))
+
+    def trace_end(self, path):
+        """Stops collecting and writes the trace to `path` (Perfetto opens it)."""
+        _check(lib.gkrt_runtime_trace_end(self.handle, os.fsencode(path)))
+
     def graph(self):
         """A new, empty graph of this runtime."""
         return Graph(self)

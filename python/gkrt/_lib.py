@@ -86,6 +86,8 @@ _signatures = {
     "gkrt_free": (ctypes.c_int, [c_void_p, c_void_p, c_void_p]),
     "gkrt_runtime_record_history": (ctypes.c_int, [c_void_p, c_u64]),
     "gkrt_runtime_dump_snapshot": (ctypes.c_int, [c_void_p, c_char_p]),
+    "gkrt_runtime_trace_begin": (ctypes.c_int, [c_void_p]),
+    "gkrt_runtime_trace_end": (ctypes.c_int, [c_void_p, c_char_p]),
     "gkrt_torch_runtime": (ctypes.c_int, [ctypes.c_int, _P(c_void_p)]),
     "gkrt_graph_create": (ctypes.c_int, [c_void_p, _P(c_void_p)]),
     "gkrt_graph_release": (ctypes.c_int, [c_void_p]),

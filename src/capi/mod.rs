@@ -1,5 +1,5 @@
 //! The C API: the `extern "C"` functions (`runtime.rs`, `graph.rs`, `kernel.rs`, `raw.rs`,
-//! `log.rs`, `snapshot.rs`), the
+//! `log.rs`, `snapshot.rs`, `trace.rs`), the
 //! C types cbindgen exports to `include/gkrt.h` (`types.rs`), the handle tables (`handles.rs`)
 //! and the panic boundary (`boundary.rs`). Everything here validates handles and pointers,
 //! runs the call inside the panic boundary, maps errors to `gkrt_status` and keeps the
@@ -17,6 +17,7 @@ mod log;
 mod raw;
 mod runtime;
 mod snapshot;
+mod trace;
 pub mod types;
 
 pub use boundary::gkrt_last_error_message;
@@ -26,4 +27,5 @@ pub use log::*;
 pub use raw::*;
 pub use runtime::*;
 pub use snapshot::*;
+pub use trace::*;
 pub use types::*;

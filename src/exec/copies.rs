@@ -131,7 +131,7 @@ impl Executor<'_> {
             self.device
                 .copy_h2d_async(ptr, host as *const u8, tensor.size, copy_in)?
         };
-        self.copy_timing_end(timing, copy_in, tensor.size, true)?;
+        self.copy_timing_end(timing, copy_in, (tensor.size, t), true)?;
         let event = self.event_of(t, true)?;
         self.device.record_event(event, copy_in)?;
         self.mem[t as usize].copying_in(ptr);
@@ -178,7 +178,7 @@ impl Executor<'_> {
             self.device
                 .copy_d2h_async(host as *mut u8, ptr, tensor.size, copy_out)?
         };
-        self.copy_timing_end(timing, copy_out, tensor.size, false)?;
+        self.copy_timing_end(timing, copy_out, (tensor.size, t), false)?;
         let event = self.event_of(t, false)?;
         self.device.record_event(event, copy_out)?;
         if let Some(trace) = self.trace.as_deref_mut() {
@@ -236,12 +236,12 @@ impl Executor<'_> {
         &mut self,
         timing: Option<(EventId, EventId)>,
         stream: StreamId,
-        bytes: u64,
+        (bytes, tensor): (u64, u32),
         incoming: bool,
     ) -> Result<()> {
         if let (Some((start, end)), Some(profile)) = (timing, self.profile.as_deref_mut()) {
             self.device.record_event(end, stream)?;
-            profile.copies.push((start, end, bytes, incoming));
+            profile.copies.push((start, end, bytes, incoming, tensor));
         }
         Ok(())
     }

@@ -18,6 +18,7 @@ mod process;
 mod raw;
 pub mod snapshot;
 mod state_lock;
+pub mod trace;
 
 use crate::device;
 use crate::device::host::HostOptions;
@@ -116,6 +117,8 @@ pub struct State {
     pub raw_virtual: bool,
     /// The owners of pool blocks by label, for snapshots (`snapshot/labels.rs`).
     pub labels: snapshot::Labels,
+    /// The trace being collected (`trace_begin` .. `trace_end`).
+    pub trace: Option<trace::Trace>,
 }
 
 pub struct Runtime {
@@ -195,6 +198,7 @@ impl Runtime {
                     last_raw_stream: None,
                     raw_virtual,
                     labels: snapshot::Labels::default(),
+                    trace: None,
                 },
             ),
         }))
@@ -263,6 +267,26 @@ impl Runtime {
     pub fn reset_peak_stats(&self) -> Result<()> {
         self.lock_for_call()?.pool.reset_peaks();
         Ok(())
+    }
+
+    /// Starts collecting a trace of runs (a new one: one already collecting is dropped). Runs
+    /// are timed with events from now on, until `trace_end`.
+    pub fn trace_begin(&self) -> Result<()> {
+        self.lock_for_call()?.trace = Some(trace::Trace::default());
+        Ok(())
+    }
+
+    /// Stops collecting and writes the trace's JSON to `path`. Not collecting is an error; a
+    /// trace that cannot be written is dropped (the error names the file).
+    pub fn trace_end(&self, path: &std::path::Path) -> Result<()> {
+        let trace = self.lock_for_call()?.trace.take().ok_or_else(|| {
+            Error::InvalidState(
+                "no trace is being collected (gkrt_runtime_trace_begin first)".into(),
+            )
+        })?;
+        std::fs::write(path, trace.to_json()).map_err(|e| {
+            Error::InvalidArgument(format!("writing the trace to '{}': {e}", path.display()))
+        })
     }
 
     /// Waits for all queued work (compute and copies); reports the first asynchronous failure.

@@ -6,12 +6,14 @@
 //! - `io.rs`: tensor writes and reads from the host, and the one check of such a copy.
 //! - `tune.rs`: choosing among swap plans by the first run's timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
+//! - `trace_run.rs`: a run's slices, counters and instants in the runtime's trace.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
 
 mod compile;
 mod drop;
 mod io;
 mod run;
+mod trace_run;
 mod tune;
 
 use super::{Result, Runtime, ALIGNMENT};

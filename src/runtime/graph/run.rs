@@ -46,6 +46,11 @@ impl RuntimeGraph {
         }
         let capture =
             self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(&rt);
+        // While the runtime traces, runs are timed with events (not one being captured: its
+        // events would become part of the replay).
+        let traced = st.trace.is_some() && !capture;
+        let began_us = st.trace.as_ref().map_or(0.0, |t| t.now_us());
+        let replayed = matches!(self.replay, Replay::Captured(_));
         if self.replay == Replay::NotYet && self.successful_runs > 0 && !capture {
             self.replay = Replay::Off;
         }
@@ -62,7 +67,7 @@ impl RuntimeGraph {
             }
             _ => {
                 let r;
-                (r, counters) = self.execute(&rt, st);
+                (r, counters) = self.execute(&rt, st, traced);
                 r
             }
         };
@@ -82,7 +87,7 @@ impl RuntimeGraph {
                     // The work was recorded, not run: run it the ordinary way.
                     log::warn!("planned graph not captured for replay: {e}");
                     self.replay = Replay::Off;
-                    (queued, counters) = self.execute(&rt, st);
+                    (queued, counters) = self.execute(&rt, st, traced);
                 }
             }
         }
@@ -106,8 +111,12 @@ impl RuntimeGraph {
         self.last_fallbacks = counters.fallbacks;
         // Every copy is done: in-flight states have landed.
         self.store.land_all();
-        queued?;
-        finished?;
+        let outcome = queued.and(finished);
+        if let Some(trace) = st.trace.as_mut() {
+            let replayed = replayed || capture;
+            self.trace_run(trace, rt.device(), began_us, &counters, replayed, &outcome);
+        }
+        outcome?;
         self.successful_runs += 1;
         if let (Some(path), Some(_)) = (crate::runtime::env::swap_timeline(), &self.swap) {
             if let Err(e) = self.write_timeline(rt.device(), path) {
@@ -137,15 +146,18 @@ impl RuntimeGraph {
 }
 
 impl RuntimeGraph {
-    /// Queues one run through the executor (the state lock is held by the caller).
+    /// Queues one run through the executor (the state lock is held by the caller), timed with
+    /// events when `traced` or the swap plan wants timings.
     pub(super) fn execute(
         &mut self,
         rt: &Runtime,
         st: &mut crate::runtime::State,
+        traced: bool,
     ) -> (Result<()>, crate::exec::RunCounters) {
-        let profiled = self.swap.is_some()
-            && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
-                || crate::runtime::env::swap_timeline().is_some());
+        let profiled = traced
+            || self.swap.is_some()
+                && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
+                    || crate::runtime::env::swap_timeline().is_some());
         self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
     }
 

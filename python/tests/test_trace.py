@@ -71,6 +71,13 @@ class TraceTest(unittest.TestCase):
             # Runs follow each other; nodes of a run in order on one stream.
             starts = [e["ts"] for e in nodes]
             self.assertEqual(starts, sorted(starts))
+            (tensors,) = [e["args"] for e in events if e["name"] == "gkrt_tensors"]
+            self.assertEqual(len(tensors["tensors"]), 9)
+            self.assertEqual(tensors["tensors"][8]["bytes"], K)
+            self.assertTrue(tensors["tensors"][8]["name"].startswith("tensor 8 'y'"))
+            self.assertEqual(nodes[8]["args"]["inputs"], [0, 7])
+            self.assertEqual(nodes[8]["args"]["outputs"], [8])
+            self.assertEqual(nodes[8]["args"]["graph"], tensors["graph"])
             counters = {}
             for e in events:
                 if e["ph"] == "C":

@@ -44,6 +44,7 @@ impl Track {
 pub enum Arg {
     Int(u64),
     Text(String),
+    Ints(Vec<u64>),
 }
 
 /// The events of one trace.
@@ -55,6 +56,8 @@ pub struct Trace {
     /// Where the last run's device times ended (µs): the next run starts no earlier.
     pub(crate) last_end_us: f64,
     pub(crate) runs: u64,
+    /// Graphs whose tensors were described already (`describe_graph`).
+    graphs: Vec<u32>,
 }
 
 impl Default for Trace {
@@ -64,6 +67,7 @@ impl Default for Trace {
             events: String::new(),
             last_end_us: 0.0,
             runs: 0,
+            graphs: Vec::new(),
         }
     }
 }
@@ -136,9 +140,38 @@ impl Trace {
                     let _ = write!(e, "{n}");
                 }
                 Arg::Text(t) => e.push_str(&quote(t)),
+                Arg::Ints(v) => {
+                    e.push('[');
+                    for (j, n) in v.iter().enumerate() {
+                        let _ = write!(e, "{}{n}", if j > 0 { "," } else { "" });
+                    }
+                    e.push(']');
+                }
             }
         }
         e.push_str("}},\n");
+    }
+
+    /// Once per graph: a metadata event "gkrt_tensors" naming its tensors and their bytes (slices
+    /// refer to tensors by index; `gkrt-viz` stacks memory by tensor with these).
+    pub fn describe_graph(&mut self, serial: u32, tensors: impl Iterator<Item = (String, u64)>) {
+        if self.graphs.contains(&serial) {
+            return;
+        }
+        self.graphs.push(serial);
+        let _ = write!(
+            self.events,
+            "{{\"ph\":\"M\",\"pid\":1,\"name\":\"gkrt_tensors\",\"args\":{{\"graph\":{serial},\"tensors\":["
+        );
+        for (i, (name, bytes)) in tensors.enumerate() {
+            let sep = if i > 0 { "," } else { "" };
+            let _ = write!(
+                self.events,
+                "{sep}{{\"name\":{},\"bytes\":{bytes}}}",
+                quote(&name)
+            );
+        }
+        self.events.push_str("]}},\n");
     }
 
     /// The whole trace as JSON (`{"traceEvents": [...], ...}`), tracks named.

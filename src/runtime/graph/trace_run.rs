@@ -27,6 +27,9 @@ impl RuntimeGraph {
     ) {
         trace.runs += 1;
         let ended_us = trace.now_us();
+        let serial = self.graph.serial();
+        let tensors = self.graph.tensors().iter().enumerate();
+        trace.describe_graph(serial, tensors.map(|(t, x)| (x.describe(t as u32), x.size)));
         let run_args = [("run", Arg::Int(self.successful_runs))];
         if replayed {
             let start = began_us.max(trace.last_end_us);
@@ -100,6 +103,8 @@ impl RuntimeGraph {
         let base = began_us.max(trace.last_end_us - lo);
         trace.last_end_us = base + hi;
         let bytes_of = |ts: &[u32]| ts.iter().map(|&t| tensors[t as usize].size).sum::<u64>();
+        let ids = |ts: &[u32]| ts.iter().map(|&t| t as u64).collect::<Vec<u64>>();
+        let serial = self.graph.serial();
         for (n, s) in node_spans.iter().enumerate() {
             let Some((a, b)) = *s else { continue };
             let node = &nodes[n];
@@ -110,9 +115,12 @@ impl RuntimeGraph {
                 base + a,
                 b - a,
                 &[
+                    ("graph", Arg::Int(serial as u64)),
                     ("node", Arg::Int(n as u64)),
                     ("input_bytes", Arg::Int(bytes_of(&node.inputs))),
                     ("output_bytes", Arg::Int(bytes_of(&node.outputs))),
+                    ("inputs", Arg::Ints(ids(&node.inputs))),
+                    ("outputs", Arg::Ints(ids(&node.outputs))),
                 ],
             );
         }
@@ -134,7 +142,11 @@ impl RuntimeGraph {
                 "copy",
                 base + a,
                 b - a,
-                &[("bytes", Arg::Int(bytes)), ("tensor", Arg::Int(t as u64))],
+                &[
+                    ("graph", Arg::Int(serial as u64)),
+                    ("bytes", Arg::Int(bytes)),
+                    ("tensor", Arg::Int(t as u64)),
+                ],
             );
         }
         for (r, s) in p.recomputes.iter().zip(&re_spans) {
@@ -148,7 +160,11 @@ impl RuntimeGraph {
                 "recompute",
                 base + a,
                 b - a,
-                &[("tensor", Arg::Int(t as u64)), ("bytes", Arg::Int(bytes))],
+                &[
+                    ("graph", Arg::Int(serial as u64)),
+                    ("tensor", Arg::Int(t as u64)),
+                    ("bytes", Arg::Int(bytes)),
+                ],
             );
         }
         for &(n, allocated, reserved, pinned) in &p.memory {

@@ -12,6 +12,10 @@
 #           and torch in python3; BENCHMARKS.md section 3)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
+#   trace   traces of runs: benches/swap_chain with SWAP_TRACE (per swapping configuration, steps
+#           alternating untraced / traced: the medians and traced/untraced, goal <= 1.02), the
+#           last traced step's Chrome trace in $OUT/traces/*.json (open in ui.perfetto.dev) and
+#           its picture by .gpu/bin/gkrt-viz in $OUT/traces/*.svg (the README's picture)
 #   snapshot  memory snapshots: benches/history_cost (ns per recorded history event, goal <= 100),
 #           then benches/swap_chain with SWAP_SNAPSHOT (each swapping configuration's snapshot,
 #           history on, in $OUT/snapshots/) checked and drawn by torch.cuda._memory_viz
@@ -237,6 +241,20 @@ run_python() {
     timeout 300 python3 python/gpu_torch_check.py 2>&1 | tee "$OUT/python_torch.log"
 }
 
+# Traces of runs (issue 18): the overhead of tracing on the swap chain's step, the traces and
+# their SVGs.
+run_trace() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b" "$OUT/traces"
+  cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
+  SWAP_TRACE="$OUT/traces" LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" 8192 8192 16 5 2>&1 |
+    grep -v '^\[gkrt INFO\] gkrt runtime' | tee "$OUT/trace_swap.log"
+  for j in "$OUT"/traces/*.json; do
+    [ -f "$j" ] && .gpu/bin/gkrt-viz "$j" "${j%.json}.svg" && echo "drawn: ${j%.json}.svg ($(wc -c <"${j%.json}.svg") bytes)"
+  done 2>&1 | tee -a "$OUT/trace_swap.log"
+}
+
 # Memory snapshots (issue 18): the cost of recording history, then the swap chain's snapshots
 # read by PyTorch's _memory_viz.
 run_snapshot() {
@@ -264,7 +282,8 @@ for w in "${what[@]}"; do
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
     snapshot) run_snapshot ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, snapshot)" ;;
+    trace) run_trace ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, snapshot, trace)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

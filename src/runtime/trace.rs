@@ -152,9 +152,13 @@ impl Trace {
         e.push_str("}},\n");
     }
 
-    /// Once per graph: a metadata event "gkrt_tensors" naming its tensors and their bytes (slices
+    /// Once per graph: a metadata event "gkrt_tensors" naming its tensors, their kinds and bytes (slices
     /// refer to tensors by index; `gkrt-viz` stacks memory by tensor with these).
-    pub fn describe_graph(&mut self, serial: u32, tensors: impl Iterator<Item = (String, u64)>) {
+    pub fn describe_graph(
+        &mut self,
+        serial: u32,
+        tensors: impl Iterator<Item = (String, &'static str, u64)>,
+    ) {
         if self.graphs.contains(&serial) {
             return;
         }
@@ -163,11 +167,11 @@ impl Trace {
             self.events,
             "{{\"ph\":\"M\",\"pid\":1,\"name\":\"gkrt_tensors\",\"args\":{{\"graph\":{serial},\"tensors\":["
         );
-        for (i, (name, bytes)) in tensors.enumerate() {
+        for (i, (name, kind, bytes)) in tensors.enumerate() {
             let sep = if i > 0 { "," } else { "" };
             let _ = write!(
                 self.events,
-                "{sep}{{\"name\":{},\"bytes\":{bytes}}}",
+                "{sep}{{\"name\":{},\"kind\":\"{kind}\",\"bytes\":{bytes}}}",
                 quote(&name)
             );
         }

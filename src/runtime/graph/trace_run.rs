@@ -29,7 +29,10 @@ impl RuntimeGraph {
         let ended_us = trace.now_us();
         let serial = self.graph.serial();
         let tensors = self.graph.tensors().iter().enumerate();
-        trace.describe_graph(serial, tensors.map(|(t, x)| (x.describe(t as u32), x.size)));
+        trace.describe_graph(
+            serial,
+            tensors.map(|(t, x)| (x.describe(t as u32), x.kind.name(), x.size)),
+        );
         let run_args = [("run", Arg::Int(self.successful_runs))];
         if replayed {
             let start = began_us.max(trace.last_end_us);

@@ -45,6 +45,12 @@
 #define GKRT_MUST_USE
 #endif
 
+// `gkrt_config` of the first version (struct_size .. host_memory_limit). Never changes.
+#define CONFIG_V1_BYTES 56
+
+// `gkrt_stats` of the first version (struct_size .. tensors_recomputed). Never changes.
+#define STATS_V1_BYTES 224
+
 // Major version of the API this header declares. `gkrt_version()` gives the loaded library's
 // version as a string, to compare against these at run time.
 #define GKRT_VERSION_MAJOR 0
@@ -211,8 +217,14 @@ typedef uint32_t gkrt_memory_mode;
 // How a runtime's device pool grows (`gkrt_config.pool_growth`).
 typedef uint32_t gkrt_pool_growth;
 
-// Runtime configuration. Fill with `gkrt_config_init`, then change what you need.
+// Runtime configuration. Fill with `gkrt_config_init` (or `gkrt_config_init_sized`), then
+// change what you need. Fields are only ever added at the end: `struct_size` tells the library
+// which ones the program's header has (see `gkrt_config_init_sized`).
 typedef struct gkrt_config {
+  // Bytes of this struct as the program's header declares it; set by the init functions.
+  // The library reads only that many bytes: fields a program's older header lacks keep their
+  // defaults, and fields a newer header has must be zero for a library that lacks them.
+  uint64_t struct_size;
   // GKRT_DEVICE_AUTO (default), _HOST or _CUDA. The environment variable GKRT_DEVICE
   // (auto|host|cuda) overrides it.
   gkrt_device_kind device;
@@ -240,8 +252,11 @@ typedef struct gkrt_config {
 } gkrt_config;
 
 // Memory and execution statistics of a runtime (`gkrt_runtime_stats`). Byte figures count
-// allocations rounded up to 256 bytes.
+// allocations rounded up to 256 bytes. Fields are only ever added at the end.
 typedef struct gkrt_stats {
+  // Bytes of this struct the library filled (set by the library): fields past it were not
+  // filled (a library older than the program's header) and read as zero.
+  uint64_t struct_size;
   // Bytes in live allocations.
   uint64_t allocated_bytes;
   // Bytes the pool holds from the device (live allocations + cached free blocks).
@@ -601,8 +616,18 @@ const char *gkrt_version(void);
 // values give "GKRT_STATUS_UNKNOWN".
 const char *gkrt_status_name(int32_t status);
 
-// Fills `config` with the defaults (see `gkrt_config`). NULL is an error.
+// Fills `config` with the defaults (see `gkrt_config`), as the first version of the struct
+// (56 bytes: `struct_size` .. `host_memory_limit`, which is `sizeof(gkrt_config)` in this
+// header), and sets `struct_size`. NULL is an error. Programs that use fields added later call
+// `gkrt_config_init_sized(config, sizeof *config)`.
 GKRT_MUST_USE enum gkrt_status gkrt_config_init(struct gkrt_config *config);
+
+// Fills the caller's `size` bytes at `config` (`sizeof` of its `gkrt_config`) with the
+// defaults and sets `struct_size` to the bytes filled: a struct from an older header gets
+// only its fields, one from a newer header gets this library's fields and zeros after them
+// (the default of every field added later). `size` below 56 (the first version) or above
+// 65536 is GKRT_STATUS_INVALID_ARGUMENT; NULL is an error.
+GKRT_MUST_USE enum gkrt_status gkrt_config_init_sized(struct gkrt_config *config, size_t size);
 
 // Creates a runtime. `config` may be NULL for the defaults. On success `*out` receives a
 // handle the caller owns and releases with `gkrt_runtime_release`; on failure `*out` is left
@@ -627,10 +652,23 @@ GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_device(const struct gkrt_runtime *runtime,
                                      gkrt_device_kind *out);
 
-// Copies the runtime's statistics into `*out`.
+// Copies the runtime's statistics into `*out` as the first version of `gkrt_stats` (224
+// bytes: `struct_size` .. `tensors_recomputed`, which is `sizeof(gkrt_stats)` in this header),
+// `struct_size` set to 224. Programs that read fields added later call
+// `gkrt_runtime_stats_sized(runtime, out, sizeof *out)`.
 GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_stats(const struct gkrt_runtime *runtime,
                                     struct gkrt_stats *out);
+
+// Copies the runtime's statistics into the caller's `size` bytes at `out` (`sizeof` of its
+// `gkrt_stats`) and sets `out->struct_size` to the bytes filled: a struct from an older header
+// gets only its fields; one from a newer header gets this library's and zeros after them
+// (check `struct_size` before trusting a newer field). `size` below 224 (the first version) or
+// above 65536 is GKRT_STATUS_INVALID_ARGUMENT.
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_stats_sized(const struct gkrt_runtime *runtime,
+                                          struct gkrt_stats *out,
+                                          size_t size);
 
 // Sets the peak statistics to the current values.
 GKRT_MUST_USE enum gkrt_status gkrt_runtime_reset_peak_stats(struct gkrt_runtime *runtime);

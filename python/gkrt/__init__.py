@@ -117,12 +117,12 @@ class Runtime(_Handle):
 
     def __init__(self, device="auto", memory_limit=0, memory_mode="dynamic", **config):
         cfg = _lib.Config()
-        _check(lib.gkrt_config_init(ctypes.byref(cfg)))
+        _check(lib.gkrt_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg)))
         cfg.device = _choice(_DEVICES, device, "device")
         cfg.memory_limit = memory_limit
         cfg.memory_mode = _choice(_MODES, memory_mode, "memory_mode")
         for name, value in config.items():
-            if name not in dict(_lib.Config._fields_):
+            if name not in dict(_lib.Config._fields_) or name == "struct_size":
                 raise TypeError(f"gkrt_config has no field {name!r}")
             setattr(cfg, name, value)
         h = ctypes.c_void_p()
@@ -145,7 +145,7 @@ class Runtime(_Handle):
     def stats(self):
         """The runtime's statistics (`gkrt_stats`) as a dict."""
         s = _lib.Stats()
-        _check(lib.gkrt_runtime_stats(self.handle, ctypes.byref(s)))
+        _check(lib.gkrt_runtime_stats_sized(self.handle, ctypes.byref(s), ctypes.sizeof(s)))
         return {name: getattr(s, name) for name in _lib.STATS_FIELDS}
 
     def reset_peak_stats(self):

@@ -16,6 +16,7 @@ mod kernel;
 mod log;
 mod raw;
 mod runtime;
+mod sized;
 mod snapshot;
 mod trace;
 pub mod types;

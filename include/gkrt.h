@@ -45,12 +45,6 @@
 #define GKRT_MUST_USE
 #endif
 
-// `gkrt_config` of the first version (struct_size .. host_memory_limit). Never changes.
-#define CONFIG_V1_BYTES 56
-
-// `gkrt_stats` of the first version (struct_size .. tensors_recomputed). Never changes.
-#define STATS_V1_BYTES 224
-
 // Major version of the API this header declares. `gkrt_version()` gives the loaded library's
 // version as a string, to compare against these at run time.
 #define GKRT_VERSION_MAJOR 0
@@ -60,15 +54,6 @@
 
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
-
-// Most events a history may hold (40 bytes each: 640 MiB).
-#define MAX_HISTORY_EVENTS (1 << 24)
-
-// No owner known (the runtime's own blocks, a graph finalized after labels ran out).
-#define LABEL_UNKNOWN 0
-
-// A host buffer from `gkrt_malloc` or `gkrt_torch_alloc`.
-#define LABEL_RAW 1
 
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
@@ -145,6 +130,12 @@ typedef struct gkrt_graph_info {
   // Sum of all intermediates and workspaces (rounded to 256): what a runtime without
   // reference-count freeing would hold.
   uint64_t transient_total_bytes;
+  // The smallest `memory_limit` the graph can run under in dynamic mode, swapping (and
+  // recomputing) everything a node does not use: the largest sum over the nodes of a node's
+  // own inputs, outputs and workspaces (each rounded to 256; a tensor read twice counted
+  // once). Below it a node cannot run; graphs whose working set
+  // (`persistent_bytes + peak_transient_bytes`) exceeds the limit run slower, by copies.
+  uint64_t min_memory_limit;
 } gkrt_graph_info;
 
 // Built-in kernels (all on f32 elements). Parameters go in `gkrt_launch.params`.

@@ -39,7 +39,8 @@ class Stats(ctypes.Structure):
 class GraphInfo(ctypes.Structure):
     _fields_ = [("num_tensors", c_u64), ("num_nodes", c_u64), ("finalized", c_u32),
                 ("peak_node", c_u32), ("persistent_bytes", c_u64),
-                ("peak_transient_bytes", c_u64), ("transient_total_bytes", c_u64)]
+                ("peak_transient_bytes", c_u64), ("transient_total_bytes", c_u64),
+                ("min_memory_limit", c_u64)]
 
 
 class Launch(ctypes.Structure):

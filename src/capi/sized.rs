@@ -21,9 +21,9 @@ use crate::runtime::Error;
 use std::mem::size_of;
 
 /// `gkrt_config` of the first version (struct_size .. host_memory_limit). Never changes.
-pub const CONFIG_V1_BYTES: usize = 56;
+pub(crate) const CONFIG_V1_BYTES: usize = 56;
 /// `gkrt_stats` of the first version (struct_size .. tensors_recomputed). Never changes.
-pub const STATS_V1_BYTES: usize = 224;
+pub(crate) const STATS_V1_BYTES: usize = 224;
 /// No struct of the API will be this large; a bigger size is a mistake (or garbage).
 const MAX_STRUCT_BYTES: usize = 1 << 16;
 

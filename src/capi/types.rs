@@ -245,6 +245,12 @@ pub struct gkrt_graph_info {
     /// Sum of all intermediates and workspaces (rounded to 256): what a runtime without
     /// reference-count freeing would hold.
     pub transient_total_bytes: u64,
+    /// The smallest `memory_limit` the graph can run under in dynamic mode, swapping (and
+    /// recomputing) everything a node does not use: the largest sum over the nodes of a node's
+    /// own inputs, outputs and workspaces (each rounded to 256; a tensor read twice counted
+    /// once). Below it a node cannot run; graphs whose working set
+    /// (`persistent_bytes + peak_transient_bytes`) exceeds the limit run slower, by copies.
+    pub min_memory_limit: u64,
 }
 
 // The callback's argument structs are defined next to the executor that fills them

@@ -131,15 +131,7 @@ impl RuntimeGraph {
         // own buffers exceed what the limit leaves cannot.
         for &n in &plan.infeasible_nodes {
             let node = &nodes[n as usize];
-            let own = crate::plan::swap::node_tensors(node)
-                .iter()
-                .map(|&t| crate::graph::liveness::round_up(tensors[t as usize].size, ALIGNMENT))
-                .chain(
-                    node.workspaces
-                        .iter()
-                        .map(|&w| crate::graph::liveness::round_up(w, ALIGNMENT)),
-                )
-                .sum::<u64>();
+            let own = crate::plan::min_limit::node_own_bytes(tensors, node, ALIGNMENT);
             if own <= available {
                 continue;
             }

@@ -67,6 +67,13 @@ pub struct RuntimeGraph {
 }
 
 impl RuntimeGraph {
+    /// The smallest memory limit the graph can run under in dynamic mode, swapping
+    /// (`plan/min_limit.rs`).
+    pub fn min_memory_limit(&self) -> u64 {
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        crate::plan::min_limit::min_memory_limit(tensors, nodes, ALIGNMENT)
+    }
+
     pub fn new(runtime: Arc<Runtime>) -> RuntimeGraph {
         RuntimeGraph {
             runtime,

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use crate::graph::Graph;
 
 /// No owner known (the runtime's own blocks, a graph finalized after labels ran out).
-pub const LABEL_UNKNOWN: u32 = 0;
+pub(crate) const LABEL_UNKNOWN: u32 = 0;
 /// A host buffer from `gkrt_malloc` or `gkrt_torch_alloc`.
-pub const LABEL_RAW: u32 = 1;
+pub(crate) const LABEL_RAW: u32 = 1;
 const FIRST_GRAPH_LABEL: u32 = 16;
 
 /// One frame of a block's "stack" in PyTorch's snapshot format (innermost first).

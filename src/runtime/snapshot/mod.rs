@@ -19,14 +19,14 @@
 mod labels;
 mod pickle;
 
-pub use labels::{Labels, LABEL_RAW, LABEL_UNKNOWN};
+pub(crate) use labels::{Labels, LABEL_RAW};
 
 use super::{Error, Result, Runtime, State};
 use crate::memory::pool::ViewState;
 use pickle::Value;
 
 /// Most events a history may hold (40 bytes each: 640 MiB).
-pub const MAX_HISTORY_EVENTS: u64 = 1 << 24;
+pub(crate) const MAX_HISTORY_EVENTS: u64 = 1 << 24;
 
 impl Runtime {
     /// Starts recording the pool's events into a new ring of `capacity` events (the last

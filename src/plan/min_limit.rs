@@ -57,9 +57,11 @@ mod tests {
             shared_mem_bytes: 0,
         };
         // add(a, a) -> b: a counted once; 2 tensors.
-        g.add_node(kernel(BuiltinKind::Add), &[a, a], &[b], &[], d, &[]).unwrap();
+        g.add_node(kernel(BuiltinKind::Add), &[a, a], &[b], &[], d, &[])
+            .unwrap();
         // relu(b) -> c with a 5000-byte workspace (5120): 2 tensors + workspace.
-        g.add_node(kernel(BuiltinKind::Relu), &[b], &[c], &[5000], d, &[]).unwrap();
+        g.add_node(kernel(BuiltinKind::Relu), &[b], &[c], &[5000], d, &[])
+            .unwrap();
         g.finalize(256).unwrap();
         let (t, n) = (g.tensors(), g.nodes());
         assert_eq!(node_own_bytes(t, &n[0], 256), 2048);

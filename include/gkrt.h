@@ -165,6 +165,12 @@ typedef struct gkrt_graph_info {
   // Sum of all intermediates and workspaces (rounded to 256): what a runtime without
   // reference-count freeing would hold.
   uint64_t transient_total_bytes;
+  // The smallest `memory_limit` the graph can run under in dynamic mode, swapping (and
+  // recomputing) everything a node does not use: the largest sum over the nodes of a node's
+  // own inputs, outputs and workspaces (each rounded to 256; a tensor read twice counted
+  // once). Below it a node cannot run; graphs whose working set
+  // (`persistent_bytes + peak_transient_bytes`) exceeds the limit run slower, by copies.
+  uint64_t min_memory_limit;
 } gkrt_graph_info;
 
 // Built-in kernels (all on f32 elements). Parameters go in `gkrt_launch.params`.
@@ -243,8 +249,14 @@ typedef uint32_t gkrt_memory_mode;
 // How a runtime's device pool grows (`gkrt_config.pool_growth`).
 typedef uint32_t gkrt_pool_growth;
 
-// Runtime configuration. Fill with `gkrt_config_init`, then change what you need.
+// Runtime configuration. Fill with `gkrt_config_init` (or `gkrt_config_init_sized`), then
+// change what you need. Fields are only ever added at the end: `struct_size` tells the library
+// which ones the program's header has (see `gkrt_config_init_sized`).
 typedef struct gkrt_config {
+  // Bytes of this struct as the program's header declares it; set by the init functions.
+  // The library reads only that many bytes: fields a program's older header lacks keep their
+  // defaults, and fields a newer header has must be zero for a library that lacks them.
+  uint64_t struct_size;
   // GKRT_DEVICE_AUTO (default), _HOST or _CUDA. The environment variable GKRT_DEVICE
   // (auto|host|cuda) overrides it.
   gkrt_device_kind device;
@@ -272,8 +284,11 @@ typedef struct gkrt_config {
 } gkrt_config;
 
 // Memory and execution statistics of a runtime (`gkrt_runtime_stats`). Byte figures count
-// allocations rounded up to 256 bytes.
+// allocations rounded up to 256 bytes. Fields are only ever added at the end.
 typedef struct gkrt_stats {
+  // Bytes of this struct the library filled (set by the library): fields past it were not
+  // filled (a library older than the program's header) and read as zero.
+  uint64_t struct_size;
   // Bytes in live allocations.
   uint64_t allocated_bytes;
   // Bytes the pool holds from the device (live allocations + cached free blocks).
@@ -929,8 +944,18 @@ const char *gkrt_version(void);
 // values give "GKRT_STATUS_UNKNOWN".
 const char *gkrt_status_name(int32_t status);
 
-// Fills `config` with the defaults (see `gkrt_config`). NULL is an error.
+// Fills `config` with the defaults (see `gkrt_config`), as the first version of the struct
+// (56 bytes: `struct_size` .. `host_memory_limit`, which is `sizeof(gkrt_config)` in this
+// header), and sets `struct_size`. NULL is an error. Programs that use fields added later call
+// `gkrt_config_init_sized(config, sizeof *config)`.
 GKRT_MUST_USE enum gkrt_status gkrt_config_init(struct gkrt_config *config);
+
+// Fills the caller's `size` bytes at `config` (`sizeof` of its `gkrt_config`) with the
+// defaults and sets `struct_size` to the bytes filled: a struct from an older header gets
+// only its fields, one from a newer header gets this library's fields and zeros after them
+// (the default of every field added later). `size` below 56 (the first version) or above
+// 65536 is GKRT_STATUS_INVALID_ARGUMENT; NULL is an error.
+GKRT_MUST_USE enum gkrt_status gkrt_config_init_sized(struct gkrt_config *config, size_t size);
 
 // Creates a runtime. `config` may be NULL for the defaults. On success `*out` receives a
 // handle the caller owns and releases with `gkrt_runtime_release`; on failure `*out` is left
@@ -955,10 +980,23 @@ GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_device(const struct gkrt_runtime *runtime,
                                      gkrt_device_kind *out);
 
-// Copies the runtime's statistics into `*out`.
+// Copies the runtime's statistics into `*out` as the first version of `gkrt_stats` (224
+// bytes: `struct_size` .. `tensors_recomputed`, which is `sizeof(gkrt_stats)` in this header),
+// `struct_size` set to 224. Programs that read fields added later call
+// `gkrt_runtime_stats_sized(runtime, out, sizeof *out)`.
 GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_stats(const struct gkrt_runtime *runtime,
                                     struct gkrt_stats *out);
+
+// Copies the runtime's statistics into the caller's `size` bytes at `out` (`sizeof` of its
+// `gkrt_stats`) and sets `out->struct_size` to the bytes filled: a struct from an older header
+// gets only its fields; one from a newer header gets this library's and zeros after them
+// (check `struct_size` before trusting a newer field). `size` below 224 (the first version) or
+// above 65536 is GKRT_STATUS_INVALID_ARGUMENT.
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_stats_sized(const struct gkrt_runtime *runtime,
+                                          struct gkrt_stats *out,
+                                          size_t size);
 
 // Sets the peak statistics to the current values.
 GKRT_MUST_USE enum gkrt_status gkrt_runtime_reset_peak_stats(struct gkrt_runtime *runtime);
@@ -976,6 +1014,52 @@ GKRT_MUST_USE enum gkrt_status gkrt_runtime_synchronize(struct gkrt_runtime *run
 GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_run(struct gkrt_runtime *runtime,
                                   struct gkrt_graph *graph);
+
+// Records the runtime's pool events — allocations, frees, segments and pages taken and given
+// back, out-of-memory failures, swaps — into a ring of the last `capacity` events, for the
+// `device_traces` of `gkrt_runtime_dump_snapshot`; 0 stops recording. Each call starts an
+// empty ring (what was recorded is dropped). The ring is allocated here, once: recording costs
+// a few stores per event and no allocation, and nothing while it is off (the default).
+// `capacity` above 16,777,216 (2^24, 640 MiB of events) is GKRT_STATUS_INVALID_ARGUMENT.
+// Thread-safe (takes the runtime's lock).
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_record_history(struct gkrt_runtime *runtime,
+                                             uint64_t capacity);
+
+// Writes a snapshot of the runtime's device memory to the file `path` (created or truncated),
+// as the pickle PyTorch's `torch.cuda.memory._dump_snapshot` writes, so
+// `torch.cuda._memory_viz` and PyTorch's memory viewer read it: `segments` (each plain segment
+// and virtual range with its blocks in address order; a block's `frames` name the tensor and
+// the node that writes it, a node's workspace, a planned arena, or `gkrt_malloc`) and
+// `device_traces` (the events recorded since `gkrt_runtime_record_history`; empty lists when
+// off). The sum of the `active_allocated` blocks' sizes equals `gkrt_stats.allocated_bytes`.
+// Pinned host memory is not included. `path` must be UTF-8; a file that cannot be written is
+// GKRT_STATUS_INVALID_ARGUMENT naming it. Thread-safe (takes the runtime's lock).
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_dump_snapshot(struct gkrt_runtime *runtime,
+                                            const char *path);
+
+// Starts collecting a trace of the runtime's runs: from now on every run is timed with device
+// events (a pair around each node, swap copy and recompute) and, when it ends, adds its slices
+// to the trace. A trace already being collected is dropped and a new one started. Tracing
+// costs the events and, per run, reading them after the run has finished; runs are not
+// timed while no trace is collected. Thread-safe (takes the runtime's lock).
+GKRT_MUST_USE enum gkrt_status gkrt_runtime_trace_begin(struct gkrt_runtime *runtime);
+
+// Stops collecting and writes the trace to the file `path` (created or truncated) as Chrome's
+// trace-event JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open: one track per
+// stream ("compute stream", "copy in", "copy out", and "communication", empty until
+// collectives exist), a slice per node (named as messages name it, with its input and output
+// bytes), per swap copy (the tensor and its bytes) and per recompute; counter tracks
+// "allocated bytes", "reserved bytes" and "pinned bytes" sampled at each node's end; instants
+// for fallback evictions and failed runs ("out of memory" with the message). Times are µs
+// since `gkrt_runtime_trace_begin`; device times come from events, each run placed at the host
+// time it began. A replayed planned graph is one slice "graph replay". No trace being
+// collected is GKRT_STATUS_INVALID_STATE; `path` must be UTF-8; a file that cannot be written
+// is GKRT_STATUS_INVALID_ARGUMENT naming it (the trace is then dropped). Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_trace_end(struct gkrt_runtime *runtime,
+                                        const char *path);
 
 #ifdef __cplusplus
 }  // extern "C"

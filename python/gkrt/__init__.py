@@ -16,6 +16,9 @@ by `close()` or at the end of a `with` block; a closed object raises `GkrtError`
 """
 
 import ctypes
+import os
+import pickle
+import tempfile
 
 from . import _lib
 from ._lib import lib
@@ -115,12 +118,12 @@ class Runtime(_Handle):
 
     def __init__(self, device="auto", memory_limit=0, memory_mode="dynamic", **config):
         cfg = _lib.Config()
-        _check(lib.gkrt_config_init(ctypes.byref(cfg)))
+        _check(lib.gkrt_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg)))
         cfg.device = _choice(_DEVICES, device, "device")
         cfg.memory_limit = memory_limit
         cfg.memory_mode = _choice(_MODES, memory_mode, "memory_mode")
         for name, value in config.items():
-            if name not in dict(_lib.Config._fields_):
+            if name not in dict(_lib.Config._fields_) or name == "struct_size":
                 raise TypeError(f"gkrt_config has no field {name!r}")
             setattr(cfg, name, value)
         h = ctypes.c_void_p()
@@ -143,7 +146,7 @@ class Runtime(_Handle):
     def stats(self):
         """The runtime's statistics (`gkrt_stats`) as a dict."""
         s = _lib.Stats()
-        _check(lib.gkrt_runtime_stats(self.handle, ctypes.byref(s)))
+        _check(lib.gkrt_runtime_stats_sized(self.handle, ctypes.byref(s), ctypes.sizeof(s)))
         return {name: getattr(s, name) for name in _lib.STATS_FIELDS}
 
     def reset_peak_stats(self):
@@ -157,6 +160,31 @@ class Runtime(_Handle):
         n = ctypes.c_uint64()
         _check(lib.gkrt_runtime_release_cached(self.handle, ctypes.byref(n)))
         return n.value
+
+    def record_history(self, capacity):
+        """Records the pool's last `capacity` events for snapshots' `device_traces` (0: off)."""
+        _check(lib.gkrt_runtime_record_history(self.handle, capacity))
+
+    def dump_snapshot(self, path):
+        """Writes a memory snapshot in PyTorch's format (the pickle of
+        `torch.cuda.memory._dump_snapshot`) to `path`."""
+        _check(lib.gkrt_runtime_dump_snapshot(self.handle, os.fsencode(path)))
+
+    def snapshot(self):
+        """The memory snapshot as PyTorch's `torch.cuda.memory._snapshot()` returns it."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "snapshot.pickle")
+            self.dump_snapshot(path)
+            with open(path, "rb") as f:
+                return pickle.load(f)
+
+    def trace_begin(self):
+        """Starts collecting a trace of runs (Chrome trace-event JSON)."""
+        _check(lib.gkrt_runtime_trace_begin(self.handle))
+
+    def trace_end(self, path):
+        """Stops collecting and writes the trace to `path` (Perfetto opens it)."""
+        _check(lib.gkrt_runtime_trace_end(self.handle, os.fsencode(path)))
 
     def graph(self):
         """A new, empty graph of this runtime."""

@@ -25,6 +25,14 @@
 #           flags less --layers). One table at the end, step times also as ratios to gkrt's unlimited
 #           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run;
 #           GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the limited and depth runs (2: products too).
+#   trace   traces of runs: benches/swap_chain with SWAP_TRACE (per swapping configuration, steps
+#           alternating untraced / traced: the medians and traced/untraced, goal <= 1.02), the
+#           last traced step's Chrome trace in $OUT/traces/*.json (open in ui.perfetto.dev) and
+#           its picture by .gpu/bin/gkrt-viz in $OUT/traces/*.svg (the README's picture)
+#   snapshot  memory snapshots: benches/history_cost (ns per recorded history event, goal <= 100),
+#           then benches/swap_chain with SWAP_SNAPSHOT (each swapping configuration's snapshot,
+#           history on, in $OUT/snapshots/) checked and drawn by torch.cuda._memory_viz
+#           (python/gpu_snapshot_check.py: block list against gkrt_stats, segsum, trace, HTML plots)
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -306,6 +314,36 @@ run_python() {
     timeout 300 python3 python/gpu_torch_check.py 2>&1 | tee "$OUT/python_torch.log"
 }
 
+# Traces of runs (issue 18): the overhead of tracing on the swap chain's step, the traces and
+# their SVGs.
+run_trace() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b" "$OUT/traces"
+  cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
+  SWAP_TRACE="$OUT/traces" LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" 8192 8192 16 5 2>&1 |
+    grep -v '^\[gkrt INFO\] gkrt runtime' | tee "$OUT/trace_swap.log"
+  for j in "$OUT"/traces/*.json; do
+    [ -f "$j" ] && .gpu/bin/gkrt-viz "$j" "${j%.json}.svg" && echo "drawn: ${j%.json}.svg ($(wc -c <"${j%.json}.svg") bytes)"
+  done 2>&1 | tee -a "$OUT/trace_swap.log"
+}
+
+# Memory snapshots (issue 18): the cost of recording history, then the swap chain's snapshots
+# read by PyTorch's _memory_viz.
+run_snapshot() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b" "$OUT/snapshots"
+  cc -O2 benches/history_cost.c -Iinclude -L.gpu/lib -lgkrt -o "$b/history_cost" || return
+  GKRT_DEVICE=cuda "$b/history_cost" 200000 9 2>&1 | tee "$OUT/history_cost.log"
+  GKRT_DEVICE=host "$b/history_cost" 200000 9 2>&1 | tee -a "$OUT/history_cost.log"
+  cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
+  SWAP_SNAPSHOT="$OUT/snapshots" LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" 8192 8192 16 3 2>&1 |
+    grep -v '^\[gkrt INFO\] gkrt runtime' | tee "$OUT/snapshot_swap.log"
+  PYTHONPATH="$PWD/python" timeout 600 python3 python/gpu_snapshot_check.py "$OUT/snapshots" 2>&1 |
+    tee "$OUT/snapshot_check.log"
+}
+
 for w in "${what[@]}"; do
   case "$w" in
     tests) run_tests ;;
@@ -318,7 +356,9 @@ for w in "${what[@]}"; do
     python) run_python ;;
     hostint) run_hostint ;;
     gpt2) run_gpt2 ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2)" ;;
+    snapshot) run_snapshot ;;
+    trace) run_trace ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, snapshot, trace)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

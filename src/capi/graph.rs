@@ -226,6 +226,7 @@ pub unsafe extern "C" fn gkrt_graph_get_info(
             info.persistent_bytes = lv.persistent_bytes;
             info.peak_transient_bytes = lv.peak_transient_bytes;
             info.transient_total_bytes = lv.transient_total_bytes;
+            info.min_memory_limit = g.min_memory_limit();
         }
         *out = info;
         Ok(())

@@ -1,5 +1,6 @@
 //! The C API: the `extern "C"` functions (`runtime.rs`, `graph.rs`, `kernel.rs`, `raw.rs`,
-//! `log.rs`, `binding.rs`, `async_run.rs`, `eager.rs`, `queue.rs`, `comm.rs`), the
+//! `log.rs`, `binding.rs`, `async_run.rs`, `eager.rs`, `queue.rs`, `comm.rs`, `snapshot.rs`,
+//! `trace.rs`), the
 //! C types cbindgen exports to `include/gkrt.h` (`types.rs`), the handle tables (`handles.rs`)
 //! and the panic boundary (`boundary.rs`). Everything here validates handles and pointers,
 //! runs the call inside the panic boundary, maps errors to `gkrt_status` and keeps the
@@ -21,6 +22,9 @@ mod log;
 mod queue;
 mod raw;
 mod runtime;
+mod sized;
+mod snapshot;
+mod trace;
 pub mod types;
 
 pub use async_run::*;
@@ -34,4 +38,6 @@ pub use log::*;
 pub use queue::*;
 pub use raw::*;
 pub use runtime::*;
+pub use snapshot::*;
+pub use trace::*;
 pub use types::*;

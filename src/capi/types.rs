@@ -100,10 +100,16 @@ pub const GKRT_BUILTIN_MATMUL: gkrt_builtin = 6;
 /// A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
 pub type gkrt_tensor = u64;
 
-/// Runtime configuration. Fill with `gkrt_config_init`, then change what you need.
+/// Runtime configuration. Fill with `gkrt_config_init` (or `gkrt_config_init_sized`), then
+/// change what you need. Fields are only ever added at the end: `struct_size` tells the library
+/// which ones the program's header has (see `gkrt_config_init_sized`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gkrt_config {
+    /// Bytes of this struct as the program's header declares it; set by the init functions.
+    /// The library reads only that many bytes: fields a program's older header lacks keep their
+    /// defaults, and fields a newer header has must be zero for a library that lacks them.
+    pub struct_size: u64,
     /// GKRT_DEVICE_AUTO (default), _HOST or _CUDA. The environment variable GKRT_DEVICE
     /// (auto|host|cuda) overrides it.
     pub device: gkrt_device_kind,
@@ -150,10 +156,13 @@ pub struct gkrt_launch {
 }
 
 /// Memory and execution statistics of a runtime (`gkrt_runtime_stats`). Byte figures count
-/// allocations rounded up to 256 bytes.
+/// allocations rounded up to 256 bytes. Fields are only ever added at the end.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct gkrt_stats {
+    /// Bytes of this struct the library filled (set by the library): fields past it were not
+    /// filled (a library older than the program's header) and read as zero.
+    pub struct_size: u64,
     /// Bytes in live allocations.
     pub allocated_bytes: u64,
     /// Bytes the pool holds from the device (live allocations + cached free blocks).
@@ -239,6 +248,12 @@ pub struct gkrt_graph_info {
     /// Sum of all intermediates and workspaces (rounded to 256): what a runtime without
     /// reference-count freeing would hold.
     pub transient_total_bytes: u64,
+    /// The smallest `memory_limit` the graph can run under in dynamic mode, swapping (and
+    /// recomputing) everything a node does not use: the largest sum over the nodes of a node's
+    /// own inputs, outputs and workspaces (each rounded to 256; a tensor read twice counted
+    /// once). Below it a node cannot run; graphs whose working set
+    /// (`persistent_bytes + peak_transient_bytes`) exceeds the limit run slower, by copies.
+    pub min_memory_limit: u64,
 }
 
 // The callback's argument structs are defined next to the executor that fills them

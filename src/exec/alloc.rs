@@ -46,6 +46,7 @@ impl Executor<'_> {
                 self.counters.fallbacks += 1;
                 for &t in &stale {
                     self.counters.evictions += 1;
+                    self.note_eviction(t);
                     if let Err(e) = self.swap_out(graph, t) {
                         result = Err(e);
                     }
@@ -95,6 +96,7 @@ impl Executor<'_> {
                         bytes: e.bytes,
                     });
                 }
+                self.own(graph, e.buf);
                 match self.alloc(graph, e.bytes) {
                     Ok(ptr) => taken.push(ptr),
                     Err(err) => {
@@ -167,6 +169,7 @@ impl Executor<'_> {
         for &t in &movable {
             if self.mem[t as usize].state() == Residency::OnDevice {
                 self.counters.evictions += 1;
+                self.note_eviction(t);
                 self.swap_out(graph, t)?;
             }
         }
@@ -204,6 +207,7 @@ impl Executor<'_> {
             match self.pick_victim(graph) {
                 Some(victim) => {
                     self.counters.evictions += 1;
+                    self.note_eviction(victim);
                     self.counters.fallbacks += 1;
                     if self.mem[victim as usize].state() == Residency::CopyingToDevice {
                         let event = self.mem[victim as usize]

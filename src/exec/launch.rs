@@ -8,14 +8,22 @@ use crate::graph::{Graph, Node};
 use crate::kernels::{CallbackArgs, CallbackBuffer, HostCallback, Kernel};
 use std::ffi::c_void;
 
-/// Timing events of one profiled run (the first run of a swapping graph): a pair around each
-/// node's kernel on the compute stream and around each swap copy on its stream. Events are
-/// created on first use and reused by later profiled runs.
+/// Timing events of one profiled run (the first run of a swapping graph, or any run while the
+/// runtime traces): a pair around each node's kernel on the compute stream, around each swap
+/// copy on its stream and around each recompute; and, for traces, the pool's bytes after each
+/// node was queued and the fallback's evictions. Events are created on first use and reused by
+/// later profiled runs.
 #[derive(Default, Debug)]
 pub struct RunProfile {
     pub nodes: Vec<(EventId, EventId)>,
-    /// (start, end, bytes, host to device)
-    pub copies: Vec<(EventId, EventId, u64, bool)>,
+    /// (start, end, bytes, host to device, tensor)
+    pub copies: Vec<(EventId, EventId, u64, bool, u32)>,
+    /// (start, end, node run again, tensor rebuilt)
+    pub recomputes: Vec<(EventId, EventId, u32, u32)>,
+    /// After node `n` was queued: (n, allocated, reserved, pinned reserved) bytes.
+    pub memory: Vec<(u32, u64, u64, u64)>,
+    /// (node being made room for, tensor evicted by the fallback)
+    pub evictions: Vec<(u32, u32)>,
     spare_copy_events: Vec<(EventId, EventId)>,
 }
 
@@ -25,14 +33,19 @@ impl RunProfile {
         self.nodes
             .iter()
             .copied()
-            .chain(self.copies.iter().map(|&(a, b, _, _)| (a, b)))
+            .chain(self.copies.iter().map(|&(a, b, ..)| (a, b)))
+            .chain(self.recomputes.iter().map(|&(a, b, ..)| (a, b)))
             .chain(self.spare_copy_events.iter().copied())
             .flat_map(|(a, b)| [a, b])
     }
 
     pub(super) fn reset(&mut self) {
-        let used = self.copies.drain(..).map(|(a, b, _, _)| (a, b));
+        let used = self.copies.drain(..).map(|(a, b, ..)| (a, b));
         self.spare_copy_events.extend(used);
+        let used = self.recomputes.drain(..).map(|(a, b, ..)| (a, b));
+        self.spare_copy_events.extend(used);
+        self.memory.clear();
+        self.evictions.clear();
     }
 
     fn node_pair(&mut self, device: &dyn Device, n: usize) -> Result<(EventId, EventId)> {
@@ -83,7 +96,8 @@ impl Executor<'_> {
         let stream = self.streams.compute;
         let timing = match self.profile.as_deref_mut() {
             Some(p) if timed => Some(p.node_pair(self.device, n)?),
-            _ => None,
+            Some(p) => Some(p.copy_pair(self.device)?),
+            None => None,
         };
         if let Some((start, _)) = timing {
             self.device.record_event(start, stream)?;
@@ -129,10 +143,40 @@ impl Executor<'_> {
                     .map_err(|e| Error::CallbackFailed(e.to_string()))?;
             }
         }
-        if let Some((_, end)) = timing {
+        if let Some((start, end)) = timing {
             self.device.record_event(end, stream)?;
+            if !timed {
+                let rebuilt = node.outputs.first().copied().unwrap_or(u32::MAX);
+                if let Some(p) = self.profile.as_deref_mut() {
+                    p.recomputes.push((start, end, n as u32, rebuilt));
+                }
+            }
+        }
+        if timed {
+            self.sample_memory(n as u32);
         }
         Ok(())
+    }
+
+    /// Profiled runs: the pool's bytes now (after node `n` was queued), for traces.
+    fn sample_memory(&mut self, n: u32) {
+        if let Some(p) = self.profile.as_deref_mut() {
+            let (pool, pinned) = (self.pool.stats(), self.pinned.stats());
+            p.memory.push((
+                n,
+                pool.allocated_bytes,
+                pool.reserved_bytes,
+                pinned.reserved_bytes,
+            ));
+        }
+    }
+
+    /// Profiled runs: the fallback evicted `t` to make room for the current node.
+    pub(super) fn note_eviction(&mut self, t: u32) {
+        let node = self.node as u32;
+        if let Some(p) = self.profile.as_deref_mut() {
+            p.evictions.push((node, t));
+        }
     }
 }
 

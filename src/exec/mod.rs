@@ -98,6 +98,8 @@ pub struct Executor<'a> {
     /// Per tensor: the event of a collective that may still read or write it (not yet waited
     /// for on the compute stream); freeing it then waits for that event.
     comm_busy: Vec<Option<EventId>>,
+    /// The graph's first label (`TensorStore::set_label_base`; 0: none).
+    labels: u32,
 }
 
 /// What an executor works on: the runtime's device, streams and pools, one graph's program and
@@ -131,6 +133,7 @@ impl<'a> Executor<'a> {
             pinned: target.pinned,
             program: target.program,
             arena: target.store.arena(),
+            labels: target.store.label_base(),
             mem: target.store.mem_mut(),
             stall_pairs: target.stall_pairs,
             profile,
@@ -308,6 +311,18 @@ impl<'a> Executor<'a> {
         result.map_err(context)?;
         self.counters.recomputes += 1;
         Ok(())
+    }
+
+    /// Names the owner of the pool's next allocations: `buf` of `graph` (snapshots show it).
+    fn own(&mut self, graph: &Graph, buf: Buf) {
+        let label = match (self.labels, buf) {
+            (0, _) => 0,
+            (base, Buf::Tensor(t)) => base.wrapping_add(t),
+            (base, Buf::Workspace { node, .. }) => base
+                .wrapping_add(graph.tensors().len() as u32)
+                .wrapping_add(node),
+        };
+        self.pool.set_owner(label);
     }
 
     /// True when tensor `t` lives in the planned arena or in memory the host bound, not in a

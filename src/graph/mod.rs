@@ -195,6 +195,11 @@ impl Graph {
         &self.tensors
     }
 
+    /// The graph's process-unique serial (the high half of its tensor ids).
+    pub fn serial(&self) -> u32 {
+        self.serial
+    }
+
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
     }

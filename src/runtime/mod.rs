@@ -19,8 +19,10 @@ mod logging;
 mod process;
 mod queue;
 mod raw;
+pub mod snapshot;
 mod state_lock;
 mod streams;
+pub mod trace;
 
 use crate::device;
 use crate::device::host::HostOptions;
@@ -124,6 +126,10 @@ pub struct State {
     pub last_raw_stream: Option<(usize, StreamId)>,
     /// Streams first met through raw calls grow by virtual ranges (`Config::pool_virtual_memory`).
     pub raw_virtual: bool,
+    /// The owners of pool blocks by label, for snapshots (`snapshot/labels.rs`).
+    pub labels: snapshot::Labels,
+    /// The trace being collected (`trace_begin` .. `trace_end`).
+    pub trace: Option<trace::Trace>,
 }
 
 pub struct Runtime {
@@ -205,6 +211,8 @@ impl Runtime {
                     stall_pairs: Vec::new(),
                     last_raw_stream: None,
                     raw_virtual,
+                    labels: snapshot::Labels::default(),
+                    trace: None,
                 },
             ),
         }))
@@ -273,6 +281,26 @@ impl Runtime {
     pub fn reset_peak_stats(&self) -> Result<()> {
         self.lock_for_call()?.pool.reset_peaks();
         Ok(())
+    }
+
+    /// Starts collecting a trace of runs (a new one: one already collecting is dropped). Runs
+    /// are timed with events from now on, until `trace_end`.
+    pub fn trace_begin(&self) -> Result<()> {
+        self.lock_for_call()?.trace = Some(trace::Trace::default());
+        Ok(())
+    }
+
+    /// Stops collecting and writes the trace's JSON to `path`. Not collecting is an error; a
+    /// trace that cannot be written is dropped (the error names the file).
+    pub fn trace_end(&self, path: &std::path::Path) -> Result<()> {
+        let trace = self.lock_for_call()?.trace.take().ok_or_else(|| {
+            Error::InvalidState(
+                "no trace is being collected (gkrt_runtime_trace_begin first)".into(),
+            )
+        })?;
+        std::fs::write(path, trace.to_json()).map_err(|e| {
+            Error::InvalidArgument(format!("writing the trace to '{}': {e}", path.display()))
+        })
     }
 
     /// Waits for all queued work (compute and copies); reports the first asynchronous failure.

@@ -88,6 +88,7 @@ impl Runtime {
             return Err(zero_size());
         }
         let s = self.raw_stream(st, stream)?;
+        st.pool.set_owner(crate::runtime::snapshot::LABEL_RAW);
         match st
             .pool
             .alloc_tagged(&DeviceBacking(&*self.device), bytes, s, RAW_TAG)

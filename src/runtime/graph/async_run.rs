@@ -78,7 +78,7 @@ impl RuntimeGraph {
             rt.device.stream_wait_event(rt.compute, events.fork)?;
         }
         self.ever_run = true;
-        let (queued, counters) = self.enqueue(&rt, st);
+        let (queued, counters) = self.enqueue(&rt, st, false);
         if queued.is_err() {
             // Cleaned up as a synchronous run is: everything drained, the error returned.
             self.async_in_flight = false;

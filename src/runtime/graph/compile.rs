@@ -19,7 +19,14 @@ impl RuntimeGraph {
                 "the graph is finalized already; it can no longer be changed".into(),
             ));
         }
-        let result = self.compile();
+        let mut result = self.compile();
+        if result.is_ok() {
+            // The names its blocks carry in snapshots.
+            result = self.runtime.lock_for_call().map(|mut st| {
+                let base = st.labels.register(&self.graph);
+                self.store.set_label_base(base);
+            });
+        }
         if result.is_err() {
             self.graph.unfinalize();
             self.arena = None;
@@ -142,15 +149,7 @@ impl RuntimeGraph {
         // own buffers exceed what the limit leaves cannot.
         for &n in &plan.infeasible_nodes {
             let node = &nodes[n as usize];
-            let own = crate::plan::swap::node_tensors(node)
-                .iter()
-                .map(|&t| crate::graph::liveness::round_up(tensors[t as usize].size, ALIGNMENT))
-                .chain(
-                    node.workspaces
-                        .iter()
-                        .map(|&w| crate::graph::liveness::round_up(w, ALIGNMENT)),
-                )
-                .sum::<u64>();
+            let own = crate::plan::min_limit::node_own_bytes(tensors, node, ALIGNMENT);
             if own <= available {
                 continue;
             }

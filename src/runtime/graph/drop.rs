@@ -29,6 +29,9 @@ impl Drop for RuntimeGraph {
         for event in self.collective_events.drain(..).flatten() {
             let _ = rt.device.destroy_event(event);
         }
+        if self.store.label_base() != 0 {
+            st.labels.unregister(self.store.label_base());
+        }
         self.store.release(StoreAccess {
             device: rt.device(),
             stream: rt.compute,

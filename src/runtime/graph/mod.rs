@@ -6,6 +6,7 @@
 //! - `io.rs`: tensor writes and reads from the host, and the one check of such a copy.
 //! - `tune.rs`: choosing among swap plans by the first run's timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
+//! - `trace_run.rs`: a run's slices, counters and instants in the runtime's trace.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
 //! - `binding.rs`: persistent tensors bound to the host's device memory.
 //! - `async_run.rs`: runs queued on the host's stream, and their wait.
@@ -21,6 +22,7 @@ mod drop;
 mod io;
 mod queue_pop;
 mod run;
+mod trace_run;
 mod tune;
 
 use super::{Result, Runtime, ALIGNMENT};
@@ -32,6 +34,13 @@ use crate::plan::program::{PoolCall, PoolWalk, Program};
 use crate::plan::swap::{Policy, SwapPlan};
 use crate::plan::ArenaLayout;
 use std::sync::Arc;
+
+/// When a traced run began (host time on the trace's clock) and whether it was a CUDA-graph
+/// replay or capture (traced as one slice).
+pub(super) struct TraceMark {
+    pub began_us: f64,
+    pub replayed: bool,
+}
 
 /// Whole-step replay of a planned graph (CUDA graphs): captured at the second run, once every
 /// address is fixed, and replayed from then on.
@@ -85,9 +94,18 @@ pub struct RuntimeGraph {
     pops: Vec<queue_pop::QueuePop>,
     /// Per node: a collective node's event (made at finalize; empty without collectives).
     collective_events: Vec<Option<crate::device::EventId>>,
+    /// Set by a traced run's `enqueue`, taken by its `finish_run` (`trace_run.rs`).
+    trace_mark: Option<TraceMark>,
 }
 
 impl RuntimeGraph {
+    /// The smallest memory limit the graph can run under in dynamic mode, swapping
+    /// (`plan/min_limit.rs`).
+    pub fn min_memory_limit(&self) -> u64 {
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        crate::plan::min_limit::min_memory_limit(tensors, nodes, ALIGNMENT)
+    }
+
     pub fn new(runtime: Arc<Runtime>) -> RuntimeGraph {
         RuntimeGraph {
             runtime,
@@ -111,6 +129,7 @@ impl RuntimeGraph {
             replay_cache: Vec::new(),
             pops: Vec::new(),
             collective_events: Vec::new(),
+            trace_mark: None,
         }
     }
 

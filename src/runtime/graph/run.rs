@@ -1,6 +1,6 @@
 //! Runs: one step through the executor, the capture and replay of planned graphs.
 
-use super::{Replay, RuntimeGraph};
+use super::{Replay, RuntimeGraph, TraceMark};
 use crate::device::DeviceError;
 use crate::exec::{ExecTarget, Executor, StoreAccess};
 use crate::graph::Graph;
@@ -43,7 +43,7 @@ impl RuntimeGraph {
         // A run finishes whatever asynchronous run of this graph is in flight.
         self.async_in_flight = false;
         self.ever_run = true;
-        let (queued, counters) = self.enqueue(&rt, st);
+        let (queued, counters) = self.enqueue(&rt, st, true);
         self.finish_run(&rt, st, queued, counters)
     }
 
@@ -72,16 +72,19 @@ impl RuntimeGraph {
 
     /// Queues one run (the state lock is held by the caller): the arena at the first planned
     /// run, then the captured replay, a capture, or the executor. Returns whether queueing
-    /// succeeded and the run's counters; nothing is waited for.
+    /// succeeded and the run's counters; nothing is waited for. `sync`: `finish_run` follows
+    /// (only such a run is traced).
     pub(super) fn enqueue(
         &mut self,
         rt: &Runtime,
         st: &mut crate::runtime::State,
+        sync: bool,
     ) -> (Result<()>, crate::exec::RunCounters) {
         // Planned mode takes its arena from the pool once, at the first run, and keeps it.
         if let Some(layout) = &self.arena {
             let taken = self.store.take_arena(
                 layout.size,
+                self.graph.nodes().len() as u32,
                 StoreAccess {
                     device: rt.device(),
                     stream: rt.compute,
@@ -95,6 +98,14 @@ impl RuntimeGraph {
         }
         let capture =
             self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(rt);
+        // While the runtime traces, runs are timed with events (not one being captured: its
+        // events would become part of the replay).
+        // An asynchronous run is not traced: nothing waits for its events.
+        let traced = sync && st.trace.is_some() && !capture;
+        self.trace_mark = st.trace.as_ref().filter(|_| sync).map(|t| TraceMark {
+            began_us: t.now_us(),
+            replayed: capture || matches!(self.replay, Replay::Captured(_)),
+        });
         if self.replay == Replay::NotYet && self.successful_runs > 0 && !capture {
             self.replay = Replay::Off;
         }
@@ -111,7 +122,7 @@ impl RuntimeGraph {
             }
             _ => {
                 let r;
-                (r, counters) = self.execute(rt, st);
+                (r, counters) = self.execute(rt, st, traced);
                 r
             }
         };
@@ -131,7 +142,7 @@ impl RuntimeGraph {
                     // The work was recorded, not run: run it the ordinary way.
                     log::warn!("planned graph not captured for replay: {e}");
                     self.replay = Replay::Off;
-                    (queued, counters) = self.execute(rt, st);
+                    (queued, counters) = self.execute(rt, st, traced);
                 }
             }
         }
@@ -183,8 +194,18 @@ impl RuntimeGraph {
         self.last_fallbacks = counters.fallbacks;
         // Every copy is done: in-flight states have landed.
         self.store.land_all();
-        queued?;
-        finished?;
+        let outcome = queued.and(finished);
+        if let (Some(trace), Some(mark)) = (st.trace.as_mut(), self.trace_mark.take()) {
+            self.trace_run(
+                trace,
+                rt.device(),
+                mark.began_us,
+                &counters,
+                mark.replayed,
+                &outcome,
+            );
+        }
+        outcome?;
         self.successful_runs += 1;
         if let (Some(path), Some(_)) = (crate::runtime::env::swap_timeline(), &self.swap) {
             if let Err(e) = self.write_timeline(rt.device(), path) {
@@ -214,15 +235,18 @@ impl RuntimeGraph {
 }
 
 impl RuntimeGraph {
-    /// Queues one run through the executor (the state lock is held by the caller).
+    /// Queues one run through the executor (the state lock is held by the caller), timed with
+    /// events when `traced` or the swap plan wants timings.
     pub(super) fn execute(
         &mut self,
         rt: &Runtime,
         st: &mut crate::runtime::State,
+        traced: bool,
     ) -> (Result<()>, crate::exec::RunCounters) {
-        let profiled = self.swap.is_some()
-            && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
-                || crate::runtime::env::swap_timeline().is_some());
+        let profiled = traced
+            || self.swap.is_some()
+                && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
+                    || crate::runtime::env::swap_timeline().is_some());
         self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
     }
 

@@ -257,6 +257,11 @@ static outcome run_config(cublasHandle_t blas, uint64_t limit, int h, int t, int
   if (!forward_only) GK(gkrt_graph_write_tensor(c.g, c.dy, dy, c.act_bytes));
   for (int i = 0; i < layers; i++) GK(gkrt_graph_write_tensor(c.g, c.w[i], ws[i], c.w_bytes));
   GK(gkrt_runtime_run(c.rt, c.g)); /* warm-up: pinned memory, cuBLAS heuristics, NVRTC */
+  /* SWAP_SNAPSHOT=DIR: the timed steps of each swapping configuration record the pool's history,
+   * and a memory snapshot (PyTorch's pickle) is written after them to DIR/swap_<f>x.pickle, with
+   * the runtime's statistics beside it (.stats: allocated_bytes segment_count) for the check. */
+  const char *snap_dir = getenv("SWAP_SNAPSHOT");
+  if (snap_dir && limit) GK(gkrt_runtime_record_history(c.rt, 1u << 20));
   gkrt_stats s0, s1;
   GK(gkrt_runtime_stats(c.rt, &s0));
   double *times = malloc(steps * sizeof *times);
@@ -266,6 +271,44 @@ static outcome run_config(cublasHandle_t blas, uint64_t limit, int h, int t, int
     times[i] = now_ms() - a;
   }
   GK(gkrt_runtime_stats(c.rt, &s1));
+  if (snap_dir && limit) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/swap_limit_%llu.pickle", snap_dir, (unsigned long long)limit);
+    GK(gkrt_runtime_dump_snapshot(c.rt, path));
+    snprintf(path, sizeof path, "%s/swap_limit_%llu.stats", snap_dir, (unsigned long long)limit);
+    FILE *sf = fopen(path, "w");
+    if (sf) {
+      fprintf(sf, "%llu %llu\n", (unsigned long long)s1.allocated_bytes, (unsigned long long)s1.segment_count);
+      fclose(sf);
+    }
+  }
+  /* SWAP_TRACE=DIR: the cost of tracing (goal: a traced step within 2% of an untraced one).
+   * Steps alternate untraced / traced (gkrt_runtime_trace_begin .. _end around the step), 2 *
+   * steps of each; the medians and their ratio are printed, and the last traced step's trace is
+   * left in DIR/swap_limit_<limit>.json (ending a trace writes the file: outside the timing). */
+  const char *trace_dir = getenv("SWAP_TRACE");
+  if (trace_dir) {
+    int n = 2 * steps;
+    double *off = malloc(n * sizeof *off), *on = malloc(n * sizeof *on);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/swap_limit_%llu.json", trace_dir, (unsigned long long)limit);
+    for (int i = 0; i < n; i++) {
+      double a = now_ms();
+      GK(gkrt_runtime_run(c.rt, c.g));
+      off[i] = now_ms() - a;
+      GK(gkrt_runtime_trace_begin(c.rt));
+      a = now_ms();
+      GK(gkrt_runtime_run(c.rt, c.g));
+      on[i] = now_ms() - a;
+      GK(gkrt_runtime_trace_end(c.rt, path));
+    }
+    double m_off = median(off, n), m_on = median(on, n);
+    printf("trace overhead at limit %.2f GiB: step untraced %.3f ms, traced %.3f ms (medians of %d alternating), "
+           "traced/untraced %.4f (goal <= 1.02); trace in %s\n",
+           limit / 1073741824.0, m_off, m_on, n, m_on / m_off, path);
+    free(off);
+    free(on);
+  }
   qsort(times, steps, sizeof *times, cmp_double);
   outcome o = {.step_ms = times[steps / 2],
                .out_bytes = (s1.swap_out_bytes - s0.swap_out_bytes) / steps,

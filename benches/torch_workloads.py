@@ -41,11 +41,12 @@ import time
 
 
 class GkrtStats(ctypes.Structure):
-    # gkrt_stats (include/gkrt.h), field for field; the tail is room for fields added later.
+    # gkrt_stats (include/gkrt.h), field for field (struct_size first); the tail is room for fields
+    # added later.
     _fields_ = [
         (name, ctypes.c_uint64)
         for name in (
-            "allocated_bytes reserved_bytes peak_allocated_bytes peak_reserved_bytes requested_bytes "
+            "struct_size allocated_bytes reserved_bytes peak_allocated_bytes peak_reserved_bytes requested_bytes "
             "alloc_count free_count failed_alloc_count segment_count segment_alloc_count "
             "segment_free_count memory_limit runs nodes_launched last_run_pool_allocs swap_out_bytes "
             "swap_in_bytes tensors_swapped_out tensors_swapped_in evictions copy_wait_ns "

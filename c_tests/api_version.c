@@ -29,13 +29,14 @@ int main(void) {
       {GKRT_STATUS_CALLBACK_FAILED, 7, "GKRT_STATUS_CALLBACK_FAILED"},
       {GKRT_STATUS_UNSUPPORTED, 8, "GKRT_STATUS_UNSUPPORTED"},
       {GKRT_STATUS_INTERNAL, 9, "GKRT_STATUS_INTERNAL"},
+      {GKRT_STATUS_PEER_FAILED, 10, "GKRT_STATUS_PEER_FAILED"},
   };
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     CHECK_EQ_U64((int)names[i].status, names[i].value);
     CHECK_EQ_STR(gkrt_status_name((int32_t)names[i].status), names[i].name);
     CHECK_EQ_STR(gkrt_status_name(names[i].value), names[i].name);
   }
-  const int32_t unknown[] = {-1, 10, 11, 100, 255, 0x7fffffff, (int32_t)0x80000000};
+  const int32_t unknown[] = {-1, 11, 12, 100, 255, 0x7fffffff, (int32_t)0x80000000};
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
     CHECK_EQ_STR(gkrt_status_name(unknown[i]), "GKRT_STATUS_UNKNOWN");
 

@@ -172,7 +172,7 @@ static void fail(world *w, int line, const char *fmt, ...) {
 
 static void mask_names(unsigned mask, char *buf, size_t len) {
   buf[0] = 0;
-  for (int s = 0; s < 10; s++)
+  for (int s = 0; s < 11; s++)
     if (mask & S_(s)) {
       size_t used = strlen(buf);
       snprintf(buf + used, len - used, "%s%s", used ? " or " : "", gkrt_status_name(s));

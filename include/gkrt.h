@@ -78,7 +78,14 @@ typedef enum gkrt_status {
   GKRT_STATUS_UNSUPPORTED = 8,
   // A bug in gkrt (a caught panic). The runtime stays usable.
   GKRT_STATUS_INTERNAL = 9,
+  // Another rank of a communicator failed, left, timed out or issued a different collective;
+  // the communicator is aborted (make a new one). The runtime and graphs stay usable.
+  GKRT_STATUS_PEER_FAILED = 10,
 } gkrt_status;
+
+// Opaque: one rank's communicator (see `gkrt_comm_init_rank`). Internally locked: calls on one
+// may come from any thread.
+typedef struct gkrt_comm gkrt_comm;
 
 // Opaque: a graph of one runtime. Internally locked; calls on one graph are serialised.
 typedef struct gkrt_graph gkrt_graph;
@@ -87,14 +94,38 @@ typedef struct gkrt_graph gkrt_graph;
 // may be used by any number of graphs of that runtime, from any thread.
 typedef struct gkrt_kernel gkrt_kernel;
 
+// Opaque: a device data queue of one runtime (`gkrt_queue_create`). Internally locked: pushes,
+// closes and statistics may come from any thread.
+typedef struct gkrt_queue gkrt_queue;
+
 // Opaque: a runtime. Internally locked: every call on one may come from any thread.
 typedef struct gkrt_runtime gkrt_runtime;
 
-// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
-typedef uint32_t gkrt_tensor_kind;
-
 // A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
 typedef uint64_t gkrt_tensor;
+
+// The 128 bytes ranks share to join one communicator (NCCL_UNIQUE_ID_BYTES), made by
+// `gkrt_comm_get_unique_id`. Copy it by value (it holds no pointer).
+typedef struct gkrt_unique_id {
+  uint8_t internal[128];
+} gkrt_unique_id;
+
+// What a collective node does (`gkrt_graph_add_collective`), with NCCL's semantics.
+typedef uint32_t gkrt_collective;
+
+// Reduction operator of a collective node.
+typedef uint32_t gkrt_reduce_op;
+
+// Element type of a collective node.
+typedef uint32_t gkrt_dtype;
+
+// A buffer handed to a callback: a device pointer and its size in bytes.
+typedef struct gkrt_buffer {
+  // Device address on CUDA, host address on the host backend.
+  void *ptr;
+  // Size in bytes.
+  size_t size;
+} gkrt_buffer;
 
 // Launch parameters of a node. For built-ins only `params` is used (grid and block are chosen
 // by the runtime). For device functions the kernel's parameters are, in order: one pointer per
@@ -112,6 +143,9 @@ typedef struct gkrt_launch {
   // Bytes at `params`.
   size_t params_size;
 } gkrt_launch;
+
+// What a tensor of a graph is for, and so how long it lives (`gkrt_graph_add_tensor`).
+typedef uint32_t gkrt_tensor_kind;
 
 // What finalize derived from a graph (`gkrt_graph_get_info`).
 typedef struct gkrt_graph_info {
@@ -131,18 +165,16 @@ typedef struct gkrt_graph_info {
   // Sum of all intermediates and workspaces (rounded to 256): what a runtime without
   // reference-count freeing would hold.
   uint64_t transient_total_bytes;
+  // The smallest `memory_limit` the graph can run under in dynamic mode, swapping (and
+  // recomputing) everything a node does not use: the largest sum over the nodes of a node's
+  // own inputs, outputs and workspaces (each rounded to 256; a tensor read twice counted
+  // once). Below it a node cannot run; graphs whose working set
+  // (`persistent_bytes + peak_transient_bytes`) exceeds the limit run slower, by copies.
+  uint64_t min_memory_limit;
 } gkrt_graph_info;
 
 // Built-in kernels (all on f32 elements). Parameters go in `gkrt_launch.params`.
 typedef uint32_t gkrt_builtin;
-
-// A buffer handed to a callback: a device pointer and its size in bytes.
-typedef struct gkrt_buffer {
-  // Device address on CUDA, host address on the host backend.
-  void *ptr;
-  // Size in bytes.
-  size_t size;
-} gkrt_buffer;
 
 // What a callback is called with: the node's buffers and the stream. Mirrors
 // `gkrt_callback_args` in the C API (`capi` re-exports it under that name).
@@ -194,6 +226,20 @@ typedef void (*gkrt_free_fn)(void *user_data);
 // return.
 typedef void (*gkrt_log_fn)(uint32_t level, const char *target, const char *message, void *user_data);
 
+// A device data queue's counters (`gkrt_queue_get_stats`).
+typedef struct gkrt_queue_stats {
+  // Batches pushed.
+  uint64_t pushes;
+  // Batches popped by graph runs.
+  uint64_t pops;
+  // Bytes pushed (copied to the device).
+  uint64_t bytes_pushed;
+  // Time pushes waited for a free slot, in nanoseconds.
+  uint64_t push_wait_ns;
+  // Time pops waited for a batch, in nanoseconds.
+  uint64_t pop_wait_ns;
+} gkrt_queue_stats;
+
 // Which backend a runtime uses.
 typedef uint32_t gkrt_device_kind;
 
@@ -203,8 +249,14 @@ typedef uint32_t gkrt_memory_mode;
 // How a runtime's device pool grows (`gkrt_config.pool_growth`).
 typedef uint32_t gkrt_pool_growth;
 
-// Runtime configuration. Fill with `gkrt_config_init`, then change what you need.
+// Runtime configuration. Fill with `gkrt_config_init` (or `gkrt_config_init_sized`), then
+// change what you need. Fields are only ever added at the end: `struct_size` tells the library
+// which ones the program's header has (see `gkrt_config_init_sized`).
 typedef struct gkrt_config {
+  // Bytes of this struct as the program's header declares it; set by the init functions.
+  // The library reads only that many bytes: fields a program's older header lacks keep their
+  // defaults, and fields a newer header has must be zero for a library that lacks them.
+  uint64_t struct_size;
   // GKRT_DEVICE_AUTO (default), _HOST or _CUDA. The environment variable GKRT_DEVICE
   // (auto|host|cuda) overrides it.
   gkrt_device_kind device;
@@ -232,8 +284,11 @@ typedef struct gkrt_config {
 } gkrt_config;
 
 // Memory and execution statistics of a runtime (`gkrt_runtime_stats`). Byte figures count
-// allocations rounded up to 256 bytes.
+// allocations rounded up to 256 bytes. Fields are only ever added at the end.
 typedef struct gkrt_stats {
+  // Bytes of this struct the library filled (set by the library): fields past it were not
+  // filled (a library older than the program's header) and read as zero.
+  uint64_t struct_size;
   // Bytes in live allocations.
   uint64_t allocated_bytes;
   // Bytes the pool holds from the device (live allocations + cached free blocks).
@@ -358,9 +413,134 @@ typedef struct gkrt_stats {
 // inputs: a (m×k), b (k×n); outputs: a·b (m×n), row-major; params: uint32_t m, n, k.
 #define GKRT_BUILTIN_MATMUL 6
 
+// Every rank's input reduced (`op`) into every rank's output; in place when they are one tensor.
+#define GKRT_COLLECTIVE_ALL_REDUCE 0
+
+// The root's input (`root_or_peer`) copied into every rank's output.
+#define GKRT_COLLECTIVE_BROADCAST 1
+
+// Every rank's input reduced into the root's output; other ranks' outputs are left as they were.
+#define GKRT_COLLECTIVE_REDUCE 2
+
+// Every rank's input concatenated in rank order into every rank's output (nranks times larger).
+#define GKRT_COLLECTIVE_ALL_GATHER 3
+
+// Every rank's input (nranks equal slices) reduced; rank r's output gets slice r.
+#define GKRT_COLLECTIVE_REDUCE_SCATTER 4
+
+// The input sent to rank `root_or_peer` (no output); matched in order by its receive.
+#define GKRT_COLLECTIVE_SEND 5
+
+// The output received from rank `root_or_peer` (no input).
+#define GKRT_COLLECTIVE_RECV 6
+
+#define GKRT_REDUCE_SUM 0
+
+#define GKRT_REDUCE_PROD 1
+
+#define GKRT_REDUCE_MIN 2
+
+#define GKRT_REDUCE_MAX 3
+
+// The sum divided by the number of ranks (integers: truncated).
+#define GKRT_REDUCE_AVG 4
+
+#define GKRT_DTYPE_F32 0
+
+#define GKRT_DTYPE_F16 1
+
+#define GKRT_DTYPE_BF16 2
+
+#define GKRT_DTYPE_I32 3
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Queues one run of a finalized graph of this runtime and returns without waiting for it. The
+// run starts after the work queued so far on `stream` (a native stream: `CUstream` on CUDA; on
+// the host backend a stream from `gkrt_stream_create` or another token gkrt handed out; NULL:
+// gkrt's own compute stream), and work queued on `stream` after this call runs after the run:
+// the host orders its later work on that stream, or waits with `gkrt_graph_wait`. gkrt runs the
+// graph on its compute stream, joined to `stream` by events, so transient buffers go back to
+// the pool in stream order, never before the device is done with them. Two asynchronous runs of
+// one graph in flight are ordered (run in the order queued, whatever their streams); a
+// synchronous run, a tensor write or read, an unbind or the graph's release waits for them first.
+// Errors found while queueing (as for `gkrt_runtime_run`) are returned here, after the queued
+// part has drained; a failure on the device (a kernel fault, a host callback returning
+// non-zero on the host backend) is returned by `gkrt_graph_wait`, or by the next call that waits
+// for the compute stream (a synchronous run, a tensor write or read, `gkrt_runtime_synchronize`).
+// A graph that swaps (its working set exceeds the memory limit) runs only synchronously:
+// GKRT_STATUS_INVALID_STATE. GKRT_STATUS_INVALID_ARGUMENT for a graph of another runtime or a
+// stream the host backend does not know. The graph is locked for the call; `stream` must stay
+// valid until the run has finished.
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_run_async(struct gkrt_runtime *runtime,
+                                        struct gkrt_graph *graph,
+                                        void *stream);
+
+// Waits until the graph's asynchronous runs (and whatever gkrt queued before them on its
+// compute stream) have finished, and returns a failure the device raised in them
+// (GKRT_STATUS_CALLBACK_FAILED for a host callback, GKRT_STATUS_DEVICE for a device error).
+// Returns at once after a synchronous run. GKRT_STATUS_INVALID_STATE for a graph that was never
+// run; GKRT_STATUS_INVALID_ARGUMENT for a graph of another runtime.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_wait(struct gkrt_runtime *runtime,
+                                 struct gkrt_graph *graph);
+
+// Makes a stream on the runtime's device: `*out` receives its native handle (a `CUstream` on
+// CUDA, a token on the host backend) for `gkrt_runtime_run_async`, `gkrt_launch_kernel`,
+// `gkrt_malloc` and the rest. It lives until the runtime is released (gkrt destroys it then).
+// GKRT_STATUS_INVALID_ARGUMENT for a NULL `out`. Thread-safe.
+GKRT_MUST_USE enum gkrt_status gkrt_stream_create(struct gkrt_runtime *runtime, void **out);
+
+// Blocks until the work queued on `stream` (NULL: gkrt's compute stream) has run, and returns
+// the first failure raised there since the last wait. GKRT_STATUS_INVALID_ARGUMENT for a stream
+// the host backend does not know. Thread-safe.
+GKRT_MUST_USE enum gkrt_status gkrt_stream_synchronize(struct gkrt_runtime *runtime, void *stream);
+
+// Binds an input, parameter or output tensor of a finalized graph to `bytes` bytes of device
+// memory at `device_ptr` that the host owns (from `cuMemAlloc`, PyTorch's `data_ptr()`,
+// `gkrt_malloc`, ...; `bytes` at least the tensor's size). Runs then read and write the tensor
+// there, in place: no copy, no pool memory. The host keeps the memory alive while it is bound;
+// gkrt never swaps, moves or frees a bound tensor, and bound tensors are outside the memory
+// budget: they hold no pool memory (so they are not in `gkrt_runtime_stats`' allocated bytes),
+// and the planned arena and the swap plan never place or move them. An input or parameter's
+// contents are the memory's own from the bind on (it counts as written). A block the tensor
+// held in the pool before goes back to it. Call again with another pointer to rebind between
+// runs; `gkrt_graph_write_tensor` / `gkrt_graph_read_tensor` still work and copy into or out of
+// the bound memory. A planned graph replayed as a CUDA graph keeps one capture per set of bound
+// addresses (up to 16): after a rebind to addresses it has not run with, its next run captures
+// again (the cost of an ordinary run plus the capture); rebinding to addresses seen before
+// replays their capture. A rebind while an asynchronous run is in flight applies to later runs:
+// the host keeps the old memory alive until that run has finished (`gkrt_graph_wait`).
+// Errors, each with the tensor named in the message: GKRT_STATUS_INVALID_ARGUMENT for a NULL
+// `device_ptr`, `bytes` smaller than the tensor, an intermediate, or a tensor of another graph;
+// GKRT_STATUS_INVALID_STATE for a graph not finalized yet, or one that swaps (its working set
+// exceeds the memory limit: its swap plan moves persistent tensors, so nothing can be bound).
+// gkrt cannot tell a made-up device address from a real one (the driver cannot either): the
+// pointer is the caller's contract. The graph is locked for the call (calls on one graph from
+// several threads are serialised).
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_bind_tensor(struct gkrt_graph *graph,
+                                        gkrt_tensor tensor,
+                                        void *device_ptr,
+                                        size_t bytes);
+
+// Unbinds a tensor bound by `gkrt_graph_bind_tensor` (a no-op for one that is not bound).
+// Waits until no work gkrt queued uses the memory, so the host may free it once this
+// returns. The tensor then has no contents: write it, or let a run produce it (into a block
+// of the pool, as if it had never been bound). Errors as for `gkrt_graph_bind_tensor`.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_unbind_tensor(struct gkrt_graph *graph,
+                                          gkrt_tensor tensor);
+
+// Whether a tensor is bound: `*out` receives 1 or 0. GKRT_STATUS_INVALID_ARGUMENT for a
+// NULL `out` or a tensor of another graph.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_tensor_is_bound(const struct gkrt_graph *graph,
+                                            gkrt_tensor tensor,
+                                            uint32_t *out);
 
 // Copies the calling thread's last error message into `buf` (NUL-terminated, truncated to
 // `len - 1` bytes) and returns the message's full length in bytes, without the NUL.
@@ -368,6 +548,106 @@ extern "C" {
 // next failing call on this thread; it names the tensor, node or size at fault.
 // Thread-safe: each thread has its own last error.
 size_t gkrt_last_error_message(char *buf, size_t len);
+
+// Writes a fresh unique id to `*out` (`ncclGetUniqueId`): one rank makes it and shares the bytes
+// with the others by its own means (MPI, a file, a TCP store); every rank then calls
+// `gkrt_comm_init_rank` with it. On the host backend the ranks are runtimes of this process
+// (threads): the id names a meeting place in it, used up once every rank has joined.
+GKRT_MUST_USE
+enum gkrt_status gkrt_comm_get_unique_id(struct gkrt_runtime *runtime,
+                                         struct gkrt_unique_id *out);
+
+// Joins the communicator of `id` as `rank` of `nranks` on `runtime`'s device
+// (`ncclCommInitRank`) and writes its handle to `*out`. Blocks until every rank has joined,
+// at most `timeout_ms` (0: 300000 ms); the same bound applies to every later wait for other
+// ranks (a collective some rank never reaches), after which the communicator is aborted and
+// the call that waited fails with GKRT_STATUS_PEER_FAILED. A rank out of range, a rank that
+// joined already, or an `nranks` other than the first rank's is GKRT_STATUS_INVALID_ARGUMENT; a
+// backend without communicators is GKRT_STATUS_UNSUPPORTED. Release with `gkrt_comm_release`;
+// the communicator keeps the runtime alive.
+GKRT_MUST_USE
+enum gkrt_status gkrt_comm_init_rank(struct gkrt_runtime *runtime,
+                                     const struct gkrt_unique_id *id,
+                                     uint32_t rank,
+                                     uint32_t nranks,
+                                     uint32_t timeout_ms,
+                                     struct gkrt_comm **out);
+
+// The communicator's rank and number of ranks (either pointer may be NULL).
+GKRT_MUST_USE
+enum gkrt_status gkrt_comm_rank(const struct gkrt_comm *comm,
+                                uint32_t *rank,
+                                uint32_t *nranks);
+
+// Aborts the communicator for every rank (`ncclCommAbort`): collectives any rank is waiting in
+// or queues later fail with GKRT_STATUS_PEER_FAILED instead of hanging. Call it when this rank
+// cannot go on (its step failed), so the others stop waiting for it. The handle stays valid
+// until released; make a new communicator (new unique id) to go on.
+GKRT_MUST_USE enum gkrt_status gkrt_comm_abort(struct gkrt_comm *comm);
+
+// Releases the handle. Graphs with collective nodes over the communicator keep it; once none
+// does, this rank leaves it, and ranks still waiting for this one fail with
+// GKRT_STATUS_PEER_FAILED. NULL is a no-op; releasing twice is GKRT_STATUS_INVALID_ARGUMENT.
+GKRT_MUST_USE enum gkrt_status gkrt_comm_release(struct gkrt_comm *comm);
+
+// Appends a collective node over `comm` (a communicator of the graph's runtime): `collective`
+// is a GKRT_COLLECTIVE_*, `op` a GKRT_REDUCE_* (read by all-reduce, reduce and
+// reduce-scatter), `root_or_peer` the root of a broadcast or reduce and the peer of a send or
+// receive, `dtype` a GKRT_DTYPE_*. It takes one input and one output tensor (send: only an
+// input; receive: only an output); the same tensor as both is in place (all-reduce, broadcast,
+// reduce). The element count follows from the input's size (its slice's, for reduce-scatter);
+// the output's size must be what NCCL writes (all-gather: nranks times the input). Every rank
+// must add the same collectives in the same order. Several inputs fused into one collective are
+// not supported yet (GKRT_STATUS_INVALID_ARGUMENT says so).
+//
+// The node runs on the runtime's communication stream after the nodes before it; later nodes
+// that touch neither its input nor its output run meanwhile. Graphs with collective nodes run
+// in dynamic mode within their memory limit: planned mode, or a graph that would need to swap,
+// is GKRT_STATUS_UNSUPPORTED at `gkrt_graph_finalize`. A run that fails aborts the graph's
+// communicators (the other ranks' runs fail with GKRT_STATUS_PEER_FAILED instead of waiting);
+// a run that fails because another rank did returns GKRT_STATUS_PEER_FAILED. The graph keeps
+// `comm` alive. On success `*node_out` (may be NULL) receives the node's index.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_add_collective(struct gkrt_graph *graph,
+                                           const struct gkrt_comm *comm,
+                                           gkrt_collective collective,
+                                           gkrt_reduce_op op,
+                                           uint32_t root_or_peer,
+                                           gkrt_dtype dtype,
+                                           const gkrt_tensor *inputs,
+                                           size_t num_inputs,
+                                           const gkrt_tensor *outputs,
+                                           size_t num_outputs,
+                                           uint32_t *node_out);
+
+// Launches `kernel` once, outside any graph, on device memory the caller owns: `inputs`,
+// `outputs` (device pointers and sizes, as a callback sees them) and, for device functions,
+// `launch` (as for `gkrt_graph_add_kernel`: the kernel's parameters are one pointer per input,
+// output and workspace, then the parameter blob). Any kind of kernel: a built-in (checked as a
+// node is: arity, sizes, parameters), PTX, cubin, CUDA source, or a host callback (called as
+// for a node, with `args->node` = UINT32_MAX; on the host backend when the stream reaches it,
+// on CUDA now, with the CUstream). It is queued on `stream` (a native stream: `CUstream` on
+// CUDA; on the host backend a token from `gkrt_stream_create` or a callback's `args->stream`;
+// NULL: gkrt's compute stream, where graphs run) and this returns without waiting. Workspaces
+// of `workspace_sizes` bytes come from the runtime's pool on `stream` and go back to it in
+// stream order as soon as the launch is queued (later work on `stream` may reuse them; work on
+// another stream only after the launch has run). A failure on the device (a callback's
+// non-zero status on the host backend) surfaces at the next synchronisation of `stream`
+// (`gkrt_stream_synchronize`). GKRT_STATUS_INVALID_ARGUMENT, with the buffer or rule named, for
+// a NULL buffer, a size of 0, a built-in's wrong arity or sizes, a kernel of another runtime,
+// or an unknown stream; GKRT_STATUS_OUT_OF_MEMORY for workspaces that do not fit. Nothing is
+// queued after a failure. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_launch_kernel(struct gkrt_runtime *runtime,
+                                    const struct gkrt_kernel *kernel,
+                                    void *stream,
+                                    const struct gkrt_buffer *inputs,
+                                    size_t num_inputs,
+                                    const struct gkrt_buffer *outputs,
+                                    size_t num_outputs,
+                                    const uint64_t *workspace_sizes,
+                                    size_t num_workspaces,
+                                    const struct gkrt_launch *launch);
 
 // Creates an empty graph on `runtime`. `*out` receives a handle the caller releases with
 // `gkrt_graph_release`; the graph keeps the runtime alive.
@@ -529,6 +809,77 @@ GKRT_MUST_USE enum gkrt_status gkrt_kernel_release(struct gkrt_kernel *kernel);
 // changes may still reach the previous callback, so keep `user_data` valid until then.
 GKRT_MUST_USE enum gkrt_status gkrt_set_log_callback(gkrt_log_fn callback, void *user_data);
 
+// Creates a device data queue on `runtime`: `capacity` slots (1 .. 65536), each one batch of
+// `num_buffers` device buffers of `sizes[i]` bytes, taken from the runtime's pool now (they
+// count against its memory limit while the queue lives). Host threads fill it with
+// `gkrt_queue_push`; graphs empty it (`gkrt_graph_add_queue_pop`), waiting up to
+// `pop_timeout_ms` for a batch. `name` (may be NULL) appears in messages. `*out` receives a
+// handle the caller releases with `gkrt_queue_release`; the queue keeps the runtime alive.
+// GKRT_STATUS_INVALID_ARGUMENT for a capacity or size out of range, or NULL arrays;
+// GKRT_STATUS_OUT_OF_MEMORY when the slots do not fit. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_queue_create(struct gkrt_runtime *runtime,
+                                   const char *name,
+                                   size_t capacity,
+                                   const uint64_t *sizes,
+                                   size_t num_buffers,
+                                   uint32_t pop_timeout_ms,
+                                   struct gkrt_queue **out);
+
+// Releases a queue handle. Graphs that pop from the queue keep it alive until they are
+// released; its device slots and pinned staging go back once the last user is gone. Waiters
+// still blocked keep it alive too: close it first to wake them. NULL is a no-op.
+GKRT_MUST_USE enum gkrt_status gkrt_queue_release(struct gkrt_queue *queue);
+
+// Pushes one batch: `buffers[i]` points to `sizes[i]` bytes of host memory (the sizes given
+// at creation), `num_buffers` of them. The batch is copied, on the queue's own copy stream,
+// into the next free slot: with `pinned` non-zero the buffers are page-locked host memory
+// (`cuMemHostAlloc`, or any memory on the host backend) copied directly, and this returns when
+// the copy is done; otherwise they are copied into the slot's pinned staging area first and
+// the call returns once the device copy is queued. Either way the caller may reuse its buffers
+// when this returns. Blocks up to `timeout_ms` while the queue is full: then
+// GKRT_STATUS_INVALID_STATE with "timed out" in the message. A closed queue (before or while
+// waiting): GKRT_STATUS_INVALID_STATE with "closed" in the message. GKRT_STATUS_INVALID_ARGUMENT
+// for a wrong number of buffers or a NULL one. Thread-safe; pushes from several threads are
+// taken one at a time, in the order they get the queue.
+GKRT_MUST_USE
+enum gkrt_status gkrt_queue_push(struct gkrt_queue *queue,
+                                 const void *const *buffers,
+                                 size_t num_buffers,
+                                 uint32_t pinned,
+                                 uint32_t timeout_ms);
+
+// Closes a queue: later pushes fail; pops take the batches still queued, then fail; every
+// push and pop waiting now wakes (and fails with "closed" in its message, unless a pop finds a
+// batch). Closing twice is fine. Thread-safe.
+GKRT_MUST_USE enum gkrt_status gkrt_queue_close(struct gkrt_queue *queue);
+
+// The queue's counters: pushes, pops, bytes pushed, and the time each side waited.
+// GKRT_STATUS_INVALID_ARGUMENT for a NULL `out`. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_queue_get_stats(const struct gkrt_queue *queue,
+                                      struct gkrt_queue_stats *out);
+
+// Makes every run of a finalized graph pop one batch of `queue` into the input or parameter
+// tensors `tensors` (one per buffer of the batch, in order, sizes equal): at the start of each
+// run (`gkrt_runtime_run` or `gkrt_runtime_run_async`) the graph takes the queue's next batch,
+// waiting up to the queue's pop timeout on the host for one to be pushed, and those tensors
+// are bound to the slot's device buffers — the nodes read the batch in place, with no copy.
+// The run waits for the slot's copy on the device, not on the host; once the run is queued the
+// slot is free for the next push, whose copy waits for the run on the device. A run that fails
+// before it is queued leaves its batch at the queue's head; a run that finds the queue empty
+// past the timeout, or closed and empty, fails with GKRT_STATUS_INVALID_STATE ("timed out" /
+// "closed"). Planned graphs replayed as CUDA graphs keep one capture per slot (each made at the
+// slot's first run after the first). Errors, naming the queue or tensor:
+// GKRT_STATUS_INVALID_ARGUMENT for a queue of another runtime, a count or size that differs
+// from the queue's, an intermediate or output, a tensor popped into already;
+// GKRT_STATUS_INVALID_STATE for a graph not finalized or one that swaps (as for binding).
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_add_queue_pop(struct gkrt_graph *graph,
+                                          struct gkrt_queue *queue,
+                                          const gkrt_tensor *tensors,
+                                          size_t num_tensors);
+
 // Allocates `size` bytes of device memory from the runtime's pool, for use in stream order on
 // `stream`, like `cuMemAllocAsync`: the native stream handle (`CUstream` / `cudaStream_t` on
 // CUDA, where NULL is the legacy default stream; on the host backend NULL is its default stream,
@@ -593,8 +944,18 @@ const char *gkrt_version(void);
 // values give "GKRT_STATUS_UNKNOWN".
 const char *gkrt_status_name(int32_t status);
 
-// Fills `config` with the defaults (see `gkrt_config`). NULL is an error.
+// Fills `config` with the defaults (see `gkrt_config`), as the first version of the struct
+// (56 bytes: `struct_size` .. `host_memory_limit`, which is `sizeof(gkrt_config)` in this
+// header), and sets `struct_size`. NULL is an error. Programs that use fields added later call
+// `gkrt_config_init_sized(config, sizeof *config)`.
 GKRT_MUST_USE enum gkrt_status gkrt_config_init(struct gkrt_config *config);
+
+// Fills the caller's `size` bytes at `config` (`sizeof` of its `gkrt_config`) with the
+// defaults and sets `struct_size` to the bytes filled: a struct from an older header gets
+// only its fields, one from a newer header gets this library's fields and zeros after them
+// (the default of every field added later). `size` below 56 (the first version) or above
+// 65536 is GKRT_STATUS_INVALID_ARGUMENT; NULL is an error.
+GKRT_MUST_USE enum gkrt_status gkrt_config_init_sized(struct gkrt_config *config, size_t size);
 
 // Creates a runtime. `config` may be NULL for the defaults. On success `*out` receives a
 // handle the caller owns and releases with `gkrt_runtime_release`; on failure `*out` is left
@@ -619,10 +980,23 @@ GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_device(const struct gkrt_runtime *runtime,
                                      gkrt_device_kind *out);
 
-// Copies the runtime's statistics into `*out`.
+// Copies the runtime's statistics into `*out` as the first version of `gkrt_stats` (224
+// bytes: `struct_size` .. `tensors_recomputed`, which is `sizeof(gkrt_stats)` in this header),
+// `struct_size` set to 224. Programs that read fields added later call
+// `gkrt_runtime_stats_sized(runtime, out, sizeof *out)`.
 GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_stats(const struct gkrt_runtime *runtime,
                                     struct gkrt_stats *out);
+
+// Copies the runtime's statistics into the caller's `size` bytes at `out` (`sizeof` of its
+// `gkrt_stats`) and sets `out->struct_size` to the bytes filled: a struct from an older header
+// gets only its fields; one from a newer header gets this library's and zeros after them
+// (check `struct_size` before trusting a newer field). `size` below 224 (the first version) or
+// above 65536 is GKRT_STATUS_INVALID_ARGUMENT.
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_stats_sized(const struct gkrt_runtime *runtime,
+                                          struct gkrt_stats *out,
+                                          size_t size);
 
 // Sets the peak statistics to the current values.
 GKRT_MUST_USE enum gkrt_status gkrt_runtime_reset_peak_stats(struct gkrt_runtime *runtime);
@@ -640,6 +1014,52 @@ GKRT_MUST_USE enum gkrt_status gkrt_runtime_synchronize(struct gkrt_runtime *run
 GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_run(struct gkrt_runtime *runtime,
                                   struct gkrt_graph *graph);
+
+// Records the runtime's pool events — allocations, frees, segments and pages taken and given
+// back, out-of-memory failures, swaps — into a ring of the last `capacity` events, for the
+// `device_traces` of `gkrt_runtime_dump_snapshot`; 0 stops recording. Each call starts an
+// empty ring (what was recorded is dropped). The ring is allocated here, once: recording costs
+// a few stores per event and no allocation, and nothing while it is off (the default).
+// `capacity` above 16,777,216 (2^24, 640 MiB of events) is GKRT_STATUS_INVALID_ARGUMENT.
+// Thread-safe (takes the runtime's lock).
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_record_history(struct gkrt_runtime *runtime,
+                                             uint64_t capacity);
+
+// Writes a snapshot of the runtime's device memory to the file `path` (created or truncated),
+// as the pickle PyTorch's `torch.cuda.memory._dump_snapshot` writes, so
+// `torch.cuda._memory_viz` and PyTorch's memory viewer read it: `segments` (each plain segment
+// and virtual range with its blocks in address order; a block's `frames` name the tensor and
+// the node that writes it, a node's workspace, a planned arena, or `gkrt_malloc`) and
+// `device_traces` (the events recorded since `gkrt_runtime_record_history`; empty lists when
+// off). The sum of the `active_allocated` blocks' sizes equals `gkrt_stats.allocated_bytes`.
+// Pinned host memory is not included. `path` must be UTF-8; a file that cannot be written is
+// GKRT_STATUS_INVALID_ARGUMENT naming it. Thread-safe (takes the runtime's lock).
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_dump_snapshot(struct gkrt_runtime *runtime,
+                                            const char *path);
+
+// Starts collecting a trace of the runtime's runs: from now on every run is timed with device
+// events (a pair around each node, swap copy and recompute) and, when it ends, adds its slices
+// to the trace. A trace already being collected is dropped and a new one started. Tracing
+// costs the events and, per run, reading them after the run has finished; runs are not
+// timed while no trace is collected. Thread-safe (takes the runtime's lock).
+GKRT_MUST_USE enum gkrt_status gkrt_runtime_trace_begin(struct gkrt_runtime *runtime);
+
+// Stops collecting and writes the trace to the file `path` (created or truncated) as Chrome's
+// trace-event JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open: one track per
+// stream ("compute stream", "copy in", "copy out", and "communication", empty until
+// collectives exist), a slice per node (named as messages name it, with its input and output
+// bytes), per swap copy (the tensor and its bytes) and per recompute; counter tracks
+// "allocated bytes", "reserved bytes" and "pinned bytes" sampled at each node's end; instants
+// for fallback evictions and failed runs ("out of memory" with the message). Times are µs
+// since `gkrt_runtime_trace_begin`; device times come from events, each run placed at the host
+// time it began. A replayed planned graph is one slice "graph replay". No trace being
+// collected is GKRT_STATUS_INVALID_STATE; `path` must be UTF-8; a file that cannot be written
+// is GKRT_STATUS_INVALID_ARGUMENT naming it (the trace is then dropped). Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_runtime_trace_end(struct gkrt_runtime *runtime,
+                                        const char *path);
 
 #ifdef __cplusplus
 }  // extern "C"

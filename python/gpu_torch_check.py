@@ -47,6 +47,34 @@ def main():
     checks.append(("a reset brings the peak to the current figure",
                    after["allocated_bytes.all.peak"] == after["allocated_bytes.all.current"]
                    and after["allocated_bytes.all.peak"] <= peak_before))
+    # A snapshot of the pool in PyTorch's format, with a history of one more step, read by
+    # PyTorch's own _memory_viz.
+    gt._record_memory_history(100_000)
+    opt.zero_grad(set_to_none=True)
+    model(x).square().mean().backward()
+    opt.step()
+    torch.cuda.synchronize()
+    snap = gt.snapshot()
+    now = gt.memory_stats()
+    active = sum(b["size"] for s in snap["segments"] for b in s["blocks"]
+                 if b["state"] == "active_allocated")
+    trace = snap["device_traces"][-1]
+    checks.append(("the snapshot's active blocks add up to allocated bytes",
+                   active == now["allocated_bytes.all.current"]))
+    checks.append(("the snapshot has the runtime's segments",
+                   len(snap["segments"]) == now["segment.all.current"]))
+    checks.append(("the history recorded the step's allocations",
+                   any(e["action"] == "alloc" for e in trace)))
+    try:
+        from torch.cuda import _memory_viz as viz
+        viz.segsum(snap)
+        viz.trace(snap)
+        viz.trace_plot(snap)
+        checks.append(("torch.cuda._memory_viz reads the snapshot (segsum, trace, trace_plot)", True))
+    except Exception as e:  # noqa: BLE001 - any failure of PyTorch's tools is the finding
+        print(f"_memory_viz: {type(e).__name__}: {e}")
+        checks.append(("torch.cuda._memory_viz reads the snapshot (segsum, trace, trace_plot)", False))
+    gt._record_memory_history(0)
     for what, ok in checks:
         print(f"{'ok  ' if ok else 'FAIL'} {what}")
     print(f"gkrt.torch: peak allocated {peak_before} B, reserved peak {stats['reserved_bytes.all.peak']} B, "

@@ -16,6 +16,9 @@ pub enum Error {
     CallbackFailed(String),
     Unsupported(String),
     Internal(String),
+    /// Another rank of a communicator failed (or disagreed, or timed out); the communicator is
+    /// aborted.
+    PeerFailed(String),
 }
 
 impl Error {
@@ -29,7 +32,8 @@ impl Error {
             | Error::Compile(m)
             | Error::CallbackFailed(m)
             | Error::Unsupported(m)
-            | Error::Internal(m) => m,
+            | Error::Internal(m)
+            | Error::PeerFailed(m) => m,
         }
     }
 
@@ -46,6 +50,7 @@ impl Error {
             Error::CallbackFailed(m) => Error::CallbackFailed(wrap(m)),
             Error::Unsupported(m) => Error::Unsupported(wrap(m)),
             Error::Internal(m) => Error::Internal(wrap(m)),
+            Error::PeerFailed(m) => Error::PeerFailed(wrap(m)),
         }
     }
 }

@@ -16,6 +16,9 @@ by `close()` or at the end of a `with` block; a closed object raises `GkrtError`
 """
 
 import ctypes
+import os
+import pickle
+import tempfile
 
 from . import _lib
 from ._lib import lib
@@ -25,6 +28,7 @@ __all__ = ["GkrtError", "Runtime", "Graph", "Kernel", "version", "STATUS_NAMES"]
 STATUS_NAMES = {
     0: "OK", 1: "INVALID_ARGUMENT", 2: "INVALID_STATE", 3: "OUT_OF_MEMORY", 4: "NO_DEVICE",
     5: "DEVICE_ERROR", 6: "COMPILE_ERROR", 7: "CALLBACK_FAILED", 8: "UNSUPPORTED", 9: "INTERNAL",
+    10: "PEER_FAILED",
 }
 _DEVICES = {"auto": 0, "host": 1, "cuda": 2}
 _MODES = {"dynamic": 0, "planned": 1}
@@ -114,12 +118,12 @@ class Runtime(_Handle):
 
     def __init__(self, device="auto", memory_limit=0, memory_mode="dynamic", **config):
         cfg = _lib.Config()
-        _check(lib.gkrt_config_init(ctypes.byref(cfg)))
+        _check(lib.gkrt_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg)))
         cfg.device = _choice(_DEVICES, device, "device")
         cfg.memory_limit = memory_limit
         cfg.memory_mode = _choice(_MODES, memory_mode, "memory_mode")
         for name, value in config.items():
-            if name not in dict(_lib.Config._fields_):
+            if name not in dict(_lib.Config._fields_) or name == "struct_size":
                 raise TypeError(f"gkrt_config has no field {name!r}")
             setattr(cfg, name, value)
         h = ctypes.c_void_p()
@@ -142,7 +146,7 @@ class Runtime(_Handle):
     def stats(self):
         """The runtime's statistics (`gkrt_stats`) as a dict."""
         s = _lib.Stats()
-        _check(lib.gkrt_runtime_stats(self.handle, ctypes.byref(s)))
+        _check(lib.gkrt_runtime_stats_sized(self.handle, ctypes.byref(s), ctypes.sizeof(s)))
         return {name: getattr(s, name) for name in _lib.STATS_FIELDS}
 
     def reset_peak_stats(self):
@@ -156,6 +160,31 @@ class Runtime(_Handle):
         n = ctypes.c_uint64()
         _check(lib.gkrt_runtime_release_cached(self.handle, ctypes.byref(n)))
         return n.value
+
+    def record_history(self, capacity):
+        """Records the pool's last `capacity` events for snapshots' `device_traces` (0: off)."""
+        _check(lib.gkrt_runtime_record_history(self.handle, capacity))
+
+    def dump_snapshot(self, path):
+        """Writes a memory snapshot in PyTorch's format (the pickle of
+        `torch.cuda.memory._dump_snapshot`) to `path`."""
+        _check(lib.gkrt_runtime_dump_snapshot(self.handle, os.fsencode(path)))
+
+    def snapshot(self):
+        """The memory snapshot as PyTorch's `torch.cuda.memory._snapshot()` returns it."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "snapshot.pickle")
+            self.dump_snapshot(path)
+            with open(path, "rb") as f:
+                return pickle.load(f)
+
+    def trace_begin(self):
+        """Starts collecting a trace of runs (Chrome trace-event JSON)."""
+        _check(lib.gkrt_runtime_trace_begin(self.handle))
+
+    def trace_end(self, path):
+        """Stops collecting and writes the trace to `path` (Perfetto opens it)."""
+        _check(lib.gkrt_runtime_trace_end(self.handle, os.fsencode(path)))
 
     def graph(self):
         """A new, empty graph of this runtime."""
@@ -184,6 +213,12 @@ class Runtime(_Handle):
         """Runs a finalized graph once and waits for it."""
         _check(lib.gkrt_runtime_run(self.handle, graph.handle))
 
+    def run_async(self, graph, stream=None):
+        """Queues one run of `graph` after the work on native stream `stream` (an int handle,
+        e.g. `torch.cuda.current_stream().cuda_stream`; None: gkrt's own) and returns; work
+        queued on `stream` afterwards runs after it. `graph.wait()` waits for it."""
+        _check(lib.gkrt_runtime_run_async(self.handle, graph.handle, stream))
+
 
 class Graph(_Handle):
     """A graph of one runtime: tensors (ids) and kernel nodes, then `finalize()` and runs."""
@@ -195,6 +230,7 @@ class Graph(_Handle):
         _check(lib.gkrt_graph_create(runtime.handle, ctypes.byref(h)))
         super().__init__(h.value)
         self._sizes = {}
+        self._runtime = runtime
 
     def tensor(self, size, kind, name=None):
         """A tensor of `size` bytes; `kind` "input", "parameter", "intermediate" or "output".
@@ -240,6 +276,19 @@ class Graph(_Handle):
         i = _lib.GraphInfo()
         _check(lib.gkrt_graph_get_info(self.handle, ctypes.byref(i)))
         return {name: getattr(i, name) for name, _ in _lib.GraphInfo._fields_}
+
+    def bind(self, tensor, device_ptr, size=None):
+        """Runs read and write `tensor` in place at device address `device_ptr` (an int, e.g.
+        a PyTorch tensor's `data_ptr()`) of `size` bytes (default: the tensor's size)."""
+        n = size if size is not None else self._sizes.get(tensor, 0)
+        _check(lib.gkrt_graph_bind_tensor(self.handle, tensor, device_ptr, n))
+
+    def unbind(self, tensor):
+        _check(lib.gkrt_graph_unbind_tensor(self.handle, tensor))
+
+    def wait(self):
+        """Waits for the graph's asynchronous runs; raises what failed in them."""
+        _check(lib.gkrt_graph_wait(self._runtime.handle, self.handle))
 
     def write(self, tensor, data):
         """Copies a bytes-like object (bytes, bytearray, memoryview, array, numpy array) of the

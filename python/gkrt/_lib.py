@@ -14,7 +14,8 @@ c_u32, c_u64, c_size, c_void_p, c_char_p = (
 
 
 class Config(ctypes.Structure):
-    _fields_ = [("device", c_u32), ("device_ordinal", c_u32), ("memory_limit", c_u64),
+    # struct_size first (include/gkrt.h): set by gkrt_config_init_sized to ctypes.sizeof(Config).
+    _fields_ = [("struct_size", c_u64), ("device", c_u32), ("device_ordinal", c_u32), ("memory_limit", c_u64),
                 ("memory_mode", c_u32), ("log_level", c_u32), ("host_jitter_us", c_u32),
                 ("pool_growth", c_u32), ("seed", c_u64), ("host_memory_limit", c_u64)]
 
@@ -31,13 +32,15 @@ STATS_FIELDS = [
 
 
 class Stats(ctypes.Structure):
-    _fields_ = [(name, c_u64) for name in STATS_FIELDS]
+    # struct_size first: the bytes the library filled (gkrt_runtime_stats_sized).
+    _fields_ = [("struct_size", c_u64)] + [(name, c_u64) for name in STATS_FIELDS]
 
 
 class GraphInfo(ctypes.Structure):
     _fields_ = [("num_tensors", c_u64), ("num_nodes", c_u64), ("finalized", c_u32),
                 ("peak_node", c_u32), ("persistent_bytes", c_u64),
-                ("peak_transient_bytes", c_u64), ("transient_total_bytes", c_u64)]
+                ("peak_transient_bytes", c_u64), ("transient_total_bytes", c_u64),
+                ("min_memory_limit", c_u64)]
 
 
 class Launch(ctypes.Structure):
@@ -74,6 +77,8 @@ _signatures = {
     "gkrt_status_name": (c_char_p, [ctypes.c_int]),
     "gkrt_last_error_message": (c_size, [ctypes.c_char_p, c_size]),
     "gkrt_config_init": (ctypes.c_int, [_P(Config)]),
+    "gkrt_config_init_sized": (ctypes.c_int, [_P(Config), c_size]),
+    "gkrt_runtime_stats_sized": (ctypes.c_int, [c_void_p, _P(Stats), c_size]),
     "gkrt_runtime_create": (ctypes.c_int, [_P(Config), _P(c_void_p)]),
     "gkrt_runtime_release": (ctypes.c_int, [c_void_p]),
     "gkrt_runtime_device": (ctypes.c_int, [c_void_p, _P(c_u32)]),
@@ -82,6 +87,12 @@ _signatures = {
     "gkrt_runtime_synchronize": (ctypes.c_int, [c_void_p]),
     "gkrt_runtime_run": (ctypes.c_int, [c_void_p, c_void_p]),
     "gkrt_runtime_release_cached": (ctypes.c_int, [c_void_p, _P(c_u64)]),
+    "gkrt_malloc": (ctypes.c_int, [c_void_p, c_size, c_void_p, _P(c_void_p)]),
+    "gkrt_free": (ctypes.c_int, [c_void_p, c_void_p, c_void_p]),
+    "gkrt_runtime_record_history": (ctypes.c_int, [c_void_p, c_u64]),
+    "gkrt_runtime_dump_snapshot": (ctypes.c_int, [c_void_p, c_char_p]),
+    "gkrt_runtime_trace_begin": (ctypes.c_int, [c_void_p]),
+    "gkrt_runtime_trace_end": (ctypes.c_int, [c_void_p, c_char_p]),
     "gkrt_torch_runtime": (ctypes.c_int, [ctypes.c_int, _P(c_void_p)]),
     "gkrt_graph_create": (ctypes.c_int, [c_void_p, _P(c_void_p)]),
     "gkrt_graph_release": (ctypes.c_int, [c_void_p]),
@@ -99,6 +110,12 @@ _signatures = {
     "gkrt_kernel_from_source": (ctypes.c_int, [c_void_p, c_char_p, c_char_p, _P(c_char_p), c_size,
                                                _P(c_void_p)]),
     "gkrt_kernel_release": (ctypes.c_int, [c_void_p]),
+    "gkrt_graph_bind_tensor": (ctypes.c_int, [c_void_p, c_u64, c_void_p, c_size]),
+    "gkrt_graph_unbind_tensor": (ctypes.c_int, [c_void_p, c_u64]),
+    "gkrt_runtime_run_async": (ctypes.c_int, [c_void_p, c_void_p, c_void_p]),
+    "gkrt_graph_wait": (ctypes.c_int, [c_void_p, c_void_p]),
+    "gkrt_malloc": (ctypes.c_int, [c_void_p, c_size, c_void_p, _P(c_void_p)]),
+    "gkrt_free": (ctypes.c_int, [c_void_p, c_void_p, c_void_p]),
 }
 for _name, (_res, _args) in _signatures.items():
     _f = getattr(lib, _name)

@@ -82,3 +82,23 @@ def reset_peak_memory_stats(device=None):
 __all__ = ["use_gkrt_allocator", "runtime", "memory_stats", "max_memory_allocated",
            "max_memory_reserved", "memory_allocated", "memory_reserved",
            "reset_peak_memory_stats", "GkrtError"]
+
+
+def _record_memory_history(max_entries=100_000, device=None):
+    """Starts recording the pool's events (the last `max_entries`) for snapshots, as
+    `torch.cuda.memory._record_memory_history` does; 0 stops."""
+    with runtime(device) as rt:
+        rt.record_history(max_entries)
+
+
+def snapshot(device=None):
+    """The pool as `torch.cuda.memory._snapshot()` reports PyTorch's own: a dict with
+    "segments" and "device_traces", which `torch.cuda._memory_viz` reads."""
+    with runtime(device) as rt:
+        return rt.snapshot()
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle", device=None):
+    """Writes `snapshot()` as `torch.cuda.memory._dump_snapshot` does (a pickle)."""
+    with runtime(device) as rt:
+        rt.dump_snapshot(filename)

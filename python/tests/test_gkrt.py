@@ -39,6 +39,48 @@ class GraphTest(unittest.TestCase):
             self.assertEqual(stats["runs"], 1)
             self.assertEqual(stats["nodes_launched"], 2)
 
+    def test_bound_memory_in_place_and_async_runs(self):
+        # On the host backend device memory is host memory: gkrt_malloc blocks, read and written
+        # here through ctypes, stand in for a framework's device tensors (on the GPU:
+        # data_ptr(), python/gpu_bind_check.py).
+        import ctypes
+        from gkrt._lib import lib
+        xs = [float(i % 13) - 6.0 for i in range(256)]
+        with gkrt.Runtime(device="host") as rt, rt.graph() as g:
+            ptrs = []
+            for _ in range(2):
+                p = ctypes.c_void_p()
+                self.assertEqual(lib.gkrt_malloc(rt.handle, 1024, None, ctypes.byref(p)), 0)
+                ptrs.append(p.value)
+            xbuf = (ctypes.c_float * 256).from_address(ptrs[0])
+            ybuf = (ctypes.c_float * 256).from_address(ptrs[1])
+            xbuf[:] = xs
+            x = g.tensor(1024, "input", "x")
+            y = g.tensor(1024, "output", "y")
+            with rt.builtin("scale") as scale:
+                g.add(scale, [x], [y], params=struct.pack("f", 3.0))
+            g.finalize()
+            g.bind(x, ptrs[0])
+            g.bind(y, ptrs[1])
+            allocated = rt.stats()["allocated_bytes"]
+            rt.run_async(g)
+            g.wait()
+            self.assertEqual(list(ybuf), [v * 3.0 for v in xs])
+            self.assertEqual(rt.stats()["allocated_bytes"], allocated)
+            xbuf[0] = 100.0  # changed in place, read by the next run
+            rt.run_async(g)
+            g.wait()
+            self.assertEqual(ybuf[0], 300.0)
+            with self.assertRaises(gkrt.GkrtError) as e:
+                g.bind(x, 0)
+            self.assertIn("x", str(e.exception))
+            g.unbind(x)
+            with self.assertRaises(gkrt.GkrtError):
+                rt.run(g)
+            g.unbind(y)
+            for p in ptrs:
+                self.assertEqual(lib.gkrt_free(rt.handle, p, None), 0)
+
     def test_planned_mode_and_matmul(self):
         m = n = k = 4
         a = [float(i) for i in range(m * k)]

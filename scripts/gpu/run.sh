@@ -12,6 +12,11 @@
 #           and torch in python3; BENCHMARKS.md section 3)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
+#   hostint gkrt inside a host program (benches/host_integration.c): eager launches against a
+#           cuLaunchKernel loop, asynchronous against synchronous runs, the cost of rebinding a
+#           replayed graph, a queue-fed step against one with its batch on the device and the
+#           queue's push bandwidth against the pinned link; then python/gpu_bind_check.py (a
+#           PyTorch program running a gkrt graph on its tensors by data_ptr(), on its stream)
 #   gpt2    examples_c/gpt2 (GPT-2 training written against gkrt) beside benches/gpt2_torch.py at two
 #           sizes (GPT2_SMALL, GPT2_MEDIUM: gkrt_gpt2 size flags): gkrt with no limit and at 1/2 and 1/3
 #           of its working set; PyTorch plain (its loss curve against gkrt's, same initial weights),
@@ -24,6 +29,14 @@
 #           with --recompute 1 and 2 (products too: chained recomputation needs them), GPT2_STEPS
 #           (8) steps each, every run's timeline summarised (scripts/gpu/timeline.py); logs and
 #           ratios (limited step / unconstrained step) in $OUT/gpt2swap/
+#   trace   traces of runs: benches/swap_chain with SWAP_TRACE (per swapping configuration, steps
+#           alternating untraced / traced: the medians and traced/untraced, goal <= 1.02), the
+#           last traced step's Chrome trace in $OUT/traces/*.json (open in ui.perfetto.dev) and
+#           its picture by .gpu/bin/gkrt-viz in $OUT/traces/*.svg (the README's picture)
+#   snapshot  memory snapshots: benches/history_cost (ns per recorded history event, goal <= 100),
+#           then benches/swap_chain with SWAP_SNAPSHOT (each swapping configuration's snapshot,
+#           history on, in $OUT/snapshots/) checked and drawn by torch.cuda._memory_viz
+#           (python/gpu_snapshot_check.py: block list against gkrt_stats, segsum, trace, HTML plots)
 #   sanitize  every C test and the demo under compute-sanitizer with GKRT_DEVICE=cuda, once per
 #           tool (memcheck, racecheck, synccheck, initcheck; SANITIZE_TOOLS picks), SANITIZE_JOBS
 #           (4) programs at a time: each must report "ERROR SUMMARY: 0 errors" and pass. neg_*
@@ -60,7 +73,9 @@ run_tests() {
   for f in "${failed[@]:-}"; do [ -n "$f" ] && sed -n "/^=== $f\$/,/^=== /p" "$OUT/tests.log" | tail -n 20; done
   if [ -x .gpu/bin/gkrt_unit_tests ]; then
     .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 device::cuda >"$OUT/rust_gpu_tests.log" 2>&1
-    echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" || echo 'no result line')"
+    # Above the device layer: rebinding a replayed graph (runtime/graph/binding.rs).
+    .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 runtime::graph::binding::gpu_tests >>"$OUT/rust_gpu_tests.log" 2>&1
+    echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" | tr '\n' ' ' || echo 'no result line')"
     grep -E 'FAILED|panicked' "$OUT/rust_gpu_tests.log" | head -20
     # The test that faults the context on purpose runs alone, in its own process.
     GKRT_CUDA_POISON_TEST=1 .gpu/bin/gkrt_unit_tests --ignored --exact device::cuda::tests::gpu_alone_kernel_fault_surfaces_at_sync \
@@ -247,6 +262,18 @@ run_sanitize() {
   return $status
 }
 
+# gkrt inside a host program: benches/host_integration.c, then the PyTorch binding check.
+run_hostint() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b"
+  "$CUDA_HOME/bin/nvcc" -ptx -arch=sm_90 benches/chain_kernel.cu -o "$b/chain_kernel.ptx" || return
+  cc -O2 benches/host_integration.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -lpthread -o "$b/host_integration" || return
+  "$b/host_integration" "$b/chain_kernel.ptx" ${HOSTINT_WHAT:-} 2>&1 | tee "$OUT/bench_host_integration.log"
+  PYTHONPATH="$PWD/python" GKRT_LIBRARY="${GKRT_GPU_LIB:-$PWD/.gpu/lib}/libgkrt.so" \
+    timeout 300 python3 python/gpu_bind_check.py 2>&1 | tee "$OUT/python_bind.log"
+}
+
 # GPT-2 training (examples_c/gpt2/) with gkrt beside the same network in PyTorch (the "gpt2" mode above).
 run_gpt2() {
   local b=/tmp/gkrt-gpt2 o="$OUT/gpt2"
@@ -316,6 +343,36 @@ run_python() {
     timeout 300 python3 python/gpu_torch_check.py 2>&1 | tee "$OUT/python_torch.log"
 }
 
+# Traces of runs (issue 18): the overhead of tracing on the swap chain's step, the traces and
+# their SVGs.
+run_trace() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b" "$OUT/traces"
+  cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
+  SWAP_TRACE="$OUT/traces" LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" 8192 8192 16 5 2>&1 |
+    grep -v '^\[gkrt INFO\] gkrt runtime' | tee "$OUT/trace_swap.log"
+  for j in "$OUT"/traces/*.json; do
+    [ -f "$j" ] && .gpu/bin/gkrt-viz "$j" "${j%.json}.svg" && echo "drawn: ${j%.json}.svg ($(wc -c <"${j%.json}.svg") bytes)"
+  done 2>&1 | tee -a "$OUT/trace_swap.log"
+}
+
+# Memory snapshots (issue 18): the cost of recording history, then the swap chain's snapshots
+# read by PyTorch's _memory_viz.
+run_snapshot() {
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b" "$OUT/snapshots"
+  cc -O2 benches/history_cost.c -Iinclude -L.gpu/lib -lgkrt -o "$b/history_cost" || return
+  GKRT_DEVICE=cuda "$b/history_cost" 200000 9 2>&1 | tee "$OUT/history_cost.log"
+  GKRT_DEVICE=host "$b/history_cost" 200000 9 2>&1 | tee -a "$OUT/history_cost.log"
+  cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
+  SWAP_SNAPSHOT="$OUT/snapshots" LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" 8192 8192 16 3 2>&1 |
+    grep -v '^\[gkrt INFO\] gkrt runtime' | tee "$OUT/snapshot_swap.log"
+  PYTHONPATH="$PWD/python" timeout 600 python3 python/gpu_snapshot_check.py "$OUT/snapshots" 2>&1 |
+    tee "$OUT/snapshot_check.log"
+}
+
 for w in "${what[@]}"; do
   case "$w" in
     tests) run_tests ;;
@@ -326,9 +383,12 @@ for w in "${what[@]}"; do
     workloads) run_workloads ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
+    hostint) run_hostint ;;
     gpt2) run_gpt2 ;;
     gpt2swap) run_gpt2swap ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, gpt2, gpt2swap)" ;;
+    snapshot) run_snapshot ;;
+    trace) run_trace ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, snapshot, trace)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

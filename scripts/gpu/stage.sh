@@ -26,6 +26,9 @@ for t in build/c_tests/*; do
   [ -f "$t" ] && [ -x "$t" ] && strip --strip-debug -o ".gpu/tests/$(basename "$t")" "$t"
 done
 cp build/examples_c/gkrt_demo .gpu/bin/
+# The trace-to-SVG tool (run.sh trace draws the swap chain's trace with it: no Rust there).
+cargo build --release --manifest-path tools/gkrt-viz/Cargo.toml --bin gkrt-viz
+strip -o .gpu/bin/gkrt-viz tools/gkrt-viz/target/release/gkrt-viz
 if [ -n "$unit_tests" ]; then strip --strip-debug -o .gpu/bin/gkrt_unit_tests "$unit_tests"; fi
 du -sh .gpu
 echo "staged: $(ls .gpu/tests | wc -l) C tests, demo, unit tests, library"

@@ -20,6 +20,7 @@ pub fn status_of(e: &Error) -> gkrt_status {
         Error::CallbackFailed(_) => gkrt_status::GKRT_STATUS_CALLBACK_FAILED,
         Error::Unsupported(_) => gkrt_status::GKRT_STATUS_UNSUPPORTED,
         Error::Internal(_) => gkrt_status::GKRT_STATUS_INTERNAL,
+        Error::PeerFailed(_) => gkrt_status::GKRT_STATUS_PEER_FAILED,
     }
 }
 

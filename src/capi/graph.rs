@@ -3,7 +3,7 @@
 use super::boundary::{c_slice, guard};
 use super::handles::{self, Object};
 use super::types::*;
-use crate::runtime::{lock_for_call, Error, LaunchDims, RuntimeGraph, TensorKind};
+use crate::runtime::{lock_for_call, Error, RuntimeGraph, TensorKind};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -119,42 +119,8 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
                 launch.as_ref(),
             )
         };
-        let (dims, params) = match launch {
-            None => (
-                LaunchDims {
-                    grid: [1; 3],
-                    block: [1; 3],
-                    shared_mem_bytes: 0,
-                },
-                &[][..],
-            ),
-            Some(l) => {
-                if l.grid.contains(&0) || l.block.contains(&0) {
-                    return Err(Error::InvalidArgument(format!(
-                        "launch grid {:?} and block {:?} must be non-zero in every dimension",
-                        l.grid, l.block
-                    )));
-                }
-                if l.params_size > crate::runtime::MAX_PARAMS_BYTES {
-                    return Err(Error::InvalidArgument(format!(
-                        "launch.params_size is {} bytes; a node's parameters are at most {}",
-                        l.params_size,
-                        crate::runtime::MAX_PARAMS_BYTES
-                    )));
-                }
-                // SAFETY: the C contract: `params` holds `params_size` bytes (or is NULL when 0).
-                let params =
-                    unsafe { c_slice(l.params as *const u8, l.params_size, "launch.params")? };
-                (
-                    LaunchDims {
-                        grid: l.grid,
-                        block: l.block,
-                        shared_mem_bytes: l.shared_mem_bytes,
-                    },
-                    params,
-                )
-            }
-        };
+        // SAFETY: the C contract, as above.
+        let (dims, params) = unsafe { super::eager::launch_of(launch)? };
         let mut g = locked(&g)?;
         if g.runtime().serial() != k.runtime.serial() {
             return Err(Error::InvalidArgument(
@@ -260,6 +226,7 @@ pub unsafe extern "C" fn gkrt_graph_get_info(
             info.persistent_bytes = lv.persistent_bytes;
             info.peak_transient_bytes = lv.peak_transient_bytes;
             info.transient_total_bytes = lv.transient_total_bytes;
+            info.min_memory_limit = g.min_memory_limit();
         }
         *out = info;
         Ok(())

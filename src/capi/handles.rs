@@ -14,7 +14,9 @@
 //! beside the state lock.
 
 use crate::runtime::home::{self, HomeRecord};
-use crate::runtime::{Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard};
+use crate::runtime::{
+    Comm, DeviceQueue, Error, Kernel, Result, Runtime, RuntimeGraph, State, StateGuard,
+};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -31,6 +33,8 @@ pub enum Object {
     Runtime(Arc<Runtime>),
     Graph(Arc<Mutex<RuntimeGraph>>),
     Kernel(Arc<KernelObject>),
+    Queue(Arc<DeviceQueue>),
+    Comm(Arc<Comm>),
 }
 
 impl Object {
@@ -39,6 +43,8 @@ impl Object {
             Object::Runtime(_) => "runtime",
             Object::Graph(_) => "graph",
             Object::Kernel(_) => "kernel",
+            Object::Queue(_) => "queue",
+            Object::Comm(_) => "communicator",
         }
     }
 }
@@ -134,6 +140,20 @@ pub fn graph(key: usize) -> Result<Arc<Mutex<RuntimeGraph>>> {
 pub fn kernel(key: usize) -> Result<Arc<KernelObject>> {
     match lookup(key, "kernel")? {
         Object::Kernel(k) => Ok(k),
+        _ => unreachable!(),
+    }
+}
+
+pub fn queue(key: usize) -> Result<Arc<DeviceQueue>> {
+    match lookup(key, "queue")? {
+        Object::Queue(q) => Ok(q),
+        _ => unreachable!(),
+    }
+}
+
+pub fn comm(key: usize) -> Result<Arc<Comm>> {
+    match lookup(key, "communicator")? {
+        Object::Comm(c) => Ok(c),
         _ => unreachable!(),
     }
 }

@@ -2,6 +2,7 @@
 
 use super::boundary::guard;
 use super::handles::{self, Object};
+use super::sized::{self, CONFIG_V1_BYTES, STATS_V1_BYTES};
 use super::types::*;
 use crate::runtime::{Config, DeviceChoice, Error, MemoryMode, Runtime};
 use std::ffi::c_char;
@@ -27,33 +28,72 @@ pub extern "C" fn gkrt_status_name(status: i32) -> *const c_char {
         7 => "GKRT_STATUS_CALLBACK_FAILED\0",
         8 => "GKRT_STATUS_UNSUPPORTED\0",
         9 => "GKRT_STATUS_INTERNAL\0",
+        10 => "GKRT_STATUS_PEER_FAILED\0",
         _ => "GKRT_STATUS_UNKNOWN\0",
     };
     name.as_ptr() as *const c_char
 }
 
-/// Fills `config` with the defaults (see `gkrt_config`). NULL is an error.
+/// Fills `config` with the defaults (see `gkrt_config`), as the first version of the struct
+/// (56 bytes: `struct_size` .. `host_memory_limit`, which is `sizeof(gkrt_config)` in this
+/// header), and sets `struct_size`. NULL is an error. Programs that use fields added later call
+/// `gkrt_config_init_sized(config, sizeof *config)`.
 #[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_config_init(config: *mut gkrt_config) -> gkrt_status {
-    guard(|| {
-        // SAFETY: the C contract: `config` is NULL or valid for a write.
-        let out = unsafe { config.as_mut() }
-            .ok_or_else(|| Error::InvalidArgument("config is NULL".into()))?;
-        let d = Config::default();
-        *out = gkrt_config {
-            device: d.device as u32,
-            device_ordinal: d.device_ordinal,
-            memory_limit: d.memory_limit,
-            memory_mode: d.memory_mode as u32,
-            log_level: d.log_level,
-            host_jitter_us: d.host_jitter_us,
-            pool_growth: GKRT_POOL_GROWTH_AUTO,
-            seed: d.seed,
-            host_memory_limit: d.host_memory_limit,
-        };
-        Ok(())
-    })
+    // SAFETY: forwarded: the C contract of this function.
+    guard(|| unsafe { config_init(config, CONFIG_V1_BYTES) })
+}
+
+/// Fills the caller's `size` bytes at `config` (`sizeof` of its `gkrt_config`) with the
+/// defaults and sets `struct_size` to the bytes filled: a struct from an older header gets
+/// only its fields, one from a newer header gets this library's fields and zeros after them
+/// (the default of every field added later). `size` below 56 (the first version) or above
+/// 65536 is GKRT_STATUS_INVALID_ARGUMENT; NULL is an error.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_config_init_sized(
+    config: *mut gkrt_config,
+    size: usize,
+) -> gkrt_status {
+    // SAFETY: forwarded: the C contract of this function.
+    guard(|| unsafe { config_init(config, size) })
+}
+
+/// # Safety
+/// `config` is NULL or valid for writes of `size` bytes.
+unsafe fn config_init(config: *mut gkrt_config, size: usize) -> Result<(), Error> {
+    if config.is_null() {
+        return Err(Error::InvalidArgument("config is NULL".into()));
+    }
+    let value = default_config();
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        sized::write_sized(
+            &value,
+            config as *mut u8,
+            size,
+            CONFIG_V1_BYTES,
+            "gkrt_config",
+        )
+    }?;
+    Ok(())
+}
+
+fn default_config() -> gkrt_config {
+    let d = Config::default();
+    gkrt_config {
+        struct_size: std::mem::size_of::<gkrt_config>() as u64,
+        device: d.device as u32,
+        device_ordinal: d.device_ordinal,
+        memory_limit: d.memory_limit,
+        memory_mode: d.memory_mode as u32,
+        log_level: d.log_level,
+        host_jitter_us: d.host_jitter_us,
+        pool_growth: GKRT_POOL_GROWTH_AUTO,
+        seed: d.seed,
+        host_memory_limit: d.host_memory_limit,
+    }
 }
 
 fn config_from_c(c: &gkrt_config) -> Result<Config, Error> {
@@ -122,10 +162,23 @@ pub unsafe extern "C" fn gkrt_runtime_create(
                 "out (gkrt_runtime **) is NULL".into(),
             ));
         }
-        // SAFETY: the C contract: `config` is NULL or points to a `gkrt_config`.
-        let config = match unsafe { config.as_ref() } {
-            Some(c) => config_from_c(c)?,
-            None => Config::default(),
+        let config = if config.is_null() {
+            Config::default()
+        } else {
+            // SAFETY: the C contract: `config` points to a `gkrt_config` of `struct_size` bytes
+            // (its first field, present in every version).
+            let size = unsafe { std::ptr::read_unaligned(config as *const u64) };
+            let size = usize::try_from(size).unwrap_or(usize::MAX);
+            let c = unsafe {
+                sized::read_sized(
+                    config as *const u8,
+                    size,
+                    CONFIG_V1_BYTES,
+                    default_config(),
+                    "gkrt_config",
+                )
+            }?;
+            config_from_c(&c)?
         };
         crate::runtime::init_logging(config.log_level);
         let rt = Runtime::new(config)?;
@@ -173,50 +226,81 @@ pub unsafe extern "C" fn gkrt_runtime_device(
     })
 }
 
-/// Copies the runtime's statistics into `*out`.
+/// Copies the runtime's statistics into `*out` as the first version of `gkrt_stats` (224
+/// bytes: `struct_size` .. `tensors_recomputed`, which is `sizeof(gkrt_stats)` in this header),
+/// `struct_size` set to 224. Programs that read fields added later call
+/// `gkrt_runtime_stats_sized(runtime, out, sizeof *out)`.
 #[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_runtime_stats(
     runtime: *const gkrt_runtime,
     out: *mut gkrt_stats,
 ) -> gkrt_status {
-    guard(|| {
-        let rt = handles::runtime(runtime as usize)?;
-        // SAFETY: the C contract: `out` is NULL or valid for a write.
-        let out = unsafe { out.as_mut() }
-            .ok_or_else(|| Error::InvalidArgument("out (gkrt_stats *) is NULL".into()))?;
-        let s = rt.stats()?;
-        *out = gkrt_stats {
-            allocated_bytes: s.pool.allocated_bytes,
-            reserved_bytes: s.pool.reserved_bytes,
-            peak_allocated_bytes: s.pool.peak_allocated_bytes,
-            peak_reserved_bytes: s.pool.peak_reserved_bytes,
-            requested_bytes: s.pool.requested_bytes,
-            alloc_count: s.pool.alloc_count,
-            free_count: s.pool.free_count,
-            failed_alloc_count: s.pool.failed_alloc_count,
-            segment_count: s.pool.segment_count,
-            segment_alloc_count: s.pool.segment_alloc_count,
-            segment_free_count: s.pool.segment_free_count,
-            memory_limit: s.memory_limit,
-            runs: s.counters.runs,
-            nodes_launched: s.counters.nodes_launched,
-            last_run_pool_allocs: s.counters.last_run_pool_allocs,
-            swap_out_bytes: s.counters.swap_out_bytes,
-            swap_in_bytes: s.counters.swap_in_bytes,
-            tensors_swapped_out: s.counters.tensors_swapped_out,
-            tensors_swapped_in: s.counters.tensors_swapped_in,
-            evictions: s.counters.evictions,
-            copy_wait_ns: s.counters.copy_wait_ns,
-            pinned_reserved_bytes: s.pinned.reserved_bytes,
-            pinned_peak_reserved_bytes: s.pinned.peak_reserved_bytes,
-            page_map_count: s.pool.page_map_count,
-            page_unmap_count: s.pool.page_unmap_count,
-            pool_device_waits: s.pool.device_wait_count,
-            tensors_recomputed: s.counters.tensors_recomputed,
-        };
-        Ok(())
-    })
+    // SAFETY: forwarded: the C contract of this function.
+    guard(|| unsafe { runtime_stats(runtime, out, STATS_V1_BYTES) })
+}
+
+/// Copies the runtime's statistics into the caller's `size` bytes at `out` (`sizeof` of its
+/// `gkrt_stats`) and sets `out->struct_size` to the bytes filled: a struct from an older header
+/// gets only its fields; one from a newer header gets this library's and zeros after them
+/// (check `struct_size` before trusting a newer field). `size` below 224 (the first version) or
+/// above 65536 is GKRT_STATUS_INVALID_ARGUMENT.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_runtime_stats_sized(
+    runtime: *const gkrt_runtime,
+    out: *mut gkrt_stats,
+    size: usize,
+) -> gkrt_status {
+    // SAFETY: forwarded: the C contract of this function.
+    guard(|| unsafe { runtime_stats(runtime, out, size) })
+}
+
+/// # Safety
+/// `out` is NULL or valid for writes of `size` bytes.
+unsafe fn runtime_stats(
+    runtime: *const gkrt_runtime,
+    out: *mut gkrt_stats,
+    size: usize,
+) -> Result<(), Error> {
+    let rt = handles::runtime(runtime as usize)?;
+    if out.is_null() {
+        return Err(Error::InvalidArgument("out (gkrt_stats *) is NULL".into()));
+    }
+    let s = rt.stats()?;
+    let value = gkrt_stats {
+        struct_size: 0,
+        allocated_bytes: s.pool.allocated_bytes,
+        reserved_bytes: s.pool.reserved_bytes,
+        peak_allocated_bytes: s.pool.peak_allocated_bytes,
+        peak_reserved_bytes: s.pool.peak_reserved_bytes,
+        requested_bytes: s.pool.requested_bytes,
+        alloc_count: s.pool.alloc_count,
+        free_count: s.pool.free_count,
+        failed_alloc_count: s.pool.failed_alloc_count,
+        segment_count: s.pool.segment_count,
+        segment_alloc_count: s.pool.segment_alloc_count,
+        segment_free_count: s.pool.segment_free_count,
+        memory_limit: s.memory_limit,
+        runs: s.counters.runs,
+        nodes_launched: s.counters.nodes_launched,
+        last_run_pool_allocs: s.counters.last_run_pool_allocs,
+        swap_out_bytes: s.counters.swap_out_bytes,
+        swap_in_bytes: s.counters.swap_in_bytes,
+        tensors_swapped_out: s.counters.tensors_swapped_out,
+        tensors_swapped_in: s.counters.tensors_swapped_in,
+        evictions: s.counters.evictions,
+        copy_wait_ns: s.counters.copy_wait_ns,
+        pinned_reserved_bytes: s.pinned.reserved_bytes,
+        pinned_peak_reserved_bytes: s.pinned.peak_reserved_bytes,
+        page_map_count: s.pool.page_map_count,
+        page_unmap_count: s.pool.page_unmap_count,
+        pool_device_waits: s.pool.device_wait_count,
+        tensors_recomputed: s.counters.tensors_recomputed,
+    };
+    // SAFETY: forwarded to the caller.
+    unsafe { sized::write_sized(&value, out as *mut u8, size, STATS_V1_BYTES, "gkrt_stats") }?;
+    Ok(())
 }
 
 /// Sets the peak statistics to the current values.

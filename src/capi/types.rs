@@ -37,6 +37,9 @@ pub enum gkrt_status {
     GKRT_STATUS_UNSUPPORTED = 8,
     /// A bug in gkrt (a caught panic). The runtime stays usable.
     GKRT_STATUS_INTERNAL = 9,
+    /// Another rank of a communicator failed, left, timed out or issued a different collective;
+    /// the communicator is aborted (make a new one). The runtime and graphs stay usable.
+    GKRT_STATUS_PEER_FAILED = 10,
 }
 
 /// Which backend a runtime uses.
@@ -97,10 +100,16 @@ pub const GKRT_BUILTIN_MATMUL: gkrt_builtin = 6;
 /// A tensor of a graph. Ids are unique across graphs, so a foreign id is detected.
 pub type gkrt_tensor = u64;
 
-/// Runtime configuration. Fill with `gkrt_config_init`, then change what you need.
+/// Runtime configuration. Fill with `gkrt_config_init` (or `gkrt_config_init_sized`), then
+/// change what you need. Fields are only ever added at the end: `struct_size` tells the library
+/// which ones the program's header has (see `gkrt_config_init_sized`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gkrt_config {
+    /// Bytes of this struct as the program's header declares it; set by the init functions.
+    /// The library reads only that many bytes: fields a program's older header lacks keep their
+    /// defaults, and fields a newer header has must be zero for a library that lacks them.
+    pub struct_size: u64,
     /// GKRT_DEVICE_AUTO (default), _HOST or _CUDA. The environment variable GKRT_DEVICE
     /// (auto|host|cuda) overrides it.
     pub device: gkrt_device_kind,
@@ -147,10 +156,13 @@ pub struct gkrt_launch {
 }
 
 /// Memory and execution statistics of a runtime (`gkrt_runtime_stats`). Byte figures count
-/// allocations rounded up to 256 bytes.
+/// allocations rounded up to 256 bytes. Fields are only ever added at the end.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct gkrt_stats {
+    /// Bytes of this struct the library filled (set by the library): fields past it were not
+    /// filled (a library older than the program's header) and read as zero.
+    pub struct_size: u64,
     /// Bytes in live allocations.
     pub allocated_bytes: u64,
     /// Bytes the pool holds from the device (live allocations + cached free blocks).
@@ -236,6 +248,12 @@ pub struct gkrt_graph_info {
     /// Sum of all intermediates and workspaces (rounded to 256): what a runtime without
     /// reference-count freeing would hold.
     pub transient_total_bytes: u64,
+    /// The smallest `memory_limit` the graph can run under in dynamic mode, swapping (and
+    /// recomputing) everything a node does not use: the largest sum over the nodes of a node's
+    /// own inputs, outputs and workspaces (each rounded to 256; a tensor read twice counted
+    /// once). Below it a node cannot run; graphs whose working set
+    /// (`persistent_bytes + peak_transient_bytes`) exceeds the limit run slower, by copies.
+    pub min_memory_limit: u64,
 }
 
 // The callback's argument structs are defined next to the executor that fills them
@@ -270,3 +288,72 @@ pub struct gkrt_graph {
 pub struct gkrt_kernel {
     _private: [u8; 0],
 }
+
+/// Opaque: a device data queue of one runtime (`gkrt_queue_create`). Internally locked: pushes,
+/// closes and statistics may come from any thread.
+pub struct gkrt_queue {
+    _private: [u8; 0],
+}
+
+/// A device data queue's counters (`gkrt_queue_get_stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct gkrt_queue_stats {
+    /// Batches pushed.
+    pub pushes: u64,
+    /// Batches popped by graph runs.
+    pub pops: u64,
+    /// Bytes pushed (copied to the device).
+    pub bytes_pushed: u64,
+    /// Time pushes waited for a free slot, in nanoseconds.
+    pub push_wait_ns: u64,
+    /// Time pops waited for a batch, in nanoseconds.
+    pub pop_wait_ns: u64,
+}
+
+/// Opaque: one rank's communicator (see `gkrt_comm_init_rank`). Internally locked: calls on one
+/// may come from any thread.
+pub struct gkrt_comm {
+    _private: [u8; 0],
+}
+
+/// The 128 bytes ranks share to join one communicator (NCCL_UNIQUE_ID_BYTES), made by
+/// `gkrt_comm_get_unique_id`. Copy it by value (it holds no pointer).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct gkrt_unique_id {
+    pub internal: [u8; 128],
+}
+
+/// What a collective node does (`gkrt_graph_add_collective`), with NCCL's semantics.
+pub type gkrt_collective = u32;
+/// Every rank's input reduced (`op`) into every rank's output; in place when they are one tensor.
+pub const GKRT_COLLECTIVE_ALL_REDUCE: gkrt_collective = 0;
+/// The root's input (`root_or_peer`) copied into every rank's output.
+pub const GKRT_COLLECTIVE_BROADCAST: gkrt_collective = 1;
+/// Every rank's input reduced into the root's output; other ranks' outputs are left as they were.
+pub const GKRT_COLLECTIVE_REDUCE: gkrt_collective = 2;
+/// Every rank's input concatenated in rank order into every rank's output (nranks times larger).
+pub const GKRT_COLLECTIVE_ALL_GATHER: gkrt_collective = 3;
+/// Every rank's input (nranks equal slices) reduced; rank r's output gets slice r.
+pub const GKRT_COLLECTIVE_REDUCE_SCATTER: gkrt_collective = 4;
+/// The input sent to rank `root_or_peer` (no output); matched in order by its receive.
+pub const GKRT_COLLECTIVE_SEND: gkrt_collective = 5;
+/// The output received from rank `root_or_peer` (no input).
+pub const GKRT_COLLECTIVE_RECV: gkrt_collective = 6;
+
+/// Reduction operator of a collective node.
+pub type gkrt_reduce_op = u32;
+pub const GKRT_REDUCE_SUM: gkrt_reduce_op = 0;
+pub const GKRT_REDUCE_PROD: gkrt_reduce_op = 1;
+pub const GKRT_REDUCE_MIN: gkrt_reduce_op = 2;
+pub const GKRT_REDUCE_MAX: gkrt_reduce_op = 3;
+/// The sum divided by the number of ranks (integers: truncated).
+pub const GKRT_REDUCE_AVG: gkrt_reduce_op = 4;
+
+/// Element type of a collective node.
+pub type gkrt_dtype = u32;
+pub const GKRT_DTYPE_F32: gkrt_dtype = 0;
+pub const GKRT_DTYPE_F16: gkrt_dtype = 1;
+pub const GKRT_DTYPE_BF16: gkrt_dtype = 2;
+pub const GKRT_DTYPE_I32: gkrt_dtype = 3;

@@ -8,6 +8,7 @@
 //! integer handles into tables the backend owns, so the layers above can copy them freely and a
 //! backend can validate them (a stale handle is an error, not undefined behaviour).
 
+pub mod comm;
 pub mod cuda;
 pub mod host;
 
@@ -60,6 +61,9 @@ pub enum DeviceError {
     Unsupported(String),
     /// A bad handle or argument reached the device layer.
     Invalid(String),
+    /// Another rank of a communicator failed, left, timed out or disagreed about a collective;
+    /// the communicator is aborted.
+    PeerFailed(String),
 }
 
 impl fmt::Display for DeviceError {
@@ -81,6 +85,7 @@ impl fmt::Display for DeviceError {
             DeviceError::Async(m) => write!(f, "asynchronous error: {m}"),
             DeviceError::Unsupported(m) => write!(f, "unsupported: {m}"),
             DeviceError::Invalid(m) => write!(f, "invalid: {m}"),
+            DeviceError::PeerFailed(m) => write!(f, "peer failed: {m}"),
         }
     }
 }
@@ -99,6 +104,7 @@ impl From<DeviceError> for Error {
             // The device refuses what it was handed (e.g. a parameter blob the kernel's
             // signature does not take): the caller's input, as far as the device can tell.
             DeviceError::Invalid(_) => Error::InvalidArgument(text),
+            DeviceError::PeerFailed(_) => Error::PeerFailed(text),
         }
     }
 }
@@ -319,5 +325,28 @@ pub trait Device: Send + Sync {
     }
     fn destroy_graph(&self, _graph: GraphExecId) -> DeviceResult<()> {
         Ok(())
+    }
+
+    // --- communicators (comm.rs); a backend without them says so ---
+    /// A fresh unique id for `comm_init_rank` (`ncclGetUniqueId`).
+    fn comm_unique_id(&self) -> DeviceResult<comm::UniqueId> {
+        Err(DeviceError::Unsupported(format!(
+            "communicators on the {} backend",
+            self.name()
+        )))
+    }
+    /// Joins the communicator of `id` as `rank` of `nranks`, waiting for every rank to join
+    /// (`ncclCommInitRank`).
+    fn comm_init_rank(
+        &self,
+        _id: &comm::UniqueId,
+        _rank: u32,
+        _nranks: u32,
+        _options: comm::CommOptions,
+    ) -> DeviceResult<Arc<dyn comm::Communicator>> {
+        Err(DeviceError::Unsupported(format!(
+            "communicators on the {} backend",
+            self.name()
+        )))
     }
 }

@@ -39,13 +39,14 @@ impl Executor<'_> {
                 .filter(|&t| {
                     !node.inputs.contains(&t)
                         && self.mem[t as usize].state() == Residency::OnDevice
-                        && !self.in_arena(graph, t)
+                        && !self.fixed_place(graph, t)
                 })
                 .collect();
             if !stale.is_empty() {
                 self.counters.fallbacks += 1;
                 for &t in &stale {
                     self.counters.evictions += 1;
+                    self.note_eviction(t);
                     if let Err(e) = self.swap_out(graph, t) {
                         result = Err(e);
                     }
@@ -95,6 +96,7 @@ impl Executor<'_> {
                         bytes: e.bytes,
                     });
                 }
+                self.own(graph, e.buf);
                 match self.alloc(graph, e.bytes) {
                     Ok(ptr) => taken.push(ptr),
                     Err(err) => {
@@ -162,11 +164,12 @@ impl Executor<'_> {
         inputs.dedup();
         let movable: Vec<u32> = inputs
             .into_iter()
-            .filter(|&t| !self.in_arena(graph, t))
+            .filter(|&t| !self.fixed_place(graph, t))
             .collect();
         for &t in &movable {
             if self.mem[t as usize].state() == Residency::OnDevice {
                 self.counters.evictions += 1;
+                self.note_eviction(t);
                 self.swap_out(graph, t)?;
             }
         }
@@ -204,6 +207,7 @@ impl Executor<'_> {
             match self.pick_victim(graph) {
                 Some(victim) => {
                     self.counters.evictions += 1;
+                    self.note_eviction(victim);
                     self.counters.fallbacks += 1;
                     if self.mem[victim as usize].state() == Residency::CopyingToDevice {
                         let event = self.mem[victim as usize]
@@ -276,7 +280,7 @@ impl Executor<'_> {
             let movable = matches!(m.state(), Residency::OnDevice | Residency::CopyingToDevice);
             let own =
                 node.is_some_and(|node| node.inputs.contains(&t32) || node.outputs.contains(&t32));
-            if !movable || self.in_arena(graph, t32) || own || self.protected.contains(&t32) {
+            if !movable || self.fixed_place(graph, t32) || own || self.protected.contains(&t32) {
                 continue;
             }
             let next = lv.next_use_after(t32, n as u32);

@@ -5,6 +5,7 @@ use super::Executor;
 use crate::device::{EventId, StreamId};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
+use crate::memory::history::Action;
 use crate::memory::residency::Residency;
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall};
@@ -92,6 +93,7 @@ impl Executor<'_> {
                 bytes: tensor.size,
             });
         }
+        self.own(graph, Buf::Tensor(t));
         let (ptr, block_copy) = if may_evict {
             let ptr = self
                 .alloc(graph, tensor.size)
@@ -108,6 +110,7 @@ impl Executor<'_> {
                 }
             }
         };
+        self.pool.note_live(Action::SwapIn, ptr);
         let copy_in = self.streams.copy_in;
         // The block's previous users are on the compute stream, or the copy-out still reading
         // it; the source is written by the tensor's own copy-out, if one is still in flight.
@@ -128,7 +131,7 @@ impl Executor<'_> {
             self.device
                 .copy_h2d_async(ptr, host as *const u8, tensor.size, copy_in)?
         };
-        self.copy_timing_end(timing, copy_in, tensor.size, true)?;
+        self.copy_timing_end(timing, copy_in, (tensor.size, t), true)?;
         let event = self.event_of(t, true)?;
         self.device.record_event(event, copy_in)?;
         self.mem[t as usize].copying_in(ptr);
@@ -175,7 +178,7 @@ impl Executor<'_> {
             self.device
                 .copy_d2h_async(host as *mut u8, ptr, tensor.size, copy_out)?
         };
-        self.copy_timing_end(timing, copy_out, tensor.size, false)?;
+        self.copy_timing_end(timing, copy_out, (tensor.size, t), false)?;
         let event = self.event_of(t, false)?;
         self.device.record_event(event, copy_out)?;
         if let Some(trace) = self.trace.as_deref_mut() {
@@ -183,6 +186,7 @@ impl Executor<'_> {
                 buf: Buf::Tensor(t),
             });
         }
+        self.pool.note_live(Action::SwapOut, ptr);
         self.pool
             .free_after_event(&DeviceBacking(self.device), ptr, event)?;
         self.counters.bytes_out += tensor.size;
@@ -232,12 +236,12 @@ impl Executor<'_> {
         &mut self,
         timing: Option<(EventId, EventId)>,
         stream: StreamId,
-        bytes: u64,
+        (bytes, tensor): (u64, u32),
         incoming: bool,
     ) -> Result<()> {
         if let (Some((start, end)), Some(profile)) = (timing, self.profile.as_deref_mut()) {
             self.device.record_event(end, stream)?;
-            profile.copies.push((start, end, bytes, incoming));
+            profile.copies.push((start, end, bytes, incoming, tensor));
         }
         Ok(())
     }

@@ -8,14 +8,22 @@ use crate::graph::{Graph, Node};
 use crate::kernels::{CallbackArgs, CallbackBuffer, HostCallback, Kernel};
 use std::ffi::c_void;
 
-/// Timing events of one profiled run (the first run of a swapping graph): a pair around each
-/// node's kernel on the compute stream and around each swap copy on its stream. Events are
-/// created on first use and reused by later profiled runs.
+/// Timing events of one profiled run (the first run of a swapping graph, or any run while the
+/// runtime traces): a pair around each node's kernel on the compute stream, around each swap
+/// copy on its stream and around each recompute; and, for traces, the pool's bytes after each
+/// node was queued and the fallback's evictions. Events are created on first use and reused by
+/// later profiled runs.
 #[derive(Default, Debug)]
 pub struct RunProfile {
     pub nodes: Vec<(EventId, EventId)>,
-    /// (start, end, bytes, host to device)
-    pub copies: Vec<(EventId, EventId, u64, bool)>,
+    /// (start, end, bytes, host to device, tensor)
+    pub copies: Vec<(EventId, EventId, u64, bool, u32)>,
+    /// (start, end, node run again, tensor rebuilt)
+    pub recomputes: Vec<(EventId, EventId, u32, u32)>,
+    /// After node `n` was queued: (n, allocated, reserved, pinned reserved) bytes.
+    pub memory: Vec<(u32, u64, u64, u64)>,
+    /// (node being made room for, tensor evicted by the fallback)
+    pub evictions: Vec<(u32, u32)>,
     spare_copy_events: Vec<(EventId, EventId)>,
 }
 
@@ -25,14 +33,19 @@ impl RunProfile {
         self.nodes
             .iter()
             .copied()
-            .chain(self.copies.iter().map(|&(a, b, _, _)| (a, b)))
+            .chain(self.copies.iter().map(|&(a, b, ..)| (a, b)))
+            .chain(self.recomputes.iter().map(|&(a, b, ..)| (a, b)))
             .chain(self.spare_copy_events.iter().copied())
             .flat_map(|(a, b)| [a, b])
     }
 
     pub(super) fn reset(&mut self) {
-        let used = self.copies.drain(..).map(|(a, b, _, _)| (a, b));
+        let used = self.copies.drain(..).map(|(a, b, ..)| (a, b));
         self.spare_copy_events.extend(used);
+        let used = self.recomputes.drain(..).map(|(a, b, ..)| (a, b));
+        self.spare_copy_events.extend(used);
+        self.memory.clear();
+        self.evictions.clear();
     }
 
     fn node_pair(&mut self, device: &dyn Device, n: usize) -> Result<(EventId, EventId)> {
@@ -83,7 +96,8 @@ impl Executor<'_> {
         let stream = self.streams.compute;
         let timing = match self.profile.as_deref_mut() {
             Some(p) if timed => Some(p.node_pair(self.device, n)?),
-            _ => None,
+            Some(p) => Some(p.copy_pair(self.device)?),
+            None => None,
         };
         if let Some((start, _)) = timing {
             self.device.record_event(start, stream)?;
@@ -102,26 +116,81 @@ impl Executor<'_> {
                 self.device
                     .launch(*function, &node.dims, &self.buffers, &node.params, stream)?;
             }
+            Kernel::Collective { .. } => {
+                return Err(Error::Internal(format!(
+                    "node {n} is a collective: it is queued by Step::Collective, never launched"
+                )));
+            }
             Kernel::Callback(cb) => {
-                let work = callback_work(cb, n as u32, node, &self.buffers, n_in, n_out);
+                // The node keeps the user data alive while the run lasts: the work needs no
+                // owner of its own.
+                let cb = HostCallback {
+                    owner: None,
+                    ..cb.clone()
+                };
+                // (Cloning an empty name allocates nothing; the message is made only on failure.)
+                let work = callback_work(
+                    cb,
+                    n as u32,
+                    node.name.clone(),
+                    node.params.clone(),
+                    &self.buffers,
+                    n_in,
+                    n_out,
+                );
                 self.device
                     .enqueue_host_work(stream, work)
                     .map_err(|e| Error::CallbackFailed(e.to_string()))?;
             }
         }
-        if let Some((_, end)) = timing {
+        if let Some((start, end)) = timing {
             self.device.record_event(end, stream)?;
+            if !timed {
+                let rebuilt = node.outputs.first().copied().unwrap_or(u32::MAX);
+                if let Some(p) = self.profile.as_deref_mut() {
+                    p.recomputes.push((start, end, n as u32, rebuilt));
+                }
+            }
+        }
+        if timed {
+            self.sample_memory(n as u32);
         }
         Ok(())
     }
+
+    /// Profiled runs: the pool's bytes now (after node `n` was queued), for traces.
+    fn sample_memory(&mut self, n: u32) {
+        if let Some(p) = self.profile.as_deref_mut() {
+            let (pool, pinned) = (self.pool.stats(), self.pinned.stats());
+            p.memory.push((
+                n,
+                pool.allocated_bytes,
+                pool.reserved_bytes,
+                pinned.reserved_bytes,
+            ));
+        }
+    }
+
+    /// Profiled runs: the fallback evicted `t` to make room for the current node.
+    pub(super) fn note_eviction(&mut self, t: u32) {
+        let node = self.node as u32;
+        if let Some(p) = self.profile.as_deref_mut() {
+            p.evictions.push((node, t));
+        }
+    }
 }
 
-/// Packages a host-callback node as device host-work: the buffers are copied into the closure
-/// so it owns everything it touches when the host backend runs it later on the stream worker.
-fn callback_work(
-    cb: &HostCallback,
+/// The node index an eager launch's callback sees (`args->node`): it belongs to no graph.
+pub(crate) const EAGER_NODE: u32 = u32::MAX;
+
+/// Packages a host callback (a node's, or an eager launch's: `index` then names no node of a
+/// graph) as device host-work: the buffers are copied into the closure so it owns everything
+/// it touches when the host backend runs it later on the stream worker.
+pub(crate) fn callback_work(
+    cb: HostCallback,
     index: u32,
-    node: &Node,
+    name: String,
+    params: Vec<u8>,
     buffers: &[Buffer],
     n_in: usize,
     n_out: usize,
@@ -133,14 +202,6 @@ fn callback_work(
             size: b.bytes as usize,
         })
         .collect();
-    let params = node.params.clone();
-    // The node keeps the user data alive while the run lasts: the work needs no owner of its own.
-    let cb = HostCallback {
-        owner: None,
-        ..cb.clone()
-    };
-    // (Cloning an empty name allocates nothing; the message is made only on failure.)
-    let name = node.name.clone();
     let bufs = SendBuffers(bufs);
     Box::new(move |stream| {
         let bufs = bufs;
@@ -167,7 +228,16 @@ fn callback_work(
         if status == 0 {
             Ok(())
         } else {
-            let node = if name.is_empty() {
+            let node = if index == EAGER_NODE {
+                format!(
+                    "eager launch{}",
+                    if name.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" '{name}'")
+                    }
+                )
+            } else if name.is_empty() {
                 format!("node {index}")
             } else {
                 format!("node {index} '{name}'")

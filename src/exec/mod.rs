@@ -15,7 +15,9 @@
 //! entries carry them) and make no pool call.
 
 mod alloc;
+mod collective;
 mod copies;
+mod eager;
 mod launch;
 mod store;
 
@@ -27,6 +29,7 @@ use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
 
+pub use eager::{launch_eager, EagerKernel};
 pub use launch::RunProfile;
 pub use store::{StoreAccess, TensorStore};
 
@@ -38,6 +41,8 @@ pub struct Streams {
     pub copy_out: StreamId,
     /// Re-recorded on the compute stream whenever a copy stream must wait for work queued so far.
     pub marker: EventId,
+    /// The communication stream: collectives run here, ordered by events (`collective.rs`).
+    pub comm: StreamId,
 }
 
 /// Counters of one run.
@@ -88,6 +93,13 @@ pub struct Executor<'a> {
     protected: Vec<u32>,
     /// The node whose steps are running (the node count at a run's start and end).
     node: usize,
+    /// Per node: a collective node's event, recorded on the communication stream after it.
+    collective_events: &'a [Option<EventId>],
+    /// Per tensor: the event of a collective that may still read or write it (not yet waited
+    /// for on the compute stream); freeing it then waits for that event.
+    comm_busy: Vec<Option<EventId>>,
+    /// The graph's first label (`TensorStore::set_label_base`; 0: none).
+    labels: u32,
 }
 
 /// What an executor works on: the runtime's device, streams and pools, one graph's program and
@@ -101,6 +113,8 @@ pub struct ExecTarget<'a> {
     /// The graph's tensor memory (and its arena, in planned mode).
     pub store: &'a mut TensorStore,
     pub stall_pairs: &'a mut Vec<(EventId, EventId)>,
+    /// Per node: a collective node's event (empty when the graph has none).
+    pub collective_events: &'a [Option<EventId>],
 }
 
 impl<'a> Executor<'a> {
@@ -119,6 +133,7 @@ impl<'a> Executor<'a> {
             pinned: target.pinned,
             program: target.program,
             arena: target.store.arena(),
+            labels: target.store.label_base(),
             mem: target.store.mem_mut(),
             stall_pairs: target.stall_pairs,
             profile,
@@ -130,6 +145,8 @@ impl<'a> Executor<'a> {
             buffers: Vec::new(),
             protected: Vec::new(),
             node: 0,
+            collective_events: target.collective_events,
+            comm_busy: Vec::new(),
         }
     }
 
@@ -227,6 +244,11 @@ impl<'a> Executor<'a> {
                     self.discard(t);
                 }
             }
+            Step::Collective(n) => {
+                self.queue_collective(graph, n)?;
+                self.counters.nodes += 1;
+            }
+            Step::AwaitCollective(n) => self.await_collective(graph, n)?,
         }
         Ok(())
     }
@@ -291,9 +313,23 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// True when tensor `t` lives in the planned arena, not in a pool block.
-    fn in_arena(&self, graph: &Graph, t: u32) -> bool {
-        self.arena.is_some() && graph.tensors()[t as usize].kind == TensorKind::Intermediate
+    /// Names the owner of the pool's next allocations: `buf` of `graph` (snapshots show it).
+    fn own(&mut self, graph: &Graph, buf: Buf) {
+        let label = match (self.labels, buf) {
+            (0, _) => 0,
+            (base, Buf::Tensor(t)) => base.wrapping_add(t),
+            (base, Buf::Workspace { node, .. }) => base
+                .wrapping_add(graph.tensors().len() as u32)
+                .wrapping_add(node),
+        };
+        self.pool.set_owner(label);
+    }
+
+    /// True when tensor `t` lives in the planned arena or in memory the host bound, not in a
+    /// pool block: the fallback never moves it.
+    fn fixed_place(&self, graph: &Graph, t: u32) -> bool {
+        (self.arena.is_some() && graph.tensors()[t as usize].kind == TensorKind::Intermediate)
+            || self.mem[t as usize].is_bound()
     }
 
     /// An intermediate after its last use (or dropped): its device block and host slot go back.
@@ -332,7 +368,17 @@ impl<'a> Executor<'a> {
         if let Some(trace) = self.trace.as_deref_mut() {
             trace.push(PoolCall::Free { buf });
         }
-        if let Err(e) = self.pool.free(&DeviceBacking(self.device), ptr) {
+        let busy = match buf {
+            Buf::Tensor(t) => self.comm_busy.get(t as usize).copied().flatten(),
+            Buf::Workspace { .. } => None,
+        };
+        let freed = match busy {
+            Some(event) => self
+                .pool
+                .free_after_event(&DeviceBacking(self.device), ptr, event),
+            None => self.pool.free(&DeviceBacking(self.device), ptr),
+        };
+        if let Err(e) = freed {
             log::error!("returning a transient buffer to the pool: {e}");
         }
     }
@@ -361,7 +407,12 @@ impl<'a> Executor<'a> {
     /// every intermediate's memory.
     fn release_after_failure(&mut self, graph: &Graph) {
         let drain = |device: &dyn Device, streams: Streams| {
-            for s in [streams.compute, streams.copy_in, streams.copy_out] {
+            for s in [
+                streams.compute,
+                streams.copy_in,
+                streams.copy_out,
+                streams.comm,
+            ] {
                 // The run's own error is what the caller reports; a later one is logged.
                 if let Err(e) = device.stream_synchronize(s) {
                     log::warn!("while cleaning up after a failed run: {e}");

@@ -39,6 +39,9 @@ pub struct TensorStore {
     mem: Vec<TensorMemory>,
     /// Planned mode: the arena, once the first run took it from the pool.
     arena: Option<DevPtr>,
+    /// The runtime's label of tensor 0 (tensor `t` is `labels + t`; 0: none registered), set
+    /// on the pool before each allocation so snapshots can name the owner.
+    labels: u32,
 }
 
 /// What the store's pool calls need: the device, the stream host copies run on, and the pools.
@@ -71,6 +74,25 @@ impl TensorStore {
         self.arena
     }
 
+    /// Labels for the graph's blocks from here on: tensor `t` is `base + t`, the workspaces of
+    /// node `n` are `base + tensors + n`, the arena `base + tensors + nodes`.
+    pub fn set_label_base(&mut self, base: u32) {
+        self.labels = base;
+    }
+
+    pub fn label_base(&self) -> u32 {
+        self.labels
+    }
+
+    /// The label of tensor `t` (0 when none are registered).
+    fn label_of(&self, t: u32) -> u32 {
+        if self.labels == 0 {
+            0
+        } else {
+            self.labels.wrapping_add(t)
+        }
+    }
+
     /// Every queued copy has finished: in-flight states land.
     pub fn land_all(&mut self) {
         for m in &mut self.mem {
@@ -79,8 +101,10 @@ impl TensorStore {
     }
 
     /// Takes the planned arena of `size` bytes from the pool, once.
-    pub fn take_arena(&mut self, size: u64, a: StoreAccess<'_>) -> Result<()> {
+    pub fn take_arena(&mut self, size: u64, nodes: u32, a: StoreAccess<'_>) -> Result<()> {
         if self.arena.is_none() && size > 0 {
+            a.pool
+                .set_owner(self.label_of(self.mem.len() as u32 + nodes));
             let base = a
                 .pool
                 .alloc(&DeviceBacking(a.device), size, a.stream)
@@ -103,6 +127,33 @@ impl TensorStore {
         Ok(())
     }
 
+    /// Binds persistent tensor `t` to the host's memory at `ptr`: a block of its own goes back
+    /// to the pool (in stream order: work queued on the stream may still read it), and from now
+    /// on the tensor is read and written at `ptr`, in place. Rebinding just moves the pointer.
+    pub fn bind(&mut self, t: u32, ptr: DevPtr, a: StoreAccess<'_>) -> Result<()> {
+        self.settle(t, a.device)?;
+        let m = &mut self.mem[t as usize];
+        if !m.is_bound() {
+            let (block, slot) = m.discard();
+            if let Some(block) = block {
+                a.pool.free(&DeviceBacking(a.device), block)?;
+            }
+            if let Some(slot) = slot {
+                a.pinned.free(&PinnedBacking(a.device), slot)?;
+            }
+        }
+        self.mem[t as usize].bind(ptr);
+        Ok(())
+    }
+
+    /// The host takes `t`'s memory back: it has no memory or contents until written or
+    /// produced again (then in a block of the pool, as if never bound).
+    pub fn unbind(&mut self, t: u32) {
+        if self.mem[t as usize].is_bound() {
+            self.mem[t as usize].unbind();
+        }
+    }
+
     /// Copies `data` into persistent tensor `t`. One on the device is written there; one on the
     /// host — or, with `to_host_when_new` (a swapping graph), one never written — into its
     /// pinned slot. The copy is complete when this returns.
@@ -120,6 +171,7 @@ impl TensorStore {
             Residency::Unallocated => to_host_when_new,
             _ => false,
         };
+        let label = self.label_of(t);
         let m = &mut self.mem[t as usize];
         if to_host {
             let slot = match m.host() {
@@ -139,7 +191,10 @@ impl TensorStore {
         } else {
             let ptr = match m.device() {
                 Some(p) => p,
-                None => a.pool.alloc(&DeviceBacking(a.device), bytes, a.stream)?,
+                None => {
+                    a.pool.set_owner(label);
+                    a.pool.alloc(&DeviceBacking(a.device), bytes, a.stream)?
+                }
             };
             m.placed(ptr);
             m.overwritten();

@@ -7,6 +7,7 @@
 //! A node names its kernel in `kernels` terms only (`Kernel`, `BuiltinOp`, `LaunchDims`); this
 //! layer knows nothing of devices. `GraphError` converts into the crate's `Error` here.
 
+pub mod collective;
 pub mod liveness;
 
 use crate::error::Error;
@@ -119,6 +120,8 @@ pub struct Node {
     pub recomputable: bool,
     /// The host's name for the node (empty: none), used wherever a message names the node.
     pub name: String,
+    /// A collective node's communicator (its kernel is `Kernel::Collective`).
+    pub comm: Option<collective::CommRef>,
 }
 
 impl Node {
@@ -190,6 +193,11 @@ impl Graph {
 
     pub fn tensors(&self) -> &[Tensor] {
         &self.tensors
+    }
+
+    /// The graph's process-unique serial (the high half of its tensor ids).
+    pub fn serial(&self) -> u32 {
+        self.serial
     }
 
     pub fn nodes(&self) -> &[Node] {
@@ -311,7 +319,8 @@ impl Graph {
         };
         let inputs = resolve(input_ids, "input")?;
         let outputs = resolve(output_ids, "output")?;
-        if outputs.is_empty() && !matches!(kernel, Kernel::Callback(_)) {
+        if outputs.is_empty() && !matches!(kernel, Kernel::Callback(_) | Kernel::Collective { .. })
+        {
             return invalid(format!("{} has no outputs", what()));
         }
         for (i, &t) in inputs.iter().enumerate() {
@@ -390,6 +399,7 @@ impl Graph {
             params: params.to_vec(),
             recomputable: false,
             name: String::new(),
+            comm: None,
         });
         Ok(node)
     }
@@ -421,6 +431,12 @@ impl Graph {
             ));
         };
         if recomputable {
+            if n.comm.is_some() {
+                return invalid(format!(
+                    "{} is a collective; only a kernel node can be recomputed",
+                    n.describe(node)
+                ));
+            }
             if n.outputs.len() != 1 {
                 return invalid(format!(
                     "{} writes {} outputs; only a node with exactly one output can be recomputed",

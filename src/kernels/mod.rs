@@ -10,6 +10,7 @@
 //! implements these; the graph layer validates each node against its kernel here, at build
 //! time, so the executor never meets a malformed node.
 
+pub mod collective;
 pub mod host;
 
 use std::ffi::c_void;
@@ -201,13 +202,25 @@ pub struct CallbackBuffer {
 #[derive(Clone, Debug)]
 pub enum Kernel {
     Builtin(BuiltinKind),
-    Device { function: FunctionId, name: String },
+    Device {
+        function: FunctionId,
+        name: String,
+    },
     Callback(HostCallback),
+    /// A collective over a communicator (`graph::collective`): not launched as a kernel but
+    /// queued on the communication stream.
+    Collective {
+        kind: collective::CollectiveKind,
+        dtype: collective::DType,
+    },
 }
 
 impl Kernel {
     pub fn describe(&self) -> String {
         match self {
+            Kernel::Collective { kind, dtype } => {
+                format!("collective {} of {}", kind.name(), dtype.name())
+            }
             Kernel::Builtin(b) => format!("built-in {}", b.name()),
             Kernel::Device { name, .. } => format!("device function '{name}'"),
             Kernel::Callback(_) => "host callback".to_string(),

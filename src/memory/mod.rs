@@ -1,6 +1,7 @@
 //! Memory: the caching device pool, the pinned host pool (the same allocator over pinned
 //! segments), residency of tensors, and the adapters that feed the pools from a device.
 
+pub mod history;
 pub mod pool;
 pub mod residency;
 

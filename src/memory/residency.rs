@@ -31,6 +31,8 @@ pub struct TensorMemory {
     copy_out: Option<EventId>,
     /// Recorded on the copy-in stream after the tensor's last host→device copy.
     copy_in: Option<EventId>,
+    /// `device` is memory the host bound (`bind`): never moved, swapped or freed by gkrt.
+    bound: bool,
 }
 
 impl Default for TensorMemory {
@@ -42,6 +44,7 @@ impl Default for TensorMemory {
             host_valid: false,
             copy_out: None,
             copy_in: None,
+            bound: false,
         }
     }
 }
@@ -160,10 +163,37 @@ impl TensorMemory {
     }
 
     /// No memory any more (an intermediate after its last use, a dropped tensor, a released
-    /// graph): returns its device block and host slot for the caller to return to their pools.
+    /// graph): returns its device block and host slot for the caller to return to their pools
+    /// (never memory the host bound: that is the host's).
     pub fn discard(&mut self) -> (Option<DevPtr>, Option<u64>) {
         self.state = Residency::Unallocated;
         self.host_valid = false;
-        (self.device.take(), self.host.take())
+        let device = self.device.take().filter(|_| !self.bound);
+        self.bound = false;
+        (device, self.host.take())
+    }
+
+    /// Lives in memory the host bound.
+    pub fn is_bound(&self) -> bool {
+        self.bound
+    }
+
+    /// The host bound it to `ptr`: its contents are there from now on, in place. (The caller
+    /// returned any block of its own first.)
+    pub fn bind(&mut self, ptr: DevPtr) {
+        debug_assert!(self.device.is_none() || self.bound);
+        self.device = Some(ptr);
+        self.state = Residency::OnDevice;
+        self.host_valid = false;
+        self.bound = true;
+    }
+
+    /// The host took its memory back: no contents anywhere until written or produced again.
+    pub fn unbind(&mut self) {
+        debug_assert!(self.bound);
+        self.device = None;
+        self.state = Residency::Unallocated;
+        self.host_valid = false;
+        self.bound = false;
     }
 }

@@ -103,6 +103,7 @@ impl Step {
             params: Vec::new(),
             recomputable: level > 0 && self.recompute >= level,
             name: format!("n{n}"),
+            comm: None,
         });
     }
 

@@ -3,6 +3,7 @@
 //! the step program (`program`) that a run executes, compiled from all of them.
 
 pub mod arena;
+pub mod min_limit;
 pub mod program;
 pub mod swap;
 pub mod swap_model;

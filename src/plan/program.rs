@@ -13,7 +13,12 @@
 //! - launch: `Launch`; record an event: every copy records its tensor's event;
 //! - copy out: `CopyOut`, `SendHome`; copy in: `CopyIn` (ahead of time, may be deferred),
 //!   `Ready` (on demand); drop: `Drop`; recompute: `Recompute`;
-//! - free: `Free` (an intermediate after its last use), `FreeWorkspaces`.
+//! - free: `Free` (an intermediate after its last use), `FreeWorkspaces`;
+//! - collectives: `Collective` (queued on the communication stream after the compute stream's
+//!   work so far, its event recorded), `AwaitCollective` (the compute stream waits for that event
+//!   before the first node that touches the collective's tensors). A tensor freed while its
+//!   collective may still run goes back to the pool pending on the collective's event: the pool
+//!   calls are the same, which is all the dry run compares.
 //!
 //! Steps whose effect depends on where a tensor is (`Ready` copies only a tensor on the host,
 //! `Alloc` skips an output already on the device) read the tensor's residency; the dry run
@@ -79,6 +84,12 @@ pub enum Step {
     CopyOut(u32),
     /// Drop a tensor the plan rebuilds later (if it is on the device): no copy.
     Drop(u32),
+    /// Queue collective node `n` on the communication stream, after the compute work queued so
+    /// far, and record its event.
+    Collective(u32),
+    /// The compute stream waits for collective node `n`'s event: emitted before the first later
+    /// node that reads or writes one of its tensors (compute in between overlaps it).
+    AwaitCollective(u32),
 }
 
 /// The compiled program of one graph under one plan.
@@ -136,8 +147,23 @@ impl Program {
                 p.push(start, Step::SendHome(t));
             }
         }
+        // Collectives queued and not yet waited for, with the tensors they read or write.
+        let mut in_flight: Vec<(u32, Vec<u32>)> = Vec::new();
         for (n, node) in nodes.iter().enumerate() {
             let n32 = n as u32;
+            if node.comm.is_none() {
+                in_flight.retain(|(c, touched)| {
+                    let clash = node
+                        .inputs
+                        .iter()
+                        .chain(&node.outputs)
+                        .any(|t| touched.contains(t));
+                    if clash {
+                        p.push(n32, Step::AwaitCollective(*c));
+                    }
+                    !clash
+                });
+            }
             if let Some(plan) = plan {
                 p.push(n32, Step::RetryDeferred);
                 for &t in &plan.prefetch_before[n] {
@@ -200,7 +226,13 @@ impl Program {
                     count,
                 },
             );
-            p.push(n32, Step::Launch(n32));
+            if node.comm.is_some() {
+                p.push(n32, Step::Collective(n32));
+                let touched = node.inputs.iter().chain(&node.outputs).copied().collect();
+                in_flight.push((n32, touched));
+            } else {
+                p.push(n32, Step::Launch(n32));
+            }
             // Arena workspaces are not returned: their offsets are the node's for good.
             if !node.workspaces.is_empty() && layout.is_none() {
                 p.push(n32, Step::FreeWorkspaces(n32));
@@ -346,7 +378,11 @@ impl PoolWalk {
                 }
             };
             match step {
-                Step::RetryDeferred | Step::Settle(_) | Step::Launch(_) => {}
+                Step::RetryDeferred
+                | Step::Settle(_)
+                | Step::Launch(_)
+                | Step::Collective(_)
+                | Step::AwaitCollective(_) => {}
                 Step::CopyIn(t) | Step::Ready(t) => fetch(w, has, t),
                 Step::Recompute {
                     tensor,

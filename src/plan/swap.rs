@@ -837,6 +837,7 @@ mod tests {
                 params: Vec::new(),
                 recomputable,
                 name: format!("n{node}"),
+                comm: None,
             });
             node
         }

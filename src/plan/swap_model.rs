@@ -190,7 +190,9 @@ pub fn estimate(
                 m.compute += cost_ms[n as usize];
                 m.e.compute_ms += cost_ms[n as usize];
             }
-            Step::FreeWorkspaces(_) => {}
+            // Graphs with collectives never swap (finalize refuses them), so the model never
+            // meets these.
+            Step::FreeWorkspaces(_) | Step::Collective(_) | Step::AwaitCollective(_) => {}
             Step::Free(t) => {
                 if at[t as usize] != Where::Host {
                     m.allocated -= size(t);
@@ -358,6 +360,7 @@ mod tests {
                 params: Vec::new(),
                 recomputable: false,
                 name: String::new(),
+                comm: None,
             });
             self.cost.push(cost);
         }

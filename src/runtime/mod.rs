@@ -9,25 +9,35 @@
 //! PyTorch entry points' runtimes, `raw.rs` raw pool use (`gkrt_malloc`), `graph/` a graph
 //! bound to its runtime, `logging.rs` the stderr logger.
 
+mod comm;
 pub mod config;
+mod eager;
 mod env;
 mod graph;
 pub(crate) mod home;
 mod logging;
 mod process;
+mod queue;
 mod raw;
+pub mod snapshot;
 mod state_lock;
+mod streams;
+pub mod trace;
 
 use crate::device;
 use crate::device::host::HostOptions;
 use crate::device::{Device, EventId, StreamId};
 pub use crate::error::{Error, Result};
 use crate::exec::{RunCounters, Streams};
+pub use crate::kernels::collective::{CollectiveKind, DType, ReduceOp};
 use crate::memory::pool::{Pool, PoolConfig};
 use crate::memory::{DeviceBacking, PinnedBacking};
+pub use comm::Comm;
 pub use config::{Config, DeviceChoice, MemoryMode};
+pub use eager::EagerArgs;
 pub use graph::RuntimeGraph;
 pub use logging::{init as init_logging, set_sink as set_log_sink, SinkFn as LogSinkFn};
+pub use queue::{DeviceQueue, QueueStats};
 
 /// A message to the host's log sink (or stderr) whatever the level: for failures the host must
 /// hear about even with logging off.
@@ -47,9 +57,12 @@ pub(crate) use crate::graph::MAX_PARAMS_BYTES;
 #[cfg(test)]
 pub(crate) use crate::kernels::call_callback;
 pub(crate) use crate::kernels::inside_callback;
-pub use crate::kernels::{BuiltinKind, CallbackArgs, HostCallback, Kernel, UserDataOwner};
+pub use crate::kernels::{
+    Buffer as DeviceBuffer, BuiltinKind, CallbackArgs, CallbackBuffer, HostCallback, Kernel,
+    UserDataOwner,
+};
 pub use crate::memory::pool::PoolStats;
-pub use crate::plan::program::PoolCall;
+pub use crate::plan::program::{Buf, PoolCall};
 pub use crate::plan::swap::{Policy as SwapPolicy, SwapPlan};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -113,6 +126,10 @@ pub struct State {
     pub last_raw_stream: Option<(usize, StreamId)>,
     /// Streams first met through raw calls grow by virtual ranges (`Config::pool_virtual_memory`).
     pub raw_virtual: bool,
+    /// The owners of pool blocks by label, for snapshots (`snapshot/labels.rs`).
+    pub labels: snapshot::Labels,
+    /// The trace being collected (`trace_begin` .. `trace_end`).
+    pub trace: Option<trace::Trace>,
 }
 
 pub struct Runtime {
@@ -140,6 +157,7 @@ impl Runtime {
             copy_in: device.create_stream()?,
             copy_out: device.create_stream()?,
             marker: device.create_event()?,
+            comm: device.create_stream()?,
         };
         let defaults = PoolConfig::default();
         // Virtual ranges only under a budget of at least 512 MiB (eight of the 64 MiB pages the
@@ -193,6 +211,8 @@ impl Runtime {
                     stall_pairs: Vec::new(),
                     last_raw_stream: None,
                     raw_virtual,
+                    labels: snapshot::Labels::default(),
+                    trace: None,
                 },
             ),
         }))
@@ -263,6 +283,26 @@ impl Runtime {
         Ok(())
     }
 
+    /// Starts collecting a trace of runs (a new one: one already collecting is dropped). Runs
+    /// are timed with events from now on, until `trace_end`.
+    pub fn trace_begin(&self) -> Result<()> {
+        self.lock_for_call()?.trace = Some(trace::Trace::default());
+        Ok(())
+    }
+
+    /// Stops collecting and writes the trace's JSON to `path`. Not collecting is an error; a
+    /// trace that cannot be written is dropped (the error names the file).
+    pub fn trace_end(&self, path: &std::path::Path) -> Result<()> {
+        let trace = self.lock_for_call()?.trace.take().ok_or_else(|| {
+            Error::InvalidState(
+                "no trace is being collected (gkrt_runtime_trace_begin first)".into(),
+            )
+        })?;
+        std::fs::write(path, trace.to_json()).map_err(|e| {
+            Error::InvalidArgument(format!("writing the trace to '{}': {e}", path.display()))
+        })
+    }
+
     /// Waits for all queued work (compute and copies); reports the first asynchronous failure.
     pub fn synchronize(&self) -> Result<()> {
         let _busy = self.lock_for_call()?;
@@ -276,6 +316,7 @@ impl Runtime {
             self.streams.compute,
             self.streams.copy_in,
             self.streams.copy_out,
+            self.streams.comm,
         ] {
             if let (Err(e), Ok(())) = (self.device.stream_synchronize(s), &first) {
                 first = Err(Error::from(e));
@@ -313,6 +354,7 @@ impl Drop for Runtime {
             self.streams.compute,
             self.streams.copy_in,
             self.streams.copy_out,
+            self.streams.comm,
         ] {
             let _ = self.device.destroy_stream(s);
         }

@@ -47,7 +47,7 @@ impl Runtime {
     /// in the state (under its lock; a thread-local would cost more than the pool on the GPU
     /// machine, see `lock_for_call`).
     #[inline(always)]
-    fn raw_stream(&self, st: &mut State, stream: *mut c_void) -> Result<StreamId> {
+    pub(super) fn raw_stream(&self, st: &mut State, stream: *mut c_void) -> Result<StreamId> {
         match st.last_raw_stream {
             Some((native, id)) if native == stream as usize => Ok(id),
             _ => self.raw_stream_first(st, stream),
@@ -88,6 +88,7 @@ impl Runtime {
             return Err(zero_size());
         }
         let s = self.raw_stream(st, stream)?;
+        st.pool.set_owner(crate::runtime::snapshot::LABEL_RAW);
         match st
             .pool
             .alloc_tagged(&DeviceBacking(&*self.device), bytes, s, RAW_TAG)

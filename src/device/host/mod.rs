@@ -10,6 +10,7 @@
 //! next `stream_synchronize`, which reports and clears them — the same contract CUDA gives the
 //! layers above for kernel faults.
 
+pub mod comm;
 mod stream;
 
 use super::*;
@@ -470,5 +471,19 @@ impl Device for HostDevice {
                 work(token.0 as *mut c_void)
             }),
         )
+    }
+
+    fn comm_unique_id(&self) -> DeviceResult<super::comm::UniqueId> {
+        Ok(comm::unique_id())
+    }
+
+    fn comm_init_rank(
+        &self,
+        id: &super::comm::UniqueId,
+        rank: u32,
+        nranks: u32,
+        options: super::comm::CommOptions,
+    ) -> DeviceResult<Arc<dyn super::comm::Communicator>> {
+        comm::init_rank(id, rank, nranks, options)
     }
 }

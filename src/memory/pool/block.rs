@@ -39,7 +39,8 @@ pub(super) struct Block {
     pub(super) prev: u32,
     pub(super) next: u32,
     /// Links of the free list the block is in (warm blocks only); a pending block keeps the
-    /// id of its event in `fprev`.
+    /// id of its event in `fprev`. An allocated or pending block is in no list, and keeps its
+    /// owner's label (`Pool::set_owner`) in `fnext` (the record has no byte to spare).
     pub(super) fprev: u32,
     pub(super) fnext: u32,
     /// Free blocks of a virtual range: unmapped pages lying wholly inside the block.

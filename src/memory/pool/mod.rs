@@ -20,6 +20,7 @@
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
 //! - `move_budget.rs` the time budget of the slack rule's moves;
 //! - `pending.rs` blocks freed after an event; `dry_run.rs` dry runs; `check.rs` validation;
+//!   `snapshot.rs` the segments and blocks listed for memory snapshots;
 //!   `tests/` the tests, over one configurable fake backing.
 //!
 //! Data structures (no linear scans over blocks on alloc or free, no allocation per operation
@@ -108,6 +109,11 @@
 //! - **Tags.** A block carries a small tag chosen by its allocator (`alloc_tagged`, read back
 //!   with `block_info`), so the runtime can tell the buffers a host allocated with
 //!   `gkrt_malloc` from a graph's tensors.
+//! - **Owners and history.** A block also keeps the label its allocator set with `set_owner`
+//!   (who it belongs to, for snapshots), in a field free lists do not use while it is
+//!   allocated. `record_history` switches on a fixed ring of events (`memory/history.rs`):
+//!   allocations, frees requested and completed, segments, pages, out-of-memory failures and
+//!   the caller's swaps; off, each recording point is one branch on `None`.
 //! - **Statistics.** `failed_alloc_count` counts allocations that failed for lack of memory or a
 //!   device error (not zero-size requests). `free_count` counts `free` and `free_after_event`.
 
@@ -126,12 +132,14 @@ mod recycle;
 mod report;
 mod segments;
 mod slab;
+mod snapshot;
 mod stream;
 mod tlsf;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::device::{DeviceError, EventId, StreamId, VirtualMemory};
+use crate::memory::history::{Action, History, HistorySlot};
 use addr_map::AddrMap;
 use block::{Block, Kind, State};
 use segments::Segment;
@@ -144,6 +152,7 @@ pub use config::PoolConfig;
 use config::MIB;
 pub use dry_run::DryRunStep;
 pub use report::{BlockInfo, PoolError, PoolStats};
+pub use snapshot::{BlockView, ViewState};
 /// What the pool needs from below: segments, event completion and, optionally, virtual memory.
 /// The runtime implements it over `dyn Device`; tests implement it with a fake.
 pub trait PoolBacking {
@@ -210,6 +219,10 @@ pub struct Pool {
     /// What the slack rule's page moves may still cost.
     moves: move_budget::MoveBudget,
     stats: PoolStats,
+    /// The label the next allocations carry (`set_owner`), kept in their blocks for snapshots.
+    owner: u32,
+    /// Recorded events, when switched on (`record_history`); a clone records none.
+    history: HistorySlot,
 }
 
 impl Pool {
@@ -235,6 +248,8 @@ impl Pool {
             park_seq: 0,
             moves: move_budget::MoveBudget::default(),
             stats: PoolStats::default(),
+            owner: 0,
+            history: HistorySlot::default(),
         }
     }
 
@@ -271,6 +286,7 @@ impl Pool {
             Ok(i) => i,
             Err(e) => {
                 self.stats.failed_alloc_count += 1;
+                self.note(Action::Oom, 0, bytes, stream.0);
                 return Err(e);
             }
         };
@@ -324,6 +340,8 @@ impl Pool {
     /// reuse: the next alloc on that stream may reuse it at once).
     pub fn free(&mut self, backing: &dyn PoolBacking, addr: u64) -> Result<(), PoolError> {
         let idx = self.take_live(addr)?;
+        self.note_block(Action::FreeRequested, idx);
+        self.note_block(Action::FreeCompleted, idx);
         self.free_block(idx);
         self.note_free(backing, idx);
         Ok(())
@@ -358,6 +376,8 @@ impl Pool {
         }
         self.live.remove_at(at);
         self.count_free(idx);
+        self.note_block(Action::FreeRequested, idx);
+        self.note_block(Action::FreeCompleted, idx);
         self.free_block(idx);
         self.note_free(backing, idx);
         Ok(None)
@@ -465,6 +485,50 @@ impl Pool {
         self.moves.declined
     }
 
+    /// The label that allocations carry from now on (until changed): who they belong to, for
+    /// snapshots and the history. The pool does not interpret it; 0 means unknown.
+    #[inline]
+    pub fn set_owner(&mut self, label: u32) {
+        self.owner = label;
+    }
+
+    /// Switches the history on with room for `capacity` events (a new, empty ring), or off
+    /// with 0.
+    pub fn record_history(&mut self, capacity: usize) {
+        self.history = HistorySlot((capacity > 0).then(|| Box::new(History::new(capacity))));
+    }
+
+    pub fn history(&self) -> Option<&History> {
+        self.history.0.as_deref()
+    }
+
+    /// Records an event in the history, if it is on (one branch when it is off).
+    #[inline(always)]
+    pub fn note(&mut self, action: Action, addr: u64, size: u64, stream: u32) {
+        if let Some(h) = self.history.0.as_deref_mut() {
+            h.record(action, addr, size, self.owner, stream);
+        }
+    }
+
+    /// Records an event about block `idx` (its address, size, label and stream).
+    #[inline(always)]
+    fn note_block(&mut self, action: Action, idx: u32) {
+        if let Some(h) = self.history.0.as_deref_mut() {
+            let b = &self.blocks[idx];
+            let stream = self.streams[b.owner as usize].stream.0;
+            h.record(action, b.addr, b.size, b.fnext, stream);
+        }
+    }
+
+    /// Records an event about the live block at `addr` (the caller's swap, say), if it is on.
+    pub fn note_live(&mut self, action: Action, addr: u64) {
+        if self.history.0.is_some() {
+            if let Some(i) = self.live.get(addr) {
+                self.note_block(action, i);
+            }
+        }
+    }
+
     /// Peaks := current values.
     pub fn reset_peaks(&mut self) {
         self.stats.peak_allocated_bytes = self.stats.allocated_bytes;
@@ -489,8 +553,10 @@ impl Pool {
             b.state = State::Allocated;
             b.requested = bytes;
             b.tag = tag;
+            b.fnext = self.owner;
             (b.addr, b.size)
         };
+        self.note_block(Action::Alloc, idx);
         self.live.insert(addr, idx);
         let s = &mut self.stats;
         s.allocated_bytes += size;

@@ -5,6 +5,7 @@
 use super::block::{Kind, State};
 use super::{round_up, Pool, PoolBacking, PoolError};
 use crate::device::{EventId, StreamId};
+use crate::memory::history::Action;
 
 impl Pool {
     /// Frees a block whose last use was on another stream: it becomes reusable only once
@@ -20,6 +21,7 @@ impl Pool {
 
     pub(super) fn park(&mut self, addr: u64, event: EventId) -> Result<(), PoolError> {
         let idx = self.take_live(addr)?;
+        self.note_block(Action::FreeRequested, idx);
         let size = self.blocks[idx].size;
         self.blocks[idx].state = State::Pending;
         self.blocks[idx].fprev = event.0;
@@ -104,6 +106,7 @@ impl Pool {
     /// on that stream is ordered after whatever the event guards — no host wait needed.
     pub fn assume_complete(&mut self, event: EventId) {
         for i in self.pending.remove(&event).unwrap_or_default() {
+            self.note_block(Action::FreeCompleted, i);
             self.pending_bytes -= self.blocks[i].size;
             self.pending_blocks -= 1;
             self.free_block(i);

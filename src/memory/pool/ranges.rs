@@ -7,6 +7,7 @@ use super::pages::PageMap;
 use super::tlsf::NIL;
 use super::{pages32, Pool, PoolBacking, PoolError};
 use crate::device::{DeviceError, VirtualMemory};
+use crate::memory::history::Action;
 
 /// Cold blocks looked at when no mapped free block fits.
 pub(super) const COLD_SCAN: usize = 32;
@@ -414,6 +415,10 @@ impl Pool {
                 s.reserved_bytes += n * page;
                 s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
                 s.page_map_count += n;
+                let stream = self.streams[self.blocks[self.segs[r].first].owner as usize]
+                    .stream
+                    .0;
+                self.note(Action::SegmentMap, addr, n * page, stream);
             }
         }
         Ok(())

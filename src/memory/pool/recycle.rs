@@ -7,6 +7,7 @@ use super::markers::MARKERS_IN_FLIGHT;
 use super::tlsf::{CLASSES, NIL};
 use super::{pages32, Pool, PoolBacking, PoolError};
 use crate::device::VirtualMemory;
+use crate::memory::history::Action;
 
 impl Pool {
     /// Mapped pages lying wholly inside the free block `i` of a range.
@@ -189,6 +190,8 @@ impl Pool {
                 let s = &mut self.stats;
                 s.reserved_bytes -= k * page;
                 s.page_unmap_count += k;
+                let stream = self.streams[self.blocks[i].owner as usize].stream.0;
+                self.note(Action::SegmentUnmap, base + start * page, k * page, stream);
                 done += k;
                 took += k;
             }

@@ -7,6 +7,7 @@ use super::pages::PageMap;
 use super::tlsf::NIL;
 use super::{round_up, Pool, PoolBacking, PoolError};
 use crate::device::{DeviceError, EventId};
+use crate::memory::history::Action;
 
 #[derive(Clone, Debug)]
 pub(super) struct Segment {
@@ -37,11 +38,12 @@ impl Pool {
                 (seg.base, seg.size, seg.first)
             };
             backing.free_segment(base, size)?;
+            let si = self.blocks[first].owner;
             self.idle.remove(&s);
             self.unlink(first);
             self.drop_block(first);
             self.drop_segment(s);
-            self.segment_gone(size);
+            self.segment_gone(base, size, si);
             released += size;
         }
         Ok(released)
@@ -175,6 +177,10 @@ impl Pool {
         let seg = &mut self.segs[s];
         seg.first = i;
         seg.tail = i;
+        if kind != Kind::Virtual {
+            let stream = self.streams[si as usize].stream.0;
+            self.note(Action::SegmentAlloc, base, size, stream);
+        }
         self.stats.segment_count += 1;
         self.stats.segment_alloc_count += 1;
         i
@@ -225,7 +231,10 @@ impl Pool {
         Ok(Some(i))
     }
 
-    pub(super) fn segment_gone(&mut self, size: u64) {
+    /// Counts out plain segment `[base, base + size)` of stream index `si`, freed.
+    pub(super) fn segment_gone(&mut self, base: u64, size: u64, si: u32) {
+        let stream = self.streams[si as usize].stream.0;
+        self.note(Action::SegmentFree, base, size, stream);
         let s = &mut self.stats;
         s.reserved_bytes -= size;
         s.segment_count -= 1;
@@ -235,10 +244,10 @@ impl Pool {
     /// Drops a segment or range (its memory already returned to the device) and every block
     /// in it.
     pub(super) fn forget_segment(&mut self, s: u32) {
-        let (first, size, kind, si) = {
+        let (first, base, size, kind, si) = {
             let seg = &self.segs[s];
             let si = self.blocks[seg.first].owner;
-            (seg.first, seg.size, seg.kind, si)
+            (seg.first, seg.base, seg.size, seg.kind, si)
         };
         self.idle.remove(&s);
         let mut cur = first;
@@ -278,7 +287,7 @@ impl Pool {
             s2.segment_count -= 1;
             s2.segment_free_count += 1;
         } else {
-            self.segment_gone(size);
+            self.segment_gone(base, size, si);
         }
         self.drop_segment(s);
     }

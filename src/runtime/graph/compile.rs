@@ -19,7 +19,14 @@ impl RuntimeGraph {
                 "the graph is finalized already; it can no longer be changed".into(),
             ));
         }
-        let result = self.compile();
+        let mut result = self.compile();
+        if result.is_ok() {
+            // The names its blocks carry in snapshots.
+            result = self.runtime.lock_for_call().map(|mut st| {
+                let base = st.labels.register(&self.graph);
+                self.store.set_label_base(base);
+            });
+        }
         if result.is_err() {
             self.graph.unfinalize();
             self.arena = None;
@@ -54,6 +61,24 @@ impl RuntimeGraph {
         let limit = rt.lock_for_call()?.pool.memory_limit();
         let lv = self.graph.finalize(ALIGNMENT)?;
         let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
+        let collectives = self.graph.has_collectives();
+        if collectives && rt.config().memory_mode == MemoryMode::Planned {
+            return Err(Error::Unsupported(
+                "collective nodes in planned mode are not supported yet (the arena would reuse a \
+                 collective's memory while the communication stream may still use it); use dynamic mode"
+                    .into(),
+            ));
+        }
+        if collectives && persistent + peak > limit {
+            return Err(Error::Unsupported(format!(
+                "the graph needs {} bytes, more than the memory limit of {limit}, and swapping \
+                 around collective nodes is not supported yet",
+                persistent + peak
+            )));
+        }
+        if collectives {
+            self.make_collective_events()?;
+        }
         if rt.config().memory_mode == MemoryMode::Planned {
             let layout = plan_graph_arena(&self.graph, ALIGNMENT, ARENA_SEARCH_TIME)
                 .map_err(Error::Internal)?;
@@ -124,15 +149,7 @@ impl RuntimeGraph {
         // own buffers exceed what the limit leaves cannot.
         for &n in &plan.infeasible_nodes {
             let node = &nodes[n as usize];
-            let own = crate::plan::swap::node_tensors(node)
-                .iter()
-                .map(|&t| crate::graph::liveness::round_up(tensors[t as usize].size, ALIGNMENT))
-                .chain(
-                    node.workspaces
-                        .iter()
-                        .map(|&w| crate::graph::liveness::round_up(w, ALIGNMENT)),
-                )
-                .sum::<u64>();
+            let own = crate::plan::min_limit::node_own_bytes(tensors, node, ALIGNMENT);
             if own <= available {
                 continue;
             }

@@ -16,8 +16,21 @@ impl Drop for RuntimeGraph {
         if let Replay::Captured(exec_graph) = self.replay {
             let _ = rt.device.destroy_graph(exec_graph);
         }
+        for (_, exec_graph) in self.replay_cache.drain(..) {
+            let _ = rt.device.destroy_graph(exec_graph);
+        }
+        if let Some(events) = self.async_events.take() {
+            let _ = rt.device.destroy_event(events.fork);
+            let _ = rt.device.destroy_event(events.done);
+        }
         for event in self.profile.events() {
             let _ = rt.device.destroy_event(event);
+        }
+        for event in self.collective_events.drain(..).flatten() {
+            let _ = rt.device.destroy_event(event);
+        }
+        if self.store.label_base() != 0 {
+            st.labels.unregister(self.store.label_base());
         }
         self.store.release(StoreAccess {
             device: rt.device(),

@@ -6,12 +6,23 @@
 //! - `io.rs`: tensor writes and reads from the host, and the one check of such a copy.
 //! - `tune.rs`: choosing among swap plans by the first run's timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
+//! - `trace_run.rs`: a run's slices, counters and instants in the runtime's trace.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
+//! - `binding.rs`: persistent tensors bound to the host's device memory.
+//! - `async_run.rs`: runs queued on the host's stream, and their wait.
+//! - `queue_pop.rs`: input tensors each run takes from a device data queue.
+//! - `collective.rs`: collective nodes: adding them, their events, what a failed run does to
+//!   their communicators.
 
+mod async_run;
+mod binding;
+mod collective;
 mod compile;
 mod drop;
 mod io;
+mod queue_pop;
 mod run;
+mod trace_run;
 mod tune;
 
 use super::{Result, Runtime, ALIGNMENT};
@@ -23,6 +34,13 @@ use crate::plan::program::{PoolCall, PoolWalk, Program};
 use crate::plan::swap::{Policy, SwapPlan};
 use crate::plan::ArenaLayout;
 use std::sync::Arc;
+
+/// When a traced run began (host time on the trace's clock) and whether it was a CUDA-graph
+/// replay or capture (traced as one slice).
+pub(super) struct TraceMark {
+    pub began_us: f64,
+    pub replayed: bool,
+}
 
 /// Whole-step replay of a planned graph (CUDA graphs): captured at the second run, once every
 /// address is fixed, and replayed from then on.
@@ -62,9 +80,32 @@ pub struct RuntimeGraph {
     pool_calls: Option<Vec<PoolCall>>,
     /// The last run's departures from its program (`RunCounters::fallbacks`).
     last_fallbacks: u64,
+    /// Captured replays dropped because a bound address changed (`binding.rs`).
+    captures_dropped: u64,
+    /// A run (of either kind) was queued at least once: a wait means something.
+    ever_run: bool,
+    /// An asynchronous run was queued and not yet waited for.
+    async_in_flight: bool,
+    /// The events joining asynchronous runs to the host's stream (`async_run.rs`).
+    async_events: Option<async_run::AsyncEvents>,
+    /// Captures for other sets of bound addresses than the current one (`binding.rs`).
+    replay_cache: Vec<(Vec<u64>, GraphExecId)>,
+    /// The queues each run pops a batch from (`queue_pop.rs`).
+    pops: Vec<queue_pop::QueuePop>,
+    /// Per node: a collective node's event (made at finalize; empty without collectives).
+    collective_events: Vec<Option<crate::device::EventId>>,
+    /// Set by a traced run's `enqueue`, taken by its `finish_run` (`trace_run.rs`).
+    trace_mark: Option<TraceMark>,
 }
 
 impl RuntimeGraph {
+    /// The smallest memory limit the graph can run under in dynamic mode, swapping
+    /// (`plan/min_limit.rs`).
+    pub fn min_memory_limit(&self) -> u64 {
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        crate::plan::min_limit::min_memory_limit(tensors, nodes, ALIGNMENT)
+    }
+
     pub fn new(runtime: Arc<Runtime>) -> RuntimeGraph {
         RuntimeGraph {
             runtime,
@@ -81,6 +122,14 @@ impl RuntimeGraph {
             program: Program::default(),
             pool_calls: None,
             last_fallbacks: 0,
+            captures_dropped: 0,
+            ever_run: false,
+            async_in_flight: false,
+            async_events: None,
+            replay_cache: Vec::new(),
+            pops: Vec::new(),
+            collective_events: Vec::new(),
+            trace_mark: None,
         }
     }
 
@@ -111,7 +160,7 @@ impl RuntimeGraph {
         self.store
             .iter()
             .zip(tensors)
-            .filter(|(m, t)| m.device().is_some() && t.kind.persists())
+            .filter(|(m, t)| m.device().is_some() && !m.is_bound() && t.kind.persists())
             .map(|(_, t)| crate::graph::liveness::round_up(t.size, ALIGNMENT))
             .sum::<u64>()
             + crate::graph::liveness::round_up(arena, ALIGNMENT)

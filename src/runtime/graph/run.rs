@@ -1,6 +1,6 @@
 //! Runs: one step through the executor, the capture and replay of planned graphs.
 
-use super::{Replay, RuntimeGraph};
+use super::{Replay, RuntimeGraph, TraceMark};
 use crate::device::DeviceError;
 use crate::exec::{ExecTarget, Executor, StoreAccess};
 use crate::graph::Graph;
@@ -9,8 +9,47 @@ use std::sync::Arc;
 
 impl RuntimeGraph {
     /// Runs the graph once. On failure no node is re-run, every transient buffer is back in the
-    /// pool, and the runtime and graph stay usable.
+    /// pool, and the runtime and graph stay usable; the communicators of its collective nodes
+    /// are aborted (the other ranks cannot complete this step without this one).
     pub fn run(&mut self) -> Result<()> {
+        let result = self.run_popping();
+        if let Err(e) = &result {
+            self.abort_communicators(e);
+        }
+        result
+    }
+
+    /// A run with its queues' pops around it.
+    fn run_popping(&mut self) -> Result<()> {
+        if !self.has_pops() {
+            return self.run_once();
+        }
+        // A run takes its queues' batches first; one that fails leaves them at the heads.
+        let popped = self.begin_pops()?;
+        match self.run_once() {
+            Ok(()) => self.finish_pops(popped),
+            Err(e) => {
+                self.cancel_pops(popped);
+                Err(e)
+            }
+        }
+    }
+
+    fn run_once(&mut self) -> Result<()> {
+        self.check_runnable()?;
+        let rt = Arc::clone(&self.runtime);
+        let mut guard = rt.lock_for_call()?;
+        let st = &mut *guard;
+        // A run finishes whatever asynchronous run of this graph is in flight.
+        self.async_in_flight = false;
+        self.ever_run = true;
+        let (queued, counters) = self.enqueue(&rt, st, true);
+        self.finish_run(&rt, st, queued, counters)
+    }
+
+    /// The checks made before anything runs: finalized, and every input or parameter a node
+    /// reads written (or bound).
+    pub(super) fn check_runnable(&self) -> Result<()> {
         if !self.graph.is_finalized() {
             return Err(Error::InvalidState(
                 "the graph must be finalized before it runs".into(),
@@ -28,23 +67,45 @@ impl RuntimeGraph {
                 )));
             }
         }
-        let rt = Arc::clone(&self.runtime);
-        let mut guard = rt.lock_for_call()?;
-        let st = &mut *guard;
+        Ok(())
+    }
+
+    /// Queues one run (the state lock is held by the caller): the arena at the first planned
+    /// run, then the captured replay, a capture, or the executor. Returns whether queueing
+    /// succeeded and the run's counters; nothing is waited for. `sync`: `finish_run` follows
+    /// (only such a run is traced).
+    pub(super) fn enqueue(
+        &mut self,
+        rt: &Runtime,
+        st: &mut crate::runtime::State,
+        sync: bool,
+    ) -> (Result<()>, crate::exec::RunCounters) {
         // Planned mode takes its arena from the pool once, at the first run, and keeps it.
         if let Some(layout) = &self.arena {
-            self.store.take_arena(
+            let taken = self.store.take_arena(
                 layout.size,
+                self.graph.nodes().len() as u32,
                 StoreAccess {
                     device: rt.device(),
                     stream: rt.compute,
                     pool: &mut st.pool,
                     pinned: &mut st.pinned,
                 },
-            )?;
+            );
+            if let Err(e) = taken {
+                return (Err(e), Default::default());
+            }
         }
         let capture =
-            self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(&rt);
+            self.replay == Replay::NotYet && self.successful_runs > 0 && begin_capture(rt);
+        // While the runtime traces, runs are timed with events (not one being captured: its
+        // events would become part of the replay).
+        // An asynchronous run is not traced: nothing waits for its events.
+        let traced = sync && st.trace.is_some() && !capture;
+        self.trace_mark = st.trace.as_ref().filter(|_| sync).map(|t| TraceMark {
+            began_us: t.now_us(),
+            replayed: capture || matches!(self.replay, Replay::Captured(_)),
+        });
         if self.replay == Replay::NotYet && self.successful_runs > 0 && !capture {
             self.replay = Replay::Off;
         }
@@ -61,7 +122,7 @@ impl RuntimeGraph {
             }
             _ => {
                 let r;
-                (r, counters) = self.execute(&rt, st);
+                (r, counters) = self.execute(rt, st, traced);
                 r
             }
         };
@@ -81,10 +142,23 @@ impl RuntimeGraph {
                     // The work was recorded, not run: run it the ordinary way.
                     log::warn!("planned graph not captured for replay: {e}");
                     self.replay = Replay::Off;
-                    (queued, counters) = self.execute(&rt, st);
+                    (queued, counters) = self.execute(rt, st, traced);
                 }
             }
         }
+        (queued, counters)
+    }
+
+    /// The end of a synchronous run (the state lock is held by the caller): waits for every
+    /// stream, collects asynchronous failures and the run's counters, then the bookkeeping of a
+    /// successful run (the swap plan's tuning after the first).
+    pub(super) fn finish_run(
+        &mut self,
+        rt: &Arc<Runtime>,
+        st: &mut crate::runtime::State,
+        queued: Result<()>,
+        counters: crate::exec::RunCounters,
+    ) -> Result<()> {
         // Wait even after a queueing error: asynchronous failures must be collected now, and
         // copies must be done before their tensors are touched again.
         let mut finished = Ok(());
@@ -97,6 +171,21 @@ impl RuntimeGraph {
                 finished = r;
             }
         }
+        // A rank that failed tells the others before it waits for its collectives, which may
+        // be waiting for collectives of this rank that will never come.
+        if let Some(e) = queued.as_ref().err().or(finished.as_ref().err()) {
+            self.abort_communicators(e);
+        }
+        let comm = rt
+            .device
+            .stream_synchronize(rt.streams.comm)
+            .map_err(|e| match e {
+                DeviceError::Async(m) => Error::PeerFailed(m),
+                other => Error::from(other),
+            });
+        if finished.is_ok() {
+            finished = comm;
+        }
         let mut wait_ms = 0.0f64;
         for &(start, end) in &st.stall_pairs[..counters.stall_pairs_used] {
             wait_ms += rt.device.event_elapsed_ms(start, end).unwrap_or(0.0) as f64;
@@ -105,8 +194,18 @@ impl RuntimeGraph {
         self.last_fallbacks = counters.fallbacks;
         // Every copy is done: in-flight states have landed.
         self.store.land_all();
-        queued?;
-        finished?;
+        let outcome = queued.and(finished);
+        if let (Some(trace), Some(mark)) = (st.trace.as_mut(), self.trace_mark.take()) {
+            self.trace_run(
+                trace,
+                rt.device(),
+                mark.began_us,
+                &counters,
+                mark.replayed,
+                &outcome,
+            );
+        }
+        outcome?;
         self.successful_runs += 1;
         if let (Some(path), Some(_)) = (crate::runtime::env::swap_timeline(), &self.swap) {
             if let Err(e) = self.write_timeline(rt.device(), path) {
@@ -119,7 +218,7 @@ impl RuntimeGraph {
             // Runs end in the plan's start state, a new plan's too. The run itself succeeded:
             // a failure here is only logged (the next run's start retries the move).
             let (r, _) =
-                self.execute_with(&rt, st, |exec, graph| exec.enter_start_state(graph), false);
+                self.execute_with(rt, st, |exec, graph| exec.enter_start_state(graph), false);
             let synced = rt.device.stream_synchronize(rt.streams.copy_out);
             if let Err(e) = r.and(synced.map_err(Error::from)) {
                 log::warn!("moving tensors to the tuned swap plan's starting state: {e}");
@@ -136,15 +235,18 @@ impl RuntimeGraph {
 }
 
 impl RuntimeGraph {
-    /// Queues one run through the executor (the state lock is held by the caller).
+    /// Queues one run through the executor (the state lock is held by the caller), timed with
+    /// events when `traced` or the swap plan wants timings.
     pub(super) fn execute(
         &mut self,
         rt: &Runtime,
         st: &mut crate::runtime::State,
+        traced: bool,
     ) -> (Result<()>, crate::exec::RunCounters) {
-        let profiled = self.swap.is_some()
-            && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
-                || crate::runtime::env::swap_timeline().is_some());
+        let profiled = traced
+            || self.swap.is_some()
+                && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
+                    || crate::runtime::env::swap_timeline().is_some());
         self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
     }
 
@@ -168,6 +270,7 @@ impl RuntimeGraph {
                 program: &self.program,
                 store: &mut self.store,
                 stall_pairs: &mut st.stall_pairs,
+                collective_events: &self.collective_events,
             },
             profiled.then_some(&mut self.profile),
             self.pool_calls.as_mut(),

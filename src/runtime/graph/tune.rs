@@ -43,7 +43,7 @@ impl RuntimeGraph {
         let cost: std::result::Result<Vec<f64>, _> = pairs.iter().map(|&p| timed(p)).collect();
         let mut moved = [(0u64, 0.0f64); 2]; // (bytes, ms): out, in
         let mut copies_ok = true;
-        for &(a, b, bytes, incoming) in &self.profile.copies {
+        for &(a, b, bytes, incoming, _) in &self.profile.copies {
             match timed((a, b)) {
                 Ok(ms) => {
                     moved[incoming as usize].0 += bytes;
@@ -124,7 +124,7 @@ impl RuntimeGraph {
         for (i, &(a, b)) in self.profile.nodes[..n].iter().enumerate() {
             text += &format!("{run},node,{i},{:.4},{:.4}\n", at(a)?, at(b)?);
         }
-        for &(a, b, bytes, incoming) in &self.profile.copies {
+        for &(a, b, bytes, incoming, _) in &self.profile.copies {
             let dir = if incoming { "in" } else { "out" };
             text += &format!("{run},{dir},{bytes},{:.4},{:.4}\n", at(a)?, at(b)?);
         }

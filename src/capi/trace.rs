@@ -1,0 +1,48 @@
+//! C API: traces of runs in Chrome's trace-event JSON.
+
+use super::boundary::guard;
+use super::handles;
+use super::types::*;
+use crate::runtime::Error;
+use std::ffi::{c_char, CStr};
+
+/// Starts collecting a trace of the runtime's runs: from now on every run is timed with device
+/// events (a pair around each node, swap copy and recompute) and, when it ends, adds its slices
+/// to the trace. A trace already being collected is dropped and a new one started. Tracing
+/// costs the events and, per run, reading them after the run has finished; runs are not
+/// timed while no trace is collected. Thread-safe (takes the runtime's lock).
+#[must_use]
+#[no_mangle]
+pub extern "C" fn gkrt_runtime_trace_begin(runtime: *mut gkrt_runtime) -> gkrt_status {
+    guard(|| handles::runtime(runtime as usize)?.trace_begin())
+}
+
+/// Stops collecting and writes the trace to the file `path` (created or truncated) as Chrome's
+/// trace-event JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open: one track per
+/// stream ("compute stream", "copy in", "copy out", and "communication", empty until
+/// collectives exist), a slice per node (named as messages name it, with its input and output
+/// bytes), per swap copy (the tensor and its bytes) and per recompute; counter tracks
+/// "allocated bytes", "reserved bytes" and "pinned bytes" sampled at each node's end; instants
+/// for fallback evictions and failed runs ("out of memory" with the message). Times are µs
+/// since `gkrt_runtime_trace_begin`; device times come from events, each run placed at the host
+/// time it began. A replayed planned graph is one slice "graph replay". No trace being
+/// collected is GKRT_STATUS_INVALID_STATE; `path` must be UTF-8; a file that cannot be written
+/// is GKRT_STATUS_INVALID_ARGUMENT naming it (the trace is then dropped). Thread-safe.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_runtime_trace_end(
+    runtime: *mut gkrt_runtime,
+    path: *const c_char,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        if path.is_null() {
+            return Err(Error::InvalidArgument("path is NULL".into()));
+        }
+        // SAFETY: the C contract: a non-NULL `path` is a NUL-terminated string.
+        let path = unsafe { CStr::from_ptr(path) }
+            .to_str()
+            .map_err(|_| Error::InvalidArgument("path is not valid UTF-8".into()))?;
+        rt.trace_end(std::path::Path::new(path))
+    })
+}

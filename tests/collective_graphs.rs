@@ -1,0 +1,174 @@
+//! Collective nodes in graphs on the host backend's communicator model (2 and 4 ranks as
+//! threads, jitter on): results against a direct computation, the executor's pool calls equal
+//! to the program's dry run (as `random_graphs.rs` checks for graphs without collectives), and
+//! nothing left allocated after a run — with tensors freed while their collective may still run.
+
+use gkrt::runtime::{
+    Buf, BuiltinKind, CollectiveKind, Comm, Config, DType, DeviceChoice, Kernel, LaunchDims,
+    PoolCall, ReduceOp, Runtime, RuntimeGraph, TensorKind,
+};
+use std::sync::Arc;
+
+const DIMS: LaunchDims = LaunchDims {
+    grid: [1; 3],
+    block: [1; 3],
+    shared_mem_bytes: 0,
+};
+const N: usize = 64;
+
+fn runtime() -> Arc<Runtime> {
+    Runtime::new(Config {
+        device: DeviceChoice::Host,
+        host_jitter_us: 30,
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn input(rank: usize) -> Vec<f32> {
+    (0..N).map(|i| (rank * 7 + i) as f32 * 0.25 - 5.0).collect()
+}
+
+/// Rank `rank`'s graph: two gradients all-reduced (one in place, one out of place, its input
+/// freed while the collective may still read it), compute that overlaps them, and readers.
+fn rank_graph(rt: &Arc<Runtime>, comm: &Comm) -> (RuntimeGraph, u64, [u64; 3]) {
+    let mut g = RuntimeGraph::new(Arc::clone(rt));
+    let t = |g: &mut RuntimeGraph, kind| g.add_tensor((N * 4) as u64, kind, "").unwrap();
+    let x = t(&mut g, TensorKind::Input);
+    let (h, g2, s, a) = (
+        t(&mut g, TensorKind::Intermediate),
+        t(&mut g, TensorKind::Intermediate),
+        t(&mut g, TensorKind::Intermediate),
+        t(&mut g, TensorKind::Intermediate),
+    );
+    let (y, z, out2) = (
+        t(&mut g, TensorKind::Output),
+        t(&mut g, TensorKind::Output),
+        t(&mut g, TensorKind::Output),
+    );
+    let two = 2.0f32.to_ne_bytes();
+    let three = 3.0f32.to_ne_bytes();
+    let b = |k| Kernel::Builtin(k);
+    let graph = &mut g.graph;
+    graph
+        .add_node(b(BuiltinKind::Scale), &[x], &[h], &[], DIMS, &two)
+        .unwrap();
+    graph
+        .add_node(b(BuiltinKind::Scale), &[x], &[g2], &[], DIMS, &three)
+        .unwrap();
+    g.add_collective(
+        comm,
+        CollectiveKind::AllReduce(ReduceOp::Sum),
+        DType::F32,
+        &[h],
+        &[h],
+    )
+    .unwrap();
+    g.add_collective(
+        comm,
+        CollectiveKind::AllReduce(ReduceOp::Max),
+        DType::F32,
+        &[g2],
+        &[s],
+    )
+    .unwrap();
+    let graph = &mut g.graph;
+    // Independent of both collectives: overlaps them.
+    graph
+        .add_node(b(BuiltinKind::Relu), &[x], &[a], &[], DIMS, &[])
+        .unwrap();
+    graph
+        .add_node(b(BuiltinKind::Scale), &[a], &[z], &[], DIMS, &two)
+        .unwrap();
+    // Readers of the results.
+    graph
+        .add_node(b(BuiltinKind::Relu), &[h], &[y], &[], DIMS, &[])
+        .unwrap();
+    graph
+        .add_node(b(BuiltinKind::Copy), &[s], &[out2], &[], DIMS, &[])
+        .unwrap();
+    g.finalize().unwrap();
+    (g, x, [y, z, out2])
+}
+
+fn ranks(n: usize) {
+    let id = runtime().comm_unique_id().unwrap();
+    std::thread::scope(|scope| {
+        for r in 0..n {
+            scope.spawn(move || {
+                let rt = runtime();
+                let comm = Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
+                let (mut g, x, [y, z, out2]) = rank_graph(&rt, &comm);
+                g.record_pool_calls(true);
+                g.write(x, &bytes(&input(r))).unwrap();
+                for run in 0..3 {
+                    g.run().unwrap();
+                    // Persistent tensors get their blocks at the host's write or their first run
+                    // (the dry run of a graph that does not swap starts with none): compare the
+                    // intermediates' calls, in order.
+                    let transient = |calls: &[PoolCall]| -> Vec<PoolCall> {
+                        calls
+                            .iter()
+                            .copied()
+                            .filter(|c| {
+                                let (PoolCall::Alloc { buf, .. } | PoolCall::Free { buf }) = *c;
+                                !matches!(buf, Buf::Tensor(t) if g.graph.tensors()[t as usize].kind.persists())
+                            })
+                            .collect()
+                    };
+                    let ran = transient(g.last_pool_calls().unwrap());
+                    assert_eq!(ran.len(), 8, "rank {r}: four intermediates, each allocated and freed");
+                    assert_eq!(
+                        ran,
+                        transient(&g.planned_pool_calls()),
+                        "rank {r}, run {run}: the executor's pool calls differ from the dry run's"
+                    );
+                    assert_eq!(
+                        rt.stats().unwrap().pool.allocated_bytes,
+                        g.resident_bytes(),
+                        "rank {r}, run {run}: a transient buffer outlived the run"
+                    );
+                    let read = |g: &mut RuntimeGraph, t| {
+                        let mut out = vec![0u8; N * 4];
+                        g.read(t, &mut out).unwrap();
+                        floats(&out)
+                    };
+                    let (got_y, got_z, got_2) = (read(&mut g, y), read(&mut g, z), read(&mut g, out2));
+                    for i in 0..N {
+                        let mut sum = 0.0f32;
+                        let mut max = f32::NEG_INFINITY;
+                        for k in 0..n {
+                            sum += input(k)[i] * 2.0;
+                            max = max.max(input(k)[i] * 3.0);
+                        }
+                        assert_eq!(got_y[i], sum.max(0.0), "rank {r}: relu(all-reduce sum) at {i}");
+                        assert_eq!(got_2[i], max, "rank {r}: all-reduce max at {i}");
+                        assert_eq!(got_z[i], input(r)[i].max(0.0) * 2.0, "rank {r}: overlapping node at {i}");
+                    }
+                }
+                drop(g);
+                assert_eq!(rt.stats().unwrap().pool.allocated_bytes, 0);
+            });
+        }
+    });
+}
+
+#[test]
+fn two_ranks_match_the_direct_computation_and_the_dry_run() {
+    ranks(2);
+}
+
+#[test]
+fn four_ranks_match_the_direct_computation_and_the_dry_run() {
+    ranks(4);
+}

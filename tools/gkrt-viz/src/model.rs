@@ -202,7 +202,22 @@ impl Trace {
                 });
             }
         };
-        for s in &self.slices {
+        // A copy out frees its tensor when it ends, and nodes that start while it runs may still
+        // read the tensor: its end is an event of its own, taken in time order with the starts
+        // (a close at the copy's start would be reopened by such a reader).
+        let mut order: Vec<(f64, bool, usize)> = Vec::with_capacity(self.slices.len());
+        for (i, s) in self.slices.iter().enumerate() {
+            let copy_out = s.kind == SliceKind::Copy && s.track == 3;
+            order.push(if copy_out {
+                (s.end, false, i)
+            } else {
+                (s.start, true, i)
+            });
+        }
+        // Ends before starts at one time: a reader starting as a copy out ends needs a copy in.
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for &(_, _, i) in &order {
+            let s = &self.slices[i];
             let ids = |v: &Vec<u64>| -> Vec<usize> {
                 v.iter().filter_map(|&i| self.tensor(s.graph, i)).collect()
             };
@@ -284,5 +299,25 @@ mod tests {
         // `a`: written at 0, last read at 3, dropped, rebuilt at 5, last read at 7.
         // `b`: written at 2, leaves when its copy out ends at 4.
         assert_eq!(got, vec![(0, 0.0, 3.0), (1, 2.0, 4.0), (0, 5.0, 7.0)]);
+    }
+
+    /// A node that starts while its input is being copied out still reads it on the device: the
+    /// tensor leaves once, when the copy ends (it used to be reopened by that reader and kept to
+    /// the end of the trace, drawing more memory than the limit).
+    #[test]
+    fn a_reader_during_a_copy_out_does_not_bring_the_tensor_back() {
+        let json = TRACE.replace(
+            r#"{"ph":"X","tid":1,"cat":"recompute""#,
+            r#"{"ph":"X","tid":1,"cat":"node","name":"n1b","ts":3500,"dur":200,"args":{"graph":7,"inputs":[1],"outputs":[]}},
+      {"ph":"X","tid":1,"cat":"recompute""#,
+        );
+        let t = Trace::parse(&json).unwrap();
+        let b: Vec<(f64, f64)> = t
+            .live()
+            .iter()
+            .filter(|l| l.tensor == 1)
+            .map(|l| (l.start, l.end))
+            .collect();
+        assert_eq!(b, vec![(2.0, 4.0)]);
     }
 }

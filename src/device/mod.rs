@@ -349,4 +349,18 @@ pub trait Device: Send + Sync {
             self.name()
         )))
     }
+    /// Wraps a communicator the host program made (`ncclComm_t` on CUDA) as `rank` of `nranks`;
+    /// it stays the caller's: releasing the wrapper never destroys it.
+    fn comm_wrap(
+        &self,
+        _native: *mut c_void,
+        _rank: u32,
+        _nranks: u32,
+        _options: comm::CommOptions,
+    ) -> DeviceResult<Arc<dyn comm::Communicator>> {
+        Err(DeviceError::Unsupported(format!(
+            "wrapping a native (NCCL) communicator on the {} backend",
+            self.name()
+        )))
+    }
 }

@@ -40,6 +40,7 @@ mod builtins;
 mod handles;
 mod launch;
 mod modules;
+mod nccl;
 mod nvrtc;
 mod params;
 mod probe;
@@ -98,6 +99,9 @@ pub struct CudaDevice {
     vmm_page: OnceLock<Option<u64>>,
     /// Physical allocations of virtual memory: mapped ones by address, and spares.
     vmm_handles: Mutex<vmm::Handles>,
+    /// Streams an aborted NCCL communicator left work on (`nccl.rs`): reported by
+    /// `stream_synchronize` as `PeerFailed`.
+    comm_failures: Arc<nccl::StreamFailures>,
 }
 
 impl fmt::Debug for CudaDevice {
@@ -171,6 +175,7 @@ impl CudaDevice {
             imported: Mutex::new(HashMap::new()),
             vmm_page: OnceLock::new(),
             vmm_handles: Mutex::new(vmm::Handles::default()),
+            comm_failures: Arc::new(nccl::StreamFailures::default()),
         })
     }
 
@@ -429,9 +434,15 @@ impl Device for CudaDevice {
         self.bind()?;
         // Kernel faults raised since the last sync come back here (e.g. CUDA_ERROR_ILLEGAL_ADDRESS).
         // SAFETY: live stream (the Arc holds it).
-        check("cuStreamSynchronize", unsafe {
+        let synced = check("cuStreamSynchronize", unsafe {
             sys::cuStreamSynchronize(s.0)
-        })
+        });
+        // A communicator aborted while this stream held its collectives: the work "completed"
+        // without its data.
+        match self.comm_failures.take(s.0 as usize) {
+            Some(why) => Err(DeviceError::PeerFailed(why)),
+            None => synced,
+        }
     }
 
     fn create_event(&self) -> DeviceResult<EventId> {
@@ -695,6 +706,41 @@ impl Device for CudaDevice {
             Ok(g) => g.destroy(),
             Err(_) => Ok(()),
         }
+    }
+
+    // --- communicators: NCCL (nccl.rs) ---
+    fn comm_unique_id(&self) -> DeviceResult<super::comm::UniqueId> {
+        nccl::unique_id()
+    }
+
+    fn comm_init_rank(
+        &self,
+        id: &super::comm::UniqueId,
+        rank: u32,
+        nranks: u32,
+        options: super::comm::CommOptions,
+    ) -> DeviceResult<Arc<dyn super::comm::Communicator>> {
+        // NCCL takes the device from the current context.
+        self.bind()?;
+        nccl::init_rank(&self.ctx, &self.comm_failures, id, rank, nranks, options)
+    }
+
+    fn comm_wrap(
+        &self,
+        native: *mut c_void,
+        rank: u32,
+        nranks: u32,
+        options: super::comm::CommOptions,
+    ) -> DeviceResult<Arc<dyn super::comm::Communicator>> {
+        self.bind()?;
+        nccl::wrap(
+            &self.ctx,
+            &self.comm_failures,
+            native,
+            rank,
+            nranks,
+            options,
+        )
     }
 }
 

@@ -573,7 +573,8 @@ enum gkrt_status gkrt_comm_get_unique_id(struct gkrt_runtime *runtime,
 // timed-out peer GKRT_STATUS_PEER_FAILED; a watchdog thread aborts it on an asynchronous NCCL
 // error or a collective outstanding past `timeout_ms` (counted from when it was queued or the
 // one before it finished, so it includes compute the collective waits for), and the run that
-// waited for it fails with GKRT_STATUS_PEER_FAILED.
+// waited for it fails with GKRT_STATUS_PEER_FAILED. Every communicator registers the runtime's
+// device memory (`ncclCommRegister`) while both live, deregistering it before it is freed.
 GKRT_MUST_USE
 enum gkrt_status gkrt_comm_init_rank(struct gkrt_runtime *runtime,
                                      const struct gkrt_unique_id *id,
@@ -589,8 +590,10 @@ enum gkrt_status gkrt_comm_init_rank(struct gkrt_runtime *runtime,
 // handle and graph that uses it). `gkrt_comm_abort` — and a failed run of a graph using it, or
 // its timeout — still calls `ncclCommAbort`, which frees it: after an abort the caller must
 // neither use nor destroy its `ncclComm_t`. Waits for other ranks are bounded by `timeout_ms`
-// (0: 300000 ms) as for `gkrt_comm_init_rank`. The host backend has no NCCL:
-// GKRT_STATUS_UNSUPPORTED.
+// (0: 300000 ms) as for `gkrt_comm_init_rank`. gkrt registers the runtime's device memory with
+// it (`ncclCommRegister`, deregistered before that memory is freed and at release), so the
+// caller must not call NCCL on it from another thread while gkrt may (allocations, runs). The
+// host backend has no NCCL: GKRT_STATUS_UNSUPPORTED.
 GKRT_MUST_USE
 enum gkrt_status gkrt_comm_wrap_nccl(struct gkrt_runtime *runtime,
                                      void *nccl_comm,

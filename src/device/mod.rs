@@ -11,6 +11,7 @@
 pub mod comm;
 pub mod cuda;
 pub mod host;
+pub mod registration;
 
 use crate::error::Error;
 /// The kernel descriptions the device implements live one layer down, in `kernels`; they are

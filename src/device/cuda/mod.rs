@@ -102,6 +102,8 @@ pub struct CudaDevice {
     /// Streams an aborted NCCL communicator left work on (`nccl.rs`): reported by
     /// `stream_synchronize` as `PeerFailed`.
     comm_failures: Arc<nccl::StreamFailures>,
+    /// Segments and mapped pages, registered with every NCCL communicator of the device.
+    registrations: super::registration::Registrations,
 }
 
 impl fmt::Debug for CudaDevice {
@@ -176,6 +178,7 @@ impl CudaDevice {
             vmm_page: OnceLock::new(),
             vmm_handles: Mutex::new(vmm::Handles::default()),
             comm_failures: Arc::new(nccl::StreamFailures::default()),
+            registrations: Default::default(),
         })
     }
 
@@ -322,6 +325,7 @@ impl Device for CudaDevice {
         self.bind()?;
         let p = self.mem_alloc(size, bytes)?;
         if p % SEGMENT_ALIGN == 0 {
+            self.registrations.added(p, bytes);
             return Ok(p);
         }
         // cuMemAlloc only documents 256-byte alignment (in practice it gives more). Rare path:
@@ -334,6 +338,7 @@ impl Device for CudaDevice {
         let raw = self.mem_alloc(padded, bytes)?;
         let aligned = raw.next_multiple_of(SEGMENT_ALIGN);
         lock(&self.realigned).insert(aligned, raw);
+        self.registrations.added(aligned, bytes);
         Ok(aligned)
     }
 
@@ -342,6 +347,8 @@ impl Device for CudaDevice {
             return Err(invalid("free_segment of a null pointer".into()));
         }
         self.bind()?;
+        // Communicators let go of it first (a no-op for an address that is no segment).
+        self.registrations.removing(ptr);
         let raw = lock(&self.realigned).remove(&ptr).unwrap_or(ptr);
         // SAFETY: the driver validates that raw is an allocation base of this context.
         check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(raw) })
@@ -722,7 +729,15 @@ impl Device for CudaDevice {
     ) -> DeviceResult<Arc<dyn super::comm::Communicator>> {
         // NCCL takes the device from the current context.
         self.bind()?;
-        nccl::init_rank(&self.ctx, &self.comm_failures, id, rank, nranks, options)
+        nccl::init_rank(
+            &self.ctx,
+            &self.comm_failures,
+            &self.registrations,
+            id,
+            rank,
+            nranks,
+            options,
+        )
     }
 
     fn comm_wrap(
@@ -736,6 +751,7 @@ impl Device for CudaDevice {
         nccl::wrap(
             &self.ctx,
             &self.comm_failures,
+            &self.registrations,
             native,
             rank,
             nranks,

@@ -23,6 +23,12 @@
 //! [`StreamFailures`], which `stream_synchronize` reports as `PeerFailed`: a run interrupted by
 //! an abort fails instead of returning garbage. Calls after an abort fail with `PeerFailed`.
 //!
+//! **Registration.** Every communicator registers the device's live segments and mapped pages
+//! with `ncclCommRegister` (through the device's [`Registrations`]: those alive when it is made,
+//! and each one allocated later) and deregisters each (`ncclCommDeregister`) before the device
+//! frees it, and all of them before it is destroyed. A registration that fails is logged and
+//! skipped: it only makes collectives on that memory faster.
+//!
 //! **Ownership.** A communicator made by `init_rank` is finalized and destroyed when its last
 //! reference goes; one wrapped with [`wrap`] belongs to the caller and is never destroyed here —
 //! but `abort` still calls `ncclCommAbort` on it, which frees it: after an abort the caller must
@@ -30,7 +36,8 @@
 
 use super::handles::{lock, Ctx};
 use crate::device::comm::{CommOptions, Communicator, UniqueId, UNIQUE_ID_BYTES};
-use crate::device::{Device, DeviceError, DeviceKind, DeviceResult, StreamId};
+use crate::device::registration::{Registrable, Registrations};
+use crate::device::{DevPtr, Device, DeviceError, DeviceKind, DeviceResult, StreamId};
 use crate::kernels::collective::{Collective, CollectiveKind, DType, ReduceOp};
 use cudarc::driver::sys;
 use cudarc::nccl::sys as nccl;
@@ -210,6 +217,7 @@ fn check_rank(rank: u32, nranks: u32) -> DeviceResult<()> {
 pub(super) fn init_rank(
     ctx: &Ctx,
     failures: &Arc<StreamFailures>,
+    registrations: &Registrations,
     id: &UniqueId,
     rank: u32,
     nranks: u32,
@@ -267,7 +275,14 @@ pub(super) fn init_rank(
         }));
     }
     Ok(NcclComm::start(
-        ctx, failures, comm, rank, nranks, options, true,
+        ctx,
+        failures,
+        registrations,
+        comm,
+        rank,
+        nranks,
+        options,
+        true,
     ))
 }
 
@@ -276,6 +291,7 @@ pub(super) fn init_rank(
 pub(super) fn wrap(
     ctx: &Ctx,
     failures: &Arc<StreamFailures>,
+    registrations: &Registrations,
     native: *mut c_void,
     rank: u32,
     nranks: u32,
@@ -303,7 +319,14 @@ pub(super) fn wrap(
         )));
     }
     Ok(NcclComm::start(
-        ctx, failures, comm, rank, nranks, options, false,
+        ctx,
+        failures,
+        registrations,
+        comm,
+        rank,
+        nranks,
+        options,
+        false,
     ))
 }
 
@@ -324,6 +347,8 @@ struct State {
     spare: Vec<sys::CUevent>,
     /// Set by `Drop`: the watchdog ends.
     stop: bool,
+    /// `ncclCommRegister` handles by range address.
+    registered: HashMap<DevPtr, usize>,
 }
 
 struct Shared {
@@ -367,9 +392,11 @@ impl Drop for Current {
 }
 
 impl NcclComm {
+    #[allow(clippy::too_many_arguments)]
     fn start(
         ctx: &Ctx,
         failures: &Arc<StreamFailures>,
+        registrations: &Registrations,
         comm: nccl::ncclComm_t,
         rank: u32,
         nranks: u32,
@@ -389,6 +416,7 @@ impl NcclComm {
                 pending: VecDeque::new(),
                 spare: Vec::new(),
                 stop: false,
+                registered: HashMap::new(),
             }),
             wake: Condvar::new(),
         });
@@ -398,7 +426,10 @@ impl NcclComm {
             .spawn(move || watched.watch())
             .map_err(|e| log::warn!("no NCCL watchdog thread ({e}): timeouts are not enforced"))
             .ok();
-        Arc::new(NcclComm { shared, watchdog })
+        let made = Arc::new(NcclComm { shared, watchdog });
+        let registrable: Arc<dyn Registrable> = made.clone();
+        registrations.attach(&registrable);
+        made
     }
 }
 
@@ -479,6 +510,8 @@ impl Shared {
             // SAFETY: live communicator; nobody else uses it (we hold the lock).
             unsafe { nccl::ncclCommAbort(st.comm) };
             st.comm = std::ptr::null_mut();
+            // Registrations went with the communicator.
+            st.registered.clear();
         }
         let message = format!(
             "communicator aborted while a collective was queued: {}",
@@ -663,6 +696,63 @@ impl Communicator for NcclComm {
     }
 }
 
+impl Registrable for NcclComm {
+    fn register(&self, addr: DevPtr, bytes: u64) {
+        let Ok(_current) = Current::push(self.shared.ctx) else {
+            return;
+        };
+        let mut st = lock(&self.shared.state);
+        if st.comm.is_null() || st.registered.contains_key(&addr) {
+            return;
+        }
+        let comm = st.comm;
+        let mut handle: *mut c_void = std::ptr::null_mut();
+        // SAFETY: live communicator under the lock; `addr` is live device memory of `bytes`.
+        let r = unsafe {
+            nccl::ncclCommRegister(comm, addr as *mut c_void, bytes as usize, &mut handle)
+        };
+        let done = match r {
+            R::ncclSuccess => Ok(()),
+            R::ncclInProgress => wait_done(
+                comm,
+                "ncclCommRegister",
+                Instant::now() + self.shared.timeout,
+            )
+            .map_err(|e| {
+                e.map(|e| e.to_string())
+                    .unwrap_or_else(|| "timed out".into())
+            }),
+            r => Err(nccl_error("ncclCommRegister", r, comm).to_string()),
+        };
+        match done {
+            Ok(()) if !handle.is_null() => {
+                st.registered.insert(addr, handle as usize);
+            }
+            Ok(()) => {}
+            Err(why) => log::warn!(
+                "ncclCommRegister of {bytes} bytes at {addr:#x} failed ({why}): collectives on it run unregistered"
+            ),
+        }
+    }
+
+    fn deregister(&self, addr: DevPtr) {
+        let Ok(_current) = Current::push(self.shared.ctx) else {
+            return;
+        };
+        let mut st = lock(&self.shared.state);
+        let Some(handle) = st.registered.remove(&addr) else {
+            return;
+        };
+        if !st.comm.is_null() {
+            // SAFETY: the handle ncclCommRegister gave for this live communicator.
+            let r = unsafe { nccl::ncclCommDeregister(st.comm, handle as *mut c_void) };
+            if r != R::ncclSuccess {
+                log::warn!("ncclCommDeregister at {addr:#x} failed: {r:?}");
+            }
+        }
+    }
+}
+
 impl Drop for NcclComm {
     fn drop(&mut self) {
         lock(&self.shared.state).stop = true;
@@ -676,6 +766,12 @@ impl Drop for NcclComm {
         };
         let mut st = lock(&self.shared.state);
         let comm = st.comm;
+        if !comm.is_null() {
+            for (_, handle) in st.registered.drain() {
+                // SAFETY: a handle ncclCommRegister gave for this live communicator.
+                unsafe { nccl::ncclCommDeregister(comm, handle as *mut c_void) };
+            }
+        }
         if !comm.is_null() && self.shared.owned {
             // Finalize waits for queued work (bounded by the timeout), then destroy frees it;
             // a finalize that fails or times out aborts instead.

@@ -50,7 +50,9 @@
 #           torch's site-packages, or /usr/lib; a libnccl.so link to libnccl.so.2 is made in
 #           /tmp/gkrt-nccl and put on LD_LIBRARY_PATH, since cudarc does not try the name
 #           libnccl.so.2): every collective on one rank (two when a second GPU opens), two ranks on
-#           GPU 0 refused within the timeout; then benches/collective_overhead.c (a graph's
+#           GPU 0 refused within the timeout; the Rust gpu_nccl_* tests (one rank's all-reduce
+#           with every operator, a join alone timing out, abort, a collective held past its
+#           timeout failing the stream's sync); then benches/collective_overhead.c (a graph's
 #           all-reduce node against raw ncclAllReduce through one communicator, 4 KiB..64 MiB:
 #           gkrt_us, raw_us, diff_us, ratio). NCCL_NVLS_ENABLE=0 is exported. Logs $OUT/nccl*.log.
 set -uo pipefail
@@ -78,7 +80,8 @@ run_tests() {
   echo "C tests on CUDA: $pass passed, $fail failed ${failed[*]:-}"
   for f in "${failed[@]:-}"; do [ -n "$f" ] && sed -n "/^=== $f\$/,/^=== /p" "$OUT/tests.log" | tail -n 20; done
   if [ -x .gpu/bin/gkrt_unit_tests ]; then
-    .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 device::cuda >"$OUT/rust_gpu_tests.log" 2>&1
+    # gpu_nccl_* need libnccl on the loader's path: the nccl mode runs them.
+    .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 device::cuda --skip gpu_nccl_ >"$OUT/rust_gpu_tests.log" 2>&1
     # Above the device layer: rebinding a replayed graph (runtime/graph/binding.rs).
     .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 runtime::graph::binding::gpu_tests >>"$OUT/rust_gpu_tests.log" 2>&1
     echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" | tr '\n' ' ' || echo 'no result line')"
@@ -333,6 +336,12 @@ run_nccl() {
       echo "nccl: $t with libnccl: OK"
     fi
   done
+  if [ -x .gpu/bin/gkrt_unit_tests ]; then
+    timeout 300 .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 gpu_nccl_ >"$OUT/nccl_rust_tests.log" 2>&1
+    echo "nccl: Rust GPU tests: $(grep -E '^test result' "$OUT/nccl_rust_tests.log" || echo 'no result line (timed out?)')"
+    grep -E '^test .*(ok|FAILED)$' "$OUT/nccl_rust_tests.log"
+    grep -qE '^test result: ok' "$OUT/nccl_rust_tests.log" || ok=0
+  fi
   local b=/tmp/gkrt-bench
   mkdir -p "$b"
   cc -O2 benches/collective_overhead.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt \

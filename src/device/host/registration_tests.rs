@@ -73,7 +73,10 @@ fn ranges_before_and_after_a_communicator_are_registered_and_deregistered_before
     assert_eq!(ranges(&rec), vec![(b, 8192)]);
     device.free_segment(b, 8192).unwrap();
     assert!(ranges(&rec).is_empty());
-    assert!(rec.late.lock().unwrap().is_empty(), "deregistered after free");
+    assert!(
+        rec.late.lock().unwrap().is_empty(),
+        "deregistered after free"
+    );
     assert_eq!(*rec.registrations.lock().unwrap(), 2);
     // A communicator that is gone is skipped and forgotten.
     assert_eq!(device.registrations.communicators(), 1);

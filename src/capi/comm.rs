@@ -78,7 +78,8 @@ pub unsafe extern "C" fn gkrt_comm_init_rank(
 }
 
 /// Wraps `nccl_comm`, an `ncclComm_t` the host program made on `runtime`'s GPU, as `rank` of
-/// `nranks` (checked against `ncclCommUserRank`/`ncclCommCount`; a mismatch is
+/// `nranks` (checked against `ncclCommUserRank`/`ncclCommCount`, and its device against the
+/// runtime's with `ncclCommCuDevice`; a mismatch is
 /// GKRT_STATUS_INVALID_ARGUMENT) and writes the handle to `*out`. The communicator stays the
 /// caller's: `gkrt_comm_release` never destroys it (the caller destroys it after releasing every
 /// handle and graph that uses it). `gkrt_comm_abort` — and a failed run of a graph using it, or

@@ -749,6 +749,7 @@ impl Device for CudaDevice {
     ) -> DeviceResult<Arc<dyn super::comm::Communicator>> {
         self.bind()?;
         nccl::wrap(
+            self.ordinal,
             &self.ctx,
             &self.comm_failures,
             &self.registrations,

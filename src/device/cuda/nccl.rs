@@ -287,8 +287,10 @@ pub(super) fn init_rank(
 }
 
 /// Wraps `native`, an `ncclComm_t` the caller made on this device, as `rank` of `nranks` (checked
-/// against what NCCL says). gkrt never destroys it.
+/// against what NCCL says, as is its device: `ordinal`). gkrt never destroys it.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn wrap(
+    ordinal: u32,
     ctx: &Ctx,
     failures: &Arc<StreamFailures>,
     registrations: &Registrations,
@@ -312,6 +314,17 @@ pub(super) fn wrap(
     let r = unsafe { nccl::ncclCommCount(comm, &mut r_count) };
     if r != R::ncclSuccess {
         return Err(nccl_error("ncclCommCount", r, comm));
+    }
+    let mut r_device: c_int = -1;
+    // SAFETY: as above.
+    let r = unsafe { nccl::ncclCommCuDevice(comm, &mut r_device) };
+    if r != R::ncclSuccess {
+        return Err(nccl_error("ncclCommCuDevice", r, comm));
+    }
+    if r_device as u32 != ordinal {
+        return Err(DeviceError::Invalid(format!(
+            "the ncclComm_t is on CUDA device {r_device}, the runtime on device {ordinal}"
+        )));
     }
     if (r_rank as u32, r_count as u32) != (rank, nranks) {
         return Err(DeviceError::Invalid(format!(

@@ -4,7 +4,9 @@
  * made by gkrt, a second join of one rank, a different number of ranks) is refused with a
  * message; a rank alone times out with GKRT_STATUS_PEER_FAILED instead of hanging; abort,
  * release (NULL, twice, a handle of another kind) and release order (the communicator keeps its
- * runtime alive). On a backend without communicators (CUDA before NCCL) the status says so.
+ * runtime alive). Wrapping an NCCL communicator is refused on the host backend. On CUDA the
+ * communicator is NCCL's: one rank joins, sees its rank, argument errors are refused, and it is
+ * released; without libnccl the status is UNSUPPORTED naming the library names searched.
  */
 #include "test_util.h"
 
@@ -36,9 +38,36 @@ int main(void) {
   gkrt_runtime *rt = runtime_with(GKRT_DEVICE_HOST, GKRT_MEMORY_DYNAMIC, 0, 0, 1);
   if (!test_on_host(rt)) {
     gkrt_unique_id id;
-    FAILS(gkrt_comm_get_unique_id(rt, &id), GKRT_STATUS_UNSUPPORTED, "communicators");
+    gkrt_comm *c = NULL;
+    gkrt_status st = gkrt_comm_get_unique_id(rt, &id);
+    if (st == GKRT_STATUS_UNSUPPORTED) {
+      MSG_HAS("libnccl.so");
+      printf("api_comm: NCCL missing (%s)\n", last_error());
+    } else {
+      OK(st);
+      FAILS(gkrt_comm_init_rank(rt, &id, 1, 1, 5000, &c), GKRT_STATUS_INVALID_ARGUMENT, "rank 1 of 1");
+      FAILS(gkrt_comm_init_rank(rt, &id, 0, 0, 5000, &c), GKRT_STATUS_INVALID_ARGUMENT, "at least 1");
+      FAILS(gkrt_comm_wrap_nccl(rt, NULL, 0, 1, 0, &c), GKRT_STATUS_INVALID_ARGUMENT, "NULL");
+      OK(gkrt_comm_init_rank(rt, &id, 0, 1, 20000, &c));
+      uint32_t rank = 9, nranks = 9;
+      OK(gkrt_comm_rank(c, &rank, &nranks));
+      CHECK_EQ_U64(rank, 0);
+      CHECK_EQ_U64(nranks, 1);
+      OK(gkrt_comm_release(c));
+      printf("api_comm: NCCL communicator of one rank made and released\n");
+    }
     OK(gkrt_runtime_release(rt));
     return test_done("api_comm");
+  }
+
+  /* Wrapping a native communicator: the host backend has no NCCL. */
+  {
+    gkrt_comm *w = NULL;
+    int fake_nccl_comm = 0;
+    FAILS(gkrt_comm_wrap_nccl(rt, &fake_nccl_comm, 0, 1, 0, &w), GKRT_STATUS_UNSUPPORTED, "wrapping");
+    FAILS(gkrt_comm_wrap_nccl(rt, NULL, 0, 1, 0, &w), GKRT_STATUS_INVALID_ARGUMENT, "NULL");
+    FAILS(gkrt_comm_wrap_nccl(rt, &fake_nccl_comm, 0, 1, 0, NULL), GKRT_STATUS_INVALID_ARGUMENT, "out");
+    CHECK(w == NULL);
   }
 
   /* Four ranks, one id. */

@@ -9,7 +9,11 @@
  *   - a sequence mismatch and a failing rank give errors (GKRT_STATUS_PEER_FAILED), not hangs;
  *     the runtimes still work afterwards and a new communicator runs;
  *   - bad nodes are refused with messages, and planned mode with collectives is UNSUPPORTED.
- * On a backend without communicators (CUDA until NCCL is in) the test checks that status only.
+ * On CUDA (GKRT_DEVICE=cuda) the communicators are NCCL's: every collective runs on one rank (GPU
+ * 0) and, when a second GPU opens, on two ranks (GPUs 0 and 1) against the same references
+ * (send/receive needs two ranks); two ranks on one GPU, which NCCL refuses, fail at join within
+ * the timeout instead of hanging. It prints "int_collectives: NCCL ..." saying which ran; without
+ * libnccl the only check is the status and message (UNSUPPORTED naming the names searched).
  */
 #define _GNU_SOURCE
 #include "test_util.h"
@@ -27,16 +31,22 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static gkrt_runtime *rank_runtime(void) {
+/* Set when GKRT_DEVICE=cuda made the runtimes CUDA ones: rank r then runs on GPU r. */
+static int on_cuda;
+
+static gkrt_runtime *rank_runtime_on(uint32_t ordinal) {
   gkrt_config cfg;
   OK(gkrt_config_init(&cfg));
   cfg.device = GKRT_DEVICE_HOST;
+  cfg.device_ordinal = ordinal;
   cfg.host_jitter_us = 20;
   cfg.log_level = 1;
   gkrt_runtime *rt = NULL;
   OK(gkrt_runtime_create(&cfg, &rt));
   return rt;
 }
+
+static gkrt_runtime *rank_runtime(void) { return rank_runtime_on(0); }
 
 /* --- values and their encodings: small integers and binary fractions, exact in every type --- */
 
@@ -137,9 +147,11 @@ static void check_bytes(const unsigned char *got, const unsigned char *want, siz
 static void *every_collective(void *p) {
   struct rank_arg *a = p;
   uint32_t r = a->rank, n = a->nranks;
-  gkrt_runtime *rt = rank_runtime();
+  gkrt_runtime *rt = rank_runtime_on(on_cuda ? r : 0);
   gkrt_comm *c;
   OK(gkrt_comm_init_rank(rt, &a->id, r, n, 20000, &c));
+  /* Rank 1 is the broadcast's root where there is one. */
+  const uint32_t root = n > 1 ? 1 : 0;
   const gkrt_dtype types[4] = {GKRT_DTYPE_F32, GKRT_DTYPE_F16, GKRT_DTYPE_BF16, GKRT_DTYPE_I32};
   for (int ti = 0; ti < 4; ti++) {
     gkrt_dtype t = types[ti];
@@ -162,11 +174,14 @@ static void *every_collective(void *p) {
     gkrt_tensor ag = tensor(g, bytes * n, GKRT_TENSOR_OUTPUT);
     OK(coll(g, c, GKRT_COLLECTIVE_ALL_GATHER, 0, 0, t, &x, 1, &ag, 1));
     gkrt_tensor b = tensor(g, bytes, GKRT_TENSOR_PARAMETER);
-    OK(coll(g, c, GKRT_COLLECTIVE_BROADCAST, 0, 1, t, &b, 1, &b, 1));
-    /* A ring: even ranks send first, odd ranks receive first (NCCL would deadlock otherwise). */
+    OK(coll(g, c, GKRT_COLLECTIVE_BROADCAST, 0, root, t, &b, 1, &b, 1));
+    /* A ring: even ranks send first, odd ranks receive first (NCCL would deadlock otherwise). A
+     * single rank has no ring: its send to itself would wait for a receive in the same group. */
     gkrt_tensor got = tensor(g, bytes, GKRT_TENSOR_OUTPUT);
     uint32_t next = (r + 1) % n, prev = (r + n - 1) % n;
-    if (r % 2 == 0) {
+    if (n == 1) {
+      /* no ring */
+    } else if (r % 2 == 0) {
       OK(coll(g, c, GKRT_COLLECTIVE_SEND, 0, next, t, &x, 1, NULL, 0));
       OK(coll(g, c, GKRT_COLLECTIVE_RECV, 0, prev, t, NULL, 0, &got, 1));
     } else {
@@ -216,12 +231,14 @@ static void *every_collective(void *p) {
     for (uint32_t k = 0; k < n; k++) fill(t, k, COUNT, want + k * bytes);
     OK(gkrt_graph_read_tensor(g, ag, out, bytes * n));
     check_bytes(out, want, bytes * n, "all-gather", r, t, -1);
-    fill(t, 1, COUNT, want);
+    fill(t, root, COUNT, want);
     OK(gkrt_graph_read_tensor(g, b, out, bytes));
     check_bytes(out, want, bytes, "broadcast", r, t, -1);
-    fill(t, prev, COUNT, want);
-    OK(gkrt_graph_read_tensor(g, got, out, bytes));
-    check_bytes(out, want, bytes, "send/recv", r, t, -1);
+    if (n > 1) {
+      fill(t, prev, COUNT, want);
+      OK(gkrt_graph_read_tensor(g, got, out, bytes));
+      check_bytes(out, want, bytes, "send/recv", r, t, -1);
+    }
     free(mine);
     free(mine_big);
     free(want);
@@ -432,11 +449,78 @@ static void bad_nodes(void) {
   OK(gkrt_runtime_release(rt));
 }
 
+/* ---------------- NCCL (GKRT_DEVICE=cuda) ---------------- */
+
+struct dup_arg {
+  gkrt_unique_id id;
+  uint32_t rank;
+  gkrt_status status;
+  char message[512];
+};
+
+static void *join_gpu0(void *p) {
+  struct dup_arg *a = p;
+  gkrt_runtime *rt = rank_runtime_on(0);
+  gkrt_comm *c = NULL;
+  a->status = gkrt_comm_init_rank(rt, &a->id, a->rank, 2, 20000, &c);
+  gkrt_last_error_message(a->message, sizeof a->message);
+  if (a->status == GKRT_STATUS_OK) OK(gkrt_comm_release(c));
+  CHECK_RUNTIME_WORKS(rt);
+  OK(gkrt_runtime_release(rt));
+  return NULL;
+}
+
+static void nccl_checks(gkrt_runtime *probe) {
+  gkrt_unique_id id;
+  gkrt_status st = gkrt_comm_get_unique_id(probe, &id);
+  if (st == GKRT_STATUS_UNSUPPORTED) {
+    /* No libnccl: the message names what was searched. */
+    CHECK(strstr(last_error(), "libnccl.so") != NULL);
+    printf("int_collectives: NCCL missing (%s)\n", last_error());
+    return;
+  }
+  OK(st);
+  run_ranks(1, every_collective, NULL);
+  printf("int_collectives: NCCL collectives checked on 1 rank\n");
+  /* A second GPU, if there is one: two ranks, one per GPU. */
+  gkrt_config cfg;
+  OK(gkrt_config_init(&cfg));
+  cfg.device_ordinal = 1;
+  cfg.log_level = 0;
+  gkrt_runtime *second = NULL;
+  if (gkrt_runtime_create(&cfg, &second) == GKRT_STATUS_OK) {
+    OK(gkrt_runtime_release(second));
+    run_ranks(2, every_collective, NULL);
+    printf("int_collectives: NCCL collectives checked on 2 ranks (GPUs 0 and 1)\n");
+  }
+  /* Two ranks on GPU 0: NCCL refuses duplicate GPUs; both joins fail within the timeout. */
+  struct dup_arg args[2];
+  pthread_t threads[2];
+  OK(gkrt_comm_get_unique_id(probe, &id));
+  double t0 = now_ms();
+  for (uint32_t r = 0; r < 2; r++) {
+    memset(&args[r], 0, sizeof args[r]);
+    args[r].id = id;
+    args[r].rank = r;
+    CHECK(pthread_create(&threads[r], NULL, join_gpu0, &args[r]) == 0);
+  }
+  for (uint32_t r = 0; r < 2; r++) CHECK(pthread_join(threads[r], NULL) == 0);
+  double took = now_ms() - t0;
+  for (uint32_t r = 0; r < 2; r++) {
+    CHECK(args[r].status != GKRT_STATUS_OK);
+    CHECK(args[r].message[0] != 0);
+    printf("int_collectives: two ranks on GPU 0, rank %u: %s: %s\n", r, gkrt_status_name(args[r].status),
+           args[r].message);
+  }
+  CHECK(took < 20000 + 10000);
+  printf("int_collectives: two ranks on GPU 0 refused after %.0f ms\n", took);
+}
+
 int main(void) {
   gkrt_runtime *probe = runtime_with(GKRT_DEVICE_HOST, GKRT_MEMORY_DYNAMIC, 0, 0, 1);
   if (!test_on_host(probe)) {
-    gkrt_unique_id id;
-    FAILS(gkrt_comm_get_unique_id(probe, &id), GKRT_STATUS_UNSUPPORTED, "communicators");
+    on_cuda = 1;
+    nccl_checks(probe);
     OK(gkrt_runtime_release(probe));
     return test_done("int_collectives");
   }

@@ -47,6 +47,18 @@
 #           counted program had an error, failed or timed out (SANITIZE_TIMEOUT, 300 s each).
 #           SANITIZE_RUST=1 also runs the Rust GPU tests under memcheck, less gpu_neg_* and
 #           gpu_alone_* (which fail on purpose) and gpu_hot_path_overhead (a timing loop).
+#   nccl    NCCL on the CUDA backend (issue 15): first api_comm and int_collectives with no
+#           libnccl.so on the loader's path (they must print "NCCL missing", the UNSUPPORTED
+#           status naming the names searched; not possible when the system's own path has a
+#           libnccl.so — said so), then with libnccl (found in python's nvidia-nccl package,
+#           torch's site-packages, or /usr/lib; a libnccl.so link to libnccl.so.2 is made in
+#           /tmp/gkrt-nccl and put on LD_LIBRARY_PATH, since cudarc does not try the name
+#           libnccl.so.2): every collective on one rank (two when a second GPU opens), two ranks on
+#           GPU 0 refused within the timeout; the Rust gpu_nccl_* tests (one rank's all-reduce
+#           with every operator, a join alone timing out, abort, a collective held past its
+#           timeout failing the stream's sync); then benches/collective_overhead.c (a graph's
+#           all-reduce node against raw ncclAllReduce through one communicator, 4 KiB..64 MiB:
+#           gkrt_us, raw_us, diff_us, ratio). NCCL_NVLS_ENABLE=0 is exported. Logs $OUT/nccl*.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -72,7 +84,8 @@ run_tests() {
   echo "C tests on CUDA: $pass passed, $fail failed ${failed[*]:-}"
   for f in "${failed[@]:-}"; do [ -n "$f" ] && sed -n "/^=== $f\$/,/^=== /p" "$OUT/tests.log" | tail -n 20; done
   if [ -x .gpu/bin/gkrt_unit_tests ]; then
-    .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 device::cuda >"$OUT/rust_gpu_tests.log" 2>&1
+    # gpu_nccl_* need libnccl on the loader's path: the nccl mode runs them.
+    .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 device::cuda --skip gpu_nccl_ >"$OUT/rust_gpu_tests.log" 2>&1
     # Above the device layer: rebinding a replayed graph (runtime/graph/binding.rs).
     .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 runtime::graph::binding::gpu_tests >>"$OUT/rust_gpu_tests.log" 2>&1
     echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" | tr '\n' ' ' || echo 'no result line')"
@@ -274,6 +287,73 @@ run_hostint() {
     timeout 300 python3 python/gpu_bind_check.py 2>&1 | tee "$OUT/python_bind.log"
 }
 
+# The folder of a libnccl.so.2 (python's nvidia-nccl / torch's copy, or the system's).
+find_nccl() {
+  local d
+  d=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  if [ -n "$d" ] && [ -e "$d/libnccl.so.2" ]; then echo "$d"; return 0; fi
+  for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/cuda/lib64; do
+    for c in "$d/nvidia/nccl/lib" "$d"; do
+      if [ -e "$c/libnccl.so.2" ]; then echo "$c"; return 0; fi
+    done
+  done
+  return 1
+}
+
+# NCCL communicators and collectives on the GPU (the "nccl" mode above).
+run_nccl() {
+  export NCCL_NVLS_ENABLE=0
+  local log="$OUT/nccl.log" t ok=1
+  : >"$log"
+  echo "--- without libnccl" | tee -a "$log"
+  local on_path=""
+  for d in ${LD_LIBRARY_PATH//:/ }; do [ -e "$d/libnccl.so" ] && on_path="$d"; done
+  if ldconfig -p 2>/dev/null | grep -qE 'libnccl\.so( |$)' || [ -n "$on_path" ]; then
+    echo "nccl: no-NCCL check not possible: the system's library path has a libnccl.so" | tee -a "$log"
+  else
+    for t in api_comm int_collectives; do
+      out=$(GKRT_DEVICE=cuda timeout 120 ".gpu/tests/$t" 2>&1); rc=$?
+      echo "$out" >>"$log"
+      if [ $rc -eq 0 ] && grep -q "NCCL missing" <<<"$out"; then
+        echo "nccl: $t without libnccl: OK ($(grep -m1 'NCCL missing' <<<"$out" | cut -c1-200)...)"
+      else
+        echo "nccl: $t without libnccl: FAILED (exit $rc)"; ok=0
+      fi
+    done
+  fi
+  local lib
+  if ! lib=$(find_nccl); then
+    echo "nccl: no libnccl.so.2 found (python nvidia-nccl, site-packages, /usr/lib)"; return 1
+  fi
+  mkdir -p /tmp/gkrt-nccl
+  ln -sf "$lib/libnccl.so.2" /tmp/gkrt-nccl/libnccl.so
+  export LD_LIBRARY_PATH="/tmp/gkrt-nccl:$lib:$LD_LIBRARY_PATH"
+  echo "--- with $lib/libnccl.so.2" | tee -a "$log"
+  for t in api_comm int_collectives; do
+    out=$(GKRT_DEVICE=cuda timeout 300 ".gpu/tests/$t" 2>&1); rc=$?
+    echo "$out" >>"$log"
+    grep -E "^(api_comm|int_collectives): " <<<"$out" | grep -v 'NCCL missing' | cut -c1-300
+    if [ $rc -ne 0 ] || grep -q "NCCL missing" <<<"$out"; then
+      echo "nccl: $t with libnccl: FAILED (exit $rc)"; ok=0
+      tail -n 20 <<<"$out"
+    else
+      echo "nccl: $t with libnccl: OK"
+    fi
+  done
+  if [ -x .gpu/bin/gkrt_unit_tests ]; then
+    timeout 300 .gpu/bin/gkrt_unit_tests --ignored --test-threads=1 gpu_nccl_ >"$OUT/nccl_rust_tests.log" 2>&1
+    echo "nccl: Rust GPU tests: $(grep -E '^test result' "$OUT/nccl_rust_tests.log" || echo 'no result line (timed out?)')"
+    grep -E '^test .*(ok|FAILED)$' "$OUT/nccl_rust_tests.log"
+    grep -qE '^test result: ok' "$OUT/nccl_rust_tests.log" || ok=0
+  fi
+  local b=/tmp/gkrt-bench
+  mkdir -p "$b"
+  cc -O2 benches/collective_overhead.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt \
+    -L"$CUDA_HOME/lib64/stubs" -lcuda -ldl -o "$b/collective_overhead" || return 1
+  timeout 300 "$b/collective_overhead" ${NCCL_BENCH_REPS:-200} 2>&1 | tee "$OUT/nccl_bench.log"
+  [ $ok -eq 1 ]
+}
+
 # GPT-2 training (examples_c/gpt2/) with gkrt beside the same network in PyTorch (the "gpt2" mode above).
 run_gpt2() {
   local b=/tmp/gkrt-gpt2 o="$OUT/gpt2"
@@ -388,7 +468,8 @@ for w in "${what[@]}"; do
     gpt2swap) run_gpt2swap ;;
     snapshot) run_snapshot ;;
     trace) run_trace ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, snapshot, trace)" ;;
+    nccl) run_nccl ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, snapshot, trace, nccl)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

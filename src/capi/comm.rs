@@ -8,7 +8,11 @@ use crate::runtime::{CollectiveKind, Comm, DType, Error, ReduceOp};
 /// Writes a fresh unique id to `*out` (`ncclGetUniqueId`): one rank makes it and shares the bytes
 /// with the others by its own means (MPI, a file, a TCP store); every rank then calls
 /// `gkrt_comm_init_rank` with it. On the host backend the ranks are runtimes of this process
-/// (threads): the id names a meeting place in it, used up once every rank has joined.
+/// (threads): the id names a meeting place in it, used up once every rank has joined. On CUDA it
+/// is NCCL's, loaded at run time (libnccl 2.28 or newer, as `libnccl.so` or another name
+/// cudarc tries on the loader's path — not `libnccl.so.2` alone: link `libnccl.so` to it);
+/// without it GKRT_STATUS_UNSUPPORTED, the message naming every name searched. gkrt sets
+/// `NCCL_NVLS_ENABLE=0` in the environment before its first NCCL call when it is unset.
 #[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_comm_get_unique_id(
@@ -36,7 +40,13 @@ pub unsafe extern "C" fn gkrt_comm_get_unique_id(
 /// the call that waited fails with GKRT_STATUS_PEER_FAILED. A rank out of range, a rank that
 /// joined already, or an `nranks` other than the first rank's is GKRT_STATUS_INVALID_ARGUMENT; a
 /// backend without communicators is GKRT_STATUS_UNSUPPORTED. Release with `gkrt_comm_release`;
-/// the communicator keeps the runtime alive.
+/// the communicator keeps the runtime alive. On CUDA the communicator is a non-blocking NCCL
+/// one: NCCL's refusals (two ranks on one GPU) are GKRT_STATUS_INVALID_ARGUMENT, a failed or
+/// timed-out peer GKRT_STATUS_PEER_FAILED; a watchdog thread aborts it on an asynchronous NCCL
+/// error or a collective outstanding past `timeout_ms` (counted from when it was queued or the
+/// one before it finished, so it includes compute the collective waits for), and the run that
+/// waited for it fails with GKRT_STATUS_PEER_FAILED. Every communicator registers the runtime's
+/// device memory (`ncclCommRegister`) while both live, deregistering it before it is freed.
 #[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_comm_init_rank(
@@ -60,6 +70,46 @@ pub unsafe extern "C" fn gkrt_comm_init_rank(
         // SAFETY: `id` is non-NULL and valid for a read (the C contract).
         let bytes = unsafe { (*id).internal };
         let comm = Comm::init_rank(rt, &bytes, rank, nranks, timeout_ms)?;
+        let handle = handles::register(Object::Comm(comm))? as *mut gkrt_comm;
+        // SAFETY: `out` is non-NULL and valid for a write.
+        unsafe { *out = handle };
+        Ok(())
+    })
+}
+
+/// Wraps `nccl_comm`, an `ncclComm_t` the host program made on `runtime`'s GPU, as `rank` of
+/// `nranks` (checked against `ncclCommUserRank`/`ncclCommCount`, and its device against the
+/// runtime's with `ncclCommCuDevice`; a mismatch is
+/// GKRT_STATUS_INVALID_ARGUMENT) and writes the handle to `*out`. The communicator stays the
+/// caller's: `gkrt_comm_release` never destroys it (the caller destroys it after releasing every
+/// handle and graph that uses it). `gkrt_comm_abort` — and a failed run of a graph using it, or
+/// its timeout — still calls `ncclCommAbort`, which frees it: after an abort the caller must
+/// neither use nor destroy its `ncclComm_t`. Waits for other ranks are bounded by `timeout_ms`
+/// (0: 300000 ms) as for `gkrt_comm_init_rank`. gkrt registers the runtime's device memory with
+/// it (`ncclCommRegister`, deregistered before that memory is freed and at release), so the
+/// caller must not call NCCL on it from another thread while gkrt may (allocations, runs). The
+/// host backend has no NCCL: GKRT_STATUS_UNSUPPORTED.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_comm_wrap_nccl(
+    runtime: *mut gkrt_runtime,
+    nccl_comm: *mut std::ffi::c_void,
+    rank: u32,
+    nranks: u32,
+    timeout_ms: u32,
+    out: *mut *mut gkrt_comm,
+) -> gkrt_status {
+    guard(|| {
+        let rt = handles::runtime(runtime as usize)?;
+        if out.is_null() {
+            return Err(Error::InvalidArgument("out (gkrt_comm **) is NULL".into()));
+        }
+        if nccl_comm.is_null() {
+            return Err(Error::InvalidArgument(
+                "nccl_comm (ncclComm_t) is NULL".into(),
+            ));
+        }
+        let comm = Comm::wrap(rt, nccl_comm, rank, nranks, timeout_ms)?;
         let handle = handles::register(Object::Comm(comm))? as *mut gkrt_comm;
         // SAFETY: `out` is non-NULL and valid for a write.
         unsafe { *out = handle };

@@ -11,6 +11,7 @@
 pub mod comm;
 pub mod cuda;
 pub mod host;
+pub mod registration;
 
 use crate::error::Error;
 /// The kernel descriptions the device implements live one layer down, in `kernels`; they are
@@ -346,6 +347,20 @@ pub trait Device: Send + Sync {
     ) -> DeviceResult<Arc<dyn comm::Communicator>> {
         Err(DeviceError::Unsupported(format!(
             "communicators on the {} backend",
+            self.name()
+        )))
+    }
+    /// Wraps a communicator the host program made (`ncclComm_t` on CUDA) as `rank` of `nranks`;
+    /// it stays the caller's: releasing the wrapper never destroys it.
+    fn comm_wrap(
+        &self,
+        _native: *mut c_void,
+        _rank: u32,
+        _nranks: u32,
+        _options: comm::CommOptions,
+    ) -> DeviceResult<Arc<dyn comm::Communicator>> {
+        Err(DeviceError::Unsupported(format!(
+            "wrapping a native (NCCL) communicator on the {} backend",
             self.name()
         )))
     }

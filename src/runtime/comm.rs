@@ -41,6 +41,31 @@ impl Comm {
         Ok(Arc::new(Comm { runtime, inner }))
     }
 
+    /// Wraps a communicator the host program made (an `ncclComm_t` on CUDA) as `rank` of
+    /// `nranks` on `runtime`'s device; it stays the caller's (never destroyed here). Waits for
+    /// other ranks are bounded by `timeout_ms` as for `init_rank`.
+    pub fn wrap(
+        runtime: Arc<Runtime>,
+        native: *mut std::ffi::c_void,
+        rank: u32,
+        nranks: u32,
+        timeout_ms: u32,
+    ) -> Result<Arc<Comm>> {
+        let ms = if timeout_ms == 0 {
+            DEFAULT_COMM_TIMEOUT_MS
+        } else {
+            timeout_ms
+        };
+        let options = CommOptions {
+            timeout: Duration::from_millis(ms as u64),
+        };
+        let inner = runtime
+            .device()
+            .comm_wrap(native, rank, nranks, options)
+            .map_err(|e| Error::from(e).context(format!("wrapping rank {rank} of {nranks}")))?;
+        Ok(Arc::new(Comm { runtime, inner }))
+    }
+
     pub fn rank(&self) -> u32 {
         self.inner.rank()
     }

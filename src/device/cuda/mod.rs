@@ -40,6 +40,7 @@ mod builtins;
 mod handles;
 mod launch;
 mod modules;
+mod nccl;
 mod nvrtc;
 mod params;
 mod probe;
@@ -98,6 +99,11 @@ pub struct CudaDevice {
     vmm_page: OnceLock<Option<u64>>,
     /// Physical allocations of virtual memory: mapped ones by address, and spares.
     vmm_handles: Mutex<vmm::Handles>,
+    /// Streams an aborted NCCL communicator left work on (`nccl.rs`): reported by
+    /// `stream_synchronize` as `PeerFailed`.
+    comm_failures: Arc<nccl::StreamFailures>,
+    /// Segments and mapped pages, registered with every NCCL communicator of the device.
+    registrations: super::registration::Registrations,
 }
 
 impl fmt::Debug for CudaDevice {
@@ -171,6 +177,8 @@ impl CudaDevice {
             imported: Mutex::new(HashMap::new()),
             vmm_page: OnceLock::new(),
             vmm_handles: Mutex::new(vmm::Handles::default()),
+            comm_failures: Arc::new(nccl::StreamFailures::default()),
+            registrations: Default::default(),
         })
     }
 
@@ -317,6 +325,7 @@ impl Device for CudaDevice {
         self.bind()?;
         let p = self.mem_alloc(size, bytes)?;
         if p % SEGMENT_ALIGN == 0 {
+            self.registrations.added(p, bytes);
             return Ok(p);
         }
         // cuMemAlloc only documents 256-byte alignment (in practice it gives more). Rare path:
@@ -329,6 +338,7 @@ impl Device for CudaDevice {
         let raw = self.mem_alloc(padded, bytes)?;
         let aligned = raw.next_multiple_of(SEGMENT_ALIGN);
         lock(&self.realigned).insert(aligned, raw);
+        self.registrations.added(aligned, bytes);
         Ok(aligned)
     }
 
@@ -337,6 +347,8 @@ impl Device for CudaDevice {
             return Err(invalid("free_segment of a null pointer".into()));
         }
         self.bind()?;
+        // Communicators let go of it first (a no-op for an address that is no segment).
+        self.registrations.removing(ptr);
         let raw = lock(&self.realigned).remove(&ptr).unwrap_or(ptr);
         // SAFETY: the driver validates that raw is an allocation base of this context.
         check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(raw) })
@@ -429,9 +441,15 @@ impl Device for CudaDevice {
         self.bind()?;
         // Kernel faults raised since the last sync come back here (e.g. CUDA_ERROR_ILLEGAL_ADDRESS).
         // SAFETY: live stream (the Arc holds it).
-        check("cuStreamSynchronize", unsafe {
+        let synced = check("cuStreamSynchronize", unsafe {
             sys::cuStreamSynchronize(s.0)
-        })
+        });
+        // A communicator aborted while this stream held its collectives: the work "completed"
+        // without its data.
+        match self.comm_failures.take(s.0 as usize) {
+            Some(why) => Err(DeviceError::PeerFailed(why)),
+            None => synced,
+        }
     }
 
     fn create_event(&self) -> DeviceResult<EventId> {
@@ -695,6 +713,51 @@ impl Device for CudaDevice {
             Ok(g) => g.destroy(),
             Err(_) => Ok(()),
         }
+    }
+
+    // --- communicators: NCCL (nccl.rs) ---
+    fn comm_unique_id(&self) -> DeviceResult<super::comm::UniqueId> {
+        nccl::unique_id()
+    }
+
+    fn comm_init_rank(
+        &self,
+        id: &super::comm::UniqueId,
+        rank: u32,
+        nranks: u32,
+        options: super::comm::CommOptions,
+    ) -> DeviceResult<Arc<dyn super::comm::Communicator>> {
+        // NCCL takes the device from the current context.
+        self.bind()?;
+        nccl::init_rank(
+            &self.ctx,
+            &self.comm_failures,
+            &self.registrations,
+            id,
+            rank,
+            nranks,
+            options,
+        )
+    }
+
+    fn comm_wrap(
+        &self,
+        native: *mut c_void,
+        rank: u32,
+        nranks: u32,
+        options: super::comm::CommOptions,
+    ) -> DeviceResult<Arc<dyn super::comm::Communicator>> {
+        self.bind()?;
+        nccl::wrap(
+            self.ordinal,
+            &self.ctx,
+            &self.comm_failures,
+            &self.registrations,
+            native,
+            rank,
+            nranks,
+            options,
+        )
     }
 }
 

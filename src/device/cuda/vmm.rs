@@ -165,6 +165,10 @@ impl VirtualMemory for CudaDevice {
             // SAFETY: the whole run was mapped just above; one descriptor.
             let r = unsafe { sys::cuMemSetAccess(addr, total, &desc, 1) };
             if r == CUresult::CUDA_SUCCESS {
+                drop(h);
+                for k in 0..count {
+                    self.registrations.added(addr + k * page, page);
+                }
                 return Ok(());
             }
             failed = Some(driver_error("cuMemSetAccess", r));
@@ -196,6 +200,8 @@ impl VirtualMemory for CudaDevice {
                     "unmap of {page} bytes at {at:#x}, but {size} were mapped"
                 )));
             }
+            // Communicators let go of the page before its memory goes.
+            self.registrations.removing(at);
             // SAFETY: exactly the range one cuMemMap mapped; the caller quiesced the device.
             check("cuMemUnmap", unsafe { sys::cuMemUnmap(at, size as usize) })?;
             h.mapped.remove(&at);

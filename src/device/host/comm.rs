@@ -19,10 +19,11 @@
 //! with `PeerFailed`.
 
 use crate::device::comm::*;
-use crate::device::{Device, DeviceError, DeviceResult, StreamId};
+use crate::device::registration::Registrable;
+use crate::device::{DevPtr, Device, DeviceError, DeviceResult, StreamId};
 use crate::kernels::collective;
 use once_cell::sync::Lazy;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -146,16 +147,50 @@ pub struct HostComm {
     member: Member,
     /// The number of the next collective this rank queues (rounds match by it).
     next_round: AtomicU64,
+    /// The model of `ncclCommRegister`: ranges registered and not yet deregistered (address →
+    /// bytes). Host memory needs no registration; keeping the set lets tests check the device's
+    /// bookkeeping (`registration.rs`).
+    registered: Mutex<BTreeMap<DevPtr, u64>>,
+}
+
+impl HostComm {
+    /// The ranges registered with this communicator now.
+    #[cfg(test)]
+    pub fn registered(&self) -> Vec<(DevPtr, u64)> {
+        let r = self.registered.lock().unwrap();
+        r.iter().map(|(&a, &b)| (a, b)).collect()
+    }
+}
+
+impl Registrable for HostComm {
+    fn register(&self, addr: DevPtr, bytes: u64) {
+        self.registered.lock().unwrap().insert(addr, bytes);
+    }
+
+    fn deregister(&self, addr: DevPtr) {
+        self.registered.lock().unwrap().remove(&addr);
+    }
 }
 
 /// Joins the clique of `id` as `rank` of `nranks`, waiting (up to the timeout) for every rank
 /// to join, as `ncclCommInitRank` does.
+#[cfg(test)]
 pub fn init_rank(
     id: &UniqueId,
     rank: u32,
     nranks: u32,
     options: CommOptions,
 ) -> DeviceResult<Arc<dyn Communicator>> {
+    Ok(join(id, rank, nranks, options)?)
+}
+
+/// `init_rank`, as the concrete type (the device also registers its memory with it).
+pub fn join(
+    id: &UniqueId,
+    rank: u32,
+    nranks: u32,
+    options: CommOptions,
+) -> DeviceResult<Arc<HostComm>> {
     if nranks == 0 || rank >= nranks {
         return Err(DeviceError::Invalid(format!(
             "rank {rank} of {nranks}: the rank must be below the number of ranks, which must be at least 1"
@@ -217,6 +252,7 @@ pub fn init_rank(
             timeout: options.timeout,
         },
         next_round: AtomicU64::new(0),
+        registered: Mutex::new(BTreeMap::new()),
     };
     let st = clique.state.lock().unwrap();
     let (st, joined) = wait_until(

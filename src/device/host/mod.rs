@@ -13,6 +13,7 @@
 pub mod comm;
 mod stream;
 
+use super::registration::{Registrable, Registrations};
 use super::*;
 use crate::kernels::host as host_kernels;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -43,6 +44,8 @@ pub struct HostDevice {
     epoch: Instant,
     /// The stream `import_stream(NULL)` stands for, created on first use.
     default_stream: Mutex<Option<StreamId>>,
+    /// Segments registered with this device's communicators (the model of `ncclCommRegister`).
+    registrations: Registrations,
 }
 
 impl HostDevice {
@@ -57,6 +60,7 @@ impl HostDevice {
             events: RwLock::new(Vec::new()),
             segments: Mutex::new(BTreeMap::new()),
             segment_bytes: Mutex::new(0),
+            registrations: Registrations::default(),
             epoch: Instant::now(),
             default_stream: Mutex::new(None),
         }
@@ -190,6 +194,7 @@ impl Device for HostDevice {
             return Err(oom("host allocation failed"));
         }
         self.segments.lock().unwrap().insert(ptr as DevPtr, bytes);
+        self.registrations.added(ptr as DevPtr, bytes);
         Ok(ptr as DevPtr)
     }
 
@@ -206,6 +211,11 @@ impl Device for HostDevice {
             .collect();
         for s in streams {
             s.wait_idle();
+        }
+        // Deregistered while still allocated, and only when the free is valid.
+        let known = self.segments.lock().unwrap().get(&ptr).copied();
+        if known == Some(bytes) {
+            self.registrations.removing(ptr);
         }
         let len = self.segments.lock().unwrap().remove(&ptr);
         match len {
@@ -484,6 +494,13 @@ impl Device for HostDevice {
         nranks: u32,
         options: super::comm::CommOptions,
     ) -> DeviceResult<Arc<dyn super::comm::Communicator>> {
-        comm::init_rank(id, rank, nranks, options)
+        let joined = comm::join(id, rank, nranks, options)?;
+        let registrable: Arc<dyn Registrable> = joined.clone();
+        self.registrations.attach(&registrable);
+        Ok(joined)
     }
 }
+
+#[cfg(test)]
+#[path = "registration_tests.rs"]
+mod registration_tests;

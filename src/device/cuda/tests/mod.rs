@@ -16,6 +16,7 @@ use super::modules::{driver_param_count, param_sizes_of};
 use super::*;
 use crate::device::{Buffer, BuiltinOp, DeviceError, LaunchDims, ModuleSource};
 
+mod nccl;
 mod param_layouts;
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,157 @@
+/*
+ * Per-call overhead of a gkrt collective node on the GPU (issue 15): a graph with one in-place
+ * all-reduce node (f32 sum, one rank) run with gkrt_runtime_run, against a raw ncclAllReduce on
+ * the same device buffer followed by cuStreamSynchronize, at sizes 4 KiB .. 64 MiB.
+ *
+ * Both go through ONE communicator: the program makes it with ncclCommInitRank and hands it to
+ * gkrt with gkrt_comm_wrap_nccl, so the difference is gkrt's own cost (the run's bookkeeping,
+ * the events ordering the communication stream, the watchdog's event) and not two
+ * communicators'. The graph's tensor is bound to the program's buffer (gkrt_graph_bind_tensor),
+ * so both reduce the same memory. Not the same stream: a graph's collectives run on the
+ * runtime's communication stream (collective graphs run synchronously), the raw calls on a
+ * stream of the program's. After the runs the buffer is checked (one rank: the sum is the
+ * input), gkrt's handle is released and the program destroys its communicator itself — which
+ * also checks that releasing a wrapped communicator does not destroy it.
+ *
+ * Prints per size: median microseconds per call for gkrt and raw, the difference and the ratio.
+ *
+ * Build (on the GPU machine, see scripts/gpu/run.sh nccl):
+ *   cc -O2 benches/collective_overhead.c -Iinclude -I$CUDA/include -Llib -lgkrt -lcuda -ldl \
+ *      -o collective_overhead
+ * Run: ./collective_overhead [reps]   (libnccl.so or libnccl.so.2 on the loader's path)
+ * NCCL_NVLS_ENABLE=0 is set before the first NCCL call when unset.
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "bench_util.h"
+
+/* The few NCCL declarations needed, so the build needs no NCCL headers. */
+typedef struct {
+  char internal[128];
+} nccl_id;
+typedef void *nccl_comm;
+enum { NCCL_FLOAT32 = 7, NCCL_SUM = 0 };
+static int (*nccl_get_unique_id)(nccl_id *);
+static int (*nccl_comm_init_rank)(nccl_comm *, int, nccl_id, int);
+static int (*nccl_all_reduce)(const void *, void *, size_t, int, int, nccl_comm, CUstream);
+static int (*nccl_comm_destroy)(nccl_comm);
+static const char *(*nccl_error_string)(int);
+
+#define NC(call)                                                                         \
+  do {                                                                                   \
+    int r_ = (call);                                                                     \
+    if (r_ != 0) {                                                                       \
+      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, nccl_error_string(r_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+static void load_nccl(void) {
+  void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+  if (!lib) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_GLOBAL);
+  if (!lib) {
+    fprintf(stderr, "no libnccl.so.2 / libnccl.so on the loader's path: %s\n", dlerror());
+    exit(1);
+  }
+  *(void **)&nccl_get_unique_id = dlsym(lib, "ncclGetUniqueId");
+  *(void **)&nccl_comm_init_rank = dlsym(lib, "ncclCommInitRank");
+  *(void **)&nccl_all_reduce = dlsym(lib, "ncclAllReduce");
+  *(void **)&nccl_comm_destroy = dlsym(lib, "ncclCommDestroy");
+  *(void **)&nccl_error_string = dlsym(lib, "ncclGetErrorString");
+  if (!nccl_get_unique_id || !nccl_comm_init_rank || !nccl_all_reduce || !nccl_comm_destroy ||
+      !nccl_error_string) {
+    fprintf(stderr, "libnccl lacks a symbol this bench uses\n");
+    exit(1);
+  }
+}
+
+int main(int argc, char **argv) {
+  int reps = argc > 1 ? atoi(argv[1]) : 200;
+  if (reps < 5) reps = 5;
+  setenv("NCCL_NVLS_ENABLE", "0", 0);
+  load_nccl();
+
+  gkrt_config cfg;
+  GK(gkrt_config_init(&cfg));
+  cfg.device = GKRT_DEVICE_CUDA;
+  cfg.log_level = 1;
+  gkrt_runtime *rt;
+  GK(gkrt_runtime_create(&cfg, &rt));
+  /* gkrt made device 0's primary context current on this thread; NCCL and our calls use it. */
+  CU(cuInit(0));
+  CUdevice dev;
+  CUcontext ctx;
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU(cuCtxSetCurrent(ctx));
+  CUstream stream;
+  CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+  nccl_id id;
+  nccl_comm raw;
+  NC(nccl_get_unique_id(&id));
+  NC(nccl_comm_init_rank(&raw, 1, id, 0));
+  gkrt_comm *comm;
+  GK(gkrt_comm_wrap_nccl(rt, raw, 0, 1, 0, &comm));
+
+  const size_t sizes[] = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
+  double *t = malloc(sizeof(double) * reps);
+  printf("%-10s %12s %12s %12s %8s\n", "bytes", "gkrt_us", "raw_us", "diff_us", "ratio");
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+    size_t bytes = sizes[s], n = bytes / 4;
+    CUdeviceptr buf;
+    CU(cuMemAlloc(&buf, bytes));
+    CU(cuMemsetD32(buf, 0x3f800000u /* 1.0f */, n));
+    CU(cuCtxSynchronize());
+
+    gkrt_graph *g;
+    GK(gkrt_graph_create(rt, &g));
+    gkrt_tensor x;
+    GK(gkrt_graph_add_tensor(g, bytes, GKRT_TENSOR_PARAMETER, "x", &x));
+    GK(gkrt_graph_add_collective(g, comm, GKRT_COLLECTIVE_ALL_REDUCE, GKRT_REDUCE_SUM, 0, GKRT_DTYPE_F32, &x,
+                                 1, &x, 1, NULL));
+    GK(gkrt_graph_finalize(g));
+    GK(gkrt_graph_bind_tensor(g, x, (void *)(uintptr_t)buf, bytes));
+
+    for (int i = 0; i < 10; i++) GK(gkrt_runtime_run(rt, g));
+    for (int i = 0; i < reps; i++) {
+      double t0 = now_ms();
+      GK(gkrt_runtime_run(rt, g));
+      t[i] = (now_ms() - t0) * 1e3;
+    }
+    double gk = median(t, reps);
+
+    for (int i = 0; i < 10; i++) NC(nccl_all_reduce((void *)buf, (void *)buf, n, NCCL_FLOAT32, NCCL_SUM, raw, stream));
+    CU(cuStreamSynchronize(stream));
+    for (int i = 0; i < reps; i++) {
+      double t0 = now_ms();
+      NC(nccl_all_reduce((void *)buf, (void *)buf, n, NCCL_FLOAT32, NCCL_SUM, raw, stream));
+      CU(cuStreamSynchronize(stream));
+      t[i] = (now_ms() - t0) * 1e3;
+    }
+    double rw = median(t, reps);
+
+    /* One rank: every sum is the input, so the buffer still holds 1.0f everywhere. */
+    float first = 0, last = 0;
+    CU(cuMemcpyDtoH(&first, buf, 4));
+    CU(cuMemcpyDtoH(&last, buf + bytes - 4, 4));
+    if (first != 1.0f || last != 1.0f) {
+      fprintf(stderr, "%zu bytes: all-reduce result %g / %g, want 1\n", bytes, first, last);
+      return 1;
+    }
+    printf("%-10zu %12.1f %12.1f %12.1f %8.3f\n", bytes, gk, rw, gk - rw, gk / rw);
+    GK(gkrt_graph_unbind_tensor(g, x));
+    GK(gkrt_graph_release(g));
+    CU(cuMemFree(buf));
+  }
+  free(t);
+  GK(gkrt_comm_release(comm));
+  NC(nccl_comm_destroy(raw)); /* ours: gkrt_comm_release left it alone */
+  CU(cuStreamDestroy(stream));
+  GK(gkrt_runtime_release(rt));
+  CU(cuDevicePrimaryCtxRelease(dev));
+  printf("collective_overhead: done\n");
+  return 0;
+}

@@ -357,8 +357,11 @@ static void bad_nodes(void) {
   gkrt_tensor x = tensor(g, 64, GKRT_TENSOR_INPUT), x2 = tensor(g, 64, GKRT_TENSOR_INPUT);
   gkrt_tensor y = tensor(g, 64, GKRT_TENSOR_OUTPUT), odd = tensor(g, 6, GKRT_TENSOR_INPUT);
   gkrt_tensor two[2] = {x, x2};
+  /* Fused inputs need as many outputs; persistent tensors do not fuse. */
   FAILS(coll(g, c, GKRT_COLLECTIVE_ALL_REDUCE, 0, 0, GKRT_DTYPE_F32, two, 2, &y, 1), GKRT_STATUS_INVALID_ARGUMENT,
-        "not supported yet");
+        "takes 2 input(s) and 2 output(s)");
+  FAILS(coll(g, c, GKRT_COLLECTIVE_ALL_REDUCE, 0, 0, GKRT_DTYPE_F32, two, 2, two, 2), GKRT_STATUS_INVALID_ARGUMENT,
+        "not an intermediate");
   FAILS(coll(g, c, 7, 0, 0, GKRT_DTYPE_F32, &x, 1, &y, 1), GKRT_STATUS_INVALID_ARGUMENT, "not a gkrt_collective");
   FAILS(coll(g, c, GKRT_COLLECTIVE_ALL_REDUCE, 5, 0, GKRT_DTYPE_F32, &x, 1, &y, 1), GKRT_STATUS_INVALID_ARGUMENT,
         "not a gkrt_reduce_op");

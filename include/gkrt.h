@@ -597,8 +597,16 @@ GKRT_MUST_USE enum gkrt_status gkrt_comm_release(struct gkrt_comm *comm);
 // input; receive: only an output); the same tensor as both is in place (all-reduce, broadcast,
 // reduce). The element count follows from the input's size (its slice's, for reduce-scatter);
 // the output's size must be what NCCL writes (all-gather: nranks times the input). Every rank
-// must add the same collectives in the same order. Several inputs fused into one collective are
-// not supported yet (GKRT_STATUS_INVALID_ARGUMENT says so).
+// must add the same collectives in the same order.
+//
+// Fused inputs: an all-reduce, broadcast or reduce may take several inputs and as many outputs
+// (pair i of equal size, whole elements of `dtype`). The inputs share one contiguous block in
+// the order given (as do the outputs, unless they are the inputs in the same order: in place),
+// so one collective call covers them all; each producer writes straight into its slot. Fused
+// tensors must be distinct intermediates, each in one block only (the host places persistent
+// tensors itself). The block is taken when the first member is produced and returned after the
+// last member's last use. All-gather and reduce-scatter take one input (over a fused block
+// their results would interleave the ranks' tensors).
 //
 // The node runs on the runtime's communication stream after the nodes before it; later nodes
 // that touch neither its input nor its output run meanwhile. Graphs with collective nodes run

@@ -41,12 +41,13 @@ impl RuntimeGraph {
     /// Compiles the step program for the current liveness, arena and swap plan.
     pub(super) fn recompile(&mut self) {
         let lv = self.graph.liveness().expect("finalized");
-        self.program = Program::compile(
+        self.program = Program::compile_fused(
             self.graph.tensors(),
             self.graph.nodes(),
             lv,
             self.swap.as_ref(),
             self.arena.as_ref(),
+            self.graph.fused_groups(),
         );
     }
 

@@ -6,7 +6,8 @@
 
 use gkrt::runtime::{
     Buf, BuiltinKind, CallbackArgs, CollectiveKind, Comm, Config, DType, DeviceChoice,
-    HostCallback, Kernel, LaunchDims, PoolCall, ReduceOp, Runtime, RuntimeGraph, TensorKind,
+    HostCallback, Kernel, LaunchDims, MemoryMode, PoolCall, ReduceOp, Runtime, RuntimeGraph,
+    TensorKind,
 };
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -20,10 +21,11 @@ const DIMS: LaunchDims = LaunchDims {
 const SUM_SIZES: [usize; 3] = [16, 40, 8];
 const MAX_SIZES: [usize; 2] = [24, 12];
 
-fn runtime() -> Arc<Runtime> {
+fn runtime(memory_mode: MemoryMode) -> Arc<Runtime> {
     Runtime::new(Config {
         device: DeviceChoice::Host,
         host_jitter_us: 30,
+        memory_mode,
         ..Config::default()
     })
     .unwrap()
@@ -149,12 +151,12 @@ fn rank_graph(rt: &Arc<Runtime>, comm: &Comm) -> RankGraph {
     RankGraph { g, xs, cat, addrs }
 }
 
-fn ranks(n: usize) {
-    let id = runtime().comm_unique_id().unwrap();
+fn ranks(n: usize, mode: MemoryMode) {
+    let id = runtime(mode).comm_unique_id().unwrap();
     std::thread::scope(|scope| {
         for r in 0..n {
             scope.spawn(move || {
-                let rt = runtime();
+                let rt = runtime(mode);
                 let comm =
                     Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
                 let RankGraph {
@@ -220,6 +222,12 @@ fn ranks(n: usize) {
                     };
                     let ran = transient(g.last_pool_calls().unwrap());
                     assert_eq!(ran, transient(&g.planned_pool_calls()), "rank {r}, run {run}");
+                    assert_eq!(g.is_planned(), mode == MemoryMode::Planned);
+                    if mode == MemoryMode::Planned {
+                        // Members sit in the arena at their group's offsets: no pool calls.
+                        assert!(ran.is_empty(), "rank {r}: planned mode made pool calls: {ran:?}");
+                        continue;
+                    }
                     let groups = ran
                         .iter()
                         .filter(|c| matches!(c, PoolCall::Alloc { buf: Buf::Group(_), .. }))
@@ -244,22 +252,37 @@ fn ranks(n: usize) {
 
 #[test]
 fn two_ranks_fused() {
-    ranks(2);
+    ranks(2, MemoryMode::Dynamic);
 }
 
 #[test]
 fn four_ranks_fused() {
-    ranks(4);
+    ranks(4, MemoryMode::Dynamic);
 }
 
 #[test]
 fn eight_ranks_fused() {
-    ranks(8);
+    ranks(8, MemoryMode::Dynamic);
+}
+
+#[test]
+fn two_ranks_fused_planned() {
+    ranks(2, MemoryMode::Planned);
+}
+
+#[test]
+fn four_ranks_fused_planned() {
+    ranks(4, MemoryMode::Planned);
+}
+
+#[test]
+fn eight_ranks_fused_planned() {
+    ranks(8, MemoryMode::Planned);
 }
 
 #[test]
 fn fusion_is_refused_where_it_cannot_hold() {
-    let rt = runtime();
+    let rt = runtime(MemoryMode::Dynamic);
     let id = rt.comm_unique_id().unwrap();
     let comm = Comm::init_rank(Arc::clone(&rt), &id, 0, 1, 1_000).unwrap();
     let mut g = RuntimeGraph::new(Arc::clone(&rt));

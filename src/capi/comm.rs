@@ -150,8 +150,10 @@ fn reduce_op(op: gkrt_reduce_op) -> Result<ReduceOp, Error> {
 ///
 /// The node runs on the runtime's communication stream after the nodes before it; later nodes
 /// that touch neither its input nor its output run meanwhile. Graphs with collective nodes run
-/// in dynamic mode within their memory limit: planned mode, or a graph that would need to swap,
-/// is GKRT_STATUS_UNSUPPORTED at `gkrt_graph_finalize`. A run that fails aborts the graph's
+/// within their memory limit: a graph that would need to swap is GKRT_STATUS_UNSUPPORTED at
+/// `gkrt_graph_finalize`. In planned mode the arena holds a collective's tensors until the
+/// compute stream has waited for it, and the graph is not captured for replay (the capture of
+/// the compute stream would not include the communication stream's work). A run that fails aborts the graph's
 /// communicators (the other ranks' runs fail with GKRT_STATUS_PEER_FAILED instead of waiting);
 /// a run that fails because another rank did returns GKRT_STATUS_PEER_FAILED. The graph keeps
 /// `comm` alive. On success `*node_out` (may be NULL) receives the node's index.

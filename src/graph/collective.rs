@@ -198,6 +198,36 @@ impl Graph {
         Ok(index)
     }
 
+    /// Per tensor: the node index before which a collective may still read or write it (0:
+    /// none) — the first later kernel node touching any of that collective's tensors, where the
+    /// compute stream waits for its event (the program's `AwaitCollective`), or the node count
+    /// when none does (the run waits for the communication stream at its end). Memory that
+    /// compute work reuses (the planned arena) must hold those tensors until then.
+    pub fn collective_holds(&self) -> Vec<u32> {
+        let mut hold = vec![0u32; self.tensors.len()];
+        for (c, node) in self.nodes.iter().enumerate() {
+            if node.comm.is_none() {
+                continue;
+            }
+            let touched: Vec<u32> = node.inputs.iter().chain(&node.outputs).copied().collect();
+            let until = self.nodes[c + 1..]
+                .iter()
+                .position(|later| {
+                    later.comm.is_none()
+                        && later
+                            .inputs
+                            .iter()
+                            .chain(&later.outputs)
+                            .any(|t| touched.contains(t))
+                })
+                .map_or(self.nodes.len(), |i| c + 1 + i) as u32;
+            for t in touched {
+                hold[t as usize] = hold[t as usize].max(until);
+            }
+        }
+        hold
+    }
+
     /// True when any node is a collective.
     pub fn has_collectives(&self) -> bool {
         self.nodes.iter().any(|n| n.comm.is_some())

@@ -413,10 +413,17 @@ impl PoolWalk {
 
     fn walk(&mut self, tensors: &[Tensor], nodes: &[Node], program: &Program, has: &mut [bool]) {
         let w = self;
+        // Planned mode: tensors at arena offsets are never pool blocks (not even when read).
+        let mut in_arena = vec![false; tensors.len()];
+        for e in program.allocs.iter().filter(|e| e.arena.is_some()) {
+            if let Buf::Tensor(t) = e.buf {
+                in_arena[t as usize] = true;
+            }
+        }
         for (i, &step) in program.steps.iter().enumerate() {
             let n = program.step_node[i];
             let fetch = |w: &mut PoolWalk, has: &mut [bool], t: u32| {
-                if !has[t as usize] {
+                if !has[t as usize] && !in_arena[t as usize] {
                     has[t as usize] = true;
                     w.push(
                         n,

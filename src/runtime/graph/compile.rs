@@ -47,7 +47,12 @@ impl RuntimeGraph {
             lv,
             self.swap.as_ref(),
             self.arena.as_ref(),
-            self.graph.fused_groups(),
+            // In planned mode fused members are arena intermediates at their group's offsets.
+            if self.arena.is_some() {
+                &[]
+            } else {
+                self.graph.fused_groups()
+            },
         );
     }
 
@@ -63,13 +68,6 @@ impl RuntimeGraph {
         let lv = self.graph.finalize(ALIGNMENT)?;
         let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
         let collectives = self.graph.has_collectives();
-        if collectives && rt.config().memory_mode == MemoryMode::Planned {
-            return Err(Error::Unsupported(
-                "collective nodes in planned mode are not supported yet (the arena would reuse a \
-                 collective's memory while the communication stream may still use it); use dynamic mode"
-                    .into(),
-            ));
-        }
         if collectives && persistent + peak > limit {
             return Err(Error::Unsupported(format!(
                 "the graph needs {} bytes, more than the memory limit of {limit}, and swapping \
@@ -115,6 +113,12 @@ impl RuntimeGraph {
             log::info!(
                 "planned graph not captured for replay: host callbacks run on the host when a node is queued, \
                  so a replayed capture would skip them"
+            );
+            self.replay = Replay::Off;
+        } else if collectives {
+            log::info!(
+                "planned graph not captured for replay: its collectives run on the communication \
+                 stream, which a capture of the compute stream does not include"
             );
             self.replay = Replay::Off;
         }

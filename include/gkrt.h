@@ -56,6 +56,12 @@
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
+// Bytes of one rank's digest: a 16-byte header and `DIGEST_ENTRIES` entries of 16 bytes.
+#define DIGEST_BYTES 4096
+
+// Collectives whose entry the digest holds; later ones count in the whole-sequence hash only.
+#define DIGEST_ENTRIES ((DIGEST_BYTES - 16) / 16)
+
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   // The call succeeded.

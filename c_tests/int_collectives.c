@@ -405,7 +405,9 @@ static void bad_nodes(void) {
   y = tensor(g, 64, GKRT_TENSOR_OUTPUT);
   OK(coll(g, c, GKRT_COLLECTIVE_BROADCAST, 0, 0, GKRT_DTYPE_F32, &x, 1, &y, 1));
   OK(gkrt_comm_release(c));
+  OK(gkrt_graph_set_collective_buckets(g, 1 << 20, 0));
   OK(gkrt_graph_finalize(g));
+  FAILS(gkrt_graph_set_collective_buckets(g, 1 << 20, 25 << 20), GKRT_STATUS_INVALID_STATE, "bucket sizes apply at finalize");
   OK(gkrt_graph_write_tensor(g, x, in, sizeof in));
   OK(gkrt_runtime_run(rt, g));
   OK(gkrt_graph_read_tensor(g, y, out, sizeof out));

@@ -56,6 +56,12 @@
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
+// Default bucket size (bytes), as PyTorch DDP's `bucket_cap_mb`.
+#define DEFAULT_BUCKET_BYTES (25 << 20)
+
+// Default size of the first bucket (bytes), as DDP's first bucket.
+#define DEFAULT_FIRST_BUCKET_BYTES (1 << 20)
+
 // Bytes of one rank's digest: a 16-byte header and `DIGEST_ENTRIES` entries of 16 bytes.
 #define DIGEST_BYTES 4096
 
@@ -635,6 +641,21 @@ enum gkrt_status gkrt_graph_add_collective(struct gkrt_graph *graph,
                                            const gkrt_tensor *outputs,
                                            size_t num_outputs,
                                            uint32_t *node_out);
+
+// Sets how `gkrt_graph_finalize` fuses consecutive all-reduces into buckets (the defaults are
+// PyTorch DDP's: the first bucket at most 1 MiB, later ones at most 25 MiB): all-reduces of
+// one intermediate each (all in place or all out of place), on one communicator with one type
+// and operator, consecutive among the graph's collectives, become one collective call over one
+// contiguous block of at most `bucket_bytes` (the first bucket `first_bucket_bytes`), issued
+// at the bucket's last node; the earlier nodes are absorbed (they keep their index and issue
+// nothing). A bucket closes at any kernel node that reads or writes one of its tensors, so no
+// node ever sees an unreduced result. `bucket_bytes` 0 turns fusion off. Every rank must use
+// the same sizes (the first run's digest catches a difference). Before `gkrt_graph_finalize`
+// only: GKRT_STATUS_INVALID_STATE after it.
+GKRT_MUST_USE
+enum gkrt_status gkrt_graph_set_collective_buckets(struct gkrt_graph *graph,
+                                                   uint64_t first_bucket_bytes,
+                                                   uint64_t bucket_bytes);
 
 // Launches `kernel` once, outside any graph, on device memory the caller owns: `inputs`,
 // `outputs` (device pointers and sizes, as a callback sees them) and, for device functions,

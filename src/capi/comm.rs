@@ -220,3 +220,27 @@ pub unsafe extern "C" fn gkrt_graph_add_collective(
         Ok(())
     })
 }
+
+/// Sets how `gkrt_graph_finalize` fuses consecutive all-reduces into buckets (the defaults are
+/// PyTorch DDP's: the first bucket at most 1 MiB, later ones at most 25 MiB): all-reduces of
+/// one intermediate each (all in place or all out of place), on one communicator with one type
+/// and operator, consecutive among the graph's collectives, become one collective call over one
+/// contiguous block of at most `bucket_bytes` (the first bucket `first_bucket_bytes`), issued
+/// at the bucket's last node; the earlier nodes are absorbed (they keep their index and issue
+/// nothing). A bucket closes at any kernel node that reads or writes one of its tensors, so no
+/// node ever sees an unreduced result. `bucket_bytes` 0 turns fusion off. Every rank must use
+/// the same sizes (the first run's digest catches a difference). Before `gkrt_graph_finalize`
+/// only: GKRT_STATUS_INVALID_STATE after it.
+#[must_use]
+#[no_mangle]
+pub extern "C" fn gkrt_graph_set_collective_buckets(
+    graph: *mut gkrt_graph,
+    first_bucket_bytes: u64,
+    bucket_bytes: u64,
+) -> gkrt_status {
+    guard(|| {
+        let g = handles::graph(graph as usize)?;
+        let mut g = crate::runtime::lock_for_call(&g, "graph")?;
+        g.set_collective_buckets(first_bucket_bytes, bucket_bytes)
+    })
+}

@@ -7,6 +7,7 @@
 //! A node names its kernel in `kernels` terms only (`Kernel`, `BuiltinOp`, `LaunchDims`); this
 //! layer knows nothing of devices. `GraphError` converts into the crate's `Error` here.
 
+pub mod buckets;
 pub mod collective;
 pub mod fused;
 pub mod liveness;

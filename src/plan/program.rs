@@ -197,6 +197,9 @@ impl Program {
                     !clash
                 });
             }
+            if node.is_absorbed() {
+                continue; // merged into a later node's bucket (`graph::buckets`)
+            }
             if let Some(plan) = plan {
                 p.push(n32, Step::RetryDeferred);
                 for &t in &plan.prefetch_before[n] {

@@ -33,6 +33,29 @@ impl RuntimeGraph {
         )?)
     }
 
+    /// Sets how consecutive all-reduces are fused into buckets at finalize: the first bucket
+    /// holds at most `first_bytes`, later ones `bucket_bytes`; `bucket_bytes == 0` turns fusion
+    /// off. The defaults are PyTorch DDP's: 1 MiB, then 25 MiB. Every rank must use the same.
+    pub fn set_collective_buckets(&mut self, first_bytes: u64, bucket_bytes: u64) -> Result<()> {
+        if self.graph.is_finalized() {
+            return Err(Error::InvalidState(
+                "the graph is finalized already; bucket sizes apply at finalize".into(),
+            ));
+        }
+        self.bucket_bytes = (first_bytes, bucket_bytes);
+        Ok(())
+    }
+
+    /// The collective calls one run issues (after fusion by size; the first run's digest
+    /// exchange not counted).
+    pub fn collective_calls(&self) -> usize {
+        self.program
+            .steps
+            .iter()
+            .filter(|s| matches!(s, crate::plan::program::Step::Collective(_)))
+            .count()
+    }
+
     /// One event per collective node, made at finalize.
     pub(super) fn make_collective_events(&mut self) -> Result<()> {
         let device = self.runtime.device();

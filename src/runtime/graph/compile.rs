@@ -65,6 +65,11 @@ impl RuntimeGraph {
     pub(super) fn compile(&mut self) -> Result<()> {
         let rt = Arc::clone(&self.runtime);
         let limit = rt.lock_for_call()?.pool.memory_limit();
+        let (first, cap) = self.bucket_bytes;
+        let absorbed = self.graph.fuse_all_reduces(first, cap);
+        if absorbed > 0 {
+            log::info!("{absorbed} all-reduce nodes fused into the buckets of later ones");
+        }
         let lv = self.graph.finalize(ALIGNMENT)?;
         let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
         let collectives = self.graph.has_collectives();

@@ -159,7 +159,8 @@ impl RuntimeGraph {
                             ..
                         }
                     );
-                    !p2p && node.comm.as_ref().is_some_and(|c| Arc::ptr_eq(&c.0, &comm))
+                    !p2p && !node.is_absorbed()
+                        && node.comm.as_ref().is_some_and(|c| Arc::ptr_eq(&c.0, &comm))
                 })
                 .collect();
             let calls: Vec<Collective> = nodes

@@ -88,6 +88,9 @@ pub struct RuntimeGraph {
     ever_run: bool,
     /// The ranks agreed on the graph's collective sequence (`digest.rs`, at the first run).
     digest_checked: bool,
+    /// Fusion of consecutive all-reduces at finalize: (first bucket, later buckets) in bytes;
+    /// 0 for later buckets: off (`graph::buckets`).
+    bucket_bytes: (u64, u64),
     /// An asynchronous run was queued and not yet waited for.
     async_in_flight: bool,
     /// The events joining asynchronous runs to the host's stream (`async_run.rs`).
@@ -129,6 +132,10 @@ impl RuntimeGraph {
             captures_dropped: 0,
             ever_run: false,
             digest_checked: false,
+            bucket_bytes: (
+                crate::graph::buckets::DEFAULT_FIRST_BUCKET_BYTES,
+                crate::graph::buckets::DEFAULT_BUCKET_BYTES,
+            ),
             async_in_flight: false,
             async_events: None,
             replay_cache: Vec::new(),

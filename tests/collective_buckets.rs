@@ -171,3 +171,50 @@ fn default_buckets_take_all_six() {
     // 1.5 KiB of gradients fit DDP's first bucket of 1 MiB.
     ranks(2, MemoryMode::Dynamic, (1 << 20, 25 << 20), None, 1);
 }
+
+/// A traced run puts one slice per collective call on the communication track (tid 4), none for
+/// the absorbed nodes, and keeps the kernel nodes on the compute track (tid 1).
+#[test]
+fn traces_put_collectives_on_the_communication_track() {
+    let n = 2;
+    let id = runtime(MemoryMode::Dynamic).comm_unique_id().unwrap();
+    let dir = std::env::temp_dir();
+    std::thread::scope(|scope| {
+        for r in 0..n {
+            let dir = dir.clone();
+            scope.spawn(move || {
+                let rt = runtime(MemoryMode::Dynamic);
+                let comm =
+                    Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
+                let (mut g, xs, _) = graph(&rt, &comm, BUCKETS, None);
+                for (i, &x) in xs.iter().enumerate() {
+                    g.write(x, &vec![0u8; GRADS[i] * 4]).unwrap();
+                }
+                rt.trace_begin().unwrap();
+                g.run().unwrap();
+                let path = dir.join(format!("gkrt_coll_trace_{}_{r}.json", std::process::id()));
+                rt.trace_end(&path).unwrap();
+                let text = std::fs::read_to_string(&path).unwrap();
+                std::fs::remove_file(&path).unwrap();
+                let slices = |tid: u32, cat: &str| {
+                    text.matches(&format!("{{\"ph\":\"X\",\"pid\":1,\"tid\":{tid},"))
+                        .count()
+                        .min(text.matches(&format!("\"cat\":\"{cat}\"")).count())
+                };
+                assert_eq!(
+                    text.matches("\"tid\":4,\"name\":\"node ").count(),
+                    3,
+                    "rank {r}: one slice per bucket's call: {text}"
+                );
+                // Buckets end at nodes 3, 5 and 11 (absorbed: 1, 7, 9).
+                for node in [3, 5, 11] {
+                    assert!(
+                        text.contains(&format!("\"tid\":4,\"name\":\"node {node} (collective")),
+                        "rank {r}: node {node}'s call: {text}"
+                    );
+                }
+                assert_eq!(slices(1, "node"), 12, "rank {r}: the kernel nodes: {text}");
+            });
+        }
+    });
+}

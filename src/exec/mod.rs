@@ -64,6 +64,9 @@ pub struct RunCounters {
     pub recomputes: u64,
     /// Timing-event pairs used around compute-stream waits on copies (see `stall_pairs`).
     pub stall_pairs_used: usize,
+    /// One past the last node whose kernel or collective was queued: the nodes before it ran
+    /// (or were absorbed into a later collective's bucket). Traces read this many nodes' events.
+    pub reached: u64,
 }
 
 pub struct Executor<'a> {
@@ -238,6 +241,7 @@ impl<'a> Executor<'a> {
                     self.workspaces.clear();
                 }
                 self.counters.nodes += 1;
+                self.counters.reached = n as u64 + 1;
             }
             Step::FreeWorkspaces(n) => self.free_workspaces(n),
             Step::Free(t) => self.discard(t),
@@ -250,6 +254,7 @@ impl<'a> Executor<'a> {
             Step::Collective(n) => {
                 self.queue_collective(graph, n)?;
                 self.counters.nodes += 1;
+                self.counters.reached = n as u64 + 1;
             }
             Step::AwaitCollective(n) => self.await_collective(graph, n)?,
             Step::FreeGroup(g) => self.free_group(g),

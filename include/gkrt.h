@@ -56,18 +56,6 @@
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
-// Default bucket size (bytes), as PyTorch DDP's `bucket_cap_mb`.
-#define DEFAULT_BUCKET_BYTES (25 << 20)
-
-// Default size of the first bucket (bytes), as DDP's first bucket.
-#define DEFAULT_FIRST_BUCKET_BYTES (1 << 20)
-
-// Bytes of one rank's digest: a 16-byte header and `DIGEST_ENTRIES` entries of 16 bytes.
-#define DIGEST_BYTES 4096
-
-// Collectives whose entry the digest holds; later ones count in the whole-sequence hash only.
-#define DIGEST_ENTRIES ((DIGEST_BYTES - 16) / 16)
-
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   // The call succeeded.

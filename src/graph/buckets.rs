@@ -17,9 +17,9 @@ use crate::kernels::Kernel;
 use std::sync::Arc;
 
 /// Default bucket size (bytes), as PyTorch DDP's `bucket_cap_mb`.
-pub const DEFAULT_BUCKET_BYTES: u64 = 25 << 20;
+pub(crate) const DEFAULT_BUCKET_BYTES: u64 = 25 << 20;
 /// Default size of the first bucket (bytes), as DDP's first bucket.
-pub const DEFAULT_FIRST_BUCKET_BYTES: u64 = 1 << 20;
+pub(crate) const DEFAULT_FIRST_BUCKET_BYTES: u64 = 1 << 20;
 
 impl Node {
     /// A collective node merged into a later node's bucket: it issues nothing itself.

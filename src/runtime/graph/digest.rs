@@ -23,9 +23,9 @@ use crate::runtime::{Error, Result, Runtime, State};
 use std::sync::Arc;
 
 /// Bytes of one rank's digest: a 16-byte header and `DIGEST_ENTRIES` entries of 16 bytes.
-pub const DIGEST_BYTES: usize = 4096;
+const DIGEST_BYTES: usize = 4096;
 /// Collectives whose entry the digest holds; later ones count in the whole-sequence hash only.
-pub const DIGEST_ENTRIES: usize = (DIGEST_BYTES - 16) / 16;
+const DIGEST_ENTRIES: usize = (DIGEST_BYTES - 16) / 16;
 const MAGIC: u32 = 0x676b_6364; // "gkcd"
 
 /// One rank's digest, decoded.

@@ -8,7 +8,7 @@
  *     for a slow rank, and the node that reads its output runs after (timed with callbacks);
  *   - a sequence mismatch and a failing rank give errors (GKRT_STATUS_PEER_FAILED), not hangs;
  *     the runtimes still work afterwards and a new communicator runs;
- *   - bad nodes are refused with messages, and planned mode with collectives is UNSUPPORTED.
+ *   - bad nodes are refused with messages; planned mode runs collectives (one rank: the identity).
  * On CUDA (GKRT_DEVICE=cuda) the communicators are NCCL's: every collective runs on one rank (GPU
  * 0) and, when a second GPU opens, on two ranks (GPUs 0 and 1) against the same references
  * (send/receive needs two ranks); two ranks on one GPU, which NCCL refuses, fail at join within
@@ -374,8 +374,11 @@ static void bad_nodes(void) {
   gkrt_tensor x = tensor(g, 64, GKRT_TENSOR_INPUT), x2 = tensor(g, 64, GKRT_TENSOR_INPUT);
   gkrt_tensor y = tensor(g, 64, GKRT_TENSOR_OUTPUT), odd = tensor(g, 6, GKRT_TENSOR_INPUT);
   gkrt_tensor two[2] = {x, x2};
+  /* Fused inputs need as many outputs; persistent tensors do not fuse. */
   FAILS(coll(g, c, GKRT_COLLECTIVE_ALL_REDUCE, 0, 0, GKRT_DTYPE_F32, two, 2, &y, 1), GKRT_STATUS_INVALID_ARGUMENT,
-        "not supported yet");
+        "takes 2 input(s) and 2 output(s)");
+  FAILS(coll(g, c, GKRT_COLLECTIVE_ALL_REDUCE, 0, 0, GKRT_DTYPE_F32, two, 2, two, 2), GKRT_STATUS_INVALID_ARGUMENT,
+        "not an intermediate");
   FAILS(coll(g, c, 7, 0, 0, GKRT_DTYPE_F32, &x, 1, &y, 1), GKRT_STATUS_INVALID_ARGUMENT, "not a gkrt_collective");
   FAILS(coll(g, c, GKRT_COLLECTIVE_ALL_REDUCE, 5, 0, GKRT_DTYPE_F32, &x, 1, &y, 1), GKRT_STATUS_INVALID_ARGUMENT,
         "not a gkrt_reduce_op");
@@ -419,7 +422,9 @@ static void bad_nodes(void) {
   y = tensor(g, 64, GKRT_TENSOR_OUTPUT);
   OK(coll(g, c, GKRT_COLLECTIVE_BROADCAST, 0, 0, GKRT_DTYPE_F32, &x, 1, &y, 1));
   OK(gkrt_comm_release(c));
+  OK(gkrt_graph_set_collective_buckets(g, 1 << 20, 0));
   OK(gkrt_graph_finalize(g));
+  FAILS(gkrt_graph_set_collective_buckets(g, 1 << 20, 25 << 20), GKRT_STATUS_INVALID_STATE, "bucket sizes apply at finalize");
   OK(gkrt_graph_write_tensor(g, x, in, sizeof in));
   OK(gkrt_runtime_run(rt, g));
   OK(gkrt_graph_read_tensor(g, y, out, sizeof out));
@@ -430,7 +435,8 @@ static void bad_nodes(void) {
   CHECK_RUNTIME_WORKS(rt);
   OK(gkrt_runtime_release(rt));
 
-  /* Planned mode: refused at finalize, the graph stays unfinalized. */
+  /* Planned mode: the arena holds the collective's tensors until its event; one rank's
+   * all-reduce is the identity. */
   gkrt_config cfg;
   OK(gkrt_config_init(&cfg));
   cfg.device = GKRT_DEVICE_HOST;
@@ -443,7 +449,12 @@ static void bad_nodes(void) {
   x = tensor(g, 64, GKRT_TENSOR_INPUT);
   y = tensor(g, 64, GKRT_TENSOR_OUTPUT);
   OK(coll(g, c, GKRT_COLLECTIVE_ALL_REDUCE, 0, 0, GKRT_DTYPE_F32, &x, 1, &y, 1));
-  FAILS(gkrt_graph_finalize(g), GKRT_STATUS_UNSUPPORTED, "planned mode");
+  OK(gkrt_graph_finalize(g));
+  memset(out, 0, sizeof out);
+  OK(gkrt_graph_write_tensor(g, x, in, sizeof in));
+  OK(gkrt_runtime_run(rt, g));
+  OK(gkrt_graph_read_tensor(g, y, out, sizeof out));
+  CHECK(memcmp(in, out, sizeof in) == 0);
   OK(gkrt_graph_release(g));
   OK(gkrt_comm_release(c));
   OK(gkrt_runtime_release(rt));
@@ -543,17 +554,21 @@ int main(void) {
     CHECK(ov.y[0][i] == want && ov.y[1][i] == want);
   }
 
-  /* A mismatch: both ranks fail, naming both calls. */
+  /* A mismatch: the first run's digest exchange finds it before any real collective; both
+   * ranks fail, each naming its own node and the other's (index and count). */
   static struct failure_result fr;
   memset(&fr, 0, sizeof fr);
   fr.mode = 0;
   run_ranks(2, failing, &fr);
   for (int r = 0; r < 2; r++) {
     CHECK_EQ_U64(fr.status[r], GKRT_STATUS_PEER_FAILED);
-    if (strstr(fr.message[r], "differs between ranks") == NULL) fprintf(stderr, "rank %d: %s\n", r, fr.message[r]);
-    CHECK(strstr(fr.message[r], "differs between ranks") != NULL);
-    CHECK(strstr(fr.message[r], "4 f32 elements (node 0)") != NULL);
-    CHECK(strstr(fr.message[r], "8 f32 elements (node 0)") != NULL);
+    if (strstr(fr.message[r], "issue different collectives") == NULL) fprintf(stderr, "rank %d: %s\n", r, fr.message[r]);
+    CHECK(strstr(fr.message[r], "issue different collectives") != NULL);
+    CHECK(strstr(fr.message[r], "collective 0 on the communicator") != NULL);
+    CHECK(strstr(fr.message[r], "this rank's is node 0") != NULL);
+    CHECK(strstr(fr.message[r], r == 0 ? "x4)" : "x8)") != NULL);
+    CHECK(strstr(fr.message[r], r == 0 ? "its node 0 is a different collective (of 8 elements)"
+                                       : "its node 0 is a different collective (of 4 elements)") != NULL);
   }
   /* A failing rank: its own error; the other fails at once with PEER_FAILED (not its 20 s
    * timeout). */

@@ -1,11 +1,12 @@
 //! Collective nodes in graphs on the host backend's communicator model (2 and 4 ranks as
 //! threads, jitter on): results against a direct computation, the executor's pool calls equal
 //! to the program's dry run (as `random_graphs.rs` checks for graphs without collectives), and
-//! nothing left allocated after a run — with tensors freed while their collective may still run.
+//! nothing left allocated after a run — with tensors freed while their collective may still run;
+//! and the same graphs in planned mode (the arena holds a collective's tensors until its event).
 
 use gkrt::runtime::{
     Buf, BuiltinKind, CollectiveKind, Comm, Config, DType, DeviceChoice, Kernel, LaunchDims,
-    PoolCall, ReduceOp, Runtime, RuntimeGraph, TensorKind,
+    MemoryMode, PoolCall, ReduceOp, Runtime, RuntimeGraph, TensorKind,
 };
 use std::sync::Arc;
 
@@ -16,10 +17,11 @@ const DIMS: LaunchDims = LaunchDims {
 };
 const N: usize = 64;
 
-fn runtime() -> Arc<Runtime> {
+fn runtime(memory_mode: MemoryMode) -> Arc<Runtime> {
     Runtime::new(Config {
         device: DeviceChoice::Host,
         host_jitter_us: 30,
+        memory_mode,
         ..Config::default()
     })
     .unwrap()
@@ -101,12 +103,12 @@ fn rank_graph(rt: &Arc<Runtime>, comm: &Comm) -> (RuntimeGraph, u64, [u64; 3]) {
     (g, x, [y, z, out2])
 }
 
-fn ranks(n: usize) {
-    let id = runtime().comm_unique_id().unwrap();
+fn ranks(n: usize, mode: MemoryMode) {
+    let id = runtime(mode).comm_unique_id().unwrap();
     std::thread::scope(|scope| {
         for r in 0..n {
             scope.spawn(move || {
-                let rt = runtime();
+                let rt = runtime(mode);
                 let comm = Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
                 let (mut g, x, [y, z, out2]) = rank_graph(&rt, &comm);
                 g.record_pool_calls(true);
@@ -127,7 +129,10 @@ fn ranks(n: usize) {
                             .collect()
                     };
                     let ran = transient(g.last_pool_calls().unwrap());
-                    assert_eq!(ran.len(), 8, "rank {r}: four intermediates, each allocated and freed");
+                    // Planned mode: the intermediates live in the arena (no pool calls).
+                    let want = if mode == MemoryMode::Planned { 0 } else { 8 };
+                    assert_eq!(ran.len(), want, "rank {r}: four intermediates, each allocated and freed");
+                    assert_eq!(g.is_planned(), mode == MemoryMode::Planned);
                     assert_eq!(
                         ran,
                         transient(&g.planned_pool_calls()),
@@ -165,10 +170,20 @@ fn ranks(n: usize) {
 
 #[test]
 fn two_ranks_match_the_direct_computation_and_the_dry_run() {
-    ranks(2);
+    ranks(2, MemoryMode::Dynamic);
+}
+
+#[test]
+fn two_ranks_planned_match_the_direct_computation() {
+    ranks(2, MemoryMode::Planned);
+}
+
+#[test]
+fn four_ranks_planned_match_the_direct_computation() {
+    ranks(4, MemoryMode::Planned);
 }
 
 #[test]
 fn four_ranks_match_the_direct_computation_and_the_dry_run() {
-    ranks(4);
+    ranks(4, MemoryMode::Dynamic);
 }

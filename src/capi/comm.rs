@@ -187,13 +187,23 @@ fn reduce_op(op: gkrt_reduce_op) -> Result<ReduceOp, Error> {
 /// input; receive: only an output); the same tensor as both is in place (all-reduce, broadcast,
 /// reduce). The element count follows from the input's size (its slice's, for reduce-scatter);
 /// the output's size must be what NCCL writes (all-gather: nranks times the input). Every rank
-/// must add the same collectives in the same order. Several inputs fused into one collective are
-/// not supported yet (GKRT_STATUS_INVALID_ARGUMENT says so).
+/// must add the same collectives in the same order.
+///
+/// Fused inputs: an all-reduce, broadcast or reduce may take several inputs and as many outputs
+/// (pair i of equal size, whole elements of `dtype`). The inputs share one contiguous block in
+/// the order given (as do the outputs, unless they are the inputs in the same order: in place),
+/// so one collective call covers them all; each producer writes straight into its slot. Fused
+/// tensors must be distinct intermediates, each in one block only (the host places persistent
+/// tensors itself). The block is taken when the first member is produced and returned after the
+/// last member's last use. All-gather and reduce-scatter take one input (over a fused block
+/// their results would interleave the ranks' tensors).
 ///
 /// The node runs on the runtime's communication stream after the nodes before it; later nodes
 /// that touch neither its input nor its output run meanwhile. Graphs with collective nodes run
-/// in dynamic mode within their memory limit: planned mode, or a graph that would need to swap,
-/// is GKRT_STATUS_UNSUPPORTED at `gkrt_graph_finalize`. A run that fails aborts the graph's
+/// within their memory limit: a graph that would need to swap is GKRT_STATUS_UNSUPPORTED at
+/// `gkrt_graph_finalize`. In planned mode the arena holds a collective's tensors until the
+/// compute stream has waited for it, and the graph is not captured for replay (the capture of
+/// the compute stream would not include the communication stream's work). A run that fails aborts the graph's
 /// communicators (the other ranks' runs fail with GKRT_STATUS_PEER_FAILED instead of waiting);
 /// a run that fails because another rank did returns GKRT_STATUS_PEER_FAILED. The graph keeps
 /// `comm` alive. On success `*node_out` (may be NULL) receives the node's index.
@@ -258,5 +268,29 @@ pub unsafe extern "C" fn gkrt_graph_add_collective(
             *out = node;
         }
         Ok(())
+    })
+}
+
+/// Sets how `gkrt_graph_finalize` fuses consecutive all-reduces into buckets (the defaults are
+/// PyTorch DDP's: the first bucket at most 1 MiB, later ones at most 25 MiB): all-reduces of
+/// one intermediate each (all in place or all out of place), on one communicator with one type
+/// and operator, consecutive among the graph's collectives, become one collective call over one
+/// contiguous block of at most `bucket_bytes` (the first bucket `first_bucket_bytes`), issued
+/// at the bucket's last node; the earlier nodes are absorbed (they keep their index and issue
+/// nothing). A bucket closes at any kernel node that reads or writes one of its tensors, so no
+/// node ever sees an unreduced result. `bucket_bytes` 0 turns fusion off. Every rank must use
+/// the same sizes (the first run's digest catches a difference). Before `gkrt_graph_finalize`
+/// only: GKRT_STATUS_INVALID_STATE after it.
+#[must_use]
+#[no_mangle]
+pub extern "C" fn gkrt_graph_set_collective_buckets(
+    graph: *mut gkrt_graph,
+    first_bucket_bytes: u64,
+    bucket_bytes: u64,
+) -> gkrt_status {
+    guard(|| {
+        let g = handles::graph(graph as usize)?;
+        let mut g = crate::runtime::lock_for_call(&g, "graph")?;
+        g.set_collective_buckets(first_bucket_bytes, bucket_bytes)
     })
 }

@@ -85,6 +85,7 @@ impl Executor<'_> {
                 let skip = match e.buf {
                     Buf::Tensor(t) => e.arena.is_some() || self.mem[t as usize].on_device(),
                     Buf::Workspace { .. } => e.arena.is_some(),
+                    Buf::Group(g) => self.group_blocks[g as usize].is_some(),
                 };
                 if skip {
                     taken.push(0);
@@ -107,6 +108,10 @@ impl Executor<'_> {
                             Buf::Tensor(t) => {
                                 format!("its output {}", tensors[t as usize].describe(t))
                             }
+                            Buf::Group(g) => format!(
+                                "the fused block of {} bytes for node {}'s tensors",
+                                e.bytes, program.fused[g as usize].node
+                            ),
                         };
                         failed = Some(err.context(format!("allocating {what}")));
                         break;
@@ -125,6 +130,15 @@ impl Executor<'_> {
                         match e.buf {
                             Buf::Workspace { index, .. } => self.workspaces[index as usize] = ptr,
                             Buf::Tensor(t) => self.mem[t as usize].placed(ptr),
+                            Buf::Group(g) => {
+                                // Every member has its slot from now on; its producer writes
+                                // straight into it.
+                                let group = &program.fused[g as usize];
+                                for (&m, &offset) in group.members.iter().zip(&group.offsets) {
+                                    self.mem[m as usize].placed(ptr + offset);
+                                }
+                                self.group_blocks[g as usize] = Some(ptr);
+                            }
                         }
                     }
                     self.scratch_taken = taken;

@@ -42,7 +42,19 @@ impl Executor<'_> {
         self.device.record_event(self.streams.marker, compute)?;
         self.device
             .stream_wait_event(comm_stream, self.streams.marker)?;
+        // A profiled run times the call on the communication stream (the trace's
+        // communication track).
+        let timing = match self.profile.as_deref_mut() {
+            Some(p) => Some(p.node_pair(self.device, n as usize)?),
+            None => None,
+        };
+        if let Some((start, _)) = timing {
+            self.device.record_event(start, comm_stream)?;
+        }
         comm.0.enqueue(self.device, &[call], comm_stream)?;
+        if let Some((_, end)) = timing {
+            self.device.record_event(end, comm_stream)?;
+        }
         self.device.record_event(event, comm_stream)?;
         if self.comm_busy.len() < self.mem.len() {
             self.comm_busy.resize(self.mem.len(), None);

@@ -48,7 +48,11 @@ impl RunProfile {
         self.evictions.clear();
     }
 
-    fn node_pair(&mut self, device: &dyn Device, n: usize) -> Result<(EventId, EventId)> {
+    pub(super) fn node_pair(
+        &mut self,
+        device: &dyn Device,
+        n: usize,
+    ) -> Result<(EventId, EventId)> {
         while self.nodes.len() <= n {
             self.nodes
                 .push((device.create_event()?, device.create_event()?));

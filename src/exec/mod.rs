@@ -64,6 +64,9 @@ pub struct RunCounters {
     pub recomputes: u64,
     /// Timing-event pairs used around compute-stream waits on copies (see `stall_pairs`).
     pub stall_pairs_used: usize,
+    /// One past the last node whose kernel or collective was queued: the nodes before it ran
+    /// (or were absorbed into a later collective's bucket). Traces read this many nodes' events.
+    pub reached: u64,
 }
 
 pub struct Executor<'a> {
@@ -100,6 +103,8 @@ pub struct Executor<'a> {
     comm_busy: Vec<Option<EventId>>,
     /// The graph's first label (`TensorStore::set_label_base`; 0: none).
     labels: u32,
+    /// Per fused group (`Program::fused`): its block while the run holds it.
+    group_blocks: Vec<Option<DevPtr>>,
 }
 
 /// What an executor works on: the runtime's device, streams and pools, one graph's program and
@@ -147,6 +152,7 @@ impl<'a> Executor<'a> {
             node: 0,
             collective_events: target.collective_events,
             comm_busy: Vec::new(),
+            group_blocks: vec![None; target.program.fused.len()],
         }
     }
 
@@ -235,6 +241,7 @@ impl<'a> Executor<'a> {
                     self.workspaces.clear();
                 }
                 self.counters.nodes += 1;
+                self.counters.reached = n as u64 + 1;
             }
             Step::FreeWorkspaces(n) => self.free_workspaces(n),
             Step::Free(t) => self.discard(t),
@@ -247,8 +254,10 @@ impl<'a> Executor<'a> {
             Step::Collective(n) => {
                 self.queue_collective(graph, n)?;
                 self.counters.nodes += 1;
+                self.counters.reached = n as u64 + 1;
             }
             Step::AwaitCollective(n) => self.await_collective(graph, n)?,
+            Step::FreeGroup(g) => self.free_group(g),
         }
         Ok(())
     }
@@ -318,6 +327,7 @@ impl<'a> Executor<'a> {
         let label = match (self.labels, buf) {
             (0, _) => 0,
             (base, Buf::Tensor(t)) => base.wrapping_add(t),
+            (base, Buf::Group(g)) => base.wrapping_add(self.program.fused[g as usize].members[0]),
             (base, Buf::Workspace { node, .. }) => base
                 .wrapping_add(graph.tensors().len() as u32)
                 .wrapping_add(node),
@@ -325,11 +335,12 @@ impl<'a> Executor<'a> {
         self.pool.set_owner(label);
     }
 
-    /// True when tensor `t` lives in the planned arena or in memory the host bound, not in a
-    /// pool block: the fallback never moves it.
+    /// True when tensor `t` lives in the planned arena, in memory the host bound or in a fused
+    /// group's block, not in a pool block of its own: the fallback never moves it.
     fn fixed_place(&self, graph: &Graph, t: u32) -> bool {
         (self.arena.is_some() && graph.tensors()[t as usize].kind == TensorKind::Intermediate)
             || self.mem[t as usize].is_bound()
+            || graph.fused_slot(t).is_some()
     }
 
     /// An intermediate after its last use (or dropped): its device block and host slot go back.
@@ -337,8 +348,10 @@ impl<'a> Executor<'a> {
         let m = &mut self.mem[t as usize];
         let (copied_in, copied_out) = (m.event(true), m.event(false));
         let (device, host) = m.discard();
-        // (Only intermediates are discarded: in planned mode they live in the arena.)
-        if let (Some(ptr), None) = (device, self.arena) {
+        // (Only intermediates are discarded: in planned mode they live in the arena; a fused
+        // member's block is its group's, returned by `free_group`.)
+        let member = crate::graph::fused::fused_slot(&self.program.fused, t).is_some();
+        if let (Some(ptr), None, false) = (device, self.arena, member) {
             self.free_block(Buf::Tensor(t), ptr);
         }
         if let Some(slot) = host {
@@ -371,6 +384,11 @@ impl<'a> Executor<'a> {
         let busy = match buf {
             Buf::Tensor(t) => self.comm_busy.get(t as usize).copied().flatten(),
             Buf::Workspace { .. } => None,
+            // Any member's event: the collective touches them all.
+            Buf::Group(g) => self.program.fused[g as usize]
+                .members
+                .iter()
+                .find_map(|&t| self.comm_busy.get(t as usize).copied().flatten()),
         };
         let freed = match busy {
             Some(event) => self
@@ -401,6 +419,13 @@ impl<'a> Executor<'a> {
             self.workspaces = workspaces;
         }
         self.workspaces.clear();
+    }
+
+    /// Fused group `g`'s block goes back (if the run holds it); its members were discarded.
+    fn free_group(&mut self, g: u32) {
+        if let Some(ptr) = self.group_blocks[g as usize].take() {
+            self.free_block(Buf::Group(g), ptr);
+        }
     }
 
     /// After a failed run: wait for every stream (copies may still use blocks), then return
@@ -440,6 +465,9 @@ impl<'a> Executor<'a> {
             if tensor.kind == TensorKind::Intermediate {
                 self.discard(t as u32);
             }
+        }
+        for g in 0..self.group_blocks.len() as u32 {
+            self.free_group(g);
         }
         for event in self.pool.pending_events() {
             self.pool.assume_complete(event);

@@ -3,8 +3,11 @@
 //! its tensors' sizes, checked here against NCCL's buffer rules (`kernels::collective`).
 //!
 //! Each collective node has one input and one output tensor (the same one for in place), a send
-//! only an input, a receive only an output. Several inputs fused into one contiguous block are
-//! not supported yet: such a node is refused with a message saying so.
+//! only an input, a receive only an output. An all-reduce, broadcast or reduce may take several
+//! inputs and as many outputs (pairwise of equal size): they are fused into one contiguous block
+//! each, in the order given (`fused.rs`), and one call covers them all. All-gather and
+//! reduce-scatter take one of each: over a fused block their results would interleave the ranks'
+//! members instead of matching the outputs one for one.
 
 use super::{invalid, Graph, GraphResult, LaunchDims};
 use crate::device::comm::Communicator;
@@ -35,14 +38,23 @@ impl Graph {
         let node = self.nodes.len() as u32;
         let kernel = Kernel::Collective { kind, dtype };
         let what = || format!("node {node} ({})", kernel.describe());
+        let fusable = matches!(
+            kind,
+            CollectiveKind::AllReduce(_)
+                | CollectiveKind::Broadcast { .. }
+                | CollectiveKind::Reduce { .. }
+        );
         let (want_in, want_out) = match kind {
             CollectiveKind::Send { .. } => (1, 0),
             CollectiveKind::Recv { .. } => (0, 1),
+            _ if fusable && input_ids.len() > 1 => (input_ids.len(), input_ids.len()),
             _ => (1, 1),
         };
-        if input_ids.len() > 1 && want_in == 1 {
+        if input_ids.len() > 1 && !fusable {
             return invalid(format!(
-                "{}: {} inputs; fusing several tensors into one collective is not supported yet (give each its own node)",
+                "{}: {} inputs; only all-reduce, broadcast and reduce fuse several tensors (an \
+                 all-gather or reduce-scatter over a fused block would interleave the ranks' \
+                 tensors): give each its own node",
                 what(),
                 input_ids.len()
             ));
@@ -75,8 +87,28 @@ impl Graph {
             Ok(self.tensors[t as usize].size)
         };
         let elem = dtype.size();
+        let fused = input_ids.len() > 1;
+        if fused {
+            for (i, (&a, &b)) in input_ids.iter().zip(output_ids).enumerate() {
+                let (ia, ib) = (size_of(a)?, size_of(b)?);
+                if !ia.is_multiple_of(elem) || ia != ib {
+                    return invalid(format!(
+                        "{}: fused pair {i} has an input of {ia} bytes and an output of {ib} bytes; \
+                         each pair must be equal and a whole number of {} elements ({elem} bytes each)",
+                        what(),
+                        dtype.name()
+                    ));
+                }
+            }
+        }
         let (count_from, bytes) = match input_ids.first() {
-            Some(&id) => ("input", size_of(id)?),
+            Some(_) => (
+                "input",
+                input_ids
+                    .iter()
+                    .map(|&id| size_of(id))
+                    .sum::<GraphResult<u64>>()?,
+            ),
             None => ("output", size_of(output_ids[0])?),
         };
         if !bytes.is_multiple_of(elem) {
@@ -100,7 +132,7 @@ impl Graph {
             _ => elems,
         };
         let call = crate::kernels::collective::Collective { count, ..probe };
-        if let Some(&out) = output_ids.first() {
+        if let Some(&out) = output_ids.first().filter(|_| !fused) {
             let want = call.recv_elems(nranks) * elem;
             let got = size_of(out)?;
             if got != want {
@@ -123,6 +155,32 @@ impl Graph {
                 ));
             }
         }
+        // The fused blocks: one when in place (the same tensors in the same order), else one
+        // for the inputs and one for the outputs.
+        let mut groups = Vec::new();
+        if fused {
+            let resolve = |ids: &[u64]| -> GraphResult<Vec<u32>> {
+                ids.iter()
+                    .map(|&id| {
+                        self.tensor_index(id)
+                            .map_err(|e| super::GraphError::Invalid(format!("{}: {e}", what())))
+                    })
+                    .collect()
+            };
+            let (ins, outs) = (resolve(input_ids)?, resolve(output_ids)?);
+            groups.push(self.fused_group(node, &ins, &what())?);
+            if ins != outs {
+                if let Some(&t) = outs.iter().find(|t| ins.contains(t)) {
+                    return invalid(format!(
+                        "{}: {} is both a fused input and a fused output, but the outputs are \
+                         not the inputs in the same order (in place) nor disjoint from them",
+                        what(),
+                        self.tensors[t as usize].describe(t)
+                    ));
+                }
+                groups.push(self.fused_group(node, &outs, &what())?);
+            }
+        }
         let index = self.add_node(
             kernel,
             input_ids,
@@ -136,7 +194,38 @@ impl Graph {
             &[],
         )?;
         self.nodes[index as usize].comm = Some(CommRef(comm));
+        self.fused.extend(groups);
         Ok(index)
+    }
+
+    /// Per tensor: the node index before which a collective may still read or write it (0:
+    /// none) — the first later kernel node touching any of that collective's tensors, where the
+    /// compute stream waits for its event (the program's `AwaitCollective`), or the node count
+    /// when none does (the run waits for the communication stream at its end). Memory that
+    /// compute work reuses (the planned arena) must hold those tensors until then.
+    pub fn collective_holds(&self) -> Vec<u32> {
+        let mut hold = vec![0u32; self.tensors.len()];
+        for (c, node) in self.nodes.iter().enumerate() {
+            if node.comm.is_none() {
+                continue;
+            }
+            let touched: Vec<u32> = node.inputs.iter().chain(&node.outputs).copied().collect();
+            let until = self.nodes[c + 1..]
+                .iter()
+                .position(|later| {
+                    later.comm.is_none()
+                        && later
+                            .inputs
+                            .iter()
+                            .chain(&later.outputs)
+                            .any(|t| touched.contains(t))
+                })
+                .map_or(self.nodes.len(), |i| c + 1 + i) as u32;
+            for t in touched {
+                hold[t as usize] = hold[t as usize].max(until);
+            }
+        }
+        hold
     }
 
     /// True when any node is a collective.
@@ -157,8 +246,13 @@ impl Graph {
             .0
             .nranks() as u64;
         let count = match node.inputs.first() {
-            Some(&t) => {
-                let elems = self.tensors[t as usize].size / dtype.size();
+            Some(_) => {
+                let bytes: u64 = node
+                    .inputs
+                    .iter()
+                    .map(|&t| self.tensors[t as usize].size)
+                    .sum();
+                let elems = bytes / dtype.size();
                 match kind {
                     CollectiveKind::ReduceScatter(_) => elems / nranks,
                     _ => elems,

@@ -7,13 +7,16 @@
 //! A node names its kernel in `kernels` terms only (`Kernel`, `BuiltinOp`, `LaunchDims`); this
 //! layer knows nothing of devices. `GraphError` converts into the crate's `Error` here.
 
+pub mod buckets;
 pub mod collective;
+pub mod fused;
 pub mod liveness;
 
 use crate::error::Error;
 use crate::kernels::{validate_builtin, BuiltinOp, Kernel, LaunchDims};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub use fused::FusedGroup;
 pub use liveness::Liveness;
 
 /// Largest tensor or workspace the runtime accepts (256 TiB): anything larger is a bug in the
@@ -172,6 +175,8 @@ pub struct Graph {
     liveness: Option<Liveness>,
     /// Bytes of every tensor and workspace so far (at most `MAX_GRAPH_BYTES`).
     total_bytes: u64,
+    /// Tensors collective nodes share one contiguous block with (`fused.rs`).
+    fused: Vec<FusedGroup>,
 }
 
 impl Default for Graph {
@@ -188,6 +193,7 @@ impl Graph {
             nodes: Vec::new(),
             liveness: None,
             total_bytes: 0,
+            fused: Vec::new(),
         }
     }
 

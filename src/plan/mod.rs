@@ -40,22 +40,55 @@ pub fn plan_graph_arena(
     enum Owner {
         Tensor(usize),
         Workspace(usize, usize),
+        Group(usize),
     }
     let mut buffers = Vec::new();
     let mut owners = Vec::new();
+    // A collective's tensors stay until the compute stream has waited for its event, not only
+    // until their last use (the communication stream may still read or write them).
+    let holds = graph.collective_holds();
+    let interval = |t: usize| -> Option<(u32, u32)> {
+        match (lv.first_use[t], lv.last_use[t]) {
+            (Some(first), Some(last)) => Some((first, (last + 1).max(holds[t]))),
+            _ => None,
+        }
+    };
     for (t, tensor) in graph.tensors().iter().enumerate() {
-        if tensor.kind != TensorKind::Intermediate {
+        if tensor.kind != TensorKind::Intermediate || graph.fused_slot(t as u32).is_some() {
             continue;
         }
-        if let (Some(first), Some(last)) = (lv.first_use[t], lv.last_use[t]) {
+        if let Some((start, end)) = interval(t) {
             buffers.push(BufferSpec {
-                start: first,
-                end: last + 1,
+                start,
+                end,
                 size: round_up(tensor.size, align),
                 align,
             });
             owners.push(Owner::Tensor(t));
         }
+    }
+    // A fused group is one buffer over the hull of its members' intervals, its members back to
+    // back inside without padding (one collective call covers the block: no gaps). The arena
+    // planner's own contiguity groups would pad each member to the alignment.
+    for (g, group) in graph.fused_groups().iter().enumerate() {
+        let spans: Vec<(u32, u32)> = group
+            .members
+            .iter()
+            .filter_map(|&t| interval(t as usize))
+            .collect();
+        let (Some(start), Some(end)) = (
+            spans.iter().map(|s| s.0).min(),
+            spans.iter().map(|s| s.1).max(),
+        ) else {
+            continue;
+        };
+        buffers.push(BufferSpec {
+            start,
+            end,
+            size: round_up(group.bytes, align),
+            align,
+        });
+        owners.push(Owner::Group(g));
     }
     for (n, node) in graph.nodes().iter().enumerate() {
         for (i, &w) in node.workspaces.iter().enumerate() {
@@ -97,6 +130,12 @@ pub fn plan_graph_arena(
         match *owner {
             Owner::Tensor(t) => layout.tensor_offsets[t] = offset,
             Owner::Workspace(n, i) => layout.workspace_offsets[n][i] = offset,
+            Owner::Group(g) => {
+                let group = &graph.fused_groups()[g];
+                for (&t, &at) in group.members.iter().zip(&group.offsets) {
+                    layout.tensor_offsets[t as usize] = offset + at;
+                }
+            }
         }
     }
     layout.size = placement.size;

@@ -20,20 +20,31 @@
 //!   collective may still run goes back to the pool pending on the collective's event: the pool
 //!   calls are the same, which is all the dry run compares.
 //!
+//! - fused groups (`graph::fused`): the first producer of any member allocates the whole block
+//!   (`Buf::Group` in its `Alloc` batch; every member is placed at its offset), a member's `Free`
+//!   returns nothing, and `FreeGroup` after the last member's free returns the block (pending on
+//!   the collective's event when that may still run).
+//!
 //! Steps whose effect depends on where a tensor is (`Ready` copies only a tensor on the host,
 //! `Alloc` skips an output already on the device) read the tensor's residency; the dry run
 //! tracks the same residency in bytes, starting from the plan's canonical run start.
 
 use super::swap::SwapPlan;
 use super::ArenaLayout;
-use crate::graph::{Liveness, Node, Tensor, TensorKind};
+use crate::graph::fused::fused_slot;
+use crate::graph::{FusedGroup, Liveness, Node, Tensor, TensorKind};
 use crate::memory::pool::DryRunStep;
 
 /// A buffer a step allocates or frees: a tensor's block, or workspace `index` of node `node`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Buf {
     Tensor(u32),
-    Workspace { node: u32, index: u32 },
+    Workspace {
+        node: u32,
+        index: u32,
+    },
+    /// Fused group `g`'s block (`Program::fused`): its members live inside it.
+    Group(u32),
 }
 
 /// One buffer of an `Alloc` batch: pool memory, or (planned mode) a fixed arena offset.
@@ -90,6 +101,8 @@ pub enum Step {
     /// The compute stream waits for collective node `n`'s event: emitted before the first later
     /// node that reads or writes one of its tensors (compute in between overlaps it).
     AwaitCollective(u32),
+    /// Fused group `g`'s block goes back: its last member's last use has passed.
+    FreeGroup(u32),
 }
 
 /// The compiled program of one graph under one plan.
@@ -107,6 +120,8 @@ pub struct Program {
     pub swapping: bool,
     /// The swap plan's device budget (0 without one).
     pub budget: u64,
+    /// The graph's fused groups (`Buf::Group` indexes them).
+    pub fused: Vec<FusedGroup>,
 }
 
 /// A call the executor makes to the device pool, as a buffer: the log that the dry run of the
@@ -127,7 +142,25 @@ impl Program {
         plan: Option<&SwapPlan>,
         layout: Option<&ArenaLayout>,
     ) -> Program {
+        Self::compile_fused(tensors, nodes, lv, plan, layout, &[])
+    }
+
+    /// `compile` for a graph with fused groups (dynamic mode without a swap plan: finalize
+    /// refuses collectives elsewhere).
+    pub fn compile_fused(
+        tensors: &[Tensor],
+        nodes: &[Node],
+        lv: &Liveness,
+        plan: Option<&SwapPlan>,
+        layout: Option<&ArenaLayout>,
+        fused: &[FusedGroup],
+    ) -> Program {
+        debug_assert!(fused.is_empty() || (plan.is_none() && layout.is_none()));
+        // Per group: its block is taken; members whose last use has not passed yet.
+        let mut started = vec![false; fused.len()];
+        let mut alive: Vec<usize> = fused.iter().map(|g| g.members.len()).collect();
         let mut p = Program {
+            fused: fused.to_vec(),
             swapping: plan.is_some(),
             budget: plan.map_or(0, |p| p.budget),
             keep: plan.map(|p| p.keep.clone()).unwrap_or_default(),
@@ -163,6 +196,9 @@ impl Program {
                     }
                     !clash
                 });
+            }
+            if node.is_absorbed() {
+                continue; // merged into a later node's bucket (`graph::buckets`)
             }
             if let Some(plan) = plan {
                 p.push(n32, Step::RetryDeferred);
@@ -201,21 +237,36 @@ impl Program {
                 }
             }
             let first = p.allocs.len() as u32;
-            let mut batch: Vec<AllocEntry> = node
-                .outputs
-                .iter()
-                .map(|&t| {
-                    let arena = match (layout, tensors[t as usize].kind) {
-                        (Some(l), TensorKind::Intermediate) => Some(l.tensor_offsets[t as usize]),
-                        _ => None,
-                    };
-                    AllocEntry {
-                        buf: Buf::Tensor(t),
-                        bytes: tensors[t as usize].size,
-                        arena,
+            let mut batch: Vec<AllocEntry> = Vec::new();
+            for &t in &node.outputs {
+                if let Some((g, _)) = fused_slot(fused, t) {
+                    if !std::mem::replace(&mut started[g as usize], true) {
+                        batch.push(AllocEntry {
+                            buf: Buf::Group(g),
+                            bytes: fused[g as usize].bytes,
+                            arena: None,
+                        });
                     }
-                })
-                .collect();
+                }
+            }
+            batch.extend(
+                node.outputs
+                    .iter()
+                    .filter(|&&t| fused_slot(fused, t).is_none())
+                    .map(|&t| {
+                        let arena = match (layout, tensors[t as usize].kind) {
+                            (Some(l), TensorKind::Intermediate) => {
+                                Some(l.tensor_offsets[t as usize])
+                            }
+                            _ => None,
+                        };
+                        AllocEntry {
+                            buf: Buf::Tensor(t),
+                            bytes: tensors[t as usize].size,
+                            arena,
+                        }
+                    }),
+            );
             batch.extend(workspaces(nodes, n32, layout));
             let count = p.add_batch(batch);
             p.push(
@@ -239,6 +290,12 @@ impl Program {
             }
             for &t in &lv.frees[n] {
                 p.push(n32, Step::Free(t));
+                if let Some((g, _)) = fused_slot(fused, t) {
+                    alive[g as usize] -= 1;
+                    if alive[g as usize] == 0 {
+                        p.push(n32, Step::FreeGroup(g));
+                    }
+                }
             }
             if let Some(plan) = plan {
                 for &t in &plan.swap_out_after[n] {
@@ -363,10 +420,17 @@ impl PoolWalk {
 
     fn walk(&mut self, tensors: &[Tensor], nodes: &[Node], program: &Program, has: &mut [bool]) {
         let w = self;
+        // Planned mode: tensors at arena offsets are never pool blocks (not even when read).
+        let mut in_arena = vec![false; tensors.len()];
+        for e in program.allocs.iter().filter(|e| e.arena.is_some()) {
+            if let Buf::Tensor(t) = e.buf {
+                in_arena[t as usize] = true;
+            }
+        }
         for (i, &step) in program.steps.iter().enumerate() {
             let n = program.step_node[i];
             let fetch = |w: &mut PoolWalk, has: &mut [bool], t: u32| {
-                if !has[t as usize] {
+                if !has[t as usize] && !in_arena[t as usize] {
                     has[t as usize] = true;
                     w.push(
                         n,
@@ -394,15 +458,20 @@ impl PoolWalk {
                         for &y in &nodes[producer as usize].inputs {
                             fetch(w, has, y);
                         }
-                        w.batch(n, program.batch(first, count), has);
+                        w.batch(n, program.batch(first, count), has, &program.fused);
                         w.free_workspaces(n, nodes, producer);
                     }
                 }
-                Step::Alloc { first, count, .. } => w.batch(n, program.batch(first, count), has),
+                Step::Alloc { first, count, .. } => {
+                    w.batch(n, program.batch(first, count), has, &program.fused)
+                }
                 Step::FreeWorkspaces(node) => w.free_workspaces(n, nodes, node),
+                Step::FreeGroup(g) => w.push(n, PoolCall::Free { buf: Buf::Group(g) }),
                 Step::Free(t) | Step::CopyOut(t) | Step::Drop(t) | Step::SendHome(t) => {
-                    // (A planned graph's arena intermediates are never pool blocks.)
-                    if std::mem::take(&mut has[t as usize]) {
+                    // (A planned graph's arena intermediates are never pool blocks, nor are
+                    // fused members: their group's block is.)
+                    let member = fused_slot(&program.fused, t).is_some();
+                    if std::mem::take(&mut has[t as usize]) && !member {
                         w.push(
                             n,
                             PoolCall::Free {
@@ -425,12 +494,20 @@ impl PoolWalk {
         self.call_node.push(node);
     }
 
-    fn batch(&mut self, n: u32, entries: &[AllocEntry], has: &mut [bool]) {
+    fn batch(&mut self, n: u32, entries: &[AllocEntry], has: &mut [bool], fused: &[FusedGroup]) {
         for e in entries.iter().filter(|e| e.arena.is_none()) {
-            if let Buf::Tensor(t) = e.buf {
-                if std::mem::replace(&mut has[t as usize], true) {
-                    continue; // already on the device (a persistent output of an earlier run)
+            match e.buf {
+                Buf::Tensor(t) => {
+                    if std::mem::replace(&mut has[t as usize], true) {
+                        continue; // already on the device (a persistent output of an earlier run)
+                    }
                 }
+                Buf::Group(g) => {
+                    for &m in &fused[g as usize].members {
+                        has[m as usize] = true;
+                    }
+                }
+                Buf::Workspace { .. } => {}
             }
             self.push(
                 n,

@@ -192,7 +192,10 @@ pub fn estimate(
             }
             // Graphs with collectives never swap (finalize refuses them), so the model never
             // meets these.
-            Step::FreeWorkspaces(_) | Step::Collective(_) | Step::AwaitCollective(_) => {}
+            Step::FreeWorkspaces(_)
+            | Step::Collective(_)
+            | Step::AwaitCollective(_)
+            | Step::FreeGroup(_) => {}
             Step::Free(t) => {
                 if at[t as usize] != Where::Host {
                     m.allocated -= size(t);

@@ -2,8 +2,8 @@
 //!
 //! Owns: the events collected between `gkrt_runtime_trace_begin` and `gkrt_runtime_trace_end`,
 //! and their JSON. One process, one thread ("track") per stream: compute, copy in, copy out,
-//! and communication (`Track::Communication`, unused until collectives exist: a collective's
-//! slices go there). Slices ("X") are nodes, swap copies and recomputes; counters ("C") the
+//! and communication (`Track::Communication`: collective calls). Slices ("X") are nodes,
+//! collective calls, swap copies and recomputes; counters ("C") the
 //! pool's allocated and reserved bytes and the pinned pool's reserved bytes; instants ("i")
 //! fallback evictions and out-of-memory failures. Times are µs since the trace began. What
 //! a run contributes is made from its profile by `graph/trace_run.rs`.

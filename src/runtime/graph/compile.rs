@@ -41,12 +41,18 @@ impl RuntimeGraph {
     /// Compiles the step program for the current liveness, arena and swap plan.
     pub(super) fn recompile(&mut self) {
         let lv = self.graph.liveness().expect("finalized");
-        self.program = Program::compile(
+        self.program = Program::compile_fused(
             self.graph.tensors(),
             self.graph.nodes(),
             lv,
             self.swap.as_ref(),
             self.arena.as_ref(),
+            // In planned mode fused members are arena intermediates at their group's offsets.
+            if self.arena.is_some() {
+                &[]
+            } else {
+                self.graph.fused_groups()
+            },
         );
     }
 
@@ -59,16 +65,14 @@ impl RuntimeGraph {
     pub(super) fn compile(&mut self) -> Result<()> {
         let rt = Arc::clone(&self.runtime);
         let limit = rt.lock_for_call()?.pool.memory_limit();
+        let (first, cap) = self.bucket_bytes;
+        let absorbed = self.graph.fuse_all_reduces(first, cap);
+        if absorbed > 0 {
+            log::info!("{absorbed} all-reduce nodes fused into the buckets of later ones");
+        }
         let lv = self.graph.finalize(ALIGNMENT)?;
         let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
         let collectives = self.graph.has_collectives();
-        if collectives && rt.config().memory_mode == MemoryMode::Planned {
-            return Err(Error::Unsupported(
-                "collective nodes in planned mode are not supported yet (the arena would reuse a \
-                 collective's memory while the communication stream may still use it); use dynamic mode"
-                    .into(),
-            ));
-        }
         if collectives && persistent + peak > limit {
             return Err(Error::Unsupported(format!(
                 "the graph needs {} bytes, more than the memory limit of {limit}, and swapping \
@@ -114,6 +118,12 @@ impl RuntimeGraph {
             log::info!(
                 "planned graph not captured for replay: host callbacks run on the host when a node is queued, \
                  so a replayed capture would skip them"
+            );
+            self.replay = Replay::Off;
+        } else if collectives {
+            log::info!(
+                "planned graph not captured for replay: its collectives run on the communication \
+                 stream, which a capture of the compute stream does not include"
             );
             self.replay = Replay::Off;
         }

@@ -13,11 +13,13 @@
 //! - `queue_pop.rs`: input tensors each run takes from a device data queue.
 //! - `collective.rs`: collective nodes: adding them, their events, what a failed run does to
 //!   their communicators.
+//! - `digest.rs`: at the first run, the ranks compare their graphs' collective sequences.
 
 mod async_run;
 mod binding;
 mod collective;
 mod compile;
+mod digest;
 mod drop;
 mod io;
 mod queue_pop;
@@ -84,6 +86,11 @@ pub struct RuntimeGraph {
     captures_dropped: u64,
     /// A run (of either kind) was queued at least once: a wait means something.
     ever_run: bool,
+    /// The ranks agreed on the graph's collective sequence (`digest.rs`, at the first run).
+    digest_checked: bool,
+    /// Fusion of consecutive all-reduces at finalize: (first bucket, later buckets) in bytes;
+    /// 0 for later buckets: off (`graph::buckets`).
+    bucket_bytes: (u64, u64),
     /// An asynchronous run was queued and not yet waited for.
     async_in_flight: bool,
     /// The events joining asynchronous runs to the host's stream (`async_run.rs`).
@@ -124,6 +131,11 @@ impl RuntimeGraph {
             last_fallbacks: 0,
             captures_dropped: 0,
             ever_run: false,
+            digest_checked: false,
+            bucket_bytes: (
+                crate::graph::buckets::DEFAULT_FIRST_BUCKET_BYTES,
+                crate::graph::buckets::DEFAULT_BUCKET_BYTES,
+            ),
             async_in_flight: false,
             async_events: None,
             replay_cache: Vec::new(),

@@ -43,6 +43,10 @@ impl RuntimeGraph {
         // A run finishes whatever asynchronous run of this graph is in flight.
         self.async_in_flight = false;
         self.ever_run = true;
+        if !self.digest_checked && self.graph.has_collectives() {
+            self.check_collective_digest(&rt, st)?;
+            self.digest_checked = true;
+        }
         let (queued, counters) = self.enqueue(&rt, st, true);
         self.finish_run(&rt, st, queued, counters)
     }

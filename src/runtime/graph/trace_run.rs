@@ -73,7 +73,7 @@ impl RuntimeGraph {
     ) {
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
         let p = &self.profile;
-        let ran = (counters.nodes as usize)
+        let ran = (counters.reached as usize)
             .min(p.nodes.len())
             .min(nodes.len());
         let Some(&(zero, _)) = p.nodes.first().filter(|_| ran > 0) else {
@@ -111,10 +111,19 @@ impl RuntimeGraph {
         for (n, s) in node_spans.iter().enumerate() {
             let Some((a, b)) = *s else { continue };
             let node = &nodes[n];
+            // Collectives were timed on the communication stream (absorbed ones not at all:
+            // their bucket's node carries their tensors).
+            let (track, category) = match &node.comm {
+                Some(_) => (Track::Communication, "collective"),
+                None => (Track::Compute, "node"),
+            };
+            if node.is_absorbed() {
+                continue;
+            }
             trace.slice(
-                Track::Compute,
+                track,
                 &node.describe(n as u32),
-                "node",
+                category,
                 base + a,
                 b - a,
                 &[

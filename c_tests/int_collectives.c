@@ -177,7 +177,8 @@ static void *every_collective(void *p) {
     OK(coll(g, c, GKRT_COLLECTIVE_BROADCAST, 0, root, t, &b, 1, &b, 1));
     /* A ring: even ranks send first, odd ranks receive first (NCCL would deadlock otherwise). A
      * single rank has no ring: its send to itself would wait for a receive in the same group. */
-    gkrt_tensor got = tensor(g, bytes, GKRT_TENSOR_OUTPUT);
+    /* (One rank has no ring, and an output nothing writes is refused at finalize.) */
+    gkrt_tensor got = n > 1 ? tensor(g, bytes, GKRT_TENSOR_OUTPUT) : 0;
     uint32_t next = (r + 1) % n, prev = (r + n - 1) % n;
     if (n == 1) {
       /* no ring */

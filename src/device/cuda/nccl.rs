@@ -519,13 +519,9 @@ impl Shared {
         if st.aborted.is_none() {
             st.aborted = Some(format!("rank {} aborted: {why}", self.rank));
         }
-        if !st.comm.is_null() {
-            // SAFETY: live communicator; nobody else uses it (we hold the lock).
-            unsafe { nccl::ncclCommAbort(st.comm) };
-            st.comm = std::ptr::null_mut();
-            // Registrations went with the communicator.
-            st.registered.clear();
-        }
+        // The streams are marked before the abort: `ncclCommAbort` can take as long as the
+        // stream's earlier work, and a `stream_synchronize` that returns meanwhile must already
+        // see the failure (it read none when marked after).
         let message = format!(
             "communicator aborted while a collective was queued: {}",
             st.aborted.as_deref().unwrap_or(why)
@@ -533,6 +529,13 @@ impl Shared {
         for p in st.pending.drain(..) {
             self.failures.mark(p.stream, &message);
             st.spare.push(p.event);
+        }
+        if !st.comm.is_null() {
+            // SAFETY: live communicator; nobody else uses it (we hold the lock).
+            unsafe { nccl::ncclCommAbort(st.comm) };
+            st.comm = std::ptr::null_mut();
+            // Registrations went with the communicator.
+            st.registered.clear();
         }
         self.wake.notify_all();
     }

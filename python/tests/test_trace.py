@@ -91,25 +91,30 @@ class TraceTest(unittest.TestCase):
 
     def test_swaps_and_recomputes_are_slices_with_bytes(self):
         for recomputable in (False, True):
-            with gkrt.Runtime(device="host", memory_limit=3 * K) as rt, rt.graph() as g:
-                chain(rt, g, recomputable)
-                trace = traced(rt, lambda: rt.run(g))
-                stats = rt.stats()
-                events = trace["traceEvents"]
-                copies = [e for e in events if e["ph"] == "X" and e["cat"] == "copy"]
-                outs = [e for e in copies if e["name"].startswith("swap out")]
-                ins = [e for e in copies if e["name"].startswith("swap in")]
-                self.assertEqual(sum(e["args"]["bytes"] for e in outs), stats["swap_out_bytes"])
-                self.assertEqual(sum(e["args"]["bytes"] for e in ins), stats["swap_in_bytes"])
-                self.assertTrue(all(e["tid"] == 3 for e in outs) and all(e["tid"] == 2 for e in ins))
-                recomputes = [e for e in events if e["ph"] == "X" and e["cat"] == "recompute"]
-                self.assertEqual(len(recomputes), stats["tensors_recomputed"])
-                if recomputable:
-                    self.assertGreater(len(recomputes), 0)
-                    self.assertTrue(recomputes[0]["name"].startswith("recompute: node 0 'fill0'"))
-                    self.assertEqual(recomputes[0]["args"]["bytes"], K)
-                else:
-                    self.assertGreater(len(outs), 0)
+            # The swap plan is chosen by the first run's timings: on a loaded machine a runtime
+            # may copy the fill's output instead of recomputing it; a new runtime tunes again.
+            for _ in range(8):
+                with gkrt.Runtime(device="host", memory_limit=3 * K) as rt, rt.graph() as g:
+                    chain(rt, g, recomputable)
+                    trace = traced(rt, lambda: rt.run(g))
+                    stats = rt.stats()
+                if not recomputable or stats["tensors_recomputed"] > 0:
+                    break
+            events = trace["traceEvents"]
+            copies = [e for e in events if e["ph"] == "X" and e["cat"] == "copy"]
+            outs = [e for e in copies if e["name"].startswith("swap out")]
+            ins = [e for e in copies if e["name"].startswith("swap in")]
+            self.assertEqual(sum(e["args"]["bytes"] for e in outs), stats["swap_out_bytes"])
+            self.assertEqual(sum(e["args"]["bytes"] for e in ins), stats["swap_in_bytes"])
+            self.assertTrue(all(e["tid"] == 3 for e in outs) and all(e["tid"] == 2 for e in ins))
+            recomputes = [e for e in events if e["ph"] == "X" and e["cat"] == "recompute"]
+            self.assertEqual(len(recomputes), stats["tensors_recomputed"])
+            if recomputable:
+                self.assertGreater(len(recomputes), 0)
+                self.assertTrue(recomputes[0]["name"].startswith("recompute: node 0 'fill0'"))
+                self.assertEqual(recomputes[0]["args"]["bytes"], K)
+            else:
+                self.assertGreater(len(outs), 0)
 
     def test_out_of_memory_is_an_instant_and_bad_calls_are_reported(self):
         with gkrt.Runtime(device="host", memory_limit=K, log_level=1) as rt, rt.graph() as g:

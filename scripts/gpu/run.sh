@@ -59,6 +59,11 @@
 #           timeout failing the stream's sync); then benches/collective_overhead.c (a graph's
 #           all-reduce node against raw ncclAllReduce through one communicator, 4 KiB..64 MiB:
 #           gkrt_us, raw_us, diff_us, ratio). NCCL_NVLS_ENABLE=0 is exported. Logs $OUT/nccl*.log.
+#   dp      examples_c/data_parallel.c (built here): 4 threads on the host backend, then on CUDA
+#           with NCCL 1, 2 and all GPUs' processes (--rank R --nranks N --id-file, device = rank),
+#           and 2 threads on 2 GPUs. Each must exit 0, its last line "OK" (ranks bit-identical,
+#           within tolerance of one runtime on the whole batch); rank 0's loss per step and max
+#           |diff| are printed. Logs in $OUT/dp/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -300,6 +305,54 @@ find_nccl() {
   return 1
 }
 
+# Puts libnccl on the loader's path as libnccl.so (the name cudarc looks for) and sets $lib to
+# its folder.
+use_nccl() {
+  if ! lib=$(find_nccl); then
+    echo "nccl: no libnccl.so.2 found (python nvidia-nccl, site-packages, /usr/lib)"; return 1
+  fi
+  mkdir -p /tmp/gkrt-nccl
+  ln -sf "$lib/libnccl.so.2" /tmp/gkrt-nccl/libnccl.so
+  export LD_LIBRARY_PATH="/tmp/gkrt-nccl:$lib:$LD_LIBRARY_PATH"
+}
+
+# The data-parallel example (the "dp" mode above): each run must exit 0 with "OK" last.
+run_dp() {
+  local b=/tmp/gkrt-dp o="$OUT/dp" ok=1 n r rc
+  mkdir -p "$b" "$o"
+  cc -O2 -ffp-contract=off examples_c/data_parallel.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread \
+    -o "$b/gkrt_data_parallel" || return 1
+  use_nccl || return 1
+  GKRT_DEVICE=host timeout 300 "$b/gkrt_data_parallel" --ranks 4 >"$o/host_threads4.log" 2>&1
+  rc=$?; echo "dp: host backend, 4 threads: exit $rc, last line: $(tail -n 1 "$o/host_threads4.log")"
+  [ $rc -eq 0 ] || ok=0
+  local gpus
+  gpus=$(nvidia-smi -L | wc -l)
+  export NCCL_NVLS_ENABLE=0
+  for n in $(printf '%s\n' 1 2 "$gpus" | sort -nu); do
+    [ "$n" -le "$gpus" ] || continue
+    rm -f "$b/id$n"
+    local pids=()
+    for ((r = 0; r < n; r++)); do
+      GKRT_DEVICE=cuda timeout 300 "$b/gkrt_data_parallel" --rank $r --nranks $n --id-file "$b/id$n" \
+        >"$o/cuda_procs${n}_rank$r.log" 2>&1 &
+      pids+=($!)
+    done
+    for ((r = 0; r < n; r++)); do
+      wait "${pids[$r]}"; rc=$?
+      echo "dp: CUDA, $n processes, rank $r: exit $rc, last line: $(tail -n 1 "$o/cuda_procs${n}_rank$r.log")"
+      [ $rc -eq 0 ] || ok=0
+    done
+    grep -E '^(step|rank)' "$o/cuda_procs${n}_rank0.log"
+  done
+  if [ "$gpus" -ge 2 ]; then
+    GKRT_DEVICE=cuda timeout 300 "$b/gkrt_data_parallel" --ranks 2 >"$o/cuda_threads2.log" 2>&1
+    rc=$?; echo "dp: CUDA, 2 threads: exit $rc, last line: $(tail -n 1 "$o/cuda_threads2.log")"
+    [ $rc -eq 0 ] || ok=0
+  fi
+  [ $ok -eq 1 ]
+}
+
 # NCCL communicators and collectives on the GPU (the "nccl" mode above).
 run_nccl() {
   export NCCL_NVLS_ENABLE=0
@@ -322,12 +375,7 @@ run_nccl() {
     done
   fi
   local lib
-  if ! lib=$(find_nccl); then
-    echo "nccl: no libnccl.so.2 found (python nvidia-nccl, site-packages, /usr/lib)"; return 1
-  fi
-  mkdir -p /tmp/gkrt-nccl
-  ln -sf "$lib/libnccl.so.2" /tmp/gkrt-nccl/libnccl.so
-  export LD_LIBRARY_PATH="/tmp/gkrt-nccl:$lib:$LD_LIBRARY_PATH"
+  use_nccl || return 1
   echo "--- with $lib/libnccl.so.2" | tee -a "$log"
   for t in api_comm int_collectives; do
     out=$(GKRT_DEVICE=cuda timeout 300 ".gpu/tests/$t" 2>&1); rc=$?
@@ -469,7 +517,8 @@ for w in "${what[@]}"; do
     snapshot) run_snapshot ;;
     trace) run_trace ;;
     nccl) run_nccl ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, snapshot, trace, nccl)" ;;
+    dp) run_dp ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, snapshot, trace, nccl, dp)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

@@ -1,4 +1,5 @@
-/* Shared by the GPU benchmarks: checked CUDA driver and gkrt calls, a monotonic clock, a median. */
+/* Shared by the GPU benchmarks: checked CUDA driver and gkrt calls, a monotonic clock, a median,
+ * the chain kernel's parameters and reading its PTX. */
 #ifndef GKRT_BENCH_UTIL_H
 #define GKRT_BENCH_UTIL_H
 
@@ -39,6 +40,29 @@ static double now_ms(void) {
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+/* The parameters of benches/chain_kernel.cu's axpb kernel (out = a*in + b over n floats). */
+typedef struct {
+  float a, b;
+  unsigned n;
+} axpb_params;
+
+/* The whole file at `path`, NUL-terminated (the PTX a bench loads); exits on failure. */
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc(n + 1);
+  if (fread(buf, 1, n, f) != (size_t)n) exit(1);
+  buf[n] = 0;
+  fclose(f);
+  return buf;
 }
 
 /* Sorts `v` and returns its middle element. */

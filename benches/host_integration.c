@@ -35,29 +35,9 @@
 #include "bench_util.h"
 
 #define ELEMS 256
-typedef struct {
-  float a, b;
-  unsigned n;
-} axpb_params;
 static const axpb_params SMALL = {1.0001f, 0.5f, ELEMS};
 
 static char *ptx_text;
-
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    perror(path);
-    exit(1);
-  }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc(n + 1);
-  if (fread(buf, 1, n, f) != (size_t)n) exit(1);
-  buf[n] = 0;
-  fclose(f);
-  return buf;
-}
 
 static gkrt_runtime *cuda_runtime(unsigned mode) {
   gkrt_config cfg;

@@ -27,32 +27,6 @@
 
 #define ELEMS 256
 
-typedef struct {
-  float a, b;
-  unsigned n;
-} axpb_params;
-
-
-
-
-
-
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    perror(path);
-    exit(1);
-  }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc(n + 1);
-  if (fread(buf, 1, n, f) != (size_t)n) exit(1);
-  buf[n] = 0;
-  fclose(f);
-  return buf;
-}
-
 static const axpb_params PARAMS = {1.0001f, 0.5f, ELEMS};
 
 static void host_chain(const float *in, float *out, int n) {

@@ -128,6 +128,43 @@ pub struct Node {
 }
 
 impl Node {
+    /// A plan's test node: a host callback that does nothing, reading `inputs` and writing
+    /// `outputs` (the planners look at nothing else).
+    #[cfg(test)]
+    pub(crate) fn test_callback(
+        inputs: &[u32],
+        outputs: &[u32],
+        recomputable: bool,
+        name: String,
+    ) -> Node {
+        unsafe extern "C" fn nothing(
+            _: *const crate::kernels::CallbackArgs,
+            _: *mut std::ffi::c_void,
+        ) -> i32 {
+            0
+        }
+        Node {
+            kernel: Kernel::Callback(crate::kernels::HostCallback {
+                func: nothing,
+                user_data: 0,
+                owner: None,
+            }),
+            builtin: None,
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+            workspaces: Vec::new(),
+            dims: LaunchDims {
+                grid: [1; 3],
+                block: [1; 3],
+                shared_mem_bytes: 0,
+            },
+            params: Vec::new(),
+            recomputable,
+            name,
+            comm: None,
+        }
+    }
+
     /// "node 3 'attn.qkv' (built-in matmul)" — how every message names a node.
     pub fn describe(&self, index: u32) -> String {
         if self.name.is_empty() {

@@ -4,14 +4,9 @@
 
 use crate::graph::liveness::round_up;
 use crate::graph::{Liveness, Node, Tensor, TensorKind};
-use crate::kernels::{CallbackArgs, HostCallback, Kernel, LaunchDims};
 use crate::plan::program::Program;
 use crate::plan::swap::{candidates, SwapPlan};
 use crate::plan::swap_model::{choose, estimate, Estimate, Link};
-
-unsafe extern "C" fn nothing(_: *const CallbackArgs, _: *mut std::ffi::c_void) -> i32 {
-    0
-}
 
 const ALIGN: u64 = 256;
 /// H200-like rates: f32 products (cuBLAS) and element-wise memory traffic; with these the small
@@ -85,26 +80,12 @@ impl Step {
             Cost::Flops(f) => f as f64 / (GEMM_TFLOPS * 1e9),
             Cost::Memory => bytes as f64 / (MEM_TBPS * 1e9),
         });
-        self.nodes.push(Node {
-            kernel: Kernel::Callback(HostCallback {
-                func: nothing,
-                user_data: 0,
-                owner: None,
-            }),
-            builtin: None,
-            inputs: inputs.to_vec(),
-            outputs: outputs.to_vec(),
-            workspaces: Vec::new(),
-            dims: LaunchDims {
-                grid: [1; 3],
-                block: [1; 3],
-                shared_mem_bytes: 0,
-            },
-            params: Vec::new(),
-            recomputable: level > 0 && self.recompute >= level,
-            name: format!("n{n}"),
-            comm: None,
-        });
+        self.nodes.push(Node::test_callback(
+            inputs,
+            outputs,
+            level > 0 && self.recompute >= level,
+            format!("n{n}"),
+        ));
     }
 
     /// A new intermediate of `floats` written by one node.

@@ -791,12 +791,7 @@ pub fn check_with_pool(
 mod tests {
     use super::*;
     use crate::graph::TensorKind;
-    use crate::kernels::{CallbackArgs, HostCallback, Kernel, LaunchDims};
     use crate::plan::program::Step;
-
-    unsafe extern "C" fn nothing(_: *const CallbackArgs, _: *mut std::ffi::c_void) -> i32 {
-        0
-    }
 
     const MB: u64 = 1_000_000;
 
@@ -819,26 +814,12 @@ mod tests {
         fn node(&mut self, inputs: &[u32], output: u32, recomputable: bool) -> u32 {
             let node = self.nodes.len() as u32;
             self.tensors[output as usize].producer.get_or_insert(node);
-            self.nodes.push(Node {
-                kernel: Kernel::Callback(HostCallback {
-                    func: nothing,
-                    user_data: 0,
-                    owner: None,
-                }),
-                builtin: None,
-                inputs: inputs.to_vec(),
-                outputs: vec![output],
-                workspaces: Vec::new(),
-                dims: LaunchDims {
-                    grid: [1; 3],
-                    block: [1; 3],
-                    shared_mem_bytes: 0,
-                },
-                params: Vec::new(),
+            self.nodes.push(Node::test_callback(
+                inputs,
+                &[output],
                 recomputable,
-                name: format!("n{node}"),
-                comm: None,
-            });
+                format!("n{node}"),
+            ));
             node
         }
     }

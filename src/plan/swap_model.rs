@@ -303,8 +303,6 @@ mod tests {
     use super::*;
     use crate::graph::Liveness;
     use crate::graph::TensorKind;
-    use crate::kernels::LaunchDims;
-    use crate::kernels::{CallbackArgs, HostCallback, Kernel};
     use crate::plan::swap::{plan_swaps, SwapPlan};
 
     /// `estimate` of `plan`'s compiled program.
@@ -319,10 +317,6 @@ mod tests {
     ) -> Estimate {
         let program = Program::compile(tensors, nodes, lv, Some(plan), None);
         estimate(tensors, nodes, &program, cost_ms, link, align)
-    }
-
-    unsafe extern "C" fn nothing(_: *const CallbackArgs, _: *mut std::ffi::c_void) -> i32 {
-        0
     }
 
     #[derive(Default)]
@@ -345,26 +339,8 @@ mod tests {
         fn node(&mut self, inputs: &[u32], output: u32, cost: f64) {
             let node = self.nodes.len() as u32;
             self.tensors[output as usize].producer.get_or_insert(node);
-            self.nodes.push(Node {
-                kernel: Kernel::Callback(HostCallback {
-                    func: nothing,
-                    user_data: 0,
-                    owner: None,
-                }),
-                builtin: None,
-                inputs: inputs.to_vec(),
-                outputs: vec![output],
-                workspaces: Vec::new(),
-                dims: LaunchDims {
-                    grid: [1; 3],
-                    block: [1; 3],
-                    shared_mem_bytes: 0,
-                },
-                params: Vec::new(),
-                recomputable: false,
-                name: String::new(),
-                comm: None,
-            });
+            self.nodes
+                .push(Node::test_callback(inputs, &[output], false, String::new()));
             self.cost.push(cost);
         }
     }

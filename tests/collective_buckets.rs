@@ -4,29 +4,17 @@
 //! `cap` — so a run issues fewer collective calls; the results are those of the unfused graph
 //! and of a direct computation, the pool calls those of the dry run, in both memory modes.
 
+mod common;
+use common::*;
+
 use gkrt::runtime::{
-    Buf, BuiltinKind, CollectiveKind, Comm, Config, DType, DeviceChoice, Kernel, LaunchDims,
-    MemoryMode, PoolCall, ReduceOp, Runtime, RuntimeGraph, TensorKind,
+    BuiltinKind, CollectiveKind, Comm, DType, Kernel, MemoryMode, ReduceOp, Runtime, RuntimeGraph,
+    TensorKind,
 };
 use std::sync::Arc;
 
-const DIMS: LaunchDims = LaunchDims {
-    grid: [1; 3],
-    block: [1; 3],
-    shared_mem_bytes: 0,
-};
 /// Gradient sizes in f32 elements (bytes: 256, 128, 512, 256, 256, 128).
 const GRADS: [usize; 6] = [64, 32, 128, 64, 64, 32];
-
-fn runtime(memory_mode: MemoryMode) -> Arc<Runtime> {
-    Runtime::new(Config {
-        device: DeviceChoice::Host,
-        host_jitter_us: 30,
-        memory_mode,
-        ..Config::default()
-    })
-    .unwrap()
-}
 
 fn input(rank: usize, i: usize) -> Vec<f32> {
     (0..GRADS[i])
@@ -96,9 +84,14 @@ fn ranks(n: usize, mode: MemoryMode, buckets: (u64, u64), reader: Option<usize>,
         for r in 0..n {
             scope.spawn(move || {
                 let rt = runtime(mode);
-                let comm = Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
+                let comm =
+                    Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
                 let (mut g, xs, outs) = graph(&rt, &comm, buckets, reader);
-                assert_eq!(g.collective_calls(), calls, "rank {r}: collective calls per run");
+                assert_eq!(
+                    g.collective_calls(),
+                    calls,
+                    "rank {r}: collective calls per run"
+                );
                 g.record_pool_calls(true);
                 for (i, &x) in xs.iter().enumerate() {
                     let v: Vec<u8> = input(r, i).iter().flat_map(|f| f.to_ne_bytes()).collect();
@@ -116,18 +109,12 @@ fn ranks(n: usize, mode: MemoryMode, buckets: (u64, u64), reader: Option<usize>,
                             assert_eq!(got, want, "rank {r}, run {run}: gradient {i} element {e}");
                         }
                     }
-                    let transient = |calls: &[PoolCall]| -> Vec<PoolCall> {
-                        calls
-                            .iter()
-                            .copied()
-                            .filter(|c| {
-                                let (PoolCall::Alloc { buf, .. } | PoolCall::Free { buf }) = *c;
-                                !matches!(buf, Buf::Tensor(t) if g.graph.tensors()[t as usize].kind.persists())
-                            })
-                            .collect()
-                    };
-                    let ran = transient(g.last_pool_calls().unwrap());
-                    assert_eq!(ran, transient(&g.planned_pool_calls()), "rank {r}, run {run}");
+                    let ran = common::transient_calls(&g, g.last_pool_calls().unwrap());
+                    assert_eq!(
+                        ran,
+                        common::transient_calls(&g, &g.planned_pool_calls()),
+                        "rank {r}, run {run}"
+                    );
                     assert_eq!(rt.stats().unwrap().pool.allocated_bytes, g.resident_bytes());
                 }
             });

@@ -3,27 +3,15 @@
 //! `PeerFailed`, naming the first collective that differs by node, before any real collective
 //! runs; nothing leaks and each runtime stays usable.
 
+mod common;
+use common::*;
+
 use gkrt::runtime::{
-    BuiltinKind, CollectiveKind, Comm, Config, DType, DeviceChoice, Error, Kernel, LaunchDims,
-    ReduceOp, Runtime, RuntimeGraph, TensorKind,
+    BuiltinKind, CollectiveKind, Comm, DType, Error, Kernel, MemoryMode, ReduceOp, Runtime,
+    RuntimeGraph, TensorKind,
 };
 use std::sync::Arc;
 use std::time::Instant;
-
-const DIMS: LaunchDims = LaunchDims {
-    grid: [1; 3],
-    block: [1; 3],
-    shared_mem_bytes: 0,
-};
-
-fn runtime() -> Arc<Runtime> {
-    Runtime::new(Config {
-        device: DeviceChoice::Host,
-        host_jitter_us: 30,
-        ..Config::default()
-    })
-    .unwrap()
-}
 
 /// Two all-reduces (named "first", "second"); `odd` makes the second reduce with max instead
 /// of sum (same sizes: only the digest tells the ranks apart before the call itself).
@@ -63,11 +51,11 @@ fn graph(rt: &Arc<Runtime>, comm: &Comm, odd: bool) -> (RuntimeGraph, u64) {
 }
 
 fn mismatch(n: usize) {
-    let id = runtime().comm_unique_id().unwrap();
+    let id = runtime(MemoryMode::Dynamic).comm_unique_id().unwrap();
     std::thread::scope(|scope| {
         for r in 0..n {
             scope.spawn(move || {
-                let rt = runtime();
+                let rt = runtime(MemoryMode::Dynamic);
                 let comm =
                     Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
                 let (mut g, x) = graph(&rt, &comm, r == n - 1);
@@ -138,11 +126,11 @@ fn four_ranks_mismatch_names_the_node() {
 #[test]
 fn matching_ranks_pass_and_check_once() {
     let n = 3;
-    let id = runtime().comm_unique_id().unwrap();
+    let id = runtime(MemoryMode::Dynamic).comm_unique_id().unwrap();
     std::thread::scope(|scope| {
         for r in 0..n {
             scope.spawn(move || {
-                let rt = runtime();
+                let rt = runtime(MemoryMode::Dynamic);
                 let comm =
                     Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
                 let (mut g, x) = graph(&rt, &comm, false);

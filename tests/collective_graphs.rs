@@ -4,38 +4,16 @@
 //! nothing left allocated after a run — with tensors freed while their collective may still run;
 //! and the same graphs in planned mode (the arena holds a collective's tensors until its event).
 
+mod common;
+use common::*;
+
 use gkrt::runtime::{
-    Buf, BuiltinKind, CollectiveKind, Comm, Config, DType, DeviceChoice, Kernel, LaunchDims,
-    MemoryMode, PoolCall, ReduceOp, Runtime, RuntimeGraph, TensorKind,
+    BuiltinKind, CollectiveKind, Comm, DType, Kernel, MemoryMode, ReduceOp, Runtime, RuntimeGraph,
+    TensorKind,
 };
 use std::sync::Arc;
 
-const DIMS: LaunchDims = LaunchDims {
-    grid: [1; 3],
-    block: [1; 3],
-    shared_mem_bytes: 0,
-};
 const N: usize = 64;
-
-fn runtime(memory_mode: MemoryMode) -> Arc<Runtime> {
-    Runtime::new(Config {
-        device: DeviceChoice::Host,
-        host_jitter_us: 30,
-        memory_mode,
-        ..Config::default()
-    })
-    .unwrap()
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
-        .collect()
-}
 
 fn input(rank: usize) -> Vec<f32> {
     (0..N).map(|i| (rank * 7 + i) as f32 * 0.25 - 5.0).collect()
@@ -109,7 +87,8 @@ fn ranks(n: usize, mode: MemoryMode) {
         for r in 0..n {
             scope.spawn(move || {
                 let rt = runtime(mode);
-                let comm = Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
+                let comm =
+                    Comm::init_rank(Arc::clone(&rt), &id, r as u32, n as u32, 20_000).unwrap();
                 let (mut g, x, [y, z, out2]) = rank_graph(&rt, &comm);
                 g.record_pool_calls(true);
                 g.write(x, &bytes(&input(r))).unwrap();
@@ -118,24 +97,18 @@ fn ranks(n: usize, mode: MemoryMode) {
                     // Persistent tensors get their blocks at the host's write or their first run
                     // (the dry run of a graph that does not swap starts with none): compare the
                     // intermediates' calls, in order.
-                    let transient = |calls: &[PoolCall]| -> Vec<PoolCall> {
-                        calls
-                            .iter()
-                            .copied()
-                            .filter(|c| {
-                                let (PoolCall::Alloc { buf, .. } | PoolCall::Free { buf }) = *c;
-                                !matches!(buf, Buf::Tensor(t) if g.graph.tensors()[t as usize].kind.persists())
-                            })
-                            .collect()
-                    };
-                    let ran = transient(g.last_pool_calls().unwrap());
+                    let ran = common::transient_calls(&g, g.last_pool_calls().unwrap());
                     // Planned mode: the intermediates live in the arena (no pool calls).
                     let want = if mode == MemoryMode::Planned { 0 } else { 8 };
-                    assert_eq!(ran.len(), want, "rank {r}: four intermediates, each allocated and freed");
+                    assert_eq!(
+                        ran.len(),
+                        want,
+                        "rank {r}: four intermediates, each allocated and freed"
+                    );
                     assert_eq!(g.is_planned(), mode == MemoryMode::Planned);
                     assert_eq!(
                         ran,
-                        transient(&g.planned_pool_calls()),
+                        common::transient_calls(&g, &g.planned_pool_calls()),
                         "rank {r}, run {run}: the executor's pool calls differ from the dry run's"
                     );
                     assert_eq!(
@@ -148,7 +121,8 @@ fn ranks(n: usize, mode: MemoryMode) {
                         g.read(t, &mut out).unwrap();
                         floats(&out)
                     };
-                    let (got_y, got_z, got_2) = (read(&mut g, y), read(&mut g, z), read(&mut g, out2));
+                    let (got_y, got_z, got_2) =
+                        (read(&mut g, y), read(&mut g, z), read(&mut g, out2));
                     for i in 0..N {
                         let mut sum = 0.0f32;
                         let mut max = f32::NEG_INFINITY;
@@ -156,9 +130,17 @@ fn ranks(n: usize, mode: MemoryMode) {
                             sum += input(k)[i] * 2.0;
                             max = max.max(input(k)[i] * 3.0);
                         }
-                        assert_eq!(got_y[i], sum.max(0.0), "rank {r}: relu(all-reduce sum) at {i}");
+                        assert_eq!(
+                            got_y[i],
+                            sum.max(0.0),
+                            "rank {r}: relu(all-reduce sum) at {i}"
+                        );
                         assert_eq!(got_2[i], max, "rank {r}: all-reduce max at {i}");
-                        assert_eq!(got_z[i], input(r)[i].max(0.0) * 2.0, "rank {r}: overlapping node at {i}");
+                        assert_eq!(
+                            got_z[i],
+                            input(r)[i].max(0.0) * 2.0,
+                            "rank {r}: overlapping node at {i}"
+                        );
                     }
                 }
                 drop(g);

@@ -4,38 +4,19 @@
 //! computation, the executor's pool calls equal the program's dry run (one block per group,
 //! allocated at the first producer of any member), and nothing outlives the run.
 
+mod common;
+use common::*;
+
 use gkrt::runtime::{
-    Buf, BuiltinKind, CallbackArgs, CollectiveKind, Comm, Config, DType, DeviceChoice,
-    HostCallback, Kernel, LaunchDims, MemoryMode, PoolCall, ReduceOp, Runtime, RuntimeGraph,
-    TensorKind,
+    Buf, BuiltinKind, CallbackArgs, CollectiveKind, Comm, DType, HostCallback, Kernel, MemoryMode,
+    PoolCall, ReduceOp, Runtime, RuntimeGraph, TensorKind,
 };
 use std::ffi::c_void;
 use std::sync::Arc;
 
-const DIMS: LaunchDims = LaunchDims {
-    grid: [1; 3],
-    block: [1; 3],
-    shared_mem_bytes: 0,
-};
 /// Elements of the in-place group's members (in the order given) and the out-of-place group's.
 const SUM_SIZES: [usize; 3] = [16, 40, 8];
 const MAX_SIZES: [usize; 2] = [24, 12];
-
-fn runtime(memory_mode: MemoryMode) -> Arc<Runtime> {
-    Runtime::new(Config {
-        device: DeviceChoice::Host,
-        host_jitter_us: 30,
-        memory_mode,
-        ..Config::default()
-    })
-    .unwrap()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
-        .collect()
-}
 
 fn input(rank: usize, n: usize) -> Vec<f32> {
     (0..n).map(|i| (rank * 5 + i) as f32 * 0.5 - 7.0).collect()
@@ -210,18 +191,8 @@ fn ranks(n: usize, mode: MemoryMode) {
                         at += len;
                     }
                     // One block per fused group, and exactly the dry run's calls.
-                    let transient = |calls: &[PoolCall]| -> Vec<PoolCall> {
-                        calls
-                            .iter()
-                            .copied()
-                            .filter(|c| {
-                                let (PoolCall::Alloc { buf, .. } | PoolCall::Free { buf }) = *c;
-                                !matches!(buf, Buf::Tensor(t) if g.graph.tensors()[t as usize].kind.persists())
-                            })
-                            .collect()
-                    };
-                    let ran = transient(g.last_pool_calls().unwrap());
-                    assert_eq!(ran, transient(&g.planned_pool_calls()), "rank {r}, run {run}");
+                    let ran = common::transient_calls(&g, g.last_pool_calls().unwrap());
+                    assert_eq!(ran, common::transient_calls(&g, &g.planned_pool_calls()), "rank {r}, run {run}");
                     assert_eq!(g.is_planned(), mode == MemoryMode::Planned);
                     if mode == MemoryMode::Planned {
                         // Members sit in the arena at their group's offsets: no pool calls.

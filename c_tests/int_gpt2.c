@@ -31,7 +31,8 @@ static setup make(uint32_t mode, uint64_t limit, const gpt2_options *opt) {
   s.rt = runtime_with(GKRT_DEVICE_AUTO, mode, limit, 0, 1);
   gkrt_device_kind dev;
   OK(gkrt_runtime_device(s.rt, &dev));
-  if ((dev == GKRT_DEVICE_CUDA ? gpt2_kernels_cuda(s.rt, &s.ks) : gpt2_kernels_host(s.rt, &s.ks)) != 0) {
+  if ((dev == GKRT_DEVICE_CUDA ? gpt2_kernels_cuda(s.rt, opt->dtype, &s.ks) : gpt2_kernels_host(s.rt, opt->dtype, &s.ks)) !=
+      0) {
     fprintf(stderr, "kernels could not be made\n");
     exit(1);
   }

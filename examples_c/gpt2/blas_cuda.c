@@ -1,7 +1,8 @@
 /*
  * The GPT-2 example's matrix products on CUDA (OP_GEMM, ops.h): a host callback that runs the
- * node's list of column-major products through cuBLAS on the stream gkrt gives it. cuBLAS is
- * opened with dlopen at run time, so building needs no CUDA toolkit.
+ * node's list of column-major products through cuBLAS on the stream gkrt gives it — cublasSgemm
+ * for f32, cublasGemmEx with bf16 A, B and C and f32 compute (CUBLAS_COMPUTE_32F) for bf16. cuBLAS
+ * is opened with dlopen at run time, so building needs no CUDA toolkit.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -19,6 +20,15 @@ typedef int (*blas_sgemm_batched_fn)(void *handle, int ta, int tb, int m, int n,
                                      const float *beta, float *c, int ldc, long long sc, int batch);
 typedef int (*blas_sgemm_fn)(void *handle, int ta, int tb, int m, int n, int k, const float *alpha, const float *a,
                              int lda, const float *b, int ldb, const float *beta, float *c, int ldc);
+typedef int (*blas_gemm_ex_fn)(void *handle, int ta, int tb, int m, int n, int k, const void *alpha, const void *a,
+                               int a_type, int lda, const void *b, int b_type, int ldb, const void *beta, void *c,
+                               int c_type, int ldc, int compute, int algo);
+typedef int (*blas_gemm_ex_batched_fn)(void *handle, int ta, int tb, int m, int n, int k, const void *alpha,
+                                       const void *a, int a_type, int lda, long long sa, const void *b, int b_type,
+                                       int ldb, long long sb, const void *beta, void *c, int c_type, int ldc,
+                                       long long sc, int batch, int compute, int algo);
+/* cudaDataType_t, cublasComputeType_t and cublasGemmAlgo_t values (library_types.h, cublas_api.h). */
+enum { CUDA_R_16BF_ = 14, CUBLAS_COMPUTE_32F_ = 68, CUBLAS_GEMM_DEFAULT_ = -1 };
 
 typedef struct {
   void *lib, *handle;
@@ -26,7 +36,24 @@ typedef struct {
   blas_set_stream_fn set_stream;
   blas_sgemm_fn sgemm;
   blas_sgemm_batched_fn sgemm_batched;
+  blas_gemm_ex_fn gemm_ex;                 /* bf16 only */
+  blas_gemm_ex_batched_fn gemm_ex_batched; /* bf16 only */
+  gpt2_dtype dtype;
 } blas;
+
+/* One product in bf16: A, B, C bf16 (2 bytes an element), alpha and beta f32, f32 accumulation. */
+static int gemm_bf16(const blas *b, const gemm_op *o, const void *a_base, const void *b_base, void *c_base) {
+  const char *A = (const char *)a_base + o->a_off * 2, *B = (const char *)b_base + o->b_off * 2;
+  char *C = (char *)c_base + o->c_off * 2;
+  if (o->batch == 1)
+    return b->gemm_ex(b->handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k, &o->alpha, A,
+                      CUDA_R_16BF_, (int)o->lda, B, CUDA_R_16BF_, (int)o->ldb, &o->beta, C, CUDA_R_16BF_, (int)o->ldc,
+                      CUBLAS_COMPUTE_32F_, CUBLAS_GEMM_DEFAULT_);
+  return b->gemm_ex_batched(b->handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k, &o->alpha,
+                            A, CUDA_R_16BF_, (int)o->lda, (long long)o->stride_a, B, CUDA_R_16BF_, (int)o->ldb,
+                            (long long)o->stride_b, &o->beta, C, CUDA_R_16BF_, (int)o->ldc, (long long)o->stride_c,
+                            (int)o->batch, CUBLAS_COMPUTE_32F_, CUBLAS_GEMM_DEFAULT_);
+}
 
 static int32_t gemm_cb(const gkrt_callback_args *a, void *user) {
   blas *b = user;
@@ -38,6 +65,14 @@ static int32_t gemm_cb(const gkrt_callback_args *a, void *user) {
   for (uint32_t i = 0; i < p.count; i++) {
     const gemm_op *o = &p.ops[i];
     if (o->a_in >= a->num_inputs || o->b_in >= a->num_inputs) return 1;
+    if (b->dtype == GPT2_BF16) {
+      int st = gemm_bf16(b, o, a->inputs[o->a_in].ptr, a->inputs[o->b_in].ptr, a->outputs[0].ptr);
+      if (st != 0) {
+        fprintf(stderr, "cuBLAS GemmEx (bf16) failed (status %d) in node %u\n", st, a->node);
+        return 3;
+      }
+      continue;
+    }
     const float *A = (const float *)a->inputs[o->a_in].ptr + o->a_off;
     const float *B = (const float *)a->inputs[o->b_in].ptr + o->b_off;
     float *C = (float *)a->outputs[0].ptr + o->c_off;
@@ -69,7 +104,7 @@ static void *sym(void *lib, const char *name) {
   return p;
 }
 
-static blas *blas_open(void) {
+static blas *blas_open(gpt2_dtype dtype) {
   /* The loader's path first, then the toolkit's usual home ($CUDA_HOME, /usr/local/cuda). */
   const char *names[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12"};
   void *lib = NULL;
@@ -92,7 +127,15 @@ static blas *blas_open(void) {
   b->set_stream = (blas_set_stream_fn)sym(lib, "cublasSetStream_v2");
   b->sgemm = (blas_sgemm_fn)sym(lib, "cublasSgemm_v2");
   b->sgemm_batched = (blas_sgemm_batched_fn)sym(lib, "cublasSgemmStridedBatched");
-  if (!create || !b->destroy || !b->set_stream || !b->sgemm || !b->sgemm_batched || create(&b->handle) != 0) {
+  b->dtype = dtype;
+  int ex_ok = 1;
+  if (dtype == GPT2_BF16) {
+    b->gemm_ex = (blas_gemm_ex_fn)sym(lib, "cublasGemmEx");
+    b->gemm_ex_batched = (blas_gemm_ex_batched_fn)sym(lib, "cublasGemmStridedBatchedEx");
+    ex_ok = b->gemm_ex && b->gemm_ex_batched;
+  }
+  if (!create || !b->destroy || !b->set_stream || !b->sgemm || !b->sgemm_batched || !ex_ok ||
+      create(&b->handle) != 0) {
     fprintf(stderr, "cuBLAS could not be set up\n");
     free(b);
     return NULL;
@@ -100,8 +143,8 @@ static blas *blas_open(void) {
   return b;
 }
 
-int gpt2_gemm_kernel_cublas(gkrt_runtime *rt, gkrt_kernel **out) {
-  blas *b = blas_open();
+int gpt2_gemm_kernel_cublas(gkrt_runtime *rt, gpt2_dtype dtype, gkrt_kernel **out) {
+  blas *b = blas_open(dtype);
   if (!b) return 1;
   gkrt_status st = gkrt_kernel_from_callback_with_free(rt, gemm_cb, b, blas_free, out);
   if (st != GKRT_STATUS_OK) {

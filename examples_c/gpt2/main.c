@@ -6,12 +6,13 @@
  *   gkrt_gpt2 [--layers 2] [--channels 64] [--heads 4] [--seq 32] [--batch 4] [--vocab 256]
  *             [--steps 10] [--mode dynamic|planned] [--limit BYTES[K|M|G]] [--limit-frac F]
  *             [--recompute 0|1|2] [--lr 3e-4] [--weight-decay 0] [--seed 1] [--init-std 0.02]
- *             [--dump-weights FILE] [--dtype f32]
+ *             [--dump-weights FILE] [--dtype f32|bf16]
  *
  * --limit-frac F: the memory limit is F times the step's working set (persistent bytes plus the
  * transient peak, from gkrt_graph_get_info on an unlimited runtime). --dump-weights writes the
  * configuration, the initial weights and the batch for benches/gpt2_torch.py (format below).
- * Only f32 is implemented (--dtype bf16 is refused).
+ * --dtype bf16: mixed precision (model.h says what is bf16 and what stays f32); the dump holds the
+ * f32 master weights either way.
  *
  * Dump format (little-endian): "GPT2GKRT", u32 version (1), u32 layers, channels, heads, seq, batch,
  * vocab, f32 lr, beta1, beta2, eps, weight_decay, then every parameter as f32 in model.h's order,
@@ -107,8 +108,10 @@ static int parse_args(int argc, char **argv, args *a) {
     else if (!strcmp(k, "--init-std")) a->init_std = (float)atof(v);
     else if (!strcmp(k, "--dump-weights")) a->dump = v;
     else if (!strcmp(k, "--dtype")) {
-      if (strcmp(v, "f32")) {
-        fprintf(stderr, "--dtype %s: only f32 is implemented in this example\n", v);
+      if (!strcmp(v, "f32")) a->opt.dtype = GPT2_F32;
+      else if (!strcmp(v, "bf16")) a->opt.dtype = GPT2_BF16;
+      else {
+        fprintf(stderr, "--dtype: f32 or bf16, not %s\n", v);
         return 1;
       }
     } else {
@@ -152,7 +155,7 @@ static int cmp_double(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-static int make_runtime(uint32_t mode, uint64_t limit, gkrt_runtime **rt, gpt2_kernels *ks) {
+static int make_runtime(uint32_t mode, uint64_t limit, gpt2_dtype dtype, gkrt_runtime **rt, gpt2_kernels *ks) {
   gkrt_config cfg;
   GPT2_TRY(gkrt_config_init(&cfg));
   cfg.memory_mode = mode;
@@ -160,7 +163,7 @@ static int make_runtime(uint32_t mode, uint64_t limit, gkrt_runtime **rt, gpt2_k
   GPT2_TRY(gkrt_runtime_create(&cfg, rt));
   gkrt_device_kind dev;
   GPT2_TRY(gkrt_runtime_device(*rt, &dev));
-  int r = dev == GKRT_DEVICE_CUDA ? gpt2_kernels_cuda(*rt, ks) : gpt2_kernels_host(*rt, ks);
+  int r = dev == GKRT_DEVICE_CUDA ? gpt2_kernels_cuda(*rt, dtype, ks) : gpt2_kernels_host(*rt, dtype, ks);
   if (r) r |= gpt2_check(gkrt_runtime_release(*rt), "gkrt_runtime_release");
   return r;
 }
@@ -169,7 +172,7 @@ static int make_runtime(uint32_t mode, uint64_t limit, gkrt_runtime **rt, gpt2_k
 static int working_set(const args *a, gpt2_model *m, uint64_t *out) {
   gkrt_runtime *rt;
   gpt2_kernels ks;
-  if (make_runtime(a->mode, 0, &rt, &ks)) return 1;
+  if (make_runtime(a->mode, 0, a->opt.dtype, &rt, &ks)) return 1;
   int r = gpt2_build(rt, &ks, &a->cfg, &a->opt, m);
   gkrt_graph_info info;
   if (!r) r = gpt2_check(gkrt_graph_get_info(m->graph, &info), "gkrt_graph_get_info");
@@ -193,7 +196,7 @@ int main(int argc, char **argv) {
   }
   gkrt_runtime *rt;
   gpt2_kernels ks;
-  if (make_runtime(a.mode, limit, &rt, &ks)) return 1;
+  if (make_runtime(a.mode, limit, a.opt.dtype, &rt, &ks)) return 1;
   gkrt_device_kind dev;
   GPT2_TRY(gkrt_runtime_device(rt, &dev));
   double t0 = now_ms();
@@ -209,9 +212,10 @@ int main(int argc, char **argv) {
   gpt2_init_weights(m, a.seed, a.init_std, w);
   gpt2_make_batch(&a.cfg, a.seed, tok, tg);
   if (a.dump && dump(a.dump, &a, m, w, tok, tg)) return 1;
-  printf("gpt2: %s, layers %u channels %u heads %u seq %u batch %u vocab %u: %llu parameters, %llu nodes; "
+  const char *dtype = a.opt.dtype == GPT2_BF16 ? "bf16" : "f32";
+  printf("gpt2: %s %s, layers %u channels %u heads %u seq %u batch %u vocab %u: %llu parameters, %llu nodes; "
          "%s mode, limit %llu B, recompute %d; working set %llu B (persistent %llu + transient peak %llu)\n",
-         dev == GKRT_DEVICE_CUDA ? "CUDA" : "host backend", a.cfg.layers, a.cfg.channels, a.cfg.heads, a.cfg.seq,
+         dev == GKRT_DEVICE_CUDA ? "CUDA" : "host backend", dtype, a.cfg.layers, a.cfg.channels, a.cfg.heads, a.cfg.seq,
          a.cfg.batch, a.cfg.vocab, (unsigned long long)m->num_weights, (unsigned long long)info.num_nodes,
          a.mode == GKRT_MEMORY_PLANNED ? "planned" : "dynamic", (unsigned long long)limit, a.opt.recompute,
          (unsigned long long)(info.persistent_bytes + info.peak_transient_bytes),
@@ -233,14 +237,14 @@ int main(int argc, char **argv) {
   double median = times[skip + (a.steps - skip) / 2];
   printf("RESULT device=%s layers=%u channels=%u heads=%u seq=%u batch=%u vocab=%u mode=%s recompute=%d "
          "limit=%llu working_set=%llu persistent=%llu peak_transient=%llu step_ms=%.3f peak_reserved=%llu "
-         "peak_allocated=%llu swap_out=%llu swap_in=%llu recomputed=%llu nodes=%llu build_ms=%.1f\n",
+         "peak_allocated=%llu swap_out=%llu swap_in=%llu recomputed=%llu nodes=%llu build_ms=%.1f dtype=%s\n",
          dev == GKRT_DEVICE_CUDA ? "cuda" : "host", a.cfg.layers, a.cfg.channels, a.cfg.heads, a.cfg.seq,
          a.cfg.batch, a.cfg.vocab, a.mode == GKRT_MEMORY_PLANNED ? "planned" : "dynamic", a.opt.recompute,
          (unsigned long long)limit, (unsigned long long)(info.persistent_bytes + info.peak_transient_bytes),
          (unsigned long long)info.persistent_bytes, (unsigned long long)info.peak_transient_bytes, median,
          (unsigned long long)st.peak_reserved_bytes, (unsigned long long)st.peak_allocated_bytes,
          (unsigned long long)st.swap_out_bytes, (unsigned long long)st.swap_in_bytes,
-         (unsigned long long)st.tensors_recomputed, (unsigned long long)info.num_nodes, build_ms);
+         (unsigned long long)st.tensors_recomputed, (unsigned long long)info.num_nodes, build_ms, dtype);
   GPT2_TRY(gkrt_graph_release(m->graph));
   gpt2_kernels_release(&ks);
   GPT2_TRY(gkrt_runtime_release(rt));

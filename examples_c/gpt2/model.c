@@ -5,6 +5,8 @@
 #include "model.h"
 
 #include <math.h>
+#include "bf16.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,14 +85,22 @@ typedef struct {
   const gpt2_kernels *ks;
   const gpt2_options *opt;
   gpt2_model *m;
+  uint32_t act;    /* bytes per element of activation tensors (ops.h): 4, or 2 for bf16 */
   char prefix[24]; /* node names: "h3.attn.softmax" */
 } builder;
 
-static int tensor(builder *b, uint64_t floats, gkrt_tensor_kind kind, const char *name, gkrt_tensor *out) {
+/* A tensor of `count` elements of `size` bytes. */
+static int tensor_of(builder *b, uint64_t count, uint32_t size, gkrt_tensor_kind kind, const char *name,
+                     gkrt_tensor *out) {
   char full[96];
   snprintf(full, sizeof full, "%s%s", b->prefix, name);
-  GPT2_TRY(gkrt_graph_add_tensor(b->g, floats * 4, kind, full, out));
+  GPT2_TRY(gkrt_graph_add_tensor(b->g, count * size, kind, full, out));
   return 0;
+}
+
+/* An activation tensor (the model's element type). */
+static int tensor(builder *b, uint64_t count, gkrt_tensor_kind kind, const char *name, gkrt_tensor *out) {
+  return tensor_of(b, count, b->act, kind, name, out);
 }
 
 /* Recompute levels (gpt2_options.recompute): which nodes are declared recomputable. */
@@ -113,10 +123,17 @@ static int node(builder *b, gpt2_op op, const char *name, const gkrt_tensor *in,
   return 0;
 }
 
-/* One-output node with a new intermediate of `floats` floats. */
-static int op1(builder *b, gpt2_op op, const char *name, const gkrt_tensor *in, size_t nin, uint64_t floats,
+/* One-output node with a new intermediate activation of `count` elements. */
+static int op1(builder *b, gpt2_op op, const char *name, const gkrt_tensor *in, size_t nin, uint64_t count,
                const void *params, size_t params_size, int recomputable, gkrt_tensor *out) {
-  if (tensor(b, floats, GKRT_TENSOR_INTERMEDIATE, name, out)) return 1;
+  if (tensor(b, count, GKRT_TENSOR_INTERMEDIATE, name, out)) return 1;
+  return node(b, op, name, in, nin, out, 1, params, params_size, recomputable);
+}
+
+/* The same with an f32 output whatever the model's type (layer-norm statistics and partial sums). */
+static int op1_f32(builder *b, gpt2_op op, const char *name, const gkrt_tensor *in, size_t nin, uint64_t count,
+                   const void *params, size_t params_size, int recomputable, gkrt_tensor *out) {
+  if (tensor_of(b, count, 4, GKRT_TENSOR_INTERMEDIATE, name, out)) return 1;
   return node(b, op, name, in, nin, out, 1, params, params_size, recomputable);
 }
 
@@ -182,7 +199,7 @@ static int ln_grad(builder *b, const char *name, const gkrt_tensor *in, gkrt_ten
   gkrt_tensor parts;
   char n[48];
   snprintf(n, sizeof n, "%s.parts", name);
-  if (op1(b, OP_LN_BWD_WB, n, in, 3, 2ull * c * pc.chunks, &pc, sizeof pc, 0, &parts)) return 1;
+  if (op1_f32(b, OP_LN_BWD_WB, n, in, 3, 2ull * c * pc.chunks, &pc, sizeof pc, 0, &parts)) return 1;
   if (tensor(b, 2ull * c, grad_kind(b), name, dwb)) return 1;
   return node(b, OP_SUM_CHUNKS, name, &parts, 1, dwb, 1, &ps, sizeof ps, 0);
 }
@@ -194,13 +211,13 @@ static int finish_grad(builder *b, uint32_t index, gkrt_tensor grad) {
   if (b->opt->grads_as_outputs) return 0;
   p_adam pa = {(uint32_t)p->count, b->opt->lr, b->opt->beta1, b->opt->beta2, b->opt->eps, b->opt->weight_decay};
   gkrt_tensor in[5] = {grad, b->m->step, p->w, p->m, p->v};
-  gkrt_tensor out[3] = {p->w, p->m, p->v};
+  gkrt_tensor out[4] = {p->w, p->m, p->v, p->wc}; /* bf16: the compute copy too */
   char n[40];
   snprintf(n, sizeof n, "adamw.%s", p->name);
   char saved[24];
   memcpy(saved, b->prefix, sizeof saved);
   b->prefix[0] = 0;
-  int r = node(b, OP_ADAMW, n, in, 5, out, 3, &pa, sizeof pa, 0);
+  int r = node(b, OP_ADAMW, n, in, 5, out, b->m->dtype == GPT2_BF16 ? 4 : 3, &pa, sizeof pa, 0);
   memcpy(b->prefix, saved, sizeof saved);
   return r;
 }
@@ -225,11 +242,11 @@ static int layer_forward(builder *b, uint32_t l, gkrt_tensor x, layer_saved *s, 
   snprintf(b->prefix, sizeof b->prefix, "h%u.", l);
   s->x = x;
   p_rows rows = {BT, C};
-  TRY(op1(b, OP_LN_STATS, "ln1.stats", &x, 1, 2ull * BT, &rows, sizeof rows, RECOMPUTE_EW, &s->s1));
-  gkrt_tensor ln1_in[3] = {x, s->s1, param(b, base)->w};
+  TRY(op1_f32(b, OP_LN_STATS, "ln1.stats", &x, 1, 2ull * BT, &rows, sizeof rows, RECOMPUTE_EW, &s->s1));
+  gkrt_tensor ln1_in[3] = {x, s->s1, param(b, base)->wc};
   TRY(op1(b, OP_LN_APPLY, "ln1", ln1_in, 3, (uint64_t)BT * C, &rows, sizeof rows, RECOMPUTE_EW, &s->h1));
   gkrt_tensor qkv;
-  TRY(linear(b, "attn.qkv", s->h1, param(b, base + 1)->w, C, 3 * C, &qkv));
+  TRY(linear(b, "attn.qkv", s->h1, param(b, base + 1)->wc, C, 3 * C, &qkv));
   p_perm split3 = {c->batch, T, 3, H, D};
   TRY(op1(b, OP_SPLIT_HEADS, "attn.split", &qkv, 1, 3 * bhtd, &split3, sizeof split3, RECOMPUTE_EW, &s->qkvp));
   /* S = scale · Q·Kᵀ per (batch, head) */
@@ -250,17 +267,17 @@ static int layer_forward(builder *b, uint32_t l, gkrt_tensor x, layer_saved *s, 
   p_perm merge1 = {c->batch, T, 1, H, D};
   TRY(op1(b, OP_MERGE_HEADS, "attn.merge", &yp, 1, bhtd, &merge1, sizeof merge1, RECOMPUTE_EW, &s->y));
   gkrt_tensor ao;
-  TRY(linear(b, "attn.proj", s->y, param(b, base + 2)->w, C, C, &ao));
+  TRY(linear(b, "attn.proj", s->y, param(b, base + 2)->wc, C, C, &ao));
   p_n nc = {BT * C}, n4c = {BT * 4 * C};
   gkrt_tensor r1[2] = {x, ao};
   TRY(op1(b, OP_ADD, "res1", r1, 2, (uint64_t)BT * C, &nc, sizeof nc, RECOMPUTE_EW, &s->x2));
-  TRY(op1(b, OP_LN_STATS, "ln2.stats", &s->x2, 1, 2ull * BT, &rows, sizeof rows, RECOMPUTE_EW, &s->s2));
-  gkrt_tensor ln2_in[3] = {s->x2, s->s2, param(b, base + 3)->w};
+  TRY(op1_f32(b, OP_LN_STATS, "ln2.stats", &s->x2, 1, 2ull * BT, &rows, sizeof rows, RECOMPUTE_EW, &s->s2));
+  gkrt_tensor ln2_in[3] = {s->x2, s->s2, param(b, base + 3)->wc};
   TRY(op1(b, OP_LN_APPLY, "ln2", ln2_in, 3, (uint64_t)BT * C, &rows, sizeof rows, RECOMPUTE_EW, &s->h2));
-  TRY(linear(b, "mlp.fc", s->h2, param(b, base + 4)->w, C, 4 * C, &s->f));
+  TRY(linear(b, "mlp.fc", s->h2, param(b, base + 4)->wc, C, 4 * C, &s->f));
   TRY(op1(b, OP_GELU, "mlp.gelu", &s->f, 1, (uint64_t)BT * 4 * C, &n4c, sizeof n4c, RECOMPUTE_EW, &s->g));
   gkrt_tensor mo;
-  TRY(linear(b, "mlp.proj", s->g, param(b, base + 5)->w, 4 * C, C, &mo));
+  TRY(linear(b, "mlp.proj", s->g, param(b, base + 5)->wc, 4 * C, C, &mo));
   gkrt_tensor r2[2] = {s->x2, mo};
   return op1(b, OP_ADD, "res2", r2, 2, (uint64_t)BT * C, &nc, sizeof nc, RECOMPUTE_EW, out);
 }
@@ -278,20 +295,20 @@ static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_ten
 
   /* MLP */
   gkrt_tensor dg, dfcproj, df, dh2, dfc, dx2, dln2;
-  TRY(linear_bwd(b, "mlp.proj.bwd", dx, s->g, param(b, base + 5)->w, 4 * C, C, &dg, &dfcproj));
+  TRY(linear_bwd(b, "mlp.proj.bwd", dx, s->g, param(b, base + 5)->wc, 4 * C, C, &dg, &dfcproj));
   TRY(finish_grad(b, base + 5, dfcproj));
   gkrt_tensor gb_in[2] = {dg, s->f};
   TRY(op1(b, OP_GELU_BWD, "mlp.gelu.bwd", gb_in, 2, (uint64_t)BT * 4 * C, &n4c, sizeof n4c, RECOMPUTE_EW, &df));
-  TRY(linear_bwd(b, "mlp.fc.bwd", df, s->h2, param(b, base + 4)->w, C, 4 * C, &dh2, &dfc));
+  TRY(linear_bwd(b, "mlp.fc.bwd", df, s->h2, param(b, base + 4)->wc, C, 4 * C, &dh2, &dfc));
   TRY(finish_grad(b, base + 4, dfc));
-  gkrt_tensor ln2b[5] = {dh2, s->x2, s->s2, param(b, base + 3)->w, dx};
+  gkrt_tensor ln2b[5] = {dh2, s->x2, s->s2, param(b, base + 3)->wc, dx};
   TRY(op1(b, OP_LN_BWD_DX_RES, "ln2.bwd", ln2b, 5, (uint64_t)BT * C, &rows, sizeof rows, 0, &dx2));
   TRY(ln_grad(b, "ln2.grad", ln2b, &dln2));
   TRY(finish_grad(b, base + 3, dln2));
 
   /* Attention */
   gkrt_tensor dy, dproj, dyp, dp, ds, dqkvp, dqkv, dh1, dqkvw, dx1, dln1;
-  TRY(linear_bwd(b, "attn.proj.bwd", dx2, s->y, param(b, base + 2)->w, C, C, &dy, &dproj));
+  TRY(linear_bwd(b, "attn.proj.bwd", dx2, s->y, param(b, base + 2)->wc, C, C, &dy, &dproj));
   TRY(finish_grad(b, base + 2, dproj));
   p_perm split1 = {c->batch, T, 1, H, D}, merge3 = {c->batch, T, 3, H, D};
   TRY(op1(b, OP_SPLIT_HEADS, "attn.merge.bwd", &dy, 1, bhtd, &split1, sizeof split1, RECOMPUTE_EW, &dyp));
@@ -317,9 +334,9 @@ static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_ten
   gkrt_tensor dq_in[4] = {ds, s->qkvp, dyp, s->p};
   TRY(gemm_node(b, "attn.bwd_qkv", dq_in, 4, 3 * bhtd, &pq, 0, &dqkvp));
   TRY(op1(b, OP_MERGE_HEADS, "attn.split.bwd", &dqkvp, 1, 3 * bhtd, &merge3, sizeof merge3, RECOMPUTE_EW, &dqkv));
-  TRY(linear_bwd(b, "attn.qkv.bwd", dqkv, s->h1, param(b, base + 1)->w, C, 3 * C, &dh1, &dqkvw));
+  TRY(linear_bwd(b, "attn.qkv.bwd", dqkv, s->h1, param(b, base + 1)->wc, C, 3 * C, &dh1, &dqkvw));
   TRY(finish_grad(b, base + 1, dqkvw));
-  gkrt_tensor ln1b[5] = {dh1, s->x, s->s1, param(b, base)->w, dx2};
+  gkrt_tensor ln1b[5] = {dh1, s->x, s->s1, param(b, base)->wc, dx2};
   TRY(op1(b, OP_LN_BWD_DX_RES, "ln1.bwd", ln1b, 5, (uint64_t)BT * C, &rows, sizeof rows, 0, &dx1));
   TRY(ln_grad(b, "ln1.grad", ln1b, &dln1));
   TRY(finish_grad(b, base, dln1));
@@ -330,32 +347,41 @@ static int layer_backward(builder *b, uint32_t l, const layer_saved *s, gkrt_ten
 int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg, const gpt2_options *opt,
                gpt2_model *m) {
   if (gpt2_config_check(cfg)) return 1;
+  if (ks->dtype != opt->dtype) {
+    fprintf(stderr, "gpt2_build: the kernels were made for %s, the options ask for %s\n",
+            ks->dtype == GPT2_BF16 ? "bf16" : "f32", opt->dtype == GPT2_BF16 ? "bf16" : "f32");
+    return 1;
+  }
   gpt2_layout(cfg, m);
+  m->dtype = opt->dtype;
   const uint32_t C = cfg->channels, T = cfg->seq, BT = cfg->batch * T, V = cfg->vocab, L = cfg->layers;
-  builder b = {NULL, ks, opt, m, ""};
+  builder b = {NULL, ks, opt, m, opt->dtype == GPT2_BF16 ? 2 : 4, ""};
   GPT2_TRY(gkrt_graph_create(rt, &b.g));
   m->graph = b.g;
   for (uint32_t i = 0; i < m->num_params; i++) {
     gpt2_param *p = &m->params[i];
     char n[40];
-    TRY(tensor(&b, p->count, GKRT_TENSOR_PARAMETER, p->name, &p->w));
+    TRY(tensor_of(&b, p->count, 4, GKRT_TENSOR_PARAMETER, p->name, &p->w));
     snprintf(n, sizeof n, "%s.adam_m", p->name);
-    TRY(tensor(&b, p->count, GKRT_TENSOR_PARAMETER, n, &p->m));
+    TRY(tensor_of(&b, p->count, 4, GKRT_TENSOR_PARAMETER, n, &p->m));
     snprintf(n, sizeof n, "%s.adam_v", p->name);
-    TRY(tensor(&b, p->count, GKRT_TENSOR_PARAMETER, n, &p->v));
+    TRY(tensor_of(&b, p->count, 4, GKRT_TENSOR_PARAMETER, n, &p->v));
+    p->wc = p->w;
+    snprintf(n, sizeof n, "%s.bf16", p->name);
+    if (m->dtype == GPT2_BF16) TRY(tensor(&b, p->count, GKRT_TENSOR_PARAMETER, n, &p->wc));
   }
-  TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "tokens", &m->tokens));
-  TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "targets", &m->targets));
-  TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "token_order", &m->tok_order));
-  TRY(tensor(&b, BT + 1, GKRT_TENSOR_INPUT, "token_start", &m->tok_start));
-  TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "token_of_segment", &m->tok_token));
+  TRY(tensor_of(&b, BT, 4, GKRT_TENSOR_INPUT, "tokens", &m->tokens));
+  TRY(tensor_of(&b, BT, 4, GKRT_TENSOR_INPUT, "targets", &m->targets));
+  TRY(tensor_of(&b, BT, 4, GKRT_TENSOR_INPUT, "token_order", &m->tok_order));
+  TRY(tensor_of(&b, BT + 1, 4, GKRT_TENSOR_INPUT, "token_start", &m->tok_start));
+  TRY(tensor_of(&b, BT, 4, GKRT_TENSOR_INPUT, "token_of_segment", &m->tok_token));
   TRY(tensor(&b, BT, GKRT_TENSOR_INPUT, "ones", &m->ones));
-  TRY(tensor(&b, 1, GKRT_TENSOR_INPUT, "adam_step", &m->step));
-  TRY(tensor(&b, 1, GKRT_TENSOR_OUTPUT, "loss", &m->loss));
+  TRY(tensor_of(&b, 1, 4, GKRT_TENSOR_INPUT, "adam_step", &m->step));
+  TRY(tensor_of(&b, 1, 4, GKRT_TENSOR_OUTPUT, "loss", &m->loss));
 
   /* Forward */
   p_dims dims = {BT, T, C, V};
-  gkrt_tensor x, emb_in[3] = {m->tokens, param(&b, 0)->w, param(&b, 1)->w};
+  gkrt_tensor x, emb_in[3] = {m->tokens, param(&b, 0)->wc, param(&b, 1)->wc};
   TRY(op1(&b, OP_EMBED, "embed", emb_in, 3, (uint64_t)BT * C, &dims, sizeof dims, 0, &x));
   layer_saved *saved = calloc(L, sizeof *saved);
   if (!saved) return 1;
@@ -366,15 +392,15 @@ int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg,
   p_rows rows = {BT, C}, ce = {BT, V};
   gkrt_tensor sf, hf, logits, losses, dlogits, dhf, dwte, dx, dlnf, dwpe;
   if (!failed) {
-    failed = op1(&b, OP_LN_STATS, "lnf.stats", &x, 1, 2ull * BT, &rows, sizeof rows, RECOMPUTE_EW, &sf);
-    gkrt_tensor lnf_in[3] = {x, sf, param(&b, lnf)->w};
+    failed = op1_f32(&b, OP_LN_STATS, "lnf.stats", &x, 1, 2ull * BT, &rows, sizeof rows, RECOMPUTE_EW, &sf);
+    gkrt_tensor lnf_in[3] = {x, sf, param(&b, lnf)->wc};
     failed = failed || op1(&b, OP_LN_APPLY, "lnf", lnf_in, 3, (uint64_t)BT * C, &rows, sizeof rows, RECOMPUTE_EW, &hf);
     /* logits = hf·wteᵀ (tied embedding, no bias) */
-    gkrt_tensor lg_in[2] = {hf, param(&b, 0)->w};
+    gkrt_tensor lg_in[2] = {hf, param(&b, 0)->wc};
     p_gemm pl = {1, {gemm(1, 0, V, BT, C, 1, 0, C, 0, 0, C, 0, V, 1.0f, 0.0f)}};
     failed = failed || gemm_node(&b, "logits", lg_in, 2, (uint64_t)BT * V, &pl, 1, &logits);
     gkrt_tensor ce_in[2] = {logits, m->targets};
-    if (!failed) failed = tensor(&b, BT, grad_kind(&b), "loss.rows", &losses);
+    if (!failed) failed = tensor_of(&b, BT, 4, grad_kind(&b), "loss.rows", &losses);
     failed = failed || node(&b, OP_CE_ROWS, "loss.rows", ce_in, 2, &losses, 1, &ce, sizeof ce, 0);
     m->losses = losses;
     p_n nbt = {BT};
@@ -382,14 +408,14 @@ int gpt2_build(gkrt_runtime *rt, const gpt2_kernels *ks, const gpt2_config *cfg,
 
     /* Backward */
     failed = failed || op1(&b, OP_CE_BWD, "loss.bwd", ce_in, 2, (uint64_t)BT * V, &ce, sizeof ce, 0, &dlogits);
-    gkrt_tensor dh_in[2] = {dlogits, param(&b, 0)->w};
+    gkrt_tensor dh_in[2] = {dlogits, param(&b, 0)->wc};
     p_gemm pdh = {1, {gemm(0, 0, C, BT, V, 1, 0, C, 0, 0, V, 0, C, 1.0f, 0.0f)}};
     failed = failed || gemm_node(&b, "logits.bwd_x", dh_in, 2, (uint64_t)BT * C, &pdh, 0, &dhf);
     gkrt_tensor dw_in[2] = {hf, dlogits};
     p_gemm pdw = {1, {gemm(0, 1, C, V, BT, 0, 0, C, 1, 0, V, 0, C, 1.0f, 0.0f)}};
     if (!failed) failed = tensor(&b, (uint64_t)V * C, grad_kind(&b), "logits.bwd_w", &dwte);
     failed = failed || node(&b, OP_GEMM, "logits.bwd_w", dw_in, 2, &dwte, 1, &pdw, sizeof pdw, 0);
-    gkrt_tensor lnfb[4] = {dhf, x, sf, param(&b, lnf)->w};
+    gkrt_tensor lnfb[4] = {dhf, x, sf, param(&b, lnf)->wc};
     failed = failed || op1(&b, OP_LN_BWD_DX, "lnf.bwd", lnfb, 4, (uint64_t)BT * C, &rows, sizeof rows, 0, &dx);
     failed = failed || ln_grad(&b, "lnf.grad", lnfb, &dlnf);
     failed = failed || finish_grad(&b, lnf, dlnf);
@@ -498,20 +524,33 @@ int gpt2_upload(const gpt2_model *m, const float *w, const int32_t *tokens, cons
   uint64_t largest = bt;
   for (uint32_t i = 0; i < m->num_params; i++)
     if (m->params[i].count > largest) largest = m->params[i].count;
+  const int bf = m->dtype == GPT2_BF16;
   float *buf = calloc(largest, sizeof(float));
-  if (!buf) return 1;
+  uint16_t *half = bf ? malloc(largest * sizeof(uint16_t)) : NULL;
+  if (!buf || (bf && !half)) {
+    free(buf);
+    return 1;
+  }
   int failed = 0;
   for (uint32_t i = 0; i < m->num_params && !failed; i++) {
     const gpt2_param *p = &m->params[i];
     failed = gpt2_check(gkrt_graph_write_tensor(m->graph, p->w, w + p->offset, p->count * 4), "write weights") ||
              gpt2_check(gkrt_graph_write_tensor(m->graph, p->m, buf, p->count * 4), "write adam m") ||
              gpt2_check(gkrt_graph_write_tensor(m->graph, p->v, buf, p->count * 4), "write adam v");
+    if (bf && !failed) {
+      for (uint64_t j = 0; j < p->count; j++) half[j] = gpt2_f32_to_bf16(w[p->offset + j]);
+      failed = gpt2_check(gkrt_graph_write_tensor(m->graph, p->wc, half, p->count * 2), "write bf16 weights");
+    }
   }
   for (uint64_t i = 0; i < bt; i++) buf[i] = 1.0f;
+  if (bf)
+    for (uint64_t i = 0; i < bt; i++) half[i] = gpt2_f32_to_bf16(1.0f);
   if (!failed)
-    failed = gpt2_check(gkrt_graph_write_tensor(m->graph, m->ones, buf, bt * 4), "write ones") ||
+    failed = gpt2_check(gkrt_graph_write_tensor(m->graph, m->ones, bf ? (void *)half : (void *)buf, bt * (bf ? 2 : 4)),
+                        "write ones") ||
              gpt2_write_batch(m, tokens, targets);
   free(buf);
+  free(half);
   return failed;
 }
 
@@ -545,9 +584,21 @@ int gpt2_download(const gpt2_model *m, float *w) {
 }
 
 int gpt2_read_grads(const gpt2_model *m, float *g) {
-  for (uint32_t i = 0; i < m->num_params; i++) {
-    const gpt2_param *p = &m->params[i];
-    GPT2_TRY(gkrt_graph_read_tensor(m->graph, p->grad, g + p->offset, p->count * 4));
+  if (m->dtype != GPT2_BF16) {
+    for (uint32_t i = 0; i < m->num_params; i++) {
+      const gpt2_param *p = &m->params[i];
+      GPT2_TRY(gkrt_graph_read_tensor(m->graph, p->grad, g + p->offset, p->count * 4));
+    }
+    return 0;
   }
-  return 0;
+  uint16_t *half = malloc(m->num_weights * sizeof(uint16_t));
+  if (!half) return 1;
+  int failed = 0;
+  for (uint32_t i = 0; i < m->num_params && !failed; i++) {
+    const gpt2_param *p = &m->params[i];
+    failed = gpt2_check(gkrt_graph_read_tensor(m->graph, p->grad, half + p->offset, p->count * 2), "read grads");
+  }
+  for (uint64_t j = 0; j < m->num_weights && !failed; j++) g[j] = gpt2_bf16_to_f32(half[j]);
+  free(half);
+  return failed;
 }

@@ -6,7 +6,14 @@
  * operation is one node (ops.h); each parameter's AdamW node comes right after its gradient is
  * complete, so a gradient lives only until its update.
  *
- * Parameters (f32, row-major), in this order (also the order of --dump-weights):
+ * Element types (the choice for bf16, with ops.h's list of what is always f32): with GPT2_F32
+ * everything is f32. With GPT2_BF16 (mixed precision) each parameter has an f32 master copy and
+ * f32 AdamW moments, and a bf16 compute copy that every other node reads (AdamW rewrites it from
+ * the master after each update); activations, their gradients and parameter gradients are bf16;
+ * layer-norm statistics, softmax and cross-entropy arithmetic, the losses and the optimizer's
+ * arithmetic are f32. Every kernel computes in f32 and rounds once where it stores bf16.
+ *
+ * Parameters (master copies f32, row-major), in this order (also the order of --dump-weights):
  *   wte [V,C], wpe [T,C], then per layer: ln1 [2C] (weight, bias), qkv [3C·C + 3C] (W [3C,C] then
  *   bias), proj [C·C + C], ln2 [2C], fc [4C·C + 4C], fcproj [C·4C + C]; then lnf [2C].
  * A linear layer computes y = x·Wᵀ + b, as torch.nn.Linear does.
@@ -29,6 +36,8 @@ typedef struct {
                            where they qualify), 2 also the forward matrix products */
   int grads_as_outputs; /* gradients and per-position losses become output tensors and no
                            optimizer runs (tests) */
+  gpt2_dtype dtype;     /* element type of activations, gradients and compute copies (the
+                           kernels must be made for the same one) */
   float lr, beta1, beta2, eps, weight_decay;
 } gpt2_options;
 
@@ -38,10 +47,12 @@ typedef struct {
   char name[24];
   uint64_t offset, count; /* in the flat list of all weights, in floats */
   gkrt_tensor w, m, v, grad;
+  gkrt_tensor wc; /* the compute copy the network reads: w itself in f32, bf16 otherwise */
 } gpt2_param;
 
 typedef struct {
   gpt2_config cfg;
+  gpt2_dtype dtype;
   gkrt_graph *graph;
   gkrt_tensor tokens, targets, ones, step, loss;
   gkrt_tensor tok_order, tok_start, tok_token; /* the batch's positions grouped by token */
@@ -68,7 +79,8 @@ void gpt2_init_weights(const gpt2_model *m, uint64_t seed, float std, float *w);
  * last T (next-token prediction). */
 void gpt2_make_batch(const gpt2_config *cfg, uint64_t seed, int32_t *tokens, int32_t *targets);
 
-/* Writes the weights (and zero optimizer state), the batch and the constant inputs. */
+/* Writes the weights (their compute copies too, and zero optimizer state), the batch and the
+ * constant inputs. */
 int gpt2_upload(const gpt2_model *m, const float *w, const int32_t *tokens, const int32_t *targets);
 /* Writes a batch: tokens, targets and the tokens' positions grouped for the embedding's backward
  * (always write tokens through here). Tokens and targets must lie in [0, vocab). */
@@ -77,7 +89,8 @@ int gpt2_write_batch(const gpt2_model *m, const int32_t *tokens, const int32_t *
 int gpt2_step(gkrt_runtime *rt, const gpt2_model *m, uint32_t t, float *loss);
 /* Reads every parameter (after steps: the updated weights) into `w`. */
 int gpt2_download(const gpt2_model *m, float *w);
-/* Reads the gradients into `g` (a graph built with grads_as_outputs, after a run). */
+/* Reads the gradients into `g` (a graph built with grads_as_outputs, after a run), widened to
+ * f32 when they are bf16. */
 int gpt2_read_grads(const gpt2_model *m, float *g);
 
 /* Prints a failed call's status and message; returns 1 on failure. */

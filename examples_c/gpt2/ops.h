@@ -5,7 +5,16 @@
  * products, a host callback calling cuBLAS on the node's stream.
  *
  * Parameter structs hold only 4-byte fields, so the CUDA kernels' by-value copies of them
- * (ops_cuda.c) have the same layout. All tensors are f32 except tokens and targets (int32).
+ * (ops_cuda.c) have the same layout.
+ *
+ * Element types: the kernels of one runtime are made for one gpt2_dtype. "Activation" tensors
+ * (marked act below: activations, their gradients, the parameters' compute copies, parameter
+ * gradients, the ones vector) are of that type; with GPT2_BF16 they hold bf16 (bf16.h) and every
+ * kernel computes in f32, rounding to bf16 (to nearest, ties to even) once, where it stores.
+ * Always f32: layer-norm statistics, the per-chunk partial sums of layer-norm gradients, the
+ * losses, the AdamW step number, and the master weights and AdamW moments. Tokens, targets and
+ * the token grouping are int32. Matrix products take act inputs and output, accumulate in f32
+ * and round the result alpha·op(A)op(B) + beta·C once.
  */
 #ifndef GPT2_OPS_H
 #define GPT2_OPS_H
@@ -13,6 +22,9 @@
 #include <gkrt.h>
 #include <stdint.h>
 
+typedef enum { GPT2_F32 = 0, GPT2_BF16 = 1 } gpt2_dtype;
+
+/* All act unless said (see above): "stats", "losses", "parts" and AdamW's param, m, v are f32. */
 typedef enum {
   OP_EMBED,         /* (tokens, wte, wpe) -> x[BT,C]                              p_dims  */
   OP_LN_STATS,      /* (x) -> stats[rows,2] (mean, 1/std)                         p_rows  */
@@ -34,7 +46,8 @@ typedef enum {
                        of each token's positions (a segment: order[seg_start[s]..
                        seg_start[s+1]], ascending), in place */
   OP_EMBED_BWD_WPE, /* (dx) -> dwpe[T,C], summed over the batch                   p_dims  */
-  OP_ADAMW,         /* (grad, step, param, m, v) -> (param, m, v), in place       p_adam  */
+  OP_ADAMW,         /* (grad, step, param, m, v) -> (param, m, v), in place       p_adam
+                       (bf16: a 4th output, the param's bf16 compute copy) */
   OP_GEMM,          /* callback: a list of column-major (cuBLAS-style) products   p_gemm  */
   OP_SUM_CHUNKS,    /* (parts[chunks, cols]) -> [cols], chunks summed in order    p_chunks */
   OP_COUNT
@@ -63,26 +76,33 @@ typedef struct {
   gemm_op ops[GEMM_MAX_OPS];
 } p_gemm;
 
-/* The kernels of one runtime, one per op; `cuda` says which implementation they are. */
+/* The kernels of one runtime, one per op, for one element type; `cuda` says which
+ * implementation they are. */
 typedef struct {
   gkrt_kernel *k[OP_COUNT];
   int cuda;
+  gpt2_dtype dtype;
 } gpt2_kernels;
 
 /* Host backend: CPU callbacks. Returns 0 on success (messages on stderr otherwise). */
-int gpt2_kernels_host(gkrt_runtime *rt, gpt2_kernels *out);
+int gpt2_kernels_host(gkrt_runtime *rt, gpt2_dtype dtype, gpt2_kernels *out);
 /* CUDA: NVRTC kernels and cuBLAS (opened with dlopen) callbacks. */
-int gpt2_kernels_cuda(gkrt_runtime *rt, gpt2_kernels *out);
-/* CUDA: the OP_GEMM kernel, a cuBLAS callback (blas_cuda.c). */
-int gpt2_gemm_kernel_cublas(gkrt_runtime *rt, gkrt_kernel **out);
+int gpt2_kernels_cuda(gkrt_runtime *rt, gpt2_dtype dtype, gpt2_kernels *out);
+/* CUDA: the OP_GEMM kernel, a cuBLAS callback (blas_cuda.c): cublasSgemm for f32,
+ * cublasGemmEx (bf16 in and out, f32 compute) for bf16. */
+int gpt2_gemm_kernel_cublas(gkrt_runtime *rt, gpt2_dtype dtype, gkrt_kernel **out);
 void gpt2_kernels_release(gpt2_kernels *ks);
-/* The CUDA source of every kernel but OP_GEMM's (dev/cuda_on_cpu.sh compiles it for the CPU). */
+/* The CUDA source of every kernel but OP_GEMM's, compiled with -DGPT2_BF16=0 or 1 for the element
+ * type (dev/cuda_on_cpu.sh compiles it for the CPU). */
 const char *gpt2_cuda_source(void);
+/* The kernel of OP_ADAMW in that source (bf16 also writes the compute copy). */
+const char *gpt2_adamw_kernel_name(gpt2_dtype dtype);
 /* Grid and block for a node of kind `op` with parameters `params` (CUDA kernels; callbacks
  * ignore them). */
 void gpt2_launch_dims(gpt2_op op, const void *params, gkrt_launch *l);
 
-/* The CPU implementation of a column-major strided-batched product (also the reference). */
-void gpt2_cpu_gemm(const gemm_op *op, const float *a, const float *b, float *c);
+/* The CPU implementation of a column-major strided-batched product (also the reference); a, b
+ * and c are float or, with GPT2_BF16, bf16 (uint16_t). */
+void gpt2_cpu_gemm(const gemm_op *op, gpt2_dtype dtype, const void *a, const void *b, void *c);
 
 #endif

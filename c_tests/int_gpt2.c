@@ -13,50 +13,7 @@
  *     parameters to dynamic mode without a limit; the limited runs swapped and stayed under
  *     their limit.
  */
-#include <math.h>
-
-#include "../examples_c/gpt2/model.h"
-#include "test_util.h"
-
-static const gpt2_config TINY = {2, 16, 2, 8, 2, 32};
-
-typedef struct {
-  gkrt_runtime *rt;
-  gpt2_kernels ks;
-  gpt2_model *m;
-} setup;
-
-static setup make(uint32_t mode, uint64_t limit, const gpt2_options *opt) {
-  setup s;
-  s.rt = runtime_with(GKRT_DEVICE_AUTO, mode, limit, 0, 1);
-  gkrt_device_kind dev;
-  OK(gkrt_runtime_device(s.rt, &dev));
-  if ((dev == GKRT_DEVICE_CUDA ? gpt2_kernels_cuda(s.rt, opt->dtype, &s.ks) : gpt2_kernels_host(s.rt, opt->dtype, &s.ks)) !=
-      0) {
-    fprintf(stderr, "kernels could not be made\n");
-    exit(1);
-  }
-  s.m = calloc(1, sizeof *s.m);
-  if (!s.m || gpt2_build(s.rt, &s.ks, &TINY, opt, s.m) != 0) {
-    fprintf(stderr, "gpt2_build failed\n");
-    exit(1);
-  }
-  return s;
-}
-
-static void done(setup *s) {
-  OK(gkrt_graph_release(s->m->graph));
-  gpt2_kernels_release(&s->ks);
-  CHECK_RUNTIME_WORKS(s->rt);
-  OK(gkrt_runtime_release(s->rt));
-  free(s->m);
-}
-
-static float run_loss(setup *s) {
-  float loss;
-  if (gpt2_step(s->rt, s->m, 1, &loss) != 0) exit(1);
-  return loss;
-}
+#include "gpt2_setup.h"
 
 static void check_gradients(const float *w0, const int32_t *tok, const int32_t *tg) {
   gpt2_options opt;
@@ -134,29 +91,12 @@ static void check_causal(const float *w0, const int32_t *tok, const int32_t *tg)
   done(&s);
 }
 
-/* Runs `steps` steps; returns the losses, and the final weights in `w_out`. */
-static void train(uint32_t mode, uint64_t limit, int recompute, uint32_t steps, const float *w0, const int32_t *tok,
-                  const int32_t *tg, float *losses, float *w_out, gkrt_stats *st) {
-  gpt2_options opt;
-  gpt2_default_options(&opt);
-  opt.lr = 1e-2f;
-  opt.weight_decay = 0.01f;
-  opt.recompute = recompute;
-  setup s = make(mode, limit, &opt);
-  if (gpt2_upload(s.m, w0, tok, tg) != 0) exit(1);
-  for (uint32_t t = 1; t <= steps; t++)
-    if (gpt2_step(s.rt, s.m, t, &losses[t - 1]) != 0) exit(1);
-  if (gpt2_download(s.m, w_out) != 0) exit(1);
-  *st = stats_of(s.rt);
-  done(&s);
-}
-
 int main(void) {
   gpt2_model *layout = calloc(1, sizeof *layout);
   if (!layout) return 1;
   gpt2_layout(&TINY, layout);
   const uint64_t nw = layout->num_weights, bt = (uint64_t)TINY.batch * TINY.seq;
-  float *w0 = alloc_floats(nw), *w_ref = alloc_floats(nw), *w = alloc_floats(nw);
+  float *w0 = alloc_floats(nw), *w_ref = alloc_floats(nw);
   int32_t tok[64], tg[64];
   CHECK(bt <= 64);
   gpt2_make_batch(&TINY, 7, tok, tg);
@@ -168,53 +108,17 @@ int main(void) {
 
   /* --- Training, and the same steps under every memory mode. --- */
   gpt2_init_weights(layout, 7, 0.02f, w0);
-  enum { STEPS = 15 };
-  float ref[STEPS], got[STEPS];
+  float ref[GPT2_TEST_STEPS];
   gkrt_stats st;
-  train(GKRT_MEMORY_DYNAMIC, 0, 0, STEPS, w0, tok, tg, ref, w_ref, &st);
-  printf("losses: first %.4f, last %.4f (ln vocab %.4f)\n", ref[0], ref[STEPS - 1], log((double)TINY.vocab));
+  train(GPT2_F32, GKRT_MEMORY_DYNAMIC, 0, 0, GPT2_TEST_STEPS, w0, tok, tg, ref, w_ref, &st);
+  printf("losses: first %.4f, last %.4f (ln vocab %.4f)\n", ref[0], ref[GPT2_TEST_STEPS - 1], log((double)TINY.vocab));
   CHECK(fabs(ref[0] - log((double)TINY.vocab)) < 0.3);
-  CHECK(ref[STEPS - 1] < 0.6f * ref[0]);
+  CHECK(ref[GPT2_TEST_STEPS - 1] < 0.6f * ref[0]);
   CHECK(memcmp(w_ref, w0, nw * 4) != 0);
   CHECK_EQ_U64(st.swap_out_bytes, 0);
-
-  /* The working set, from a graph on an unlimited runtime. */
-  gpt2_options opt;
-  gpt2_default_options(&opt);
-  setup probe = make(GKRT_MEMORY_DYNAMIC, 0, &opt);
-  gkrt_graph_info info = info_of(probe.m->graph);
-  done(&probe);
-  const uint64_t ws = info.persistent_bytes + info.peak_transient_bytes;
-  struct {
-    const char *name;
-    uint32_t mode;
-    uint64_t limit;
-    int recompute;
-  } runs[] = {
-      {"planned", GKRT_MEMORY_PLANNED, 0, 0},
-      {"dynamic, 1/2 of the working set, recomputable nodes", GKRT_MEMORY_DYNAMIC, ws / 2, 1},
-      {"dynamic, 1/3 of the working set", GKRT_MEMORY_DYNAMIC, ws / 3, 0},
-      {"dynamic, 1/3 of the working set, recomputable nodes", GKRT_MEMORY_DYNAMIC, ws / 3, 1},
-      {"dynamic, 1/3 of the working set, recomputable nodes and forward products", GKRT_MEMORY_DYNAMIC, ws / 3, 2},
-      {"planned, 1/2 of the working set", GKRT_MEMORY_PLANNED, ws / 2, 1},
-  };
-  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-    memset(got, 0xff, sizeof got);
-    train(runs[i].mode, runs[i].limit, runs[i].recompute, STEPS, w0, tok, tg, got, w, &st);
-    int same = memcmp(got, ref, sizeof ref) == 0 && memcmp(w, w_ref, nw * 4) == 0;
-    printf("%s: limit %llu B, swapped %llu B out, %llu tensors recomputed, peak reserved %llu B: %s\n", runs[i].name,
-           (unsigned long long)runs[i].limit, (unsigned long long)st.swap_out_bytes,
-           (unsigned long long)st.tensors_recomputed, (unsigned long long)st.peak_reserved_bytes,
-           same ? "bit-identical" : "DIFFERENT");
-    CHECK(same);
-    if (runs[i].limit) {
-      CHECK(st.swap_out_bytes > 0);
-      CHECK(st.peak_reserved_bytes <= runs[i].limit);
-    }
-  }
+  check_memory_modes(GPT2_F32, w0, tok, tg, ref, w_ref, nw);
   free(w0);
   free(w_ref);
-  free(w);
   free(layout);
   return test_done("int_gpt2");
 }

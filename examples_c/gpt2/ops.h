@@ -92,7 +92,7 @@ int gpt2_kernels_cuda(gkrt_runtime *rt, gpt2_dtype dtype, gpt2_kernels *out);
  * cublasGemmEx (bf16 in and out, f32 compute) for bf16. */
 int gpt2_gemm_kernel_cublas(gkrt_runtime *rt, gpt2_dtype dtype, gkrt_kernel **out);
 void gpt2_kernels_release(gpt2_kernels *ks);
-/* The CUDA source of every kernel but OP_GEMM's, compiled with -DGPT2_BF16=0 or 1 for the element
+/* The CUDA source of every kernel but OP_GEMM's, compiled with -DGPT2_ACT_BF16=0 or 1 for the element
  * type (dev/cuda_on_cpu.sh compiles it for the CPU). */
 const char *gpt2_cuda_source(void);
 /* The kernel of OP_ADAMW in that source (bf16 also writes the compute copy). */

@@ -6,7 +6,7 @@
  * give the same bits whatever the memory mode, limit or swap plan. The launch geometry of each
  * kind lives here beside its kernel (gpt2_launch_dims).
  *
- * One source for both element types: the NVRTC option -DGPT2_BF16=0|1 picks act_t, the type of
+ * One source for both element types: the NVRTC option -DGPT2_ACT_BF16=0|1 picks act_t, the type of
  * activation tensors (ops.h); ld()/st() read one as f32 and store an f32 into one (bf16: rounded
  * to nearest even, as bf16.h on the host). All arithmetic is f32.
  */
@@ -19,10 +19,10 @@
 /* The source is one macro argument: no preprocessor lines inside, and the structs mirror ops.h. */
 #define GPT2_CUDA(...) #__VA_ARGS__
 static const char *const SRC = GPT2_CUDA(
-/* act_t: the element type of activation tensors, picked by the option -DGPT2_BF16=0|1. */
+/* act_t: the element type of activation tensors, picked by the option -DGPT2_ACT_BF16=0|1. */
 template <bool bf16> struct act_of { typedef float type; };
 template <> struct act_of<true> { typedef unsigned short type; };
-typedef act_of<GPT2_BF16 != 0>::type act_t;
+typedef act_of<GPT2_ACT_BF16 != 0>::type act_t;
 __device__ __forceinline__ float ld(const float *p, unsigned long long i) { return p[i]; }
 __device__ __forceinline__ void st(float *p, unsigned long long i, float v) { p[i] = v; }
 __device__ __forceinline__ float ld(const unsigned short *p, unsigned long long i) {
@@ -390,7 +390,7 @@ int gpt2_kernels_cuda(gkrt_runtime *rt, gpt2_dtype dtype, gpt2_kernels *out) {
   for (int op = 0; op < OP_COUNT; op++) {
     const char *name = op == OP_ADAMW ? gpt2_adamw_kernel_name(dtype) : KERNEL_NAMES[op];
     if (!name) continue;
-    const char *opts[] = {"-std=c++17", dtype == GPT2_BF16 ? "-DGPT2_BF16=1" : "-DGPT2_BF16=0"};
+    const char *opts[] = {"-std=c++17", dtype == GPT2_BF16 ? "-DGPT2_ACT_BF16=1" : "-DGPT2_ACT_BF16=0"};
     gkrt_status st = gkrt_kernel_from_source(rt, SRC, name, opts, 2, &out->k[op]);
     if (st != GKRT_STATUS_OK) {
       char msg[4096];

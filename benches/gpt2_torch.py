@@ -6,6 +6,15 @@ layer norm, explicit attention (Q·Kᵀ · scale, causal mask, softmax, P·V), t
 logits against the tied token embedding, mean cross-entropy, AdamW. f32, TF32 off (cuBLAS in full
 f32, as gkrt's sgemm calls).
 
+--dtype bf16: the mixed precision of gkrt_gpt2 --dtype bf16, written explicitly (no autocast): the
+model's parameters are bf16 copies of f32 master weights, so activations and gradients are bf16;
+the logits go to the loss as f32 (cross-entropy in f32, as gkrt's); after backward the bf16
+gradients are widened into the master weights' .grad, AdamW (f32 state) updates the masters, and
+the bf16 copies are rounded from them (round to nearest even, as gkrt). PyTorch's bf16 kernels
+compute in f32 and round where they store, as gkrt's do; they may round at a few more points
+(the attention scale after Q·Kᵀ, a residual added after the layer-norm gradient), so the curves
+agree within bf16 tolerance, not to f32's.
+
 Variants (--variants, comma-separated):
   plain     the network as written
   fused     attention through F.scaled_dot_product_attention (what kernels alone are worth)
@@ -15,6 +24,7 @@ Variants (--variants, comma-separated):
 
   gpt2_torch.py --weights FILE     load config, hyperparameters, weights and batch written by
                                    gkrt_gpt2 --dump-weights (else random, from --layers ...)
+  gpt2_torch.py --dtype bf16       mixed precision as above (default f32)
   gpt2_torch.py --gkrt-log FILE    compare the plain variant's loss curve with gkrt_gpt2's output
   gpt2_torch.py --limit BYTES      cap PyTorch's allocator (set_per_process_memory_fraction)
   gpt2_torch.py --depths 12,24,..  for each variant, the largest of these depths that fits
@@ -127,7 +137,8 @@ def build(torch, cfg, variant):
             for blk in self.h:
                 x = blk(x)
             logits = self.lnf(x) @ self.wte.weight.t()
-            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+            # The loss in f32 whatever the model's type (.float() is a no-op on f32 logits).
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.view(-1))
 
     return GPT()
 
@@ -167,13 +178,37 @@ def init_weights(torch, model, cfg, seed):
                 p.copy_(torch.randn(p.shape, generator=g) * sd)
 
 
-def measure(torch, cfg, hp, variant, steps, weights=None, tokens=None, targets=None, seed=1):
+class MasterWeights:
+    """bf16 training with f32 master weights: `model` is moved to bf16 and the optimizer works
+    on f32 copies of its parameters made before that (the loaded or initial weights exactly)."""
+
+    def __init__(self, torch, model):
+        self.torch = torch
+        self.master = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
+        model.to(torch.bfloat16)
+        self.params = list(model.parameters())
+
+    def after_backward(self):
+        """The bf16 gradients, widened, become the masters' (each bf16 one freed as it goes)."""
+        with self.torch.no_grad():
+            for mp, p in zip(self.master, self.params):
+                mp.grad = p.grad.float()
+                p.grad = None
+
+    def after_step(self):
+        """The bf16 copies rounded from the updated masters."""
+        with self.torch.no_grad():
+            for mp, p in zip(self.master, self.params):
+                p.copy_(mp)
+
+
+def measure(torch, cfg, hp, variant, steps, weights=None, tokens=None, targets=None, seed=1, dtype="f32"):
     """Trains `steps` steps; returns the record (ok False on out-of-memory)."""
     import gc
 
     dev = torch.device("cuda")
-    rec = dict(variant=variant, **cfg, ok=False, losses=[])
-    model = opt = loss = None
+    rec = dict(variant=variant, **cfg, dtype=dtype, ok=False, losses=[])
+    model = opt = loss = mixed = None
     try:
         gc.collect()
         torch.cuda.empty_cache()
@@ -193,8 +228,9 @@ def measure(torch, cfg, hp, variant, steps, weights=None, tokens=None, targets=N
             tok = torch.from_numpy(tokens.astype("int64")).view(B, T)
             tgt = torch.from_numpy(targets.astype("int64")).view(B, T)
         tok, tgt = tok.to(dev), tgt.to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]),
-                                eps=hp["eps"], weight_decay=hp["weight_decay"])
+        mixed = MasterWeights(torch, model) if dtype == "bf16" else None
+        opt = torch.optim.AdamW(mixed.master if mixed else model.parameters(), lr=hp["lr"],
+                                betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], weight_decay=hp["weight_decay"])
         times = []
         for _ in range(steps):
             torch.cuda.synchronize()
@@ -205,8 +241,12 @@ def measure(torch, cfg, hp, variant, steps, weights=None, tokens=None, targets=N
             else:
                 loss = model(tok, tgt)
             loss.backward()
+            if mixed:
+                mixed.after_backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            if mixed:
+                mixed.after_step()
             rec["losses"].append(loss.item())  # synchronises
             times.append((time.perf_counter() - t0) * 1e3)
         skip = min(2, steps - 1)
@@ -217,7 +257,7 @@ def measure(torch, cfg, hp, variant, steps, weights=None, tokens=None, targets=N
         rec.update(peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved())
     finally:
         # Drop everything this run holds (the last loss keeps its graph) before the next run.
-        model = opt = loss = tok = tgt = None
+        model = opt = loss = tok = tgt = mixed = None
         gc.collect()
         torch.cuda.empty_cache()
     return rec
@@ -260,7 +300,7 @@ def run(args):
         for v in variants:
             best = None
             for d in (int(x) for x in args.depths.split(",")):
-                rec = measure(torch, dict(cfg, layers=d), hp, v, args.steps, seed=args.seed)
+                rec = measure(torch, dict(cfg, layers=d), hp, v, args.steps, seed=args.seed, dtype=args.dtype)
                 rec.pop("losses")
                 rec["limit"] = args.limit
                 emit(dict(rec, kind="depth_try"))
@@ -270,7 +310,7 @@ def run(args):
             emit(dict(best or dict(variant=v, ok=False, layers=0), kind="depth_best", limit=args.limit))
         return
     for v in variants:
-        rec = measure(torch, cfg, hp, v, args.steps, weights, tokens, targets, args.seed)
+        rec = measure(torch, cfg, hp, v, args.steps, weights, tokens, targets, args.seed, args.dtype)
         rec["limit"] = args.limit
         if v == "plain" and args.gkrt_log:
             ref = gkrt_losses(args.gkrt_log)
@@ -286,7 +326,7 @@ def run(args):
 def report(paths):
     """One table from run.sh gpt2's logs (gkrt's RESULT lines, PyTorch's TORCH lines), then the
     largest depth each trained within the depth sweep's limit."""
-    rows, depth = [], {}
+    rows, depth, dtypes = [], {}, set()
     for p in paths:
         tag = re.sub(r".*/|\.log$", "", p)
         group = tag.split("_")[0]  # small, medium, depth
@@ -294,6 +334,7 @@ def report(paths):
             for line in f:
                 if line.startswith("RESULT "):
                     r = dict(kv.split("=", 1) for kv in line.split()[1:])
+                    dtypes.add(r.get("dtype", "f32"))
                     rows.append(dict(tag=tag, group=group, system="gkrt", layers=r["layers"], C=r["channels"],
                                      limit=int(r["limit"]), ms=float(r["step_ms"]), reserved=int(r["peak_reserved"]),
                                      allocated=int(r["peak_allocated"]), ws=int(r["working_set"]),
@@ -305,6 +346,7 @@ def report(paths):
                             depth["gkrt"] = (r["layers"], float(r["step_ms"]))
                 elif line.startswith("TORCH "):
                     r = json.loads(line[6:])
+                    dtypes.add(r.get("dtype", "f32"))
                     if r.get("kind") == "depth_best":
                         depth["torch " + r["variant"]] = (r.get("layers") if r.get("ok") else 0, r.get("step_ms"))
                         continue
@@ -319,6 +361,8 @@ def report(paths):
     # gkrt's unconstrained step of each size: the baseline of the ratio column.
     base = {r["group"]: r["ms"] for r in rows if r["system"] == "gkrt" and not r["limit"] and r["group"] != "depth"}
     gib = lambda b: "%.2f" % (int(b) / 2**30) if b else "-"
+    if dtypes != {"f32"}:
+        print("Element type: " + ", ".join(sorted(dtypes)) + "\n")
     print("| run | system | layers | C | limit GiB | step ms | / gkrt no limit | peak reserved GiB "
           "| peak allocated GiB | working set GiB | note |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -347,6 +391,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--variants", default="plain,fused,ckpt,offload,both")
+    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     ap.add_argument("--limit", type=parse_bytes, default=0)
     ap.add_argument("--depths")
     ap.add_argument("--report", nargs="+")

@@ -25,10 +25,14 @@
 #           flags less --layers). One table at the end, step times also as ratios to gkrt's unlimited
 #           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run;
 #           GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the limited and depth runs (2: products too).
+#           GPT2_DTYPE=bf16: all of it in mixed precision (gkrt_gpt2 --dtype bf16 beside gpt2_torch.py
+#           --dtype bf16, the same f32 master weights), into $OUT/gpt2_bf16/ (f32 figures untouched);
+#           GPT2_DEPTHS=none skips the depth sweep.
 #   gpt2swap  issue 23's 1/3 figure: gkrt_gpt2's small size unconstrained, then at --limit-frac 0.333
 #           with --recompute 1 and 2 (products too: chained recomputation needs them), GPT2_STEPS
 #           (8) steps each, every run's timeline summarised (scripts/gpu/timeline.py); logs and
-#           ratios (limited step / unconstrained step) in $OUT/gpt2swap/
+#           ratios (limited step / unconstrained step) in $OUT/gpt2swap/ (GPT2_DTYPE=bf16: in bf16,
+#           into $OUT/gpt2swap_bf16/)
 #   trace   traces of runs: benches/swap_chain with SWAP_TRACE (per swapping configuration, steps
 #           alternating untraced / traced: the medians and traced/untraced, goal <= 1.02), the
 #           last traced step's Chrome trace in $OUT/traces/*.json (open in ui.perfetto.dev) and
@@ -404,7 +408,8 @@ run_nccl() {
 
 # GPT-2 training (examples_c/gpt2/) with gkrt beside the same network in PyTorch (the "gpt2" mode above).
 run_gpt2() {
-  local b=/tmp/gkrt-gpt2 o="$OUT/gpt2"
+  local b=/tmp/gkrt-gpt2 o="$OUT/gpt2" dt=${GPT2_DTYPE:-f32}
+  [ "$dt" = f32 ] || o="$OUT/gpt2_$dt"
   mkdir -p "$b" "$o"
   cc -O2 -ffp-contract=off examples_c/gpt2/*.c -Iinclude -L.gpu/lib -lgkrt -lm -ldl -o "$b/gkrt_gpt2" || return
   # gkrt_gpt2 opens libcublas with dlopen.
@@ -415,37 +420,41 @@ run_gpt2() {
   for name in small medium; do
     echo "--- gpt2 $name: ${size[$name]}"
     LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --recompute 1 --lr 1e-3 \
-      --dump-weights "$b/$name.bin" >"$o/${name}_gkrt.log" 2>&1
+      --dtype "$dt" --dump-weights "$b/$name.bin" >"$o/${name}_gkrt.log" 2>&1
     tail -n 1 "$o/${name}_gkrt.log"
     for frac in 0.5 0.333; do
       LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --lr 1e-3 \
-        --recompute "${GPT2_RECOMPUTE:-1}" --limit-frac "$frac" >"$o/${name}_gkrt_limit$frac.log" 2>&1
+        --dtype "$dt" --recompute "${GPT2_RECOMPUTE:-1}" --limit-frac "$frac" >"$o/${name}_gkrt_limit$frac.log" 2>&1
       tail -n 1 "$o/${name}_gkrt_limit$frac.log"
     done
-    timeout 300 python3 benches/gpt2_torch.py --weights "$b/$name.bin" --steps "$steps" \
+    timeout 300 python3 benches/gpt2_torch.py --weights "$b/$name.bin" --steps "$steps" --dtype "$dt" \
       --gkrt-log "$o/${name}_gkrt.log" >"$o/${name}_torch.log" 2>&1
     grep -E '^loss step|Error' "$o/${name}_torch.log" | tail -n 12
   done
   local limit=${GPT2_LIMIT:-8GiB} depths=${GPT2_DEPTHS:-12,24,36,48,96}
   width=${GPT2_DEPTH_WIDTH:-$width}
-  echo "--- largest depth within $limit (depths $depths, $width)"
-  for d in ${depths//,/ }; do
-    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" --layers "$d" $width --steps 4 --recompute "${GPT2_RECOMPUTE:-1}" \
-      --limit "$limit" >>"$o/depth_gkrt.log" 2>&1 || { echo "gkrt: depth $d failed"; break; }
-    tail -n 1 "$o/depth_gkrt.log"
-  done
-  timeout 300 python3 benches/gpt2_torch.py $width --limit "$limit" --depths "$depths" --steps 4 \
-    --variants plain,ckpt,offload,both >"$o/depth_torch.log" 2>&1
-  python3 benches/gpt2_torch.py --report "$o"/small_*.log "$o"/medium_*.log "$o"/depth_*.log | tee "$o/summary.md"
+  if [ "$depths" != none ]; then
+    echo "--- largest depth within $limit (depths $depths, $width)"
+    for d in ${depths//,/ }; do
+      LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" --layers "$d" $width --steps 4 --recompute "${GPT2_RECOMPUTE:-1}" \
+        --dtype "$dt" --limit "$limit" >>"$o/depth_gkrt.log" 2>&1 || { echo "gkrt: depth $d failed"; break; }
+      tail -n 1 "$o/depth_gkrt.log"
+    done
+    timeout 300 python3 benches/gpt2_torch.py $width --limit "$limit" --depths "$depths" --steps 4 --dtype "$dt" \
+      --variants plain,ckpt,offload,both >"$o/depth_torch.log" 2>&1
+  fi
+  python3 benches/gpt2_torch.py --report "$o"/small_*.log "$o"/medium_*.log $(ls "$o"/depth_*.log 2>/dev/null) |
+    tee "$o/summary.md"
 }
 
 # gkrt_gpt2's small size at a third of its working set against its unconstrained step.
 run_gpt2swap() {
-  local b=/tmp/gkrt-gpt2 o="$OUT/gpt2swap"
+  local b=/tmp/gkrt-gpt2 o="$OUT/gpt2swap" dt=${GPT2_DTYPE:-f32}
+  [ "$dt" = f32 ] || o="$OUT/gpt2swap_$dt"
   mkdir -p "$b" "$o"
   cc -O2 -ffp-contract=off examples_c/gpt2/*.c -Iinclude -L.gpu/lib -lgkrt -lm -ldl -o "$b/gkrt_gpt2" || return
   local ld="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" steps=${GPT2_STEPS:-8}
-  local small="--layers 12 --channels 768 --heads 12 --seq 512 --batch 8 --vocab 50304 --lr 1e-3 --steps $steps"
+  local small="--layers 12 --channels 768 --heads 12 --seq 512 --batch 8 --vocab 50304 --lr 1e-3 --steps $steps --dtype $dt"
   local step_of='s/.* step_ms=\([0-9.]*\) .*/\1/p'
   LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 300 "$b/gkrt_gpt2" $small --recompute 1 >"$o/none.log" 2>&1
   grep RESULT "$o/none.log"

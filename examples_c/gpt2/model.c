@@ -5,11 +5,11 @@
 #include "model.h"
 
 #include <math.h>
-#include "bf16.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "bf16.h"
 
 int gpt2_check(gkrt_status st, const char *what) {
   if (st == GKRT_STATUS_OK) return 0;

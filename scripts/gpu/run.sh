@@ -25,6 +25,8 @@
 #           flags less --layers). One table at the end, step times also as ratios to gkrt's unlimited
 #           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run;
 #           GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the limited and depth runs (2: products too).
+#           First the program's default small model on the host backend (the reference) and on
+#           CUDA, loss per step side by side ($OUT/gpt2/reference.txt).
 #           GPT2_DTYPE=bf16: all of it in mixed precision (gkrt_gpt2 --dtype bf16 beside gpt2_torch.py
 #           --dtype bf16, the same f32 master weights), into $OUT/gpt2_bf16/ (f32 figures untouched);
 #           GPT2_DEPTHS=none skips the depth sweep.
@@ -417,6 +419,18 @@ run_gpt2() {
   local width="--channels 768 --heads 12 --seq 512 --batch 8 --vocab 50304"
   local -A size=([small]="${GPT2_SMALL:---layers 12 $width}"
     [medium]="${GPT2_MEDIUM:---layers 24 --channels 1024 --heads 16 --seq 512 --batch 8 --vocab 50304}")
+  # The host backend is the reference: the program's default small model, the same weights and
+  # batch, on both backends; the loss per step side by side ($o/reference.txt).
+  echo "--- gpt2 $dt: host backend (the reference) against CUDA, the default small model"
+  GKRT_DEVICE=host timeout 180 "$b/gkrt_gpt2" --steps 10 --lr 1e-3 --dtype "$dt" >"$o/reference_host.log" 2>&1
+  LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" --steps 10 --lr 1e-3 --dtype "$dt" \
+    >"$o/reference_cuda.log" 2>&1
+  python3 -c 'import re, sys
+l = [[float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)", open(f).read(), re.M)] for f in sys.argv[1:]]
+for i, (h, c) in enumerate(zip(*l)): print(f"step {i + 1}: host {h:.6f} cuda {c:.6f} diff {abs(h - c):.2e}")
+print("max relative loss difference, CUDA against the host backend: %.2e over %d steps" %
+      (max([abs(h - c) / abs(h) for h, c in zip(*l)] or [float("nan")]), min(map(len, l))))' \
+    "$o/reference_host.log" "$o/reference_cuda.log" | tee "$o/reference.txt" | tail -n 1
   for name in small medium; do
     echo "--- gpt2 $name: ${size[$name]}"
     LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" ${size[$name]} --steps "$steps" --recompute 1 --lr 1e-3 \

@@ -2,8 +2,8 @@
  * int_gpt2_bf16: the GPT-2 example's mixed-precision step (--dtype bf16: bf16 activations,
  * gradients and compute copies; f32 master weights, AdamW state, statistics and losses) on the
  * tiny configuration of int_gpt2, on whatever backend GKRT_DEVICE picks.
- *  0. Rounding: the compute copies the upload writes are the master weights rounded to nearest
- *     even, and bf16.h's rounding itself on ties, NaN and overflow.
+ *  0. Rounding: bf16.h's rounding on ties, NaN and overflow; the compute copies the upload
+ *     writes, and those AdamW rewrites after each step, are the master weights rounded.
  *  1. Gradients against the f32 graph (which int_gpt2 checks against finite differences) with
  *     the same weights and batch: per parameter tensor, the bf16 gradient's error relative to
  *     the f32 one (L2 norms) within bf16's precision; the losses close but not the same bits
@@ -45,6 +45,24 @@ static void check_rounding(const float *w0, const int32_t *tok, const int32_t *t
   OK(gkrt_graph_read_tensor(s.m->graph, p->wc, h, p->count * 2));
   CHECK(h[0] == 0x3f80 && h[p->count - 1] == 0);
   free(h);
+
+  /* After AdamW steps every compute copy is its updated master weight, rounded. */
+  float loss;
+  for (uint32_t t = 1; t <= 2; t++) CHECK(gpt2_step(s.rt, s.m, t, &loss) == 0);
+  float *w = alloc_floats(s.m->num_weights);
+  uint16_t *c = calloc(s.m->num_weights, 2);
+  CHECK(c != NULL);
+  CHECK(gpt2_download(s.m, w) == 0);
+  CHECK(memcmp(w, w0, s.m->num_weights * 4) != 0);
+  uint64_t wrong = 0;
+  for (uint32_t i = 0; i < s.m->num_params; i++) {
+    const gpt2_param *r = &s.m->params[i];
+    OK(gkrt_graph_read_tensor(s.m->graph, r->wc, c + r->offset, r->count * 2));
+    for (uint64_t j = r->offset; j < r->offset + r->count; j++) wrong += c[j] != gpt2_f32_to_bf16(w[j]);
+  }
+  CHECK_EQ_U64(wrong, 0);
+  free(w);
+  free(c);
   done(&s);
 }
 

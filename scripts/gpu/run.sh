@@ -20,16 +20,18 @@
 #   gpt2    examples_c/gpt2 (GPT-2 training written against gkrt) beside benches/gpt2_torch.py at two
 #           sizes (GPT2_SMALL, GPT2_MEDIUM: gkrt_gpt2 size flags): gkrt with no limit and at 1/2 and 1/3
 #           of its working set; PyTorch plain (its loss curve against gkrt's, same initial weights),
-#           fused attention, checkpointing, save_on_cpu, both; then the largest depth of GPT2_DEPTHS
-#           (12,24,36,48,96) each trains within GPT2_LIMIT (8GiB) at GPT2_DEPTH_WIDTH (the small size's
-#           flags less --layers). One table at the end, step times also as ratios to gkrt's unlimited
-#           step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/. GPT2_STEPS (6) steps per run;
-#           GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the limited and depth runs (2: products too).
-#           First the program's default small model on the host backend (the reference) and on
-#           CUDA, loss per step side by side ($OUT/gpt2/reference.txt).
+#           fused attention, checkpointing, save_on_cpu, both. One table at the end, step times
+#           also as ratios to gkrt's unlimited step ($OUT/gpt2/summary.md); logs in $OUT/gpt2/.
+#           GPT2_STEPS (6) steps per run; GPT2_RECOMPUTE (1) is gkrt_gpt2's --recompute for the
+#           limited runs (2: products too). First the program's default small model on the host
+#           backend (the reference) and on CUDA, loss per step side by side ($OUT/gpt2/reference.txt).
 #           GPT2_DTYPE=bf16: all of it in mixed precision (gkrt_gpt2 --dtype bf16 beside gpt2_torch.py
-#           --dtype bf16, the same f32 master weights), into $OUT/gpt2_bf16/ (f32 figures untouched);
-#           GPT2_DEPTHS=none skips the depth sweep.
+#           --dtype bf16, the same f32 master weights), into $OUT/gpt2_bf16/ (f32 figures untouched).
+#   gpt2depth  the largest of GPT2_DEPTHS (6,12,18,24,36,48,64,96) that gkrt (--recompute
+#           GPT2_RECOMPUTE, default 2) and each PyTorch variant (plain, checkpointing, save_on_cpu,
+#           both) train within GPT2_LIMIT (8GiB) at GPT2_DEPTH_WIDTH (the small size's flags less
+#           --layers), GPT2_STEPS (3) steps each, the last step's time; GPT2_DTYPE as above;
+#           $OUT/gpt2depth/summary.md
 #   gpt2swap  issue 23's 1/3 figure: gkrt_gpt2's small size unconstrained, then at --limit-frac 0.333
 #           with --recompute 1 and 2 (products too: chained recomputation needs them), GPT2_STEPS
 #           (8) steps each, every run's timeline summarised (scripts/gpu/timeline.py); logs and
@@ -445,20 +447,29 @@ print("max relative loss difference, CUDA against the host backend: %.2e over %d
       --gkrt-log "$o/${name}_gkrt.log" >"$o/${name}_torch.log" 2>&1
     grep -E '^loss step|Error' "$o/${name}_torch.log" | tail -n 12
   done
-  local limit=${GPT2_LIMIT:-8GiB} depths=${GPT2_DEPTHS:-12,24,36,48,96}
-  width=${GPT2_DEPTH_WIDTH:-$width}
-  if [ "$depths" != none ]; then
-    echo "--- largest depth within $limit (depths $depths, $width)"
-    for d in ${depths//,/ }; do
-      LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" --layers "$d" $width --steps 4 --recompute "${GPT2_RECOMPUTE:-1}" \
-        --dtype "$dt" --limit "$limit" >>"$o/depth_gkrt.log" 2>&1 || { echo "gkrt: depth $d failed"; break; }
-      tail -n 1 "$o/depth_gkrt.log"
-    done
-    timeout 300 python3 benches/gpt2_torch.py $width --limit "$limit" --depths "$depths" --steps 4 --dtype "$dt" \
-      --variants plain,ckpt,offload,both >"$o/depth_torch.log" 2>&1
-  fi
-  python3 benches/gpt2_torch.py --report "$o"/small_*.log "$o"/medium_*.log $(ls "$o"/depth_*.log 2>/dev/null) |
-    tee "$o/summary.md"
+  python3 benches/gpt2_torch.py --report "$o"/small_*.log "$o"/medium_*.log | tee "$o/summary.md"
+}
+
+# The largest GPT-2 depth gkrt and each PyTorch variant train within one memory limit (the
+# "gpt2depth" mode above; its own mode because with the sizes it outruns one device call).
+run_gpt2depth() {
+  local b=/tmp/gkrt-gpt2 o="$OUT/gpt2depth" dt=${GPT2_DTYPE:-f32}
+  [ "$dt" = f32 ] || o="$OUT/gpt2depth_$dt"
+  mkdir -p "$b" "$o"
+  cc -O2 -ffp-contract=off examples_c/gpt2/*.c -Iinclude -L.gpu/lib -lgkrt -lm -ldl -o "$b/gkrt_gpt2" || return
+  local ld="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" steps=${GPT2_STEPS:-3}
+  local limit=${GPT2_LIMIT:-8GiB} depths=${GPT2_DEPTHS:-6,12,18,24,36,48,64,96}
+  local width=${GPT2_DEPTH_WIDTH:---channels 768 --heads 12 --seq 512 --batch 8 --vocab 50304}
+  echo "--- largest depth within $limit (depths $depths, $width)"
+  for d in ${depths//,/ }; do
+    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 180 "$b/gkrt_gpt2" --layers "$d" $width --steps "$steps" \
+      --recompute "${GPT2_RECOMPUTE:-2}" --dtype "$dt" --limit "$limit" >>"$o/depth_gkrt.log" 2>&1 ||
+      { echo "gkrt: depth $d failed"; break; }
+    tail -n 1 "$o/depth_gkrt.log"
+  done
+  timeout 300 python3 benches/gpt2_torch.py $width --limit "$limit" --depths "$depths" --steps "$steps" --dtype "$dt" \
+    --variants plain,ckpt,offload,both >"$o/depth_torch.log" 2>&1
+  python3 benches/gpt2_torch.py --report "$o"/depth_*.log | tee "$o/summary.md"
 }
 
 # gkrt_gpt2's small size at a third of its working set against its unconstrained step.
@@ -537,11 +548,12 @@ for w in "${what[@]}"; do
     hostint) run_hostint ;;
     gpt2) run_gpt2 ;;
     gpt2swap) run_gpt2swap ;;
+    gpt2depth) run_gpt2depth ;;
     snapshot) run_snapshot ;;
     trace) run_trace ;;
     nccl) run_nccl ;;
     dp) run_dp ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, snapshot, trace, nccl, dp)" ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

@@ -73,7 +73,10 @@
 //!   allocated bytes by more than `recycle_slack_permille` (and at least one page) — but (b)
 //!   only while such moves have taken at most `recycle_time_permille` of wall time as the pool
 //!   measures it (`move_budget.rs`): under churn it maps new pages once instead of moving the
-//!   same ones every step. Large transient tensors then reuse the physical memory of holes
+//!   same ones every step. Pages a slack-rule move placed are marked (`pages.rs`) and moved
+//!   again only while all moves so far have taken at most that share of the time since the
+//!   first, with no start-up credit: a page moved once stays (amortised over the program), one
+//!   moved back and forth between steps costs at most that share. Large transient tensors then reuse the physical memory of holes
 //!   instead of growing the footprint (the effect on fragmentation: BENCHMARKS.md §3). Victims
 //!   are the free blocks with the most mapped pages, their whole chunks unmapped from the high
 //!   end.
@@ -411,7 +414,7 @@ impl Pool {
         let mut released = 0;
         if let Some(vm) = backing.vmm() {
             if self.mapped_pages > 0 {
-                released += self.recycle(backing, vm, u64::MAX, u64::MAX, None)? * self.page;
+                released += self.recycle(backing, vm, u64::MAX, u64::MAX, None, true)? * self.page;
                 vm.trim()?;
             }
         }

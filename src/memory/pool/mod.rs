@@ -70,7 +70,8 @@
 //!   memory mapped where it is needed. The pool does so (a) when the budget would be
 //!   exceeded, and (b) when a request needs at least `recycle_min_bytes` (or, on a small heap,
 //!   the slack itself) of new pages and the mapped total would exceed the high-water mark of
-//!   allocated bytes by more than `recycle_slack_permille` (and at least one page) — but (b)
+//!   allocated bytes by more than `recycle_slack_permille` (and at least one page) and the most
+//!   ever mapped (since the start or `release_cached`: below it a move lowers no peak) — but (b)
 //!   only while such moves have taken at most `recycle_time_permille` of wall time as the pool
 //!   measures it (`move_budget.rs`): under churn it maps new pages once instead of moving the
 //!   same ones every step. Pages a slack-rule move placed are marked (`pages.rs`) and moved
@@ -213,6 +214,8 @@ pub struct Pool {
     page: u64,
     /// Pages mapped over all ranges.
     mapped_pages: u64,
+    /// Most pages mapped at once since the pool started or last released its cache.
+    mapped_peak: u64,
     /// Most bytes ever allocated or pending at once (not reset by `reset_peaks`).
     high_water: u64,
     /// Epoch of the next stream-ordered free (advances with each marker recorded).
@@ -246,6 +249,7 @@ impl Pool {
             idle: BTreeSet::new(),
             page: 0,
             mapped_pages: 0,
+            mapped_peak: 0,
             high_water: 0,
             epoch: 1,
             park_seq: 0,
@@ -419,6 +423,7 @@ impl Pool {
             }
         }
         released += self.release_idle_segments(backing)?;
+        self.mapped_peak = self.mapped_pages;
         Ok(released)
     }
 

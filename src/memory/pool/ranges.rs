@@ -315,8 +315,12 @@ impl Pool {
         let slack_bytes = hw / 1000 * self.config.recycle_slack_permille;
         if add >= self.config.recycle_min_bytes.min(slack_bytes) {
             let allowed = hw + slack_bytes;
-            // At least one granule of slack (the rounding of the top of used memory).
-            let cap = allowed.div_ceil(page).max(hw.div_ceil(page) + 1);
+            // At least one granule of slack (the rounding of the top of used memory), and no
+            // move below the most ever mapped: there a move lowers no peak, it only costs time.
+            let cap = allowed
+                .div_ceil(page)
+                .max(hw.div_ceil(page) + 1)
+                .max(self.mapped_peak);
             let slack = (self.mapped_pages + need).saturating_sub(cap);
             // Only while moves have paid for themselves (move_budget.rs).
             let (now, permille) = (backing.now_ns(), self.config.recycle_time_permille);
@@ -420,6 +424,7 @@ impl Pool {
                 let n = size * count;
                 at += n;
                 self.mapped_pages += n;
+                self.mapped_peak = self.mapped_peak.max(self.mapped_pages);
                 let s = &mut self.stats;
                 s.reserved_bytes += n * page;
                 s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);

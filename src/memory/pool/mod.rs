@@ -64,6 +64,10 @@
 //!   fit, then lowest address) — and when every end needs new pages, also at the ends of the runs
 //!   of mapped pages inside large free blocks, so mapped memory in the middle of a hole is used
 //!   where it lies instead of being moved back and forth between steps.
+//!   A request of at most one page that fits a mapped free block takes the block's high end
+//!   (larger ones its low end): small and large blocks then gather at opposite ends of holes
+//!   instead of small ones splitting the pages a large one could use (host replay, moe_train:
+//!   1.068 of its peak live to 1.053).
 //!   If the range cannot hold it (or the device cannot reserve one), the request falls back to
 //!   plain segments.
 //! - **Recycling pages.** A chunk lying wholly inside a free block can be unmapped and its
@@ -314,6 +318,11 @@ impl Pool {
             // The two common cases first, without asking the backing for its virtual memory:
             // a mapped free block, and the mapped start of the range's last block.
             if let Some(i) = self.take_fit(si, Kind::Virtual, rounded) {
+                // Requests of at most a page share pages with their neighbours: they take the
+                // high end of the hole, so its low end stays whole pages for large requests.
+                if rounded <= self.page {
+                    return Ok(self.split_high(i, rounded));
+                }
                 self.split(i, rounded);
                 return Ok(i);
             }

@@ -121,6 +121,20 @@ impl Pool {
         self.link(j);
     }
 
+    /// Splits the (free, unlinked, fully mapped) block `i` so that its high end, `size` bytes,
+    /// is a block of its own, returned; the low remainder, if any, stays free and linked.
+    #[inline]
+    pub(super) fn split_high(&mut self, i: u32, size: u64) -> u32 {
+        let at = self.blocks[i].size - size;
+        if at == 0 {
+            return i;
+        }
+        let j = self.cut(i, at);
+        // Its old previous neighbour is not free (free blocks coalesce): nothing to merge.
+        self.link(i);
+        j
+    }
+
     /// Block `i` (allocated or pending, already out of its index; every page it touches is
     /// mapped) becomes free: coalesce with free neighbours and index it.
     pub(super) fn free_block(&mut self, i: u32) {

@@ -13,6 +13,9 @@ pub struct PageMap {
     bits: Vec<u64>,
     /// Bit `p` set: a chunk starts at page `p` (only ever set on mapped pages).
     starts: Vec<u64>,
+    /// Bit `p` set: page `p` was mapped by a slack-rule move (its memory came from a page
+    /// recycled elsewhere); such pages are not moved again by that rule (`recycle.rs`).
+    moved: Vec<u64>,
     pages: u64,
     mapped: u64,
     /// No page at or above this one has ever been mapped (bounds scans of a range that is
@@ -25,6 +28,7 @@ impl PageMap {
         PageMap {
             bits: vec![0; pages.div_ceil(64) as usize],
             starts: vec![0; pages.div_ceil(64) as usize],
+            moved: vec![0; pages.div_ceil(64) as usize],
             pages,
             mapped: 0,
             ceiling: 0,
@@ -128,8 +132,21 @@ impl PageMap {
         );
         for (w, mask) in Self::word_masks(p0, p1) {
             self.starts[w] &= !mask;
+            self.moved[w] &= !mask;
         }
         self.set(p0, p1, false)
+    }
+
+    /// Marks the mapped pages `[p0, p1)` as placed by a slack-rule move.
+    pub fn mark_moved(&mut self, p0: u64, p1: u64) {
+        for (w, mask) in Self::word_masks(p0, p1) {
+            self.moved[w] |= mask & self.bits[w];
+        }
+    }
+
+    /// Whether any page among `[p0, p1)` was placed by a slack-rule move.
+    pub fn any_moved(&self, p0: u64, p1: u64) -> bool {
+        Self::word_masks(p0, p1).any(|(w, mask)| self.moved[w] & mask != 0)
     }
 
     /// Whether no chunk spans the edge between pages `p - 1` and `p`.
@@ -359,5 +376,12 @@ mod tests {
         assert_eq!(m.map_chunk(6, 40), 34);
         assert_eq!(chunks_down(&m, 0, 72), vec![(70, 2), (6, 34), (2, 4)]);
         assert_eq!(m.mapped(), 4 + 34 + 2 + 65);
+        // Moved marks stay on mapped pages only, and go with the chunk unmapped.
+        m.mark_moved(30, 45);
+        assert!(m.any_moved(39, 40) && !m.any_moved(40, 45) && !m.any_moved(0, 30));
+        m.unmap_chunks(6, 40);
+        assert!(!m.any_moved(0, 200));
+        m.map_chunk(6, 40);
+        assert!(!m.any_moved(0, 200));
     }
 }

@@ -307,6 +307,7 @@ impl Pool {
             must = excess.div_ceil(page);
         }
         let mut want = must;
+        let mut repeat = false;
         let hw = self
             .high_water
             .max(self.stats.allocated_bytes + self.pending_bytes + rounded);
@@ -314,22 +315,27 @@ impl Pool {
         let slack_bytes = hw / 1000 * self.config.recycle_slack_permille;
         if add >= self.config.recycle_min_bytes.min(slack_bytes) {
             let allowed = hw + slack_bytes;
-            // At least one granule of slack (the rounding of the top of used memory).
-            let cap = allowed.div_ceil(page).max(hw.div_ceil(page) + 1);
+            // At least one granule of slack (the rounding of the top of used memory), and no
+            // move below the most ever mapped: there a move lowers no peak, it only costs time.
+            let cap = allowed
+                .div_ceil(page)
+                .max(hw.div_ceil(page) + 1)
+                .max(self.mapped_peak);
             let slack = (self.mapped_pages + need).saturating_sub(cap);
             // Only while moves have paid for themselves (move_budget.rs).
-            if slack > must
-                && self
-                    .moves
-                    .allows(backing.now_ns(), self.config.recycle_time_permille)
-            {
+            let (now, permille) = (backing.now_ns(), self.config.recycle_time_permille);
+            if slack > must && self.moves.allows(now, permille) {
                 want = slack;
+                repeat = self.moves.allows_repeat(now, permille);
             }
         }
         // A slack-rule move is timed from here to the end of the mapping.
         let started = (want > must).then(|| backing.now_ns());
+        let mut moved = 0;
         if want > 0 {
-            self.recycle(backing, vm, want, must, placing)?;
+            moved = self
+                .recycle(backing, vm, want, must, placing, repeat)?
+                .saturating_sub(must);
         }
         if over_limit(self) {
             self.release_idle_segments(backing)?;
@@ -340,6 +346,13 @@ impl Pool {
         let base = self.segs[r].base;
         let runs = self.pages_of(r).runs(p0, p1, false);
         let mapped = self.map_runs(backing, vm, r, base, &runs, placing, bytes);
+        if moved > 0 && mapped.is_ok() {
+            self.segs[r]
+                .pages
+                .as_mut()
+                .expect("range")
+                .mark_moved(p0, p1);
+        }
         // Spares left by recycling that the new pages did not reuse go back to the device.
         let trimmed = vm.trim();
         if let Some(t0) = started {
@@ -394,7 +407,7 @@ impl Pool {
                 let mut result = vm.map(addr, size * page, count);
                 if let Err(DeviceError::OutOfMemory { .. }) = result {
                     // Give the device every free page and idle segment we hold, then retry.
-                    self.recycle(backing, vm, u64::MAX, u64::MAX, placing)?;
+                    self.recycle(backing, vm, u64::MAX, u64::MAX, placing, true)?;
                     vm.trim()?;
                     self.release_idle_segments(backing)?;
                     result = vm.map(addr, size * page, count);
@@ -411,6 +424,7 @@ impl Pool {
                 let n = size * count;
                 at += n;
                 self.mapped_pages += n;
+                self.mapped_peak = self.mapped_peak.max(self.mapped_pages);
                 let s = &mut self.stats;
                 s.reserved_bytes += n * page;
                 s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);

@@ -23,7 +23,8 @@ impl Pool {
     /// with (their last free is older than a completed marker) go first, largest first, and need
     /// no wait; the others are unmapped only to reach `must` (the budget), after waiting for the
     /// device once (`quiesce`). `placing` is a block being placed (unlinked, so no list holds it)
-    /// with the pages `[p0, p1)` it is about to use: its other pages are victims too.
+    /// with the pages `[p0, p1)` it is about to use: its other pages are victims too. Beyond
+    /// `must`, pages an earlier slack-rule move placed are taken only with `repeat`.
     pub(super) fn recycle(
         &mut self,
         backing: &dyn PoolBacking,
@@ -31,6 +32,7 @@ impl Pool {
         want: u64,
         must: u64,
         placing: Option<(u32, u64, u64)>,
+        repeat: bool,
     ) -> Result<u64, PoolError> {
         let waits = self.config.recycle_waits;
         for si in 0..self.streams.len() as u32 {
@@ -45,7 +47,7 @@ impl Pool {
                 self.poll_markers(backing, si);
             }
         }
-        let done = self.recycle_victims(vm, want, must, placing)?;
+        let done = self.recycle_victims(vm, want, must, placing, repeat)?;
         // Let the blocks skipped this time become known-idle for the next time.
         for si in 0..self.streams.len() as u32 {
             let st = &self.streams[si as usize];
@@ -62,6 +64,7 @@ impl Pool {
         want: u64,
         must: u64,
         placing: Option<(u32, u64, u64)>,
+        repeat: bool,
     ) -> Result<u64, PoolError> {
         let mut victims: Vec<(u64, u32)> = Vec::new();
         let mut avail = 0u64;
@@ -134,6 +137,7 @@ impl Pool {
         let page = self.page;
         let mut done = 0u64;
         let mut quiet = false;
+        let mut skipped = false;
         for (idle, _, i) in victims {
             if done >= want {
                 break;
@@ -168,6 +172,13 @@ impl Pool {
             for (start, k) in chunks {
                 if done >= want {
                     break;
+                }
+                // Pages the slack rule moved stay where they are unless moving pays over the
+                // long run (`MoveBudget::allows_repeat`): moved back and forth between steps,
+                // they would cost remaps every step for memory saved only in between.
+                if done >= must && !repeat && self.pages_of(r).any_moved(start, start + k) {
+                    skipped = true;
+                    continue;
                 }
                 if !idle && !quiet {
                     if let Err(e) = vm.quiesce() {
@@ -208,6 +219,9 @@ impl Pool {
         }
         if done > 0 {
             self.stats.recycle_count += 1;
+        }
+        if skipped && done < want {
+            self.moves.declined += 1;
         }
         Ok(done)
     }

@@ -27,6 +27,32 @@ fn virtual_range_packs_small_and_large_blocks_without_seams() {
 }
 
 #[test]
+fn small_requests_take_the_high_end_of_a_hole_and_large_ones_the_low_end() {
+    let f = Fake::virtual_memory();
+    let mut p = vpool(u64::MAX);
+    let a = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+    let keep = p.alloc(&f, MIB, st(0)).unwrap();
+    p.free(&f, a).unwrap();
+    // A mapped hole of 64 MiB below `keep`: at most a page goes to its top...
+    let small = p.alloc(&f, 4096, st(0)).unwrap();
+    assert_eq!(small, a + 64 * MIB - 4096);
+    let page = p.alloc(&f, PAGE, st(0)).unwrap();
+    assert_eq!(page, small - PAGE);
+    // ...more than a page to its bottom, and what is left between them is one block.
+    let large = p.alloc(&f, PAGE + 256, st(0)).unwrap();
+    assert_eq!(large, a);
+    let rest = p
+        .alloc(&f, 64 * MIB - 2 * PAGE - 4096 - 256, st(0))
+        .unwrap();
+    assert_eq!(rest, a + PAGE + 256);
+    assert_eq!(f.maps(), 33, "all of it from the pages mapped at first");
+    for x in [small, page, large, rest, keep] {
+        p.free(&f, x).unwrap();
+    }
+    check(&p);
+}
+
+#[test]
 fn a_stream_can_grow_by_a_range_while_the_others_use_segments() {
     let f = Fake::virtual_memory();
     let mut p = Pool::new(PoolConfig {

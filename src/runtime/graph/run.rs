@@ -292,7 +292,12 @@ impl RuntimeGraph {
         rt: &Runtime,
         exec_graph: crate::device::GraphExecId,
     ) -> Result<()> {
-        let comms = self.communicators();
+        // (Only graphs with collectives have events for them: others skip the node scan.)
+        let comms = if self.collective_events.is_empty() {
+            Vec::new()
+        } else {
+            self.communicators()
+        };
         if let Some(why) = comms.iter().find_map(|c| c.aborted()) {
             return Err(Error::PeerFailed(format!(
                 "the replayed graph's communicator was aborted: {why}"

@@ -2,35 +2,11 @@
 //! producer to the collective's completion node (a child module of `swap_holds.rs`).
 
 use super::CommHolds;
-use crate::device::comm::{Collective, CollectiveKind, Communicator};
-use crate::device::{Device, DeviceResult, StreamId};
-use crate::graph::collective::CommRef;
 use crate::graph::{FusedGroup, Liveness, Node, Tensor, TensorKind};
-use crate::kernels::collective::{DType, ReduceOp};
-use crate::kernels::Kernel;
 use crate::plan::program::{Program, Step};
 use crate::plan::swap::{candidates_fused, plan_swaps_fused, SwapPlan};
-use std::sync::Arc;
 
 const MB: u64 = 1_000_000;
-
-/// A communicator the planner never calls (it only sees that a node has one).
-struct Unused;
-impl Communicator for Unused {
-    fn rank(&self) -> u32 {
-        0
-    }
-    fn nranks(&self) -> u32 {
-        1
-    }
-    fn enqueue(&self, _: &dyn Device, _: &[Collective], _: StreamId) -> DeviceResult<()> {
-        unreachable!("the planner queues nothing")
-    }
-    fn abort(&self, _: &str) {}
-    fn aborted(&self) -> Option<String> {
-        None
-    }
-}
 
 #[derive(Default)]
 struct G {
@@ -61,12 +37,7 @@ impl G {
     /// An in-place all-reduce of `ts` (fused when several).
     fn all_reduce(&mut self, ts: &[u32]) -> u32 {
         let n = self.node(ts, ts);
-        let node = &mut self.nodes[n as usize];
-        node.kernel = Kernel::Collective {
-            kind: CollectiveKind::AllReduce(ReduceOp::Sum),
-            dtype: DType::F32,
-        };
-        node.comm = Some(CommRef(Arc::new(Unused)));
+        self.nodes[n as usize] = Node::test_all_reduce(ts, format!("n{n}"));
         n
     }
 }

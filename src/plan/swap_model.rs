@@ -488,6 +488,49 @@ mod tests {
         assert!((e.step_ms - 6.0).abs() < 1e-9, "{}", e.step_ms);
     }
 
+    /// A collective runs on the communication stream: compute that does not read its tensors
+    /// overlaps it, the node that does waits for it, and a copy-out of its tensor starts after
+    /// it. Unmeasured, it takes its bytes over the assumed rate.
+    #[test]
+    fn estimate_runs_collectives_on_the_communication_stream() {
+        let mut c = Chain::default();
+        let x = c.tensor(MB, TensorKind::Input, "x".into());
+        let g = c.tensor(MB, TensorKind::Intermediate, "g".into());
+        let h = c.tensor(MB, TensorKind::Output, "h".into());
+        let y = c.tensor(MB, TensorKind::Output, "y".into());
+        c.node(&[x], g, 1.0); // 0
+        c.nodes
+            .push(Node::test_all_reduce(&[g], "all-reduce".into())); // 1
+        c.cost.push(5.0);
+        c.node(&[x], h, 1.0); // 2: overlaps the all-reduce
+        c.node(&[g], y, 1.0); // 3: waits for it
+        let lv = Liveness::analyse(&c.tensors, &c.nodes, 1);
+        // x stays on the device across runs.
+        let mut plan = empty_plan(4, 10 * MB);
+        plan.keep.push(x);
+        let e = estimate_plan(&c.tensors, &c.nodes, &lv, &plan, &c.cost, SLOW, 1);
+        // Node 0 [0, 1]; the all-reduce [1, 6] beside node 2 [1, 2]; node 3 waits until 6
+        // and runs [6, 7]; h and y go home over [7, 9] (h's copy waits for the last node: the
+        // sends home come after the run).
+        let want = vec![(0.0, 0.0), (1.0, 0.0), (1.0, 0.0), (6.0, 4.0)];
+        assert_eq!(e.starts, want);
+        assert!((e.step_ms - 9.0).abs() < 1e-9, "{}", e.step_ms);
+
+        // g copied out after the all-reduce node and back before node 3: the copy-out waits
+        // for the all-reduce's end (6), the return for the copy-out (7), node 3 for the return.
+        let mut moved = plan.clone();
+        moved.swap_out_after[1].push(g);
+        moved.prefetch_before[3].push(g);
+        let e = estimate_plan(&c.tensors, &c.nodes, &lv, &moved, &c.cost, SLOW, 1);
+        assert_eq!(e.starts[3], (8.0, 6.0));
+
+        // Unmeasured: 20 MB over the assumed 20 GB/s is 1 ms.
+        let big = c.tensor(20 * MB, TensorKind::Intermediate, "big".into());
+        let node = Node::test_all_reduce(&[big], String::new());
+        assert!((collective_ms(&c.tensors, &node, 0.0) - 1.0).abs() < 1e-9);
+        assert_eq!(collective_ms(&c.tensors, &node, 2.5), 2.5);
+    }
+
     /// The graph of benches/swap_chain.c: Linear+ReLU layers, forward and (optionally) backward.
     fn swap_chain(hidden: u64, tokens: u64, layers: usize, train: bool) -> Chain {
         let act = tokens * hidden * 2;

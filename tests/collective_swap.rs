@@ -200,10 +200,12 @@ fn swapped_equals_unlimited(n: usize) {
     // The training moved the weights (the comparison is not of untouched inputs).
     let initial: Vec<u32> = values(1000).iter().map(|v| v.to_bits()).collect();
     assert!(free[0].weights[0] != initial);
-    // Two thirds and half of the working set, in whole 2 MiB segments. (A third is under what
-    // the step needs: the fused gradients stay from their producers to the SGD at the end.)
-    for limit in [ws * 2 / 3, ws / 2] {
-        let limit = limit / (2 << 20) * (2 << 20);
+    // Two thirds and half of the working set, and the least limit (which counts the gradients
+    // their all-reduces hold from their producers to the SGD at the end), in whole 2 MiB
+    // segments.
+    let segment = 2 << 20;
+    for limit in [ws * 2 / 3, ws / 2, least.next_multiple_of(segment)] {
+        let limit = limit / segment * segment;
         assert!(
             limit < ws && limit >= least,
             "limit {limit}, working set {ws}, least {least}"

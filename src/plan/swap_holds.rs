@@ -38,7 +38,7 @@ pub(crate) struct CommHolds {
     /// Per node: tensors whose pin starts at it / ends after it.
     pub pin_starts: Vec<Vec<u32>>,
     pub pin_ends: Vec<Vec<u32>>,
-    /// Per tensor: its fused block (index into `blocks`).
+    /// Per tensor: its fused block (index into `blocks`, the graph's fused group index).
     block_of: Vec<Option<u32>>,
     pub blocks: Vec<Block>,
     /// Per node: blocks taken at it (its first producer of any member) / returned after it (the
@@ -77,6 +77,10 @@ impl CommHolds {
             }
         }
         for (g, group) in fused.iter().enumerate() {
+            // (One block per group, so `Buf::Group` indices and block indices agree.)
+            h.blocks.push(Block {
+                members: group.members.clone(),
+            });
             let first = group
                 .members
                 .iter()
@@ -96,9 +100,6 @@ impl CommHolds {
                 h.block_of[t as usize] = Some(g as u32);
                 spans[t as usize].push(Pin { from: first, until });
             }
-            h.blocks.push(Block {
-                members: group.members.clone(),
-            });
             h.blocks_at[first as usize].push(g as u32);
             h.blocks_end[last as usize].push(g as u32);
         }
@@ -123,7 +124,6 @@ impl CommHolds {
     }
 
     /// True when tensor `t` must stay on the device during node `n`.
-    #[cfg(test)]
     pub fn pinned_at(&self, t: u32, n: u32) -> bool {
         self.pins
             .get(t as usize)

@@ -131,7 +131,7 @@ fn a_tensor_a_collective_reads_never_leaves_between_its_producer_and_the_complet
 
 /// A persistent tensor whose last use is a collective that completes only at the run's end
 /// leaves with the run's final sends home (after the final wait), not right after the
-/// collective; a fused block's members never leave alone.
+/// collective; a fused block's members never leave alone; the least limit counts the block.
 #[test]
 fn copies_of_collective_tensors_wait_for_the_completion() {
     let mut g = G::default();
@@ -186,4 +186,12 @@ fn copies_of_collective_tensors_wait_for_the_completion() {
         }
     }
     assert!(moved > 0, "budgets under the working set moved nothing");
+    // The least limit counts what is held: at node 1, its own x, w and big (8 MB) and the fused
+    // block (4 MB, produced at node 0, all-reduced at node 3).
+    use crate::plan::min_limit::{min_memory_limit, min_memory_limit_held};
+    assert_eq!(min_memory_limit(&g.tensors, &g.nodes, 1), 8 * MB);
+    assert_eq!(
+        min_memory_limit_held(&g.tensors, &g.nodes, &lv, &fused, 1),
+        12 * MB
+    );
 }

@@ -109,10 +109,19 @@ pub struct RuntimeGraph {
 
 impl RuntimeGraph {
     /// The smallest memory limit the graph can run under in dynamic mode, swapping
-    /// (`plan/min_limit.rs`).
+    /// (`plan/min_limit.rs`; once finalized, counting what its collectives hold).
     pub fn min_memory_limit(&self) -> u64 {
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
-        crate::plan::min_limit::min_memory_limit(tensors, nodes, ALIGNMENT)
+        match self.graph.liveness() {
+            Some(lv) => crate::plan::min_limit::min_memory_limit_held(
+                tensors,
+                nodes,
+                lv,
+                self.graph.fused_groups(),
+                ALIGNMENT,
+            ),
+            None => crate::plan::min_limit::min_memory_limit(tensors, nodes, ALIGNMENT),
+        }
     }
 
     pub fn new(runtime: Arc<Runtime>) -> RuntimeGraph {

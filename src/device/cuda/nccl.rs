@@ -524,8 +524,8 @@ unsafe fn issue(
 }
 
 impl Shared {
-    /// Aborts under the lock: `ncclCommAbort`, then every stream with an outstanding group is
-    /// marked failed.
+    /// Aborts under the lock: every stream with a group not done yet is marked failed, then
+    /// `ncclCommAbort`.
     fn abort_locked(&self, st: &mut State, why: &str) {
         if st.aborted.is_none() {
             st.aborted = Some(format!("rank {} aborted: {why}", self.rank));
@@ -538,7 +538,13 @@ impl Shared {
             st.aborted.as_deref().unwrap_or(why)
         );
         for p in st.pending.drain(..) {
-            self.failures.mark(p.stream, &message);
+            // A group already done (the watchdog had not retired it yet) left nothing
+            // unfinished: its stream — the compute stream, for a replay's — is not failed.
+            // SAFETY: a live event of our context (current in every caller).
+            let done = unsafe { sys::cuEventQuery(p.event) } == sys::CUresult::CUDA_SUCCESS;
+            if !done {
+                self.failures.mark(p.stream, &message);
+            }
             st.spare.push(p.event);
         }
         if !st.comm.is_null() {

@@ -3,8 +3,8 @@
 //! swap counters are non-zero), and its weights after several steps are bit-identical, on every
 //! rank, to the same step run without a limit; the gradients are all-reduced (average, in
 //! place) in buckets of one and two, so fused blocks and single collectives both meet the swap
-//! plan.
-//! Nothing outlives a run, and nothing is left allocated once the graph and communicator go.
+//! plan. Nothing outlives a run, nothing is left allocated once the graph and communicator go,
+//! and a swapping run that took no fallback made exactly its program's dry-run pool calls.
 
 mod common;
 use common::*;
@@ -119,6 +119,10 @@ struct RankResult {
     weights: Vec<Vec<u32>>,
     swapped: (u64, u64),
     planned_swaps: bool,
+    /// Swapping runs after the first whose pool calls were compared with the program's dry
+    /// run (equal), and those that took the fallback (not compared).
+    compared: usize,
+    fell_back: usize,
 }
 
 /// Trains `STEPS` steps on `n` ranks with `limit` (0: none).
@@ -139,9 +143,25 @@ fn train(n: usize, limit: u64) -> Vec<RankResult> {
                         s.g.write(w, &bytes(&values(1000 + i))).unwrap();
                     }
                     let mut buf = vec![0u8; N * 4];
+                    s.g.record_pool_calls(true);
+                    let (mut compared, mut fell_back) = (0, 0);
                     for step in 0..STEPS {
                         s.g.run()
                             .unwrap_or_else(|e| panic!("rank {r} step {step}: {e}"));
+                        // From the second run on (the first may switch plans after it), a run
+                        // that took no fallback made exactly its program's pool calls.
+                        if step > 0 && s.g.swap_plan().is_some() {
+                            if s.g.last_run_fallbacks() == 0 {
+                                assert_eq!(
+                                    s.g.last_pool_calls().unwrap(),
+                                    &s.g.planned_pool_calls()[..],
+                                    "rank {r}, step {step}: the executor's pool calls differ from the dry run's"
+                                );
+                                compared += 1;
+                            } else {
+                                fell_back += 1;
+                            }
+                        }
                         assert_eq!(
                             rt.stats().unwrap().pool.allocated_bytes,
                             s.g.resident_bytes(),
@@ -172,6 +192,8 @@ fn train(n: usize, limit: u64) -> Vec<RankResult> {
                         weights,
                         swapped: (c.swap_out_bytes, c.swap_in_bytes),
                         planned_swaps,
+                        compared,
+                        fell_back,
                     }
                 })
             })
@@ -204,6 +226,7 @@ fn swapped_equals_unlimited(n: usize) {
     // their all-reduces hold from their producers to the SGD at the end), in whole 2 MiB
     // segments.
     let segment = 2 << 20;
+    let (mut runs_compared, mut runs_fell_back) = (0, 0);
     for limit in [ws * 2 / 3, ws / 2, least.next_multiple_of(segment)] {
         let limit = limit / segment * segment;
         assert!(
@@ -211,6 +234,10 @@ fn swapped_equals_unlimited(n: usize) {
             "limit {limit}, working set {ws}, least {least}"
         );
         let tight = train(n, limit);
+        let compared: usize = tight.iter().map(|t| t.compared).sum();
+        let fell_back: usize = tight.iter().map(|t| t.fell_back).sum();
+        runs_compared += compared;
+        runs_fell_back += fell_back;
         for r in 0..n {
             assert!(!free[r].planned_swaps && free[r].swapped == (0, 0));
             assert!(
@@ -234,6 +261,12 @@ fn swapped_equals_unlimited(n: usize) {
             }
         }
     }
+    // The executor and the dry run walk one program: some runs made exactly its pool calls
+    // (the rest took the fallback: copy-outs done at times the dry run cannot know).
+    assert!(
+        runs_compared > 0,
+        "no swapping run made its program's pool calls ({runs_fell_back} took the fallback)"
+    );
 }
 
 #[test]

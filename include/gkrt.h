@@ -56,6 +56,11 @@
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
+// The link rate the model assumes for a collective no run has timed, in GB/s of the bytes it
+// sends: PCIe-class, the slow end of what ranks meet over (NVLink is an order of magnitude
+// faster), so an unmeasured collective is not taken to hide behind compute that it may not.
+#define ASSUMED_COMM_GBPS 20.0
+
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   // The call succeeded.
@@ -168,7 +173,9 @@ typedef struct gkrt_graph_info {
   // The smallest `memory_limit` the graph can run under in dynamic mode, swapping (and
   // recomputing) everything a node does not use: the largest sum over the nodes of a node's
   // own inputs, outputs and workspaces (each rounded to 256; a tensor read twice counted
-  // once). Below it a node cannot run; graphs whose working set
+  // once), plus, with collectives, the tensors they hold on the device during that node
+  // (from their last use before the collective until it is waited for; a fused block whole).
+  // Below it a node cannot run; graphs whose working set
   // (`persistent_bytes + peak_transient_bytes`) exceeds the limit run slower, by copies.
   uint64_t min_memory_limit;
 } gkrt_graph_info;
@@ -639,11 +646,18 @@ GKRT_MUST_USE enum gkrt_status gkrt_comm_release(struct gkrt_comm *comm);
 // their results would interleave the ranks' tensors).
 //
 // The node runs on the runtime's communication stream after the nodes before it; later nodes
-// that touch neither its input nor its output run meanwhile. Graphs with collective nodes run
-// within their memory limit: a graph that would need to swap is GKRT_STATUS_UNSUPPORTED at
-// `gkrt_graph_finalize`. In planned mode the arena holds a collective's tensors until the
-// compute stream has waited for it, and the graph is not captured for replay (the capture of
-// the compute stream would not include the communication stream's work). A run that fails aborts the graph's
+// that touch neither its input nor its output run meanwhile. A graph with collective nodes that
+// exceeds its memory limit swaps like any other, but never a tensor a collective may still
+// touch: its inputs and outputs (a fused block whole) stay on the device from their last use
+// before the collective (their producer) until the compute stream has waited for it, and a
+// copy of them to the host follows the collective. In planned mode the arena holds a collective's tensors until the
+// compute stream has waited for it, and on CUDA the graph is captured for replay like any
+// planned graph (at its second run), the collectives included: the communication stream joins
+// the capture through the events that order it. Each replay is watched by the communicator as
+// one call: its timeout counts from the replay's launch and covers the whole replayed step
+// (its collectives cannot be told apart from its kernels), so it must exceed a step; past it the
+// communicator is aborted and the run fails with GKRT_STATUS_PEER_FAILED, and later runs of
+// the graph fail with GKRT_STATUS_PEER_FAILED at once. A run that fails aborts the graph's
 // communicators (the other ranks' runs fail with GKRT_STATUS_PEER_FAILED instead of waiting);
 // a run that fails because another rank did returns GKRT_STATUS_PEER_FAILED. The graph keeps
 // `comm` alive. On success `*node_out` (may be NULL) receives the node's index.

@@ -62,11 +62,16 @@
 #           torch's site-packages, or /usr/lib; a libnccl.so link to libnccl.so.2 is made in
 #           /tmp/gkrt-nccl and put on LD_LIBRARY_PATH, since cudarc does not try the name
 #           libnccl.so.2): every collective on one rank (two when a second GPU opens), two ranks on
-#           GPU 0 refused within the timeout; the Rust gpu_nccl_* tests (one rank's all-reduce
+#           GPU 0 refused within the timeout, int_collective_swap (one rank's data-parallel step
+#           at half its working set: swaps, bit-identical to the unlimited run); the Rust gpu_nccl_* tests (one rank's all-reduce
 #           with every operator, a join alone timing out, abort, a collective held past its
-#           timeout failing the stream's sync); then benches/collective_overhead.c (a graph's
-#           all-reduce node against raw ncclAllReduce through one communicator, 4 KiB..64 MiB:
-#           gkrt_us, raw_us, diff_us, ratio). NCCL_NVLS_ENABLE=0 is exported. Logs $OUT/nccl*.log.
+#           timeout failing the stream's sync, a planned graph with an all-reduce captured and
+#           replayed: gpu_nccl_planned_graph_captures_its_all_reduce); then
+#           benches/collective_overhead.c (a graph's all-reduce node against raw ncclAllReduce
+#           through one communicator, 4 KiB..64 MiB: gkrt_us, raw_us, diff_us, ratio; then the
+#           "planned (captured and replayed)" table: planned_us of the replayed graph against raw,
+#           and captures, which must be 1 per size). NCCL_NVLS_ENABLE=0 is exported. Logs
+#           $OUT/nccl*.log.
 #   dp      examples_c/data_parallel.c (built here): 4 threads on the host backend, then on CUDA
 #           with NCCL 1, 2 and all GPUs' processes (--rank R --nranks N --id-file, device = rank),
 #           and 2 threads on 2 GPUs. Each must exit 0, its last line "OK" (ranks bit-identical,
@@ -385,10 +390,10 @@ run_nccl() {
   local lib
   use_nccl || return 1
   echo "--- with $lib/libnccl.so.2" | tee -a "$log"
-  for t in api_comm int_collectives; do
+  for t in api_comm int_collectives int_collective_swap; do
     out=$(GKRT_DEVICE=cuda timeout 300 ".gpu/tests/$t" 2>&1); rc=$?
     echo "$out" >>"$log"
-    grep -E "^(api_comm|int_collectives): " <<<"$out" | grep -v 'NCCL missing' | cut -c1-300
+    grep -E "^(api_comm|int_collectives|int_collective_swap): " <<<"$out" | grep -v 'NCCL missing' | cut -c1-300
     if [ $rc -ne 0 ] || grep -q "NCCL missing" <<<"$out"; then
       echo "nccl: $t with libnccl: FAILED (exit $rc)"; ok=0
       tail -n 20 <<<"$out"

@@ -251,7 +251,9 @@ pub struct gkrt_graph_info {
     /// The smallest `memory_limit` the graph can run under in dynamic mode, swapping (and
     /// recomputing) everything a node does not use: the largest sum over the nodes of a node's
     /// own inputs, outputs and workspaces (each rounded to 256; a tensor read twice counted
-    /// once). Below it a node cannot run; graphs whose working set
+    /// once), plus, with collectives, the tensors they hold on the device during that node
+    /// (from their last use before the collective until it is waited for; a fused block whole).
+    /// Below it a node cannot run; graphs whose working set
     /// (`persistent_bytes + peak_transient_bytes`) exceeds the limit run slower, by copies.
     pub min_memory_limit: u64,
 }

@@ -53,6 +53,15 @@ pub trait Communicator: Send + Sync {
         calls: &[Collective],
         stream: StreamId,
     ) -> DeviceResult<()>;
+    /// A captured graph holding this communicator's calls was just launched on `stream` (of
+    /// `device`): watch it as one outstanding group, as `enqueue` watches what it queues — its
+    /// timeout clock starts now (or when the group before it completes) and covers the whole
+    /// replay, since its collectives cannot be told apart from the rest of the graph; past the
+    /// timeout, or on an asynchronous error, the communicator is aborted and `stream` fails
+    /// with `PeerFailed`. Backends without capture have nothing to watch.
+    fn watch_replay(&self, _device: &dyn Device, _stream: StreamId) -> DeviceResult<()> {
+        Ok(())
+    }
     /// Aborts the communicator for every rank (`ncclCommAbort`): calls waiting or queued on any
     /// rank fail with `PeerFailed` naming `why`; it cannot be used again.
     fn abort(&self, why: &str);

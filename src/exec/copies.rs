@@ -168,6 +168,11 @@ impl Executor<'_> {
         let ptr = self.mem[t as usize].leave_device(true);
         let copy_out = self.streams.copy_out;
         self.copy_stream_waits_compute(copy_out)?;
+        // A collective queued on the communication stream may still write or read it (the
+        // compute stream has not waited for it yet): the copy follows the collective.
+        if let Some(event) = self.comm_busy.get(t as usize).copied().flatten() {
+            self.device.stream_wait_event(copy_out, event)?;
+        }
         // The slot's previous contents may still be read by a copy-in.
         if let Some(prev) = self.mem[t as usize].event(true) {
             self.device.stream_wait_event(copy_out, prev)?;

@@ -165,6 +165,41 @@ impl Node {
         }
     }
 
+    /// A plan's test collective: an all-reduce (sum, f32) of `tensors` in place, over a
+    /// communicator the planners never call.
+    #[cfg(test)]
+    pub(crate) fn test_all_reduce(tensors: &[u32], name: String) -> Node {
+        struct Unused;
+        impl crate::device::comm::Communicator for Unused {
+            fn rank(&self) -> u32 {
+                0
+            }
+            fn nranks(&self) -> u32 {
+                1
+            }
+            fn enqueue(
+                &self,
+                _: &dyn crate::device::Device,
+                _: &[crate::kernels::collective::Collective],
+                _: crate::device::StreamId,
+            ) -> crate::device::DeviceResult<()> {
+                unreachable!("the planners queue nothing")
+            }
+            fn abort(&self, _: &str) {}
+            fn aborted(&self) -> Option<String> {
+                None
+            }
+        }
+        use crate::kernels::collective::{CollectiveKind, DType, ReduceOp};
+        let mut node = Node::test_callback(tensors, tensors, false, name);
+        node.kernel = Kernel::Collective {
+            kind: CollectiveKind::AllReduce(ReduceOp::Sum),
+            dtype: DType::F32,
+        };
+        node.comm = Some(collective::CommRef(std::sync::Arc::new(Unused)));
+        node
+    }
+
     /// "node 3 'attn.qkv' (built-in matmul)" — how every message names a node.
     pub fn describe(&self, index: u32) -> String {
         if self.name.is_empty() {

@@ -7,9 +7,14 @@
 //! tensors left, returns their blocks and takes them again largest first from exact-size
 //! segments) run every node. Pool rounding beyond the granule (segments, pages) is not counted:
 //! the pool takes exact-size segments when the budget is tight.
+//!
+//! With collectives (`min_memory_limit_held`), the tensors a collective or a fused block holds
+//! on the device at a node (`swap_holds.rs`: they cannot wait on the host) count at that node
+//! too, a fused block once, whole.
 
 use crate::graph::liveness::round_up;
-use crate::graph::{Node, Tensor};
+use crate::graph::{FusedGroup, Liveness, Node, Tensor};
+use crate::plan::swap_holds::CommHolds;
 
 /// Bytes node `node` needs on the device while it runs.
 pub fn node_own_bytes(tensors: &[Tensor], node: &Node, align: u64) -> u64 {
@@ -32,6 +37,47 @@ pub fn min_memory_limit(tensors: &[Tensor], nodes: &[Node], align: u64) -> u64 {
         .map(|n| node_own_bytes(tensors, n, align))
         .max()
         .unwrap_or(0)
+}
+
+/// `min_memory_limit` of a finalized graph whose collectives hold tensors on the device.
+pub fn min_memory_limit_held(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    fused: &[FusedGroup],
+    align: u64,
+) -> u64 {
+    let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
+    let held: Vec<u32> = (0..tensors.len() as u32)
+        .filter(|&t| holds.held(t))
+        .collect();
+    if held.is_empty() {
+        return min_memory_limit(tensors, nodes, align);
+    }
+    let mut largest = 0;
+    for (n, node) in nodes.iter().enumerate() {
+        let mut at_n = super::swap::node_tensors(node);
+        at_n.extend(
+            held.iter()
+                .copied()
+                .filter(|&t| holds.pinned_at(t, n as u32)),
+        );
+        at_n.sort_unstable();
+        at_n.dedup();
+        let mut blocks = vec![false; fused.len()];
+        let mut bytes: u64 = node.workspaces.iter().map(|&w| round_up(w, align)).sum();
+        for t in at_n {
+            match holds.block_of(t) {
+                Some(b) if !std::mem::replace(&mut blocks[b as usize], true) => {
+                    bytes += round_up(fused[b as usize].bytes, align)
+                }
+                Some(_) => {}
+                None => bytes += round_up(tensors[t as usize].size, align),
+            }
+        }
+        largest = largest.max(bytes);
+    }
+    largest
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 //! - free: `Free` (an intermediate after its last use), `FreeWorkspaces`;
 //! - collectives: `Collective` (queued on the communication stream after the compute stream's
 //!   work so far, its event recorded), `AwaitCollective` (the compute stream waits for that event
-//!   before the first node that touches the collective's tensors). A tensor freed while its
+//!   before the first node that touches the collective's tensors, or at the run's end). A tensor freed while its
 //!   collective may still run goes back to the pool pending on the collective's event: the pool
 //!   calls are the same, which is all the dry run compares.
 //!
@@ -99,7 +99,8 @@ pub enum Step {
     /// far, and record its event.
     Collective(u32),
     /// The compute stream waits for collective node `n`'s event: emitted before the first later
-    /// node that reads or writes one of its tensors (compute in between overlaps it).
+    /// node that reads or writes one of its tensors (compute in between overlaps it), or at the
+    /// run's end when none does.
     AwaitCollective(u32),
     /// Fused group `g`'s block goes back: its last member's last use has passed.
     FreeGroup(u32),
@@ -134,7 +135,9 @@ pub enum PoolCall {
 
 impl Program {
     /// Compiles a finalized graph's run: its liveness, its swap plan (if any) and its arena
-    /// layout (if planned; a planned graph has no swap plan).
+    /// layout (if planned; a planned graph has no swap plan). The tests' shorthand for a graph
+    /// without fused groups.
+    #[cfg(test)]
     pub fn compile(
         tensors: &[Tensor],
         nodes: &[Node],
@@ -145,8 +148,8 @@ impl Program {
         Self::compile_fused(tensors, nodes, lv, plan, layout, &[])
     }
 
-    /// `compile` for a graph with fused groups (dynamic mode without a swap plan: finalize
-    /// refuses collectives elsewhere).
+    /// `compile` for a graph with fused groups (dynamic mode; planned mode places them in the
+    /// arena).
     pub fn compile_fused(
         tensors: &[Tensor],
         nodes: &[Node],
@@ -155,7 +158,7 @@ impl Program {
         layout: Option<&ArenaLayout>,
         fused: &[FusedGroup],
     ) -> Program {
-        debug_assert!(fused.is_empty() || (plan.is_none() && layout.is_none()));
+        debug_assert!(fused.is_empty() || layout.is_none());
         // Per group: its block is taken; members whose last use has not passed yet.
         let mut started = vec![false; fused.len()];
         let mut alive: Vec<usize> = fused.iter().map(|g| g.members.len()).collect();
@@ -309,6 +312,12 @@ impl Program {
                     p.push(n32, Step::Free(t));
                 }
             }
+        }
+        // Collectives no later node waited for: the compute stream joins them before the run's
+        // end, so a copy home of their tensors follows them and a capture of the compute stream
+        // joins the communication stream back (its collectives are part of the replay).
+        for (c, _) in in_flight {
+            p.push(start, Step::AwaitCollective(c));
         }
         if let Some(plan) = plan {
             // The returns for the next run, then everything else persistent goes to the host.

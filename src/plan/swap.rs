@@ -19,15 +19,20 @@
 //! again right before that use. Its bytes never cross the link; the producer's inputs gain a use
 //! there (they are kept or brought back for it). Only the plan reruns nodes, and only those.
 //!
+//! Collectives (`swap_holds.rs`): a tensor a collective may still touch is pinned — never a
+//! victim — from its last use before the collective to the node that waits for it, and a fused
+//! group arrives, stays and leaves as one block.
+//!
 //! `check_with_pool` replays the pool calls of the plan's compiled step program through a dry run
 //! of the real pool, so a plan that fits on paper fits at run time; the runtime lowers the budget
 //! and replans when it does not.
 
 use crate::device::StreamId;
 use crate::graph::liveness::{round_up, NEVER};
-use crate::graph::{Liveness, Node, Tensor};
+use crate::graph::{FusedGroup, Liveness, Node, Tensor};
 use crate::memory::pool::Pool;
 use crate::plan::program::{PoolWalk, Program};
+use crate::plan::swap_holds::CommHolds;
 use std::collections::BTreeSet;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -95,6 +100,10 @@ struct Sim<'a> {
     dropped: Vec<bool>,
     /// Read by some planned recompute: must stay rebuildable-from, so never dropped itself.
     feeds_recompute: Vec<bool>,
+    /// What collectives and fused groups hold on the device (`swap_holds.rs`).
+    holds: &'a CommHolds,
+    /// Held by a collective or a fused block now: resident but never a victim (not indexed).
+    pinned: Vec<bool>,
 }
 
 impl Sim<'_> {
@@ -108,11 +117,13 @@ impl Sim<'_> {
         self.index(t, n);
     }
 
-    /// (Re)indexes resident `t` under its next use `n`.
+    /// (Re)indexes resident `t` under its next use `n` (a pinned one is not a candidate).
     fn index(&mut self, t: u32, n: u32) {
         let key = (n, self.host_valid[t as usize]);
         self.next_key[t as usize] = key;
-        self.by_next_use.insert((key.0, key.1, t));
+        if !self.pinned[t as usize] {
+            self.by_next_use.insert((key.0, key.1, t));
+        }
     }
 
     fn unindex(&mut self, t: u32) {
@@ -203,7 +214,9 @@ fn rebuild_chain(
         // Its workspaces would add to the memory the reader's node needs.
         && node.workspaces.is_empty()
         && writers.of[x as usize] == [p]
-        && !sim.feeds_recompute[x as usize];
+        && !sim.feeds_recompute[x as usize]
+        // A collective's tensor or a fused member is never rebuilt in a block of its own.
+        && !sim.holds.held(x);
     if !link {
         return false;
     }
@@ -318,7 +331,8 @@ fn recompute_source(
 
 /// Plans swaps for `budget` bytes of device memory: the policy that needs no measurement (see
 /// `Policy::default`). `candidates` gives the alternatives the runtime chooses among once a
-/// run has been timed.
+/// run has been timed. The tests' shorthand for a graph without fused groups.
+#[cfg(test)]
 pub fn plan_swaps(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -326,7 +340,20 @@ pub fn plan_swaps(
     budget: u64,
     align: u64,
 ) -> SwapPlan {
-    plan_with(tensors, nodes, lv, budget, align, Policy::default())
+    plan_swaps_fused(tensors, nodes, lv, &[], budget, align)
+}
+
+/// `plan_swaps` for a graph whose collectives have fused groups `fused`.
+pub fn plan_swaps_fused(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    fused: &[FusedGroup],
+    budget: u64,
+    align: u64,
+) -> SwapPlan {
+    let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
+    plan_with_holds(tensors, nodes, lv, &holds, budget, align, Policy::default())
 }
 
 /// The knobs of the planning policy. Which setting is best depends on how long nodes take
@@ -372,10 +399,24 @@ const BOUNDARY_ROUNDS: usize = 4;
 /// The tensors the first nodes of a run read are kept across runs (`Policy::linger` off).
 const KEEP_FIRST_NODES: u32 = 2;
 
+#[cfg(test)]
 fn plan_with(
     tensors: &[Tensor],
     nodes: &[Node],
     lv: &Liveness,
+    budget: u64,
+    align: u64,
+    policy: Policy,
+) -> SwapPlan {
+    let holds = CommHolds::new(tensors.len(), nodes, lv, &[]);
+    plan_with_holds(tensors, nodes, lv, &holds, budget, align, policy)
+}
+
+fn plan_with_holds(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    holds: &CommHolds,
     budget: u64,
     align: u64,
     policy: Policy,
@@ -386,7 +427,11 @@ fn plan_with(
         .max()
         .unwrap_or(0);
     let slack = policy.slack_tensors * largest;
-    let sim = |keep: &[u32]| simulate(tensors, nodes, lv, budget, align, keep, policy, slack);
+    let sim = |keep: &[u32]| {
+        simulate(
+            tensors, nodes, lv, holds, budget, align, keep, policy, slack,
+        )
+    };
     let (cold, end_state) = sim(&[]);
     let mut best = cold;
     let consider = |plan: SwapPlan, best: &mut SwapPlan| {
@@ -457,7 +502,9 @@ fn plan_with(
     best
 }
 
-/// The plans of every policy for `budget`, the default first, distinct ones only.
+/// The plans of every policy for `budget`, the default first, distinct ones only (a graph
+/// without fused groups: the tests' shorthand for `candidates_fused`).
+#[cfg(test)]
 pub fn candidates(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -465,6 +512,19 @@ pub fn candidates(
     budget: u64,
     align: u64,
 ) -> Vec<(Policy, SwapPlan)> {
+    candidates_fused(tensors, nodes, lv, &[], budget, align)
+}
+
+/// `candidates` for a graph whose collectives have fused groups `fused`.
+pub fn candidates_fused(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    fused: &[FusedGroup],
+    budget: u64,
+    align: u64,
+) -> Vec<(Policy, SwapPlan)> {
+    let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
     let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
     let knobs = [(false, false), (false, true), (true, false)];
     let default = Policy::default();
@@ -478,7 +538,7 @@ pub fn candidates(
                     kept_wait,
                     recompute,
                 };
-                let plan = plan_with(tensors, nodes, lv, budget, align, policy);
+                let plan = plan_with_holds(tensors, nodes, lv, &holds, budget, align, policy);
                 if !out.iter().any(|(_, p)| *p == plan) {
                     out.push((policy, plan));
                 }
@@ -495,6 +555,7 @@ fn simulate(
     tensors: &[Tensor],
     nodes: &[Node],
     lv: &Liveness,
+    holds: &CommHolds,
     budget: u64,
     align: u64,
     keep: &[u32],
@@ -518,6 +579,8 @@ fn simulate(
         extra_uses: vec![Vec::new(); tensors.len()],
         dropped: vec![false; tensors.len()],
         feeds_recompute: vec![false; tensors.len()],
+        holds,
+        pinned: vec![false; tensors.len()],
     };
     let mut plan = SwapPlan {
         budget,
@@ -538,8 +601,22 @@ fn simulate(
     // (node that needs it, tensor, node after which it left)
     let mut returns: Vec<(u32, u32, i64)> = Vec::new();
 
+    let n_nodes32 = n_nodes as u32;
+    // The key a resident tensor is indexed under after node `n`: its next use, or for a
+    // persistent one with none left in this run, its first use in the next.
+    let key_after = |sim: &Sim, t: u32, n: u32| match sim.next_use_after(lv, t, n) {
+        NEVER if tensors[t as usize].kind.persists() => {
+            n_nodes32 + lv.uses[t as usize].first().copied().unwrap_or(0)
+        }
+        next => next,
+    };
     for (n, node) in nodes.iter().enumerate() {
         let n32 = n as u32;
+        // Collectives' tensors and fused blocks stay from here on (`swap_holds.rs`).
+        for &t in &holds.pin_starts[n] {
+            sim.pinned[t as usize] = true;
+            sim.unindex(t);
+        }
         // The node's tensors, and those of the recomputes planned before it: the rebuilt
         // tensors and their producers' inputs (read here), plus the producers' workspaces.
         let mut touched = node_tensors(node);
@@ -555,6 +632,10 @@ fn simulate(
                 .iter()
                 .map(|&w| round_up(w, align))
                 .sum::<u64>();
+        }
+        // A fused block arrives whole at the first producer of any member.
+        for &b in &holds.blocks_at[n] {
+            touched.extend(holds.blocks[b as usize].members.iter().copied());
         }
         touched.sort_unstable();
         touched.dedup();
@@ -642,6 +723,8 @@ fn simulate(
                 }
                 continue;
             }
+            // Not before a collective that touched it has been waited for.
+            let last = last.map(|l| holds.leave_after(victim, l, n_nodes32).unwrap_or(l));
             match last {
                 Some(last) => plan.swap_out_after[last as usize].push(victim),
                 None => plan.leave_at_start.push(victim),
@@ -682,6 +765,12 @@ fn simulate(
         for &t in &touched {
             sim.unindex(t);
             let tensor = &tensors[t as usize];
+            if holds.block_of(t).is_some() {
+                // A fused member leaves with its block (below).
+                let key = key_after(&sim, t, n32);
+                sim.index(t, key);
+                continue;
+            }
             if plan.recompute_before[n].contains(&t)
                 && lv.last_use[t as usize].is_none_or(|l| l < n32)
             {
@@ -704,7 +793,11 @@ fn simulate(
                     sim.index(t, n_nodes as u32 + first);
                 } else {
                     if tensor.kind.persists() {
-                        plan.swap_out_after[n].push(t);
+                        // (After the collective that touched it completes; at the run's end
+                        // the sends home copy it.)
+                        if let Some(k) = holds.leave_after(t, n32, n_nodes32) {
+                            plan.swap_out_after[k as usize].push(t);
+                        }
                         if !sim.host_valid[t as usize] {
                             plan.bytes_out += sim.size(t);
                             sim.host_valid[t as usize] = true;
@@ -717,6 +810,21 @@ fn simulate(
             } else {
                 let next = sim.next_use_after(lv, t, n32);
                 sim.index(t, next);
+            }
+        }
+        for &b in &holds.blocks_end[n] {
+            for &m in &holds.blocks[b as usize].members {
+                if sim.resident[m as usize] {
+                    sim.leave(m);
+                    sim.left_after[m as usize] = n as i64;
+                }
+            }
+        }
+        for &t in &holds.pin_ends[n] {
+            sim.pinned[t as usize] = false;
+            if sim.resident[t as usize] {
+                let key = key_after(&sim, t, n32);
+                sim.index(t, key);
             }
         }
     }
@@ -734,11 +842,15 @@ fn simulate(
         }
         let last = lv.last_use[t as usize].expect("a resident tensor was used");
         sim.leave(t);
-        plan.swap_out_after[last as usize].push(t);
         if !sim.host_valid[t as usize] {
             plan.bytes_out += sim.size(t);
             sim.host_valid[t as usize] = true;
         }
+        // At the run's end (`None`) the sends home copy it.
+        let Some(last) = holds.leave_after(t, last, n_nodes32) else {
+            continue;
+        };
+        plan.swap_out_after[last as usize].push(t);
         sim.left_after[t as usize] = last as i64;
         let size = sim.size(t);
         for u in &mut sim.usage[last as usize + 1..n_nodes] {

@@ -4,18 +4,44 @@
 //! fragmentation). The host queues far ahead of the device, so a pending block is never seen
 //! complete while a run is being queued: that is what the executor meets on a GPU.
 //!
+//! Collectives run on a fourth stream, the communication stream: a collective starts when the
+//! compute work queued before it is done (and the stream's previous collective), takes its
+//! measured time (`cost_ms`, timed on the communication stream in the first run) or, where
+//! none was measured (0), its bytes over an assumed [`ASSUMED_COMM_GBPS`]; the compute stream
+//! waits for it only at `AwaitCollective`, and a copy-out of a tensor it touched starts after
+//! it. A tensor freed while its collective may run is pending on it, like a copy-out's block.
+//! A fused group is one block, taken whole at its first producer.
+//!
 //! The runtime uses it to choose among candidate plans once a first run has measured the
 //! nodes and the link (`RuntimeGraph::tune_swap_plan`); the figures are estimates to compare
 //! plans by, not measurements.
 
+use crate::graph::fused::fused_slot;
 use crate::graph::liveness::round_up;
 use crate::graph::{Node, Tensor};
 use crate::plan::program::{Program, Step};
 
+/// The link rate the model assumes for a collective no run has timed, in GB/s of the bytes it
+/// sends: PCIe-class, the slow end of what ranks meet over (NVLink is an order of magnitude
+/// faster), so an unmeasured collective is not taken to hide behind compute that it may not.
+pub const ASSUMED_COMM_GBPS: f64 = 20.0;
+
+/// A collective's time on the communication stream: measured, else its bytes over
+/// `ASSUMED_COMM_GBPS`.
+fn collective_ms(tensors: &[Tensor], node: &Node, measured_ms: f64) -> f64 {
+    if measured_ms > 0.0 {
+        return measured_ms;
+    }
+    let sum = |ts: &[u32]| ts.iter().map(|&t| tensors[t as usize].size).sum::<u64>();
+    let bytes = sum(&node.inputs).max(sum(&node.outputs));
+    bytes as f64 / (ASSUMED_COMM_GBPS * 1e6)
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Estimate {
-    /// Per node: when its kernel starts on the compute stream, and how long compute had waited
-    /// on copies since the previous node.
+    /// Per queued node, in order: when its kernel starts on the compute stream (a collective:
+    /// on the communication stream), and how long compute had waited on copies since the
+    /// previous kernel (0 for a collective).
     pub starts: Vec<(f64, f64)>,
     pub step_ms: f64,
     pub compute_ms: f64,
@@ -69,6 +95,13 @@ pub fn estimate(
         compute: 0.0,
     };
     let (mut copy_in, mut copy_out) = (0.0f64, 0.0f64);
+    // The communication stream's clock; per node, when its collective ends; per tensor, when
+    // the last collective touching it ends.
+    let mut comm = 0.0f64;
+    let mut comm_done = vec![0.0f64; nodes.len()];
+    let mut comm_busy = vec![0.0f64; tensors.len()];
+    let mut group_held = vec![false; program.fused.len()];
+    let group_size = |g: usize| round_up(program.fused[g].bytes, align);
     for &t in &program.keep {
         at[t as usize] = Where::Device;
         m.allocated += size(t);
@@ -110,7 +143,7 @@ pub fn estimate(
                 if node == n_nodes && i >= start_len {
                     // End of run: the copies home run after the last node.
                     if !host_valid[t as usize] {
-                        copy_out = copy_out.max(m.compute) + ms_out(s);
+                        copy_out = copy_out.max(m.compute).max(comm_busy[t as usize]) + ms_out(s);
                         m.e.bytes_out += s;
                         host_valid[t as usize] = true;
                     }
@@ -118,7 +151,7 @@ pub fn estimate(
                 }
                 m.allocated -= s;
                 if !host_valid[t as usize] {
-                    let start = copy_out.max(m.compute);
+                    let start = copy_out.max(m.compute).max(comm_busy[t as usize]);
                     copy_out = start + ms_out(s);
                     out_done[t as usize] = copy_out;
                     m.pending.push(Pending {
@@ -176,7 +209,15 @@ pub fn estimate(
             }
             Step::Alloc { node: n, .. } => {
                 for &t in &nodes[n as usize].outputs {
-                    if at[t as usize] == Where::Host {
+                    if let Some((g, _)) = fused_slot(&program.fused, t) {
+                        // The whole block, at the first producer of any member.
+                        if !std::mem::replace(&mut group_held[g as usize], true) {
+                            m.output(group_size(g as usize));
+                            for &member in &program.fused[g as usize].members {
+                                at[member as usize] = Where::Device;
+                            }
+                        }
+                    } else if at[t as usize] == Where::Host {
                         m.output(size(t));
                         at[t as usize] = Where::Device;
                     }
@@ -190,15 +231,33 @@ pub fn estimate(
                 m.compute += cost_ms[n as usize];
                 m.e.compute_ms += cost_ms[n as usize];
             }
-            // Graphs with collectives never swap (finalize refuses them), so the model never
-            // meets these.
-            Step::FreeWorkspaces(_)
-            | Step::Collective(_)
-            | Step::AwaitCollective(_)
-            | Step::FreeGroup(_) => {}
+            Step::FreeWorkspaces(_) => {}
+            Step::Collective(n) => {
+                let node = &nodes[n as usize];
+                let start = comm.max(m.compute);
+                m.e.starts.push((start, 0.0));
+                comm = start + collective_ms(tensors, node, cost_ms[n as usize]);
+                comm_done[n as usize] = comm;
+                for &t in node.inputs.iter().chain(&node.outputs) {
+                    comm_busy[t as usize] = comm;
+                }
+            }
+            Step::AwaitCollective(n) => m.wait(comm_done[n as usize]),
+            Step::FreeGroup(g) => {
+                if std::mem::take(&mut group_held[g as usize]) {
+                    let members = &program.fused[g as usize].members;
+                    let busy = members
+                        .iter()
+                        .map(|&t| comm_busy[t as usize])
+                        .fold(0.0, f64::max);
+                    m.release(group_size(g as usize), busy);
+                }
+            }
             Step::Free(t) => {
-                if at[t as usize] != Where::Host {
-                    m.allocated -= size(t);
+                if fused_slot(&program.fused, t).is_some() {
+                    at[t as usize] = Where::Host; // its block goes back at `FreeGroup`
+                } else if at[t as usize] != Where::Host {
+                    m.release(size(t), comm_busy[t as usize]);
                     at[t as usize] = Where::Host;
                 }
             }
@@ -210,7 +269,7 @@ pub fn estimate(
             }
         }
     }
-    m.e.step_ms = m.compute.max(copy_in).max(copy_out);
+    m.e.step_ms = m.compute.max(copy_in).max(copy_out).max(comm);
     m.e
 }
 
@@ -273,6 +332,15 @@ impl Model {
             Some(0.0)
         } else {
             None
+        }
+    }
+
+    /// `bytes` go back to the pool: at once, or pending until `busy` (a collective that may
+    /// still touch them) when that is later than the compute stream's clock.
+    fn release(&mut self, bytes: u64, busy: f64) {
+        self.allocated -= bytes;
+        if busy > self.compute {
+            self.pending.push(Pending { bytes, done: busy });
         }
     }
 
@@ -418,6 +486,49 @@ mod tests {
         // a, then b and y (sent home at the end: [4, 5], [5, 6]).
         assert_eq!((e.bytes_out, e.bytes_in), (3 * MB, 0));
         assert!((e.step_ms - 6.0).abs() < 1e-9, "{}", e.step_ms);
+    }
+
+    /// A collective runs on the communication stream: compute that does not read its tensors
+    /// overlaps it, the node that does waits for it, and a copy-out of its tensor starts after
+    /// it. Unmeasured, it takes its bytes over the assumed rate.
+    #[test]
+    fn estimate_runs_collectives_on_the_communication_stream() {
+        let mut c = Chain::default();
+        let x = c.tensor(MB, TensorKind::Input, "x".into());
+        let g = c.tensor(MB, TensorKind::Intermediate, "g".into());
+        let h = c.tensor(MB, TensorKind::Output, "h".into());
+        let y = c.tensor(MB, TensorKind::Output, "y".into());
+        c.node(&[x], g, 1.0); // 0
+        c.nodes
+            .push(Node::test_all_reduce(&[g], "all-reduce".into())); // 1
+        c.cost.push(5.0);
+        c.node(&[x], h, 1.0); // 2: overlaps the all-reduce
+        c.node(&[g], y, 1.0); // 3: waits for it
+        let lv = Liveness::analyse(&c.tensors, &c.nodes, 1);
+        // x stays on the device across runs.
+        let mut plan = empty_plan(4, 10 * MB);
+        plan.keep.push(x);
+        let e = estimate_plan(&c.tensors, &c.nodes, &lv, &plan, &c.cost, SLOW, 1);
+        // Node 0 [0, 1]; the all-reduce [1, 6] beside node 2 [1, 2]; node 3 waits until 6
+        // and runs [6, 7]; h and y go home over [7, 9] (h's copy waits for the last node: the
+        // sends home come after the run).
+        let want = vec![(0.0, 0.0), (1.0, 0.0), (1.0, 0.0), (6.0, 4.0)];
+        assert_eq!(e.starts, want);
+        assert!((e.step_ms - 9.0).abs() < 1e-9, "{}", e.step_ms);
+
+        // g copied out after the all-reduce node and back before node 3: the copy-out waits
+        // for the all-reduce's end (6), the return for the copy-out (7), node 3 for the return.
+        let mut moved = plan.clone();
+        moved.swap_out_after[1].push(g);
+        moved.prefetch_before[3].push(g);
+        let e = estimate_plan(&c.tensors, &c.nodes, &lv, &moved, &c.cost, SLOW, 1);
+        assert_eq!(e.starts[3], (8.0, 6.0));
+
+        // Unmeasured: 20 MB over the assumed 20 GB/s is 1 ms.
+        let big = c.tensor(20 * MB, TensorKind::Intermediate, "big".into());
+        let node = Node::test_all_reduce(&[big], String::new());
+        assert!((collective_ms(&c.tensors, &node, 0.0) - 1.0).abs() < 1e-9);
+        assert_eq!(collective_ms(&c.tensors, &node, 2.5), 2.5);
     }
 
     /// The graph of benches/swap_chain.c: Linear+ReLU layers, forward and (optionally) backward.

@@ -23,6 +23,17 @@
 //! [`StreamFailures`], which `stream_synchronize` reports as `PeerFailed`: a run interrupted by
 //! an abort fails instead of returning garbage. Calls after an abort fail with `PeerFailed`.
 //!
+//! **Capture.** A group queued on a stream being captured (a planned graph's CUDA-graph
+//! capture: the communication stream joins the compute stream's capture through the events that
+//! order it) is part of the graph and runs in each replay, not now, so it is not watched then.
+//! The runtime calls `watch_replay` after launching a replay: one outstanding group per
+//! communicator on the compute stream, whose clock starts at the launch and covers the whole
+//! replayed step — its collectives cannot be told apart from its kernels — so, as for queued
+//! groups, the timeout must exceed a step. Past it (or on an asynchronous error) the
+//! communicator is aborted, which makes the replay's NCCL kernels return; the compute stream is
+//! marked failed, so the run fails with `PeerFailed`; later replays are refused with
+//! `PeerFailed` (their captured calls name the aborted communicator).
+//!
 //! **Registration.** Every communicator registers the device's live segments and mapped pages
 //! with `ncclCommRegister` (through the device's [`Registrations`]: those alive when it is made,
 //! and each one allocated later) and deregisters each (`ncclCommDeregister`) before the device
@@ -513,8 +524,8 @@ unsafe fn issue(
 }
 
 impl Shared {
-    /// Aborts under the lock: `ncclCommAbort`, then every stream with an outstanding group is
-    /// marked failed.
+    /// Aborts under the lock: every stream with a group not done yet is marked failed, then
+    /// `ncclCommAbort`.
     fn abort_locked(&self, st: &mut State, why: &str) {
         if st.aborted.is_none() {
             st.aborted = Some(format!("rank {} aborted: {why}", self.rank));
@@ -527,7 +538,13 @@ impl Shared {
             st.aborted.as_deref().unwrap_or(why)
         );
         for p in st.pending.drain(..) {
-            self.failures.mark(p.stream, &message);
+            // A group already done (the watchdog had not retired it yet) left nothing
+            // unfinished: its stream — the compute stream, for a replay's — is not failed.
+            // SAFETY: a live event of our context (current in every caller).
+            let done = unsafe { sys::cuEventQuery(p.event) } == sys::CUresult::CUDA_SUCCESS;
+            if !done {
+                self.failures.mark(p.stream, &message);
+            }
             st.spare.push(p.event);
         }
         if !st.comm.is_null() {
@@ -591,6 +608,23 @@ impl Shared {
             self.abort_locked(&mut st, &e.to_string());
             return Err(e);
         }
+        // Queued inside a stream capture, the group does not run now: it runs in each replay,
+        // which the runtime hands to `watch_replay`. (An event recorded here would be part of
+        // the capture, never complete on its own, and time out.)
+        let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: a live stream of this context; querying is allowed while it captures.
+        super::handles::check("cuStreamIsCapturing", unsafe {
+            sys::cuStreamIsCapturing(stream, &mut capture)
+        })?;
+        if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Ok(());
+        }
+        self.watch_locked(&mut st, stream)
+    }
+
+    /// Records an event on `stream` after the work queued so far and watches it as an
+    /// outstanding group (under the state lock, our context current).
+    fn watch_locked(&self, st: &mut State, stream: sys::CUstream) -> DeviceResult<()> {
         let event = match st.spare.pop() {
             Some(e) => e,
             None => {
@@ -677,6 +711,19 @@ impl Communicator for NcclComm {
 
     fn nranks(&self) -> u32 {
         self.shared.nranks
+    }
+
+    fn watch_replay(&self, device: &dyn Device, stream: StreamId) -> DeviceResult<()> {
+        let native = device.native_stream(stream)? as sys::CUstream;
+        let shared = &self.shared;
+        let _current = Current::push(shared.ctx)?;
+        let mut st = lock(&shared.state);
+        if let Some(why) = &st.aborted {
+            return Err(DeviceError::PeerFailed(format!(
+                "communicator aborted: {why}"
+            )));
+        }
+        shared.watch_locked(&mut st, native)
     }
 
     fn enqueue(

@@ -51,6 +51,7 @@ pub(super) const DRIVER_SYMBOLS: &[&str] = &[
     "cuStreamWaitEvent",
     "cuStreamBeginCapture_v2",
     "cuStreamEndCapture",
+    "cuStreamIsCapturing",
     "cuEventCreate",
     "cuEventDestroy_v2",
     "cuEventRecord",

@@ -401,6 +401,11 @@ impl Member {
                 }
                 return Ok(true);
             }
+            // A rank that aborted (a mismatch it found) and then left: its reason, not only
+            // that it left (which rank wakes first is a race).
+            if let Some(why) = &st.aborted {
+                return Err(format!("communicator aborted: {why}"));
+            }
             match (0..n as usize).find(|&k| posts[k].is_none() && st.departed[k]) {
                 Some(k) => Err(format!(
                     "rank {me} waits in collective #{round} for rank {k}, which has left the communicator"

@@ -72,6 +72,19 @@ impl RuntimeGraph {
         Ok(())
     }
 
+    /// The graph's communicators, each once.
+    pub(super) fn communicators(
+        &self,
+    ) -> Vec<std::sync::Arc<dyn crate::device::comm::Communicator>> {
+        let mut out: Vec<std::sync::Arc<dyn crate::device::comm::Communicator>> = Vec::new();
+        for comm in self.graph.nodes().iter().filter_map(|n| n.comm.as_ref()) {
+            if !out.iter().any(|c| std::sync::Arc::ptr_eq(c, &comm.0)) {
+                out.push(std::sync::Arc::clone(&comm.0));
+            }
+        }
+        out
+    }
+
     /// After a failed run: every communicator of the graph is aborted, so that ranks waiting
     /// for this one's collectives fail with `PeerFailed` instead of waiting for their timeout.
     pub(super) fn abort_communicators(&self, why: &Error) {
@@ -160,5 +173,108 @@ mod tests {
                 "node 2's output {ra:?} overlaps the collective's tensor {r:?}"
             );
         }
+    }
+
+    /// On CUDA with NCCL (one rank): a planned graph with an out-of-place all-reduce (average)
+    /// between kernels is captured at its second run and replayed after, the replay including
+    /// the collective: every run computes on the input written before it (a replay that skipped
+    /// the collective would leave the output of the last non-replayed run). After an abort of
+    /// its communicator a replay is refused with PeerFailed instead of running NCCL kernels of
+    /// a freed communicator.
+    #[test]
+    #[ignore = "needs a CUDA GPU and libnccl"]
+    fn gpu_nccl_planned_graph_captures_its_all_reduce() {
+        use crate::runtime::{Error, MemoryMode};
+        let rt = Runtime::new(Config {
+            device: DeviceChoice::Cuda,
+            memory_mode: MemoryMode::Planned,
+            ..Config::default()
+        })
+        .unwrap();
+        let id = rt.comm_unique_id().unwrap();
+        let comm = Comm::init_rank(Arc::clone(&rt), &id, 0, 1, 20_000).unwrap();
+        const N: usize = 4096;
+        let mut g = RuntimeGraph::new(Arc::clone(&rt));
+        let t = |g: &mut RuntimeGraph, kind| g.add_tensor((N * 4) as u64, kind, "").unwrap();
+        let x = t(&mut g, TensorKind::Input);
+        let (h, s, a) = (
+            t(&mut g, TensorKind::Intermediate),
+            t(&mut g, TensorKind::Intermediate),
+            t(&mut g, TensorKind::Intermediate),
+        );
+        let (y, z) = (t(&mut g, TensorKind::Output), t(&mut g, TensorKind::Output));
+        let b = |k| Kernel::Builtin(k);
+        g.graph
+            .add_node(
+                b(BuiltinKind::Scale),
+                &[x],
+                &[h],
+                &[],
+                DIMS,
+                &2.0f32.to_ne_bytes(),
+            )
+            .unwrap();
+        g.add_collective(
+            &comm,
+            CollectiveKind::AllReduce(ReduceOp::Avg),
+            DType::F32,
+            &[h],
+            &[s],
+        )
+        .unwrap();
+        // Overlaps the collective.
+        g.graph
+            .add_node(b(BuiltinKind::Relu), &[x], &[a], &[], DIMS, &[])
+            .unwrap();
+        g.graph
+            .add_node(b(BuiltinKind::Copy), &[a], &[z], &[], DIMS, &[])
+            .unwrap();
+        g.graph
+            .add_node(
+                b(BuiltinKind::Scale),
+                &[s],
+                &[y],
+                &[],
+                DIMS,
+                &3.0f32.to_ne_bytes(),
+            )
+            .unwrap();
+        g.finalize().unwrap();
+        assert!(g.is_planned());
+        let runs = 6;
+        for run in 0..runs {
+            let input: Vec<f32> = (0..N)
+                .map(|i| (i % 97) as f32 * 0.5 - 20.0 + run as f32)
+                .collect();
+            let raw: Vec<u8> = input.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            g.write(x, &raw).unwrap();
+            g.run().unwrap();
+            let mut out = vec![0u8; N * 4];
+            let read = |g: &mut RuntimeGraph, t, out: &mut Vec<u8>| -> Vec<f32> {
+                g.read(t, out).unwrap();
+                out.chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+                    .collect()
+            };
+            let (got_y, got_z) = (read(&mut g, y, &mut out), read(&mut g, z, &mut out));
+            for i in 0..N {
+                // One rank: the average is the input (2x, exactly).
+                assert_eq!(got_y[i], input[i] * 2.0 * 3.0, "run {run}, y[{i}]");
+                assert_eq!(got_z[i], input[i].max(0.0), "run {run}, z[{i}]");
+            }
+        }
+        // The first run is the ordinary one; the second captures and replays; the rest replay.
+        assert_eq!(
+            g.replays(),
+            runs - 1,
+            "the planned graph with an all-reduce was not replayed"
+        );
+        comm.abort("the test aborts it");
+        match g.run() {
+            Err(Error::PeerFailed(m)) => assert!(m.contains("aborted"), "{m}"),
+            other => panic!("a replay after an abort: {other:?}"),
+        }
+        drop(g);
+        drop(comm);
     }
 }

@@ -4,7 +4,7 @@ use super::{Replay, RuntimeGraph};
 use crate::kernels::Kernel;
 use crate::plan::plan_graph_arena;
 use crate::plan::program::Program;
-use crate::plan::swap::{candidates, check_with_pool, plan_swaps, Policy, SwapPlan};
+use crate::plan::swap::{candidates_fused, check_with_pool, plan_swaps_fused, Policy, SwapPlan};
 use crate::runtime::{Error, MemoryMode, Result, ALIGNMENT};
 use std::sync::Arc;
 
@@ -73,13 +73,6 @@ impl RuntimeGraph {
         let lv = self.graph.finalize(ALIGNMENT)?;
         let (persistent, peak) = (lv.persistent_bytes, lv.peak_transient_bytes);
         let collectives = self.graph.has_collectives();
-        if collectives && persistent + peak > limit {
-            return Err(Error::Unsupported(format!(
-                "the graph needs {} bytes, more than the memory limit of {limit}, and swapping \
-                 around collective nodes is not supported yet",
-                persistent + peak
-            )));
-        }
         if collectives {
             self.make_collective_events()?;
         }
@@ -120,13 +113,9 @@ impl RuntimeGraph {
                  so a replayed capture would skip them"
             );
             self.replay = Replay::Off;
-        } else if collectives {
-            log::info!(
-                "planned graph not captured for replay: its collectives run on the communication \
-                 stream, which a capture of the compute stream does not include"
-            );
-            self.replay = Replay::Off;
         }
+        // (Collectives are captured too: the events ordering the communication stream after the
+        // compute stream, and the compute stream's waits for them, bring it into the capture.)
         self.recompile();
         Ok(())
     }
@@ -138,11 +127,14 @@ impl RuntimeGraph {
         let st = rt.lock_for_call()?;
         let lv = self.graph.liveness().expect("finalized");
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        // Collectives' tensors and fused blocks stay on the device while a collective may
+        // touch them (`plan::swap_holds`).
+        let fused = self.graph.fused_groups();
         let available = limit.saturating_sub(st.pool.stats().allocated_bytes);
         let mut budget = available;
-        let mut plan = plan_swaps(tensors, nodes, lv, budget, ALIGNMENT);
+        let mut plan = plan_swaps_fused(tensors, nodes, lv, fused, budget, ALIGNMENT);
         let check = |plan: &SwapPlan| {
-            let program = Program::compile(tensors, nodes, lv, Some(plan), None);
+            let program = Program::compile_fused(tensors, nodes, lv, Some(plan), None, fused);
             check_with_pool(tensors, nodes, &program, &st.pool, rt.compute)
         };
         for _ in 0..8 {
@@ -151,7 +143,7 @@ impl RuntimeGraph {
                 Err(node) => {
                     log::debug!("swap plan for {budget} bytes fails the pool's dry run at node {node}; replanning");
                     budget -= budget / 16;
-                    plan = plan_swaps(tensors, nodes, lv, budget, ALIGNMENT);
+                    plan = plan_swaps_fused(tensors, nodes, lv, fused, budget, ALIGNMENT);
                 }
             }
         }
@@ -177,7 +169,7 @@ impl RuntimeGraph {
             plan.bytes_out,
             plan.bytes_in
         );
-        let mut candidates = candidates(tensors, nodes, lv, plan.budget, ALIGNMENT);
+        let mut candidates = candidates_fused(tensors, nodes, lv, fused, plan.budget, ALIGNMENT);
         candidates.retain(|(_, p)| {
             *p == plan
                 || (p.infeasible_nodes.len() <= plan.infeasible_nodes.len() && check(p).is_ok())

@@ -84,6 +84,8 @@ pub struct RuntimeGraph {
     last_fallbacks: u64,
     /// Captured replays dropped because a bound address changed (`binding.rs`).
     captures_dropped: u64,
+    /// Launches of a captured replay (`run.rs`).
+    replays: u64,
     /// A run (of either kind) was queued at least once: a wait means something.
     ever_run: bool,
     /// The ranks agreed on the graph's collective sequence (`digest.rs`, at the first run).
@@ -107,10 +109,19 @@ pub struct RuntimeGraph {
 
 impl RuntimeGraph {
     /// The smallest memory limit the graph can run under in dynamic mode, swapping
-    /// (`plan/min_limit.rs`).
+    /// (`plan/min_limit.rs`; once finalized, counting what its collectives hold).
     pub fn min_memory_limit(&self) -> u64 {
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
-        crate::plan::min_limit::min_memory_limit(tensors, nodes, ALIGNMENT)
+        match self.graph.liveness() {
+            Some(lv) => crate::plan::min_limit::min_memory_limit_held(
+                tensors,
+                nodes,
+                lv,
+                self.graph.fused_groups(),
+                ALIGNMENT,
+            ),
+            None => crate::plan::min_limit::min_memory_limit(tensors, nodes, ALIGNMENT),
+        }
     }
 
     pub fn new(runtime: Arc<Runtime>) -> RuntimeGraph {
@@ -130,6 +141,7 @@ impl RuntimeGraph {
             pool_calls: None,
             last_fallbacks: 0,
             captures_dropped: 0,
+            replays: 0,
             ever_run: false,
             digest_checked: false,
             bucket_bytes: (
@@ -176,6 +188,12 @@ impl RuntimeGraph {
             .map(|(_, t)| crate::graph::liveness::round_up(t.size, ALIGNMENT))
             .sum::<u64>()
             + crate::graph::liveness::round_up(arena, ALIGNMENT)
+    }
+
+    /// How many runs replayed a captured CUDA graph (a planned graph's second run captures and
+    /// replays; later runs replay). 0 on backends without capture.
+    pub fn replays(&self) -> u64 {
+        self.replays
     }
 
     /// The swap plan, when the graph's working set exceeds the budget.

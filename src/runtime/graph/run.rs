@@ -120,9 +120,7 @@ impl RuntimeGraph {
                     nodes: self.graph.nodes().len() as u64,
                     ..Default::default()
                 };
-                rt.device
-                    .launch_graph(exec_graph, rt.compute)
-                    .map_err(Error::from)
+                self.launch_replay(rt, exec_graph)
             }
             _ => {
                 let r;
@@ -134,10 +132,10 @@ impl RuntimeGraph {
             match (rt.device.end_capture(rt.compute), &queued) {
                 (Ok(exec_graph), Ok(())) => {
                     self.replay = Replay::Captured(exec_graph);
-                    queued = rt
-                        .device
-                        .launch_graph(exec_graph, rt.compute)
-                        .map_err(Error::from);
+                    if self.graph.has_collectives() {
+                        log::info!("planned graph captured for replay with its collectives");
+                    }
+                    queued = self.launch_replay(rt, exec_graph);
                 }
                 (Ok(exec_graph), Err(_)) => {
                     let _ = rt.device.destroy_graph(exec_graph);
@@ -281,6 +279,36 @@ impl RuntimeGraph {
         );
         let r = what(&mut exec, &self.graph);
         (r, exec.counters)
+    }
+}
+
+impl RuntimeGraph {
+    /// Launches the captured replay on the compute stream. With collectives: refused with
+    /// `PeerFailed` once a communicator was aborted (the capture's calls name it), and each
+    /// communicator watches the replay as one outstanding group (its timeout covers the whole
+    /// replayed step; see `device/cuda/nccl.rs`).
+    fn launch_replay(
+        &mut self,
+        rt: &Runtime,
+        exec_graph: crate::device::GraphExecId,
+    ) -> Result<()> {
+        // (Only graphs with collectives have events for them: others skip the node scan.)
+        let comms = if self.collective_events.is_empty() {
+            Vec::new()
+        } else {
+            self.communicators()
+        };
+        if let Some(why) = comms.iter().find_map(|c| c.aborted()) {
+            return Err(Error::PeerFailed(format!(
+                "the replayed graph's communicator was aborted: {why}"
+            )));
+        }
+        rt.device.launch_graph(exec_graph, rt.compute)?;
+        self.replays += 1;
+        for c in &comms {
+            c.watch_replay(rt.device(), rt.compute)?;
+        }
+        Ok(())
     }
 }
 

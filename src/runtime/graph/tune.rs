@@ -40,7 +40,18 @@ impl RuntimeGraph {
         let Some(pairs) = self.profile.nodes.get(..nodes.len()) else {
             return; // not every node was timed
         };
-        let cost: std::result::Result<Vec<f64>, _> = pairs.iter().map(|&p| timed(p)).collect();
+        // (A node absorbed into a later collective's bucket never runs: it costs nothing.)
+        let cost: std::result::Result<Vec<f64>, _> = pairs
+            .iter()
+            .zip(nodes)
+            .map(|(&p, node)| {
+                if node.is_absorbed() {
+                    Ok(0.0)
+                } else {
+                    timed(p)
+                }
+            })
+            .collect();
         let mut moved = [(0u64, 0.0f64); 2]; // (bytes, ms): out, in
         let mut copies_ok = true;
         for &(a, b, bytes, incoming, _) in &self.profile.copies {
@@ -68,7 +79,8 @@ impl RuntimeGraph {
         let estimates: Vec<_> = candidates
             .iter()
             .map(|(_, p)| {
-                let program = Program::compile(tensors, nodes, lv, Some(p), None);
+                let fused = self.graph.fused_groups();
+                let program = Program::compile_fused(tensors, nodes, lv, Some(p), None, fused);
                 estimate(tensors, nodes, &program, &cost, link, ALIGNMENT)
             })
             .collect();

@@ -203,3 +203,78 @@ impl RunProfile {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::host::{HostDevice, HostOptions};
+
+    fn device() -> HostDevice {
+        HostDevice::new(HostOptions {
+            jitter_us: 0,
+            seed: 1,
+            total_memory: 0,
+        })
+    }
+
+    #[test]
+    fn neighbouring_nodes_share_a_stamp_unless_a_wait_came_between() {
+        let d = device();
+        let s = d.create_stream().unwrap();
+        let mut p = RunProfile::default();
+        for run in 0..2 {
+            p.reset();
+            // Node 0: a fresh start; node 1 starts at node 0's end.
+            let a = p.start_stamp(&d, s).unwrap();
+            let b = p.stamp(&d, s).unwrap();
+            p.set_node(0, a, b);
+            assert_eq!(
+                p.here(),
+                Anchor::Stamp(b),
+                "a change now happens at node 0's end"
+            );
+            let c = p.start_stamp(&d, s).unwrap();
+            assert_eq!(c, b);
+            let e = p.stamp(&d, s).unwrap();
+            p.set_node(1, c, e);
+            // A wait: node 2 gets a start of its own, and changes made now come after the wait.
+            p.compute_queued();
+            assert_eq!(p.here(), Anchor::Stamp(e + 1));
+            let f = p.start_stamp(&d, s).unwrap();
+            assert_eq!(f, e + 1);
+            let g = p.stamp(&d, s).unwrap();
+            p.set_node(2, f, g);
+            assert_eq!(
+                p.stamps().len(),
+                5,
+                "run {run}: five events for three nodes and a wait"
+            );
+            assert_eq!(p.nodes[1].0, p.nodes[0].1);
+            assert_ne!(p.nodes[2].0, p.nodes[1].1);
+        }
+        d.stream_synchronize(s).unwrap();
+        // The second run recorded the first run's events again: none was created for it.
+        assert_eq!(p.events().count(), 5);
+        for e in p.events().collect::<Vec<_>>() {
+            d.destroy_event(e).unwrap();
+        }
+    }
+
+    #[test]
+    fn memory_is_sampled_only_when_it_changed() {
+        let mut p = RunProfile::default();
+        p.sample(Anchor::Stamp(0), 10, 20, 0, 0);
+        p.sample(Anchor::Stamp(1), 10, 20, 0, 0); // unchanged: not recorded
+        p.sample(Anchor::Stamp(2), 30, 40, 0, 0);
+        p.sample(Anchor::Stamp(2), 50, 60, 0, 5); // same anchor: supersedes
+        let got: Vec<(Anchor, u64, u64)> = p
+            .memory
+            .iter()
+            .map(|m| (m.at, m.allocated, m.pending))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(Anchor::Stamp(0), 10, 0), (Anchor::Stamp(2), 50, 5)]
+        );
+    }
+}

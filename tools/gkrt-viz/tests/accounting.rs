@@ -213,6 +213,19 @@ fn compute_slices_account_for_each_runs_measured_interval() {
     assert_eq!(report.lines().count(), 3, "{report}");
     assert!(report.contains("10 slices, 0 outside"), "{report}");
     let t = Trace::parse(&json).unwrap();
+    // One event per node boundary: within a run, each node starts where the previous one ended
+    // (nothing else is queued on the compute stream between them).
+    let nodes: Vec<_> = t.slices.iter().filter(|s| s.track == 1).collect();
+    // (Equal to the JSON's rounding: ts and dur are each written to the nanosecond.)
+    let shared = nodes
+        .windows(2)
+        .filter(|w| (w[1].start - w[0].end).abs() < 1e-5)
+        .count();
+    assert_eq!(
+        shared,
+        3 * 9,
+        "nodes sharing a boundary with the previous one"
+    );
     let cov = t.compute_coverage(0.01);
     assert_eq!(cov.len(), 3);
     for c in &cov {

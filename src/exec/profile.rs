@@ -3,10 +3,11 @@
 //! change, the fallback's evictions, and every change of a tensor's residency.
 //!
 //! Kept cheap on the hot path (the trace's overhead goal is 2% of a step):
-//! - the compute stream gets **one event per node boundary**: a node starts at the event that
-//!   ended the previous node (or recompute) when nothing else was queued on the compute stream
-//!   in between; a wait on a copy or a collective in between gets its own event, so a node's
-//!   slice never contains a wait. Copies keep a pair each: every copy is preceded by its
+//! - in a traced run the compute stream gets **one event per node boundary**: a node starts at
+//!   the event that ended the previous node (or recompute) when nothing else was queued on the
+//!   compute stream in between; after a wait on a copy or a collective the next node gets a
+//!   start event of its own, so a node's slice never contains a wait. (Runs profiled only for
+//!   the swap tuning record a start per node: `share_boundaries`.) Copies keep a pair each: every copy is preceded by its
 //!   stream's wait for the compute stream, which must not count as the copy.
 //! - every event comes from pools owned here, created on first use and recycled by every later
 //!   profiled run (`reset`); nothing is created once the pools have grown to the run's size.
@@ -67,6 +68,11 @@ pub struct RunProfile {
     stamps_used: usize,
     /// True while nothing has been queued on the compute stream since the last stamp.
     compute_at_stamp: bool,
+    /// Whether a node may start at the previous node's end stamp (traced runs). Runs profiled
+    /// only for the swap tuning give every node a start stamp of its own, recorded just before
+    /// its launch, so the host's work between launches (pinned slots taken at a first run)
+    /// never counts in the node costs the tuner compares.
+    share_boundaries: bool,
     spare_pairs: Vec<(EventId, EventId)>,
     /// Pairs lent to collectives this run (returned by `reset`).
     lent_pairs: Vec<(EventId, EventId)>,
@@ -116,10 +122,15 @@ impl RunProfile {
         Ok(i as u32)
     }
 
-    /// Where work queued now on the compute stream starts: the last stamp when nothing was
-    /// queued after it, else a new one.
+    /// Traced runs share node boundaries; other profiled runs do not (see the field).
+    pub fn share_boundaries(&mut self, share: bool) {
+        self.share_boundaries = share;
+    }
+
+    /// Where work queued now on the compute stream starts: the last stamp when boundaries are
+    /// shared and nothing was queued after it, else a new one.
     pub(super) fn start_stamp(&mut self, device: &dyn Device, stream: StreamId) -> Result<u32> {
-        if self.compute_at_stamp && self.stamps_used > 0 {
+        if self.share_boundaries && self.compute_at_stamp && self.stamps_used > 0 {
             return Ok(self.stamps_used as u32 - 1);
         }
         self.stamp(device, stream)
@@ -222,6 +233,7 @@ mod tests {
         let d = device();
         let s = d.create_stream().unwrap();
         let mut p = RunProfile::default();
+        p.share_boundaries(true);
         for run in 0..2 {
             p.reset();
             // Node 0: a fresh start; node 1 starts at node 0's end.
@@ -255,6 +267,14 @@ mod tests {
         d.stream_synchronize(s).unwrap();
         // The second run recorded the first run's events again: none was created for it.
         assert_eq!(p.events().count(), 5);
+        // Not shared (a run profiled for the tuning): a start stamp per node.
+        p.share_boundaries(false);
+        p.reset();
+        let a = p.start_stamp(&d, s).unwrap();
+        let b = p.stamp(&d, s).unwrap();
+        assert_ne!(p.start_stamp(&d, s).unwrap(), b);
+        assert_eq!(a, 0);
+        d.stream_synchronize(s).unwrap();
         for e in p.events().collect::<Vec<_>>() {
             d.destroy_event(e).unwrap();
         }

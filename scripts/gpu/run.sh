@@ -35,8 +35,9 @@
 #           and traced/untraced, goal <= 1.02), the last traced step's Chrome trace in
 #           $OUT/traces/*.json (open in ui.perfetto.dev) and its picture by .gpu/bin/gkrt-viz in
 #           $OUT/traces/*.svg (the README's picture); gkrt-viz prints per trace "compute slices
-#           cover F of the measured call (U of W ms ...)" (slice union / the run's host interval)
-#           and the stacked memory's peak against the allocated bytes' peak (it must not exceed it)
+#           cover F of the measured call (U of W ms ...)" (slice union / the run's host interval,
+#           inside the step swap_chain measured for that trace: "of a step measured X ms") and the
+#           stacked memory's peak against the allocated bytes' peak (it must not exceed it)
 #   snapshot  memory snapshots: benches/history_cost (ns per recorded history event, goal <= 100),
 #           then benches/swap_chain with SWAP_SNAPSHOT (each swapping configuration's snapshot,
 #           history on, in $OUT/snapshots/) checked and drawn by torch.cuda._memory_viz

@@ -72,7 +72,11 @@ int main(void) {
     CHECK(strncmp(json, "{\"displayTimeUnit\"", 18) == 0);
     CHECK_EQ_U64((uint64_t)count(json, "\"name\":\"node 0 'first_relu'"), 2);
     CHECK_EQ_U64((uint64_t)count(json, "\"name\":\"node 1 'then_copy'"), 2);
-    CHECK_EQ_U64((uint64_t)count(json, "\"name\":\"allocated bytes\""), 4);
+    /* Counters are sampled where they change (before a node, at a run's end): at least once a
+     * run, at most three times a run. */
+    int samples = count(json, "\"name\":\"allocated bytes\"");
+    CHECK(samples >= 2 && samples <= 6);
+    CHECK_EQ_U64((uint64_t)count(json, "\"name\":\"gkrt_run\""), 2);
     CHECK(count(json, "\"runs\":2") == 1);
     free(json);
   }

@@ -82,8 +82,18 @@ class TraceTest(unittest.TestCase):
             for e in events:
                 if e["ph"] == "C":
                     counters.setdefault(e["name"], []).append(e["args"]["bytes"])
-            self.assertEqual(set(counters), {"allocated bytes", "reserved bytes", "pinned bytes"})
-            self.assertEqual(len(counters["allocated bytes"]), 3 * 9)
+            self.assertEqual(set(counters), {"allocated bytes", "reserved bytes", "pinned bytes",
+                                             "pending free bytes"})
+            # Sampled where they change (before a node, at a run's end): at least once a run,
+            # at most at every node and every run's end.
+            self.assertGreaterEqual(len(counters["allocated bytes"]), 3)
+            self.assertLessEqual(len(counters["allocated bytes"]), 3 * 10)
+            # Each run's host interval and its residency records.
+            runs = [e["args"] for e in events if e["ph"] == "M" and e["name"] == "gkrt_run"]
+            self.assertEqual(len(runs), 3)
+            for r, first in zip(runs, nodes[::9]):
+                self.assertLessEqual(r["began"], first["ts"])
+                self.assertGreater(len(r["changes"]), 0)
             # Three tensors are live at the add nodes.
             self.assertGreaterEqual(max(counters["allocated bytes"]), 3 * K)
             self.assertTrue(all(a <= r for a, r in zip(counters["allocated bytes"],

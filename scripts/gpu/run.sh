@@ -37,10 +37,15 @@
 #           (8) steps each, every run's timeline summarised (scripts/gpu/timeline.py); logs and
 #           ratios (limited step / unconstrained step) in $OUT/gpt2swap/ (GPT2_DTYPE=bf16: in bf16,
 #           into $OUT/gpt2swap_bf16/)
-#   trace   traces of runs: benches/swap_chain with SWAP_TRACE (per swapping configuration, steps
-#           alternating untraced / traced: the medians and traced/untraced, goal <= 1.02), the
-#           last traced step's Chrome trace in $OUT/traces/*.json (open in ui.perfetto.dev) and
-#           its picture by .gpu/bin/gkrt-viz in $OUT/traces/*.svg (the README's picture)
+#   trace   traces of runs: first benches/trace_cost (the tracer's own cost per node on a chain of
+#           256 tiny nodes, CUDA then host: "tracing adds N ns per node"), then benches/swap_chain
+#           with SWAP_TRACE (per configuration, steps alternating untraced / traced: the medians
+#           and traced/untraced, goal <= 1.02), the last traced step's Chrome trace in
+#           $OUT/traces/*.json (open in ui.perfetto.dev) and its picture by .gpu/bin/gkrt-viz in
+#           $OUT/traces/*.svg (the README's picture); gkrt-viz prints per trace "compute slices
+#           cover F of the measured call (U of W ms ...)" (slice union / the run's host interval,
+#           inside the step swap_chain measured for that trace: "of a step measured X ms") and the
+#           stacked memory's peak against the allocated bytes' peak (it must not exceed it)
 #   snapshot  memory snapshots: benches/history_cost (ns per recorded history event, goal <= 100),
 #           then benches/swap_chain with SWAP_SNAPSHOT (each swapping configuration's snapshot,
 #           history on, in $OUT/snapshots/) checked and drawn by torch.cuda._memory_viz
@@ -517,10 +522,15 @@ run_trace() {
   mkdir -p "$b" "$OUT/traces"
   cc -O2 benches/swap_chain.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt -L"$CUDA_HOME/lib64" -lcublas \
     -L"$CUDA_HOME/lib64/stubs" -lcuda -o "$b/swap_chain" || return
+  cc -O2 benches/trace_cost.c -Iinclude -L.gpu/lib -lgkrt -o "$b/trace_cost" || return
+  for dev in cuda host; do
+    GKRT_DEVICE=$dev "$b/trace_cost" 256 20 9 2>&1 | tee -a "$OUT/trace_cost.log"
+  done
   SWAP_TRACE="$OUT/traces" LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" 8192 8192 16 5 2>&1 |
     grep -v '^\[gkrt INFO\] gkrt runtime' | tee "$OUT/trace_swap.log"
   for j in "$OUT"/traces/*.json; do
-    [ -f "$j" ] && .gpu/bin/gkrt-viz "$j" "${j%.json}.svg" && echo "drawn: ${j%.json}.svg ($(wc -c <"${j%.json}.svg") bytes)"
+    [ -f "$j" ] && echo "$(basename "$j"):" && .gpu/bin/gkrt-viz "$j" "${j%.json}.svg" &&
+      echo "drawn: ${j%.json}.svg ($(wc -c <"${j%.json}.svg") bytes)"
   done 2>&1 | tee -a "$OUT/trace_swap.log"
 }
 

@@ -14,6 +14,7 @@ mod async_run;
 mod binding;
 mod boundary;
 mod comm;
+mod config_layout;
 mod eager;
 mod graph;
 mod handles;

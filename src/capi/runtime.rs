@@ -1,6 +1,7 @@
 //! C API: version, configuration, runtimes, statistics.
 
 use super::boundary::guard;
+use super::config_layout::ConfigLayout;
 use super::handles::{self, Object};
 use super::sized::{self, CONFIG_V1_BYTES, STATS_V1_BYTES};
 use super::types::*;
@@ -66,7 +67,7 @@ unsafe fn config_init(config: *mut gkrt_config, size: usize) -> Result<(), Error
     if config.is_null() {
         return Err(Error::InvalidArgument("config is NULL".into()));
     }
-    let value = default_config();
+    let value = ConfigLayout::new(default_config());
     // SAFETY: forwarded to the caller.
     unsafe {
         sized::write_sized(
@@ -83,7 +84,7 @@ unsafe fn config_init(config: *mut gkrt_config, size: usize) -> Result<(), Error
 fn default_config() -> gkrt_config {
     let d = Config::default();
     gkrt_config {
-        struct_size: std::mem::size_of::<gkrt_config>() as u64,
+        struct_size: std::mem::size_of::<ConfigLayout>() as u64,
         device: d.device as u32,
         device_ordinal: d.device_ordinal,
         memory_limit: d.memory_limit,
@@ -174,11 +175,11 @@ pub unsafe extern "C" fn gkrt_runtime_create(
                     config as *const u8,
                     size,
                     CONFIG_V1_BYTES,
-                    default_config(),
+                    ConfigLayout::new(default_config()),
                     "gkrt_config",
                 )
             }?;
-            config_from_c(&c)?
+            config_from_c(&c.effective())?
         };
         crate::runtime::init_logging(config.log_level);
         let rt = Runtime::new(config)?;

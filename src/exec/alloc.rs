@@ -129,13 +129,17 @@ impl Executor<'_> {
                         };
                         match e.buf {
                             Buf::Workspace { index, .. } => self.workspaces[index as usize] = ptr,
-                            Buf::Tensor(t) => self.mem[t as usize].placed(ptr),
+                            Buf::Tensor(t) => {
+                                self.mem[t as usize].placed(ptr);
+                                self.note_residency(t, true);
+                            }
                             Buf::Group(g) => {
                                 // Every member has its slot from now on; its producer writes
                                 // straight into it.
                                 let group = &program.fused[g as usize];
                                 for (&m, &offset) in group.members.iter().zip(&group.offsets) {
                                     self.mem[m as usize].placed(ptr + offset);
+                                    self.note_residency(m, true);
                                 }
                                 self.group_blocks[g as usize] = Some(ptr);
                             }

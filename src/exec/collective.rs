@@ -45,7 +45,7 @@ impl Executor<'_> {
         // A profiled run times the call on the communication stream (the trace's
         // communication track).
         let timing = match self.profile.as_deref_mut() {
-            Some(p) => Some(p.node_pair(self.device, n as usize)?),
+            Some(p) => Some(p.collective_pair(self.device, n as usize)?),
             None => None,
         };
         if let Some((start, _)) = timing {
@@ -70,6 +70,9 @@ impl Executor<'_> {
             return Err(Error::Internal(format!("collective node {n} has no event")));
         };
         self.device.stream_wait_event(self.streams.compute, event)?;
+        if let Some(p) = self.profile.as_deref_mut() {
+            p.compute_queued();
+        }
         let node = &graph.nodes()[n as usize];
         for &t in node.inputs.iter().chain(&node.outputs) {
             if self.comm_busy.get(t as usize) == Some(&Some(event)) {

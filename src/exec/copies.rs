@@ -1,7 +1,7 @@
 //! Swap copies: moving a tensor between its device block and its pinned host slot, ordered by
 //! events only (no host waits, no whole-device synchronisation).
 
-use super::Executor;
+use super::{Anchor, Executor};
 use crate::device::{EventId, StreamId};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
@@ -135,6 +135,7 @@ impl Executor<'_> {
         let event = self.event_of(t, true)?;
         self.device.record_event(event, copy_in)?;
         self.mem[t as usize].copying_in(ptr);
+        self.note_copy_residency(t, true);
         self.counters.bytes_in += tensor.size;
         self.counters.tensors_in += 1;
         Ok(true)
@@ -146,6 +147,7 @@ impl Executor<'_> {
         let tensor = &graph.tensors()[t as usize];
         if self.mem[t as usize].host_valid() {
             let ptr = self.mem[t as usize].leave_device(false);
+            self.note_residency(t, false);
             self.free_block(Buf::Tensor(t), ptr);
             return Ok(());
         }
@@ -186,6 +188,7 @@ impl Executor<'_> {
         self.copy_timing_end(timing, copy_out, (tensor.size, t), false)?;
         let event = self.event_of(t, false)?;
         self.device.record_event(event, copy_out)?;
+        self.note_copy_residency(t, false);
         if let Some(trace) = self.trace.as_deref_mut() {
             trace.push(PoolCall::Free {
                 buf: Buf::Tensor(t),
@@ -221,6 +224,9 @@ impl Executor<'_> {
         }
         let (start, end) = self.stall_pairs[i];
         self.counters.stall_pairs_used += 1;
+        if let Some(p) = self.profile.as_deref_mut() {
+            p.compute_queued();
+        }
         self.device.record_event(start, compute)?;
         self.device.stream_wait_event(compute, event)?;
         self.device.record_event(end, compute)?;
@@ -232,7 +238,7 @@ impl Executor<'_> {
         let Some(profile) = self.profile.as_deref_mut() else {
             return Ok(None);
         };
-        let pair = profile.copy_pair(self.device)?;
+        let pair = profile.pair(self.device)?;
         self.device.record_event(pair.0, stream)?;
         Ok(Some(pair))
     }
@@ -249,6 +255,22 @@ impl Executor<'_> {
             profile.copies.push((start, end, bytes, incoming, tensor));
         }
         Ok(())
+    }
+
+    /// Profiled runs: `t` arrives on the device as the copy just queued starts (`on`), or
+    /// leaves it as that copy ends.
+    fn note_copy_residency(&mut self, t: u32, on: bool) {
+        if let Some(p) = self.profile.as_deref_mut() {
+            let Some(i) = p.copies.len().checked_sub(1) else {
+                return;
+            };
+            let at = if on {
+                Anchor::CopyStart(i as u32)
+            } else {
+                Anchor::CopyEnd(i as u32)
+            };
+            p.residency.push((t, at, on));
+        }
     }
 
     fn copy_stream_waits_compute(&mut self, copy: StreamId) -> Result<()> {

@@ -1,72 +1,12 @@
 //! Queuing a node's kernel on the compute stream (built-in, device function or host callback),
-//! and the timing events of a profiled run.
+//! timed in a profiled run (`profile.rs`).
 
 use super::Executor;
-use crate::device::{Buffer, Device, EventId};
+use crate::device::Buffer;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Node};
 use crate::kernels::{CallbackArgs, CallbackBuffer, HostCallback, Kernel};
 use std::ffi::c_void;
-
-/// Timing events of one profiled run (the first run of a swapping graph, or any run while the
-/// runtime traces): a pair around each node's kernel on the compute stream, around each swap
-/// copy on its stream and around each recompute; and, for traces, the pool's bytes after each
-/// node was queued and the fallback's evictions. Events are created on first use and reused by
-/// later profiled runs.
-#[derive(Default, Debug)]
-pub struct RunProfile {
-    pub nodes: Vec<(EventId, EventId)>,
-    /// (start, end, bytes, host to device, tensor)
-    pub copies: Vec<(EventId, EventId, u64, bool, u32)>,
-    /// (start, end, node run again, tensor rebuilt)
-    pub recomputes: Vec<(EventId, EventId, u32, u32)>,
-    /// After node `n` was queued: (n, allocated, reserved, pinned reserved) bytes.
-    pub memory: Vec<(u32, u64, u64, u64)>,
-    /// (node being made room for, tensor evicted by the fallback)
-    pub evictions: Vec<(u32, u32)>,
-    spare_copy_events: Vec<(EventId, EventId)>,
-}
-
-impl RunProfile {
-    /// Every event it holds, for destruction.
-    pub fn events(&self) -> impl Iterator<Item = EventId> + '_ {
-        self.nodes
-            .iter()
-            .copied()
-            .chain(self.copies.iter().map(|&(a, b, ..)| (a, b)))
-            .chain(self.recomputes.iter().map(|&(a, b, ..)| (a, b)))
-            .chain(self.spare_copy_events.iter().copied())
-            .flat_map(|(a, b)| [a, b])
-    }
-
-    pub(super) fn reset(&mut self) {
-        let used = self.copies.drain(..).map(|(a, b, ..)| (a, b));
-        self.spare_copy_events.extend(used);
-        let used = self.recomputes.drain(..).map(|(a, b, ..)| (a, b));
-        self.spare_copy_events.extend(used);
-        self.memory.clear();
-        self.evictions.clear();
-    }
-
-    pub(super) fn node_pair(
-        &mut self,
-        device: &dyn Device,
-        n: usize,
-    ) -> Result<(EventId, EventId)> {
-        while self.nodes.len() <= n {
-            self.nodes
-                .push((device.create_event()?, device.create_event()?));
-        }
-        Ok(self.nodes[n])
-    }
-
-    pub(super) fn copy_pair(&mut self, device: &dyn Device) -> Result<(EventId, EventId)> {
-        match self.spare_copy_events.pop() {
-            Some(pair) => Ok(pair),
-            None => Ok((device.create_event()?, device.create_event()?)),
-        }
-    }
-}
 
 impl Executor<'_> {
     /// Queues node `n`'s kernel on the compute stream (timed when the run is profiled and
@@ -98,14 +38,12 @@ impl Executor<'_> {
         let n_in = node.inputs.len();
         let n_out = node.outputs.len();
         let stream = self.streams.compute;
-        let timing = match self.profile.as_deref_mut() {
-            Some(p) if timed => Some(p.node_pair(self.device, n)?),
-            Some(p) => Some(p.copy_pair(self.device)?),
+        // The bytes this launch starts with (its allocations made, the last node's frees done).
+        self.sample_memory();
+        let start = match self.profile.as_deref_mut() {
+            Some(p) => Some(p.start_stamp(self.device, stream)?),
             None => None,
         };
-        if let Some((start, _)) = timing {
-            self.device.record_event(start, stream)?;
-        }
         match &node.kernel {
             Kernel::Builtin(_) => {
                 let op = node.builtin.expect("validated at add_kernel");
@@ -147,31 +85,41 @@ impl Executor<'_> {
                     .map_err(|e| Error::CallbackFailed(e.to_string()))?;
             }
         }
-        if let Some((start, end)) = timing {
-            self.device.record_event(end, stream)?;
-            if !timed {
+        if let (Some(start), Some(p)) = (start, self.profile.as_deref_mut()) {
+            let end = p.stamp(self.device, stream)?;
+            if timed {
+                p.set_node(n, start, end);
+            } else {
                 let rebuilt = node.outputs.first().copied().unwrap_or(u32::MAX);
-                if let Some(p) = self.profile.as_deref_mut() {
-                    p.recomputes.push((start, end, n as u32, rebuilt));
-                }
+                p.recomputes.push((start, end, n as u32, rebuilt));
             }
-        }
-        if timed {
-            self.sample_memory(n as u32);
         }
         Ok(())
     }
 
-    /// Profiled runs: the pool's bytes now (after node `n` was queued), for traces.
-    fn sample_memory(&mut self, n: u32) {
+    /// Profiled runs: the pool's bytes now, where the compute stream has got to (recorded only
+    /// when they changed). Taken before each launch (its allocations made, the previous
+    /// node's frees done) and at the run's end.
+    pub(super) fn sample_memory(&mut self) {
         if let Some(p) = self.profile.as_deref_mut() {
             let (pool, pinned) = (self.pool.stats(), self.pinned.stats());
-            p.memory.push((
-                n,
+            let pending = self.pool.pending_free_bytes();
+            let at = p.here();
+            p.sample(
+                at,
                 pool.allocated_bytes,
                 pool.reserved_bytes,
                 pinned.reserved_bytes,
-            ));
+                pending,
+            );
+        }
+    }
+
+    /// Profiled runs: tensor `t` is on the device from now on (`on`), or no more.
+    pub(super) fn note_residency(&mut self, t: u32, on: bool) {
+        if let Some(p) = self.profile.as_deref_mut() {
+            let at = p.here();
+            p.residency.push((t, at, on));
         }
     }
 

@@ -19,6 +19,7 @@ mod collective;
 mod copies;
 mod eager;
 mod launch;
+mod profile;
 mod store;
 
 use crate::device::{DevPtr, Device, EventId, StreamId};
@@ -30,7 +31,7 @@ use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
 
 pub use eager::{launch_eager, EagerKernel};
-pub use launch::RunProfile;
+pub use profile::{Anchor, RunProfile};
 pub use store::{StoreAccess, TensorStore};
 
 /// The streams of a runtime and the event used to mark progress on the compute stream.
@@ -128,8 +129,15 @@ impl<'a> Executor<'a> {
         mut profile: Option<&'a mut RunProfile>,
         trace: Option<&'a mut Vec<PoolCall>>,
     ) -> Self {
+        let (arena, labels) = (target.store.arena(), target.store.label_base());
+        let mem = target.store.mem_mut();
         if let Some(p) = profile.as_deref_mut() {
             p.reset();
+            let resident = mem
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.on_device() && !m.is_bound());
+            p.resident_at_start.extend(resident.map(|(t, _)| t as u32));
         }
         Executor {
             device: target.device,
@@ -137,9 +145,9 @@ impl<'a> Executor<'a> {
             pool: target.pool,
             pinned: target.pinned,
             program: target.program,
-            arena: target.store.arena(),
-            labels: target.store.label_base(),
-            mem: target.store.mem_mut(),
+            arena,
+            labels,
+            mem,
             stall_pairs: target.stall_pairs,
             profile,
             trace,
@@ -173,6 +181,8 @@ impl<'a> Executor<'a> {
         if result.is_err() {
             self.release_after_failure(graph);
         }
+        // The bytes the run ends with (after its last frees and sends home).
+        self.sample_memory();
         result
     }
 
@@ -348,6 +358,9 @@ impl<'a> Executor<'a> {
         let m = &mut self.mem[t as usize];
         let (copied_in, copied_out) = (m.event(true), m.event(false));
         let (device, host) = m.discard();
+        if device.is_some() {
+            self.note_residency(t, false);
+        }
         // (Only intermediates are discarded: in planned mode they live in the arena; a fused
         // member's block is its group's, returned by `free_group`.)
         let member = crate::graph::fused::fused_slot(&self.program.fused, t).is_some();

@@ -72,6 +72,8 @@ pub struct RuntimeGraph {
     swap_candidates: Vec<(Policy, SwapPlan)>,
     /// Timing events of that run.
     profile: RunProfile,
+    /// Its tensors' and nodes' names for traces, made at its first traced run.
+    trace_names: Option<Arc<super::trace::GraphNames>>,
     /// The plan was chosen (by the timed run, or by `use_swap_policy`).
     swap_chosen: bool,
     replay: Replay,
@@ -134,6 +136,7 @@ impl RuntimeGraph {
             swap: None,
             swap_candidates: Vec::new(),
             profile: RunProfile::default(),
+            trace_names: None,
             swap_chosen: false,
             replay: Replay::NotYet,
             successful_runs: 0,

@@ -249,6 +249,7 @@ impl RuntimeGraph {
             || self.swap.is_some()
                 && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
                     || crate::runtime::env::swap_timeline().is_some());
+        self.profile.share_boundaries(traced);
         self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
     }
 

@@ -87,7 +87,14 @@ fn memory<DB: DrawingBackend>(
         }))
         .map_err(err)?;
     if !trace.allocated.is_empty() {
-        let pts = trace.allocated.iter().map(|&(t, b)| (t, b as f64 / MIB));
+        // A step line: each sample holds until the next (samples are taken where it changes).
+        let mut pts: Vec<(f64, f64)> = Vec::with_capacity(2 * trace.allocated.len());
+        for (i, &(t, b)) in trace.allocated.iter().enumerate() {
+            if i > 0 {
+                pts.push((t, pts[pts.len() - 1].1));
+            }
+            pts.push((t, b as f64 / MIB));
+        }
         chart
             .draw_series(LineSeries::new(pts, BLACK.stroke_width(1)))
             .map_err(err)?

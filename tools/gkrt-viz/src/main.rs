@@ -1,4 +1,6 @@
-//! `gkrt-viz TRACE.json OUT.svg [WIDTH HEIGHT]`: draws a gkrt trace as an SVG.
+//! `gkrt-viz TRACE.json OUT.svg [WIDTH HEIGHT]`: draws a gkrt trace as an SVG, then prints a
+//! line per run: how much of its measured call the compute slices cover, the stacked memory's
+//! peak against the allocated bytes' (`gkrt_viz::report`).
 
 use std::process::ExitCode;
 
@@ -31,7 +33,13 @@ fn main() -> ExitCode {
         });
     match gkrt_viz::render(&json, &title, width, height) {
         Ok(svg) => match std::fs::write(&args[2], svg) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => {
+                // The accounting of each run, for the reader of a benchmark's log.
+                if let Ok(report) = gkrt_viz::report(&json) {
+                    print!("{report}");
+                }
+                ExitCode::SUCCESS
+            }
             Err(e) => {
                 eprintln!("gkrt-viz: writing {}: {e}", args[2]);
                 ExitCode::FAILURE

@@ -41,6 +41,20 @@ pub struct Slice {
     pub outputs: Vec<u64>,
 }
 
+/// One traced run (the trace's "gkrt_run" metadata): the host call's interval, the tensors on
+/// the device at its start and every change of residency after, in the order the runtime made
+/// them.
+#[derive(Clone, Debug, Default)]
+pub struct Run {
+    pub graph: u64,
+    /// ms on the trace's clock.
+    pub began: f64,
+    pub ended: f64,
+    pub resident: Vec<u64>,
+    /// (ms, tensor index in its graph, on the device from then on / no more)
+    pub changes: Vec<(f64, u64, bool)>,
+}
+
 /// One stretch of a tensor on the device.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
@@ -48,6 +62,18 @@ pub struct Live {
     pub tensor: usize,
     pub start: f64,
     pub end: f64,
+}
+
+/// How much of a run's host call its compute-stream slices account for (ms).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Coverage {
+    /// The run's host interval.
+    pub wall: f64,
+    /// The union of its compute slices, clipped to that interval.
+    pub covered: f64,
+    pub slices: usize,
+    /// Slices not within the interval.
+    pub outside: usize,
 }
 
 #[derive(Debug, Default)]
@@ -59,6 +85,10 @@ pub struct Trace {
     /// "allocated bytes" samples (ms, bytes).
     pub allocated: Vec<(f64, u64)>,
     pub reserved: Vec<(f64, u64)>,
+    /// "pending free bytes": blocks freed behind a copy out, reusable once it ends.
+    pub pending: Vec<(f64, u64)>,
+    /// The runs, in the order traced (traces made before they were recorded have none).
+    pub runs: Vec<Run>,
     /// Instants: (ms, name).
     pub instants: Vec<(f64, String)>,
 }
@@ -112,6 +142,24 @@ impl Trace {
                         });
                     }
                 }
+                "M" if name == "gkrt_run" => {
+                    let ms = |k: &str| arg(k).and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
+                    let changes = arg("changes").and_then(Value::as_array);
+                    let change = |c: &Value| {
+                        let c = c.as_array()?;
+                        let at = c.first()?.as_f64()? / 1e3;
+                        Some((at, c.get(1)?.as_u64()?, c.get(2)?.as_u64()? != 0))
+                    };
+                    t.runs.push(Run {
+                        graph: arg("graph").and_then(Value::as_u64).unwrap_or(0),
+                        began: ms("began"),
+                        ended: ms("ended"),
+                        resident: ints(arg("resident")),
+                        changes: changes
+                            .map(|v| v.iter().filter_map(change).collect())
+                            .unwrap_or_default(),
+                    });
+                }
                 "X" => {
                     let kind = match e.get("cat").and_then(Value::as_str) {
                         Some("node") => SliceKind::Node,
@@ -143,6 +191,7 @@ impl Trace {
                     match name.as_str() {
                         "allocated bytes" => t.allocated.push((ts, bytes)),
                         "reserved bytes" => t.reserved.push((ts, bytes)),
+                        "pending free bytes" => t.pending.push((ts, bytes)),
                         _ => {}
                     }
                 }
@@ -180,6 +229,114 @@ impl Trace {
         (lo, hi.max(lo + 1e-6))
     }
 
+    /// When each tensor was on the device: from the runs' residency records when the trace has
+    /// them (`live_recorded`), else modelled from the slices (`live_from_slices`).
+    pub fn live(&self) -> Vec<Live> {
+        if self.runs.is_empty() {
+            self.live_from_slices()
+        } else {
+            self.live_recorded()
+        }
+    }
+
+    /// The device residency the runtime recorded: a tensor is on the device from its
+    /// allocation (or its copy in's start, or its recompute) until its free (or its copy out's
+    /// end); what is on the device when a run starts stays there from the previous run's end
+    /// (or from the run's start); what is there when the last run ends, to the trace's end.
+    pub fn live_recorded(&self) -> Vec<Live> {
+        let (_, trace_end) = self.span();
+        let end = self.runs.iter().map(|r| r.ended).fold(trace_end, f64::max);
+        let mut since: Vec<Option<f64>> = vec![None; self.tensors.len()];
+        let mut out = Vec::new();
+        let close = |out: &mut Vec<Live>, since: &mut Vec<Option<f64>>, k: usize, at: f64| {
+            if let Some(s) = since[k].take() {
+                out.push(Live {
+                    tensor: k,
+                    start: s,
+                    end: at.max(s),
+                });
+            }
+        };
+        for r in &self.runs {
+            let resident: Vec<usize> = r
+                .resident
+                .iter()
+                .filter_map(|&i| self.tensor(r.graph, i))
+                .collect();
+            // Tensors of this graph the last run left on the device and this one does not find
+            // there (moved between runs, e.g. read back by the host) leave at its start.
+            for (g, _, k) in self.graph_of.iter().copied() {
+                if g == r.graph && since[k].is_some() && !resident.contains(&k) {
+                    close(&mut out, &mut since, k, r.began);
+                }
+            }
+            for &k in &resident {
+                since[k].get_or_insert(r.began);
+            }
+            for &(at, i, on) in &r.changes {
+                let Some(k) = self.tensor(r.graph, i) else {
+                    continue;
+                };
+                if on {
+                    since[k].get_or_insert(at);
+                } else {
+                    close(&mut out, &mut since, k, at);
+                }
+            }
+        }
+        for k in 0..self.tensors.len() {
+            close(&mut out, &mut since, k, end);
+        }
+        out
+    }
+
+    /// The sum of the bytes stacked at `at` (intervals that started at or before it and end
+    /// after it: a change at `at` has happened).
+    pub fn stacked_at(&self, live: &[Live], at: f64) -> u64 {
+        live.iter()
+            .filter(|l| l.start <= at && at < l.end)
+            .map(|l| self.tensors[l.tensor].bytes)
+            .sum()
+    }
+
+    /// The compute stream's accounting of each run: the union of its compute-track slices
+    /// (nodes, recomputes, replays) inside the run's host interval, and whether every one of
+    /// them lies within it (to `slack` ms).
+    pub fn compute_coverage(&self, slack: f64) -> Vec<Coverage> {
+        let mut out = Vec::new();
+        for (i, r) in self.runs.iter().enumerate() {
+            let next = self.runs.get(i + 1).map_or(f64::INFINITY, |n| n.began);
+            let mut spans: Vec<(f64, f64)> = self
+                .slices
+                .iter()
+                .filter(|s| s.track == 1 && s.graph == r.graph)
+                .filter(|s| s.start >= r.began - slack && s.start < next)
+                .map(|s| (s.start, s.end))
+                .collect();
+            spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let outside = spans
+                .iter()
+                .filter(|&&(a, b)| a < r.began - slack || b > r.ended + slack)
+                .count();
+            let (mut covered, mut reach) = (0.0, f64::NEG_INFINITY);
+            for &(a, b) in &spans {
+                let a = a.max(reach).max(r.began);
+                let b = b.min(r.ended);
+                if b > a {
+                    covered += b - a;
+                }
+                reach = reach.max(b);
+            }
+            out.push(Coverage {
+                wall: r.ended - r.began,
+                covered,
+                slices: spans.len(),
+                outside,
+            });
+        }
+        out
+    }
+
     /// When each tensor was on the device, from the slices: a tensor arrives when a node writes
     /// it, a copy brings it in or a recompute rebuilds it, and leaves when a copy takes it out
     /// (at the copy's end); an intermediate also leaves after its last use before it is written
@@ -187,7 +344,7 @@ impl Trace {
     /// its last use before the recompute (it was dropped then), a persistent tensor stays until
     /// it leaves or the trace ends. A model of the executor: the counter "allocated bytes" is
     /// the measured figure.
-    pub fn live(&self) -> Vec<Live> {
+    pub fn live_from_slices(&self) -> Vec<Live> {
         let (_, end) = self.span();
         let n = self.tensors.len();
         let mut since: Vec<Option<f64>> = vec![None; n];

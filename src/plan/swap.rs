@@ -319,6 +319,7 @@ fn recompute_source(
 /// Plans swaps for `budget` bytes of device memory: the policy that needs no measurement (see
 /// `Policy::default`). `candidates` gives the alternatives the runtime chooses among once a
 /// run has been timed.
+#[cfg(test)]
 pub fn plan_swaps(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -458,6 +459,7 @@ fn plan_with(
 }
 
 /// The plans of every policy for `budget`, the default first, distinct ones only.
+#[cfg(test)]
 pub fn candidates(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -466,22 +468,102 @@ pub fn candidates(
     align: u64,
 ) -> Vec<(Policy, SwapPlan)> {
     let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
+    for policy in policies() {
+        let plan = plan_with(tensors, nodes, lv, budget, align, policy);
+        if !out.iter().any(|(_, p)| *p == plan) {
+            out.push((policy, plan));
+        }
+    }
+    out
+}
+
+/// How many times `fitted_candidates` lowers a policy's budget (by a sixteenth each time), and
+/// how many times it then halves the gap between the budget that fit and the one that failed.
+const FIT_ROUNDS: usize = 8;
+const FIT_BISECTIONS: usize = 3;
+
+/// The plans of every policy, each for about the largest budget up to `available` (down by
+/// sixteenths at most `FIT_ROUNDS` times, then bisected) that `fits` accepts — the runtime's dry run of the pool, which
+/// fails a plan where fragmentation leaves no block its bytes would fit. Returns the default
+/// policy's plan (the last one tried if none fit) and the distinct plans that fit, the default
+/// first, none with more infeasible nodes than it. Each policy is lowered on its own: a budget
+/// lowered for the default plan would take the better plans out of the choice (on GPT-2's
+/// step at a third of its working set, the lingering plan the model ranks first).
+pub fn fitted_candidates(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    available: u64,
+    align: u64,
+    fits: impl Fn(&SwapPlan) -> Result<(), u32>,
+) -> (SwapPlan, Vec<(Policy, SwapPlan)>) {
+    let fitted = |policy: Policy| {
+        let plan = |budget: u64| plan_with(tensors, nodes, lv, budget, align, policy);
+        let try_fit = |plan: &SwapPlan| match fits(plan) {
+            Ok(()) => true,
+            Err(node) => {
+                log::debug!(
+                    "swap plan {policy:?} for {} bytes fails the pool's dry run at node {node}",
+                    plan.budget
+                );
+                false
+            }
+        };
+        // Down by sixteenths to a budget that fits, then halve the gap to the lowest that
+        // failed a few times: a sixteenth of a third of GPT-2's working set is 140 MB.
+        let mut failed = available;
+        let mut budget = available;
+        let mut best = plan(budget);
+        let mut rounds = 0;
+        while !try_fit(&best) {
+            rounds += 1;
+            if rounds > FIT_ROUNDS {
+                return (best, false);
+            }
+            failed = budget;
+            budget -= budget / 16;
+            best = plan(budget);
+        }
+        for _ in 0..if rounds > 0 { FIT_BISECTIONS } else { 0 } {
+            let mid = budget + (failed - budget) / 2;
+            let p = plan(mid);
+            if try_fit(&p) {
+                budget = mid;
+                best = p;
+            } else {
+                failed = mid;
+            }
+        }
+        (best, true)
+    };
+    let (default, _) = fitted(Policy::default());
+    let mut out = vec![(Policy::default(), default.clone())];
+    for policy in policies().into_iter().skip(1) {
+        let (plan, ok) = fitted(policy);
+        if ok
+            && plan.infeasible_nodes.len() <= default.infeasible_nodes.len()
+            && !out.iter().any(|(_, p)| *p == plan)
+        {
+            out.push((policy, plan));
+        }
+    }
+    (default, out)
+}
+
+/// Every setting of the knobs, the default first.
+fn policies() -> Vec<Policy> {
+    let mut out = Vec::new();
     let knobs = [(false, false), (false, true), (true, false)];
     let default = Policy::default();
-    let recompute = [default.recompute, !default.recompute];
-    for recompute in recompute {
+    for recompute in [default.recompute, !default.recompute] {
         for (linger, kept_wait) in knobs {
             for slack_tensors in [0, 1, 2] {
-                let policy = Policy {
+                out.push(Policy {
                     linger,
                     slack_tensors,
                     kept_wait,
                     recompute,
-                };
-                let plan = plan_with(tensors, nodes, lv, budget, align, policy);
-                if !out.iter().any(|(_, p)| *p == plan) {
-                    out.push((policy, plan));
-                }
+                });
             }
         }
     }

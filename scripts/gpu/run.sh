@@ -455,7 +455,7 @@ run_gpt2swap() {
     rm -f "$o/timeline_r$r.csv"
     LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda GKRT_SWAP_TIMELINE="$o/timeline_r$r.csv" timeout 300 "$b/gkrt_gpt2" $small \
       --recompute "$r" --limit-frac 0.333 >"$o/third_r$r.log" 2>&1
-    grep -E 'RESULT|swap plan' "$o/third_r$r.log"
+    grep -E 'RESULT|SWAPSTATS|swap plan' "$o/third_r$r.log"
     local step
     step=$(grep RESULT "$o/third_r$r.log" | sed -n "$step_of")
     [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('recompute $r: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |

@@ -26,8 +26,9 @@
 use crate::device::StreamId;
 use crate::graph::liveness::{round_up, NEVER};
 use crate::graph::{Liveness, Node, Tensor};
-use crate::memory::pool::Pool;
+use crate::memory::pool::{DryRunStep, Pool};
 use crate::plan::program::{PoolWalk, Program};
+use crate::plan::swap_model::Link;
 use std::collections::BTreeSet;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -316,6 +317,31 @@ fn recompute_source(
     (need <= budget).then_some((chain, moved))
 }
 
+/// Whether rebuilding `victim` through `chain` beats copying it (`Policy::recompute_cap_pct`).
+fn worth_rebuilding(
+    tensors: &[Tensor],
+    sim: &Sim,
+    policy: Policy,
+    timings: Option<Timings>,
+    victim: u32,
+    chain: &[u32],
+) -> bool {
+    let Some(t) = timings.filter(|_| policy.recompute_cap_pct > 0) else {
+        return true;
+    };
+    let rebuild_ms: f64 = chain
+        .iter()
+        .filter_map(|&x| tensors[x as usize].producer)
+        .map(|p| t.node_ms.get(p as usize).copied().unwrap_or(0.0))
+        .sum();
+    let bytes = sim.size(victim) as f64;
+    let mut copy_ms = bytes / (t.link.in_gbps * 1e6);
+    if !sim.host_valid[victim as usize] {
+        copy_ms += bytes / (t.link.out_gbps * 1e6);
+    }
+    rebuild_ms * 100.0 <= copy_ms * f64::from(policy.recompute_cap_pct)
+}
+
 /// Plans swaps for `budget` bytes of device memory: the policy that needs no measurement (see
 /// `Policy::default`). `candidates` gives the alternatives the runtime chooses among once a
 /// run has been timed.
@@ -354,6 +380,12 @@ pub struct Policy {
     /// copied out and back (see the module's documentation). On by default: the host declared
     /// those nodes cheap enough to rerun; the first run's timings may still prefer copies.
     pub recompute: bool,
+    /// With `recompute`, on a timed run's figures (`Timings`): a victim is rebuilt only when
+    /// running its producers again takes at most this many percent of the time its copies
+    /// would take on the link (out when its host copy is stale, and back in); 0: whenever it
+    /// can be. Rebuilding costs compute-stream time, copying costs link time that is idle for
+    /// much of a step, so a cap trades rebuilt products for copies (see `swap_candidates`).
+    pub recompute_cap_pct: u32,
 }
 
 impl Default for Policy {
@@ -363,8 +395,18 @@ impl Default for Policy {
             slack_tensors: 0,
             kept_wait: false,
             recompute: true,
+            recompute_cap_pct: 0,
         }
     }
+}
+
+/// A timed run's figures, which a capped policy weighs rebuilds by
+/// (`Policy::recompute_cap_pct`).
+#[derive(Clone, Copy, Debug)]
+pub struct Timings<'a> {
+    /// Per node, milliseconds.
+    pub node_ms: &'a [f64],
+    pub link: Link,
 }
 
 /// How many times the run-boundary state is refined (`Policy::linger`).
@@ -373,6 +415,7 @@ const BOUNDARY_ROUNDS: usize = 4;
 /// The tensors the first nodes of a run read are kept across runs (`Policy::linger` off).
 const KEEP_FIRST_NODES: u32 = 2;
 
+#[cfg(test)]
 fn plan_with(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -381,13 +424,30 @@ fn plan_with(
     align: u64,
     policy: Policy,
 ) -> SwapPlan {
+    plan_timed(tensors, nodes, lv, budget, align, policy, None)
+}
+
+/// `plan_with`, with the timings a capped policy weighs its rebuilds by.
+pub(crate) fn plan_timed(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    budget: u64,
+    align: u64,
+    policy: Policy,
+    timings: Option<Timings>,
+) -> SwapPlan {
     let largest = tensors
         .iter()
         .map(|t| round_up(t.size, align))
         .max()
         .unwrap_or(0);
     let slack = policy.slack_tensors * largest;
-    let sim = |keep: &[u32]| simulate(tensors, nodes, lv, budget, align, keep, policy, slack);
+    let sim = |keep: &[u32]| {
+        simulate(
+            tensors, nodes, lv, budget, align, keep, policy, slack, timings,
+        )
+    };
     let (cold, end_state) = sim(&[]);
     let mut best = cold;
     let consider = |plan: SwapPlan, best: &mut SwapPlan| {
@@ -458,118 +518,6 @@ fn plan_with(
     best
 }
 
-/// The plans of every policy for `budget`, the default first, distinct ones only.
-#[cfg(test)]
-pub fn candidates(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    lv: &Liveness,
-    budget: u64,
-    align: u64,
-) -> Vec<(Policy, SwapPlan)> {
-    let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
-    for policy in policies() {
-        let plan = plan_with(tensors, nodes, lv, budget, align, policy);
-        if !out.iter().any(|(_, p)| *p == plan) {
-            out.push((policy, plan));
-        }
-    }
-    out
-}
-
-/// How many times `fitted_candidates` lowers a policy's budget (by a sixteenth each time), and
-/// how many times it then halves the gap between the budget that fit and the one that failed.
-const FIT_ROUNDS: usize = 8;
-const FIT_BISECTIONS: usize = 3;
-
-/// The plans of every policy, each for about the largest budget up to `available` (down by
-/// sixteenths at most `FIT_ROUNDS` times, then bisected) that `fits` accepts — the runtime's dry run of the pool, which
-/// fails a plan where fragmentation leaves no block its bytes would fit. Returns the default
-/// policy's plan (the last one tried if none fit) and the distinct plans that fit, the default
-/// first, none with more infeasible nodes than it. Each policy is lowered on its own: a budget
-/// lowered for the default plan would take the better plans out of the choice (on GPT-2's
-/// step at a third of its working set, the lingering plan the model ranks first).
-pub fn fitted_candidates(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    lv: &Liveness,
-    available: u64,
-    align: u64,
-    fits: impl Fn(&SwapPlan) -> Result<(), u32>,
-) -> (SwapPlan, Vec<(Policy, SwapPlan)>) {
-    let fitted = |policy: Policy| {
-        let plan = |budget: u64| plan_with(tensors, nodes, lv, budget, align, policy);
-        let try_fit = |plan: &SwapPlan| match fits(plan) {
-            Ok(()) => true,
-            Err(node) => {
-                log::debug!(
-                    "swap plan {policy:?} for {} bytes fails the pool's dry run at node {node}",
-                    plan.budget
-                );
-                false
-            }
-        };
-        // Down by sixteenths to a budget that fits, then halve the gap to the lowest that
-        // failed a few times: a sixteenth of a third of GPT-2's working set is 140 MB.
-        let mut failed = available;
-        let mut budget = available;
-        let mut best = plan(budget);
-        let mut rounds = 0;
-        while !try_fit(&best) {
-            rounds += 1;
-            if rounds > FIT_ROUNDS {
-                return (best, false);
-            }
-            failed = budget;
-            budget -= budget / 16;
-            best = plan(budget);
-        }
-        for _ in 0..if rounds > 0 { FIT_BISECTIONS } else { 0 } {
-            let mid = budget + (failed - budget) / 2;
-            let p = plan(mid);
-            if try_fit(&p) {
-                budget = mid;
-                best = p;
-            } else {
-                failed = mid;
-            }
-        }
-        (best, true)
-    };
-    let (default, _) = fitted(Policy::default());
-    let mut out = vec![(Policy::default(), default.clone())];
-    for policy in policies().into_iter().skip(1) {
-        let (plan, ok) = fitted(policy);
-        if ok
-            && plan.infeasible_nodes.len() <= default.infeasible_nodes.len()
-            && !out.iter().any(|(_, p)| *p == plan)
-        {
-            out.push((policy, plan));
-        }
-    }
-    (default, out)
-}
-
-/// Every setting of the knobs, the default first.
-fn policies() -> Vec<Policy> {
-    let mut out = Vec::new();
-    let knobs = [(false, false), (false, true), (true, false)];
-    let default = Policy::default();
-    for recompute in [default.recompute, !default.recompute] {
-        for (linger, kept_wait) in knobs {
-            for slack_tensors in [0, 1, 2] {
-                out.push(Policy {
-                    linger,
-                    slack_tensors,
-                    kept_wait,
-                    recompute,
-                });
-            }
-        }
-    }
-    out
-}
-
 /// One planning pass; `keep` are resident when the run starts and must be again when it ends.
 /// Also returns the persistent tensors the policy would leave resident at the end.
 #[allow(clippy::too_many_arguments)]
@@ -582,6 +530,7 @@ fn simulate(
     keep: &[u32],
     policy: Policy,
     slack: u64,
+    timings: Option<Timings>,
 ) -> (SwapPlan, Vec<u32>) {
     let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
@@ -671,7 +620,10 @@ fn simulate(
                         tensors, nodes, lv, &writers, &sim, rebuilt, budget, victim, next,
                     )
                 })
-                .flatten();
+                .flatten()
+                .filter(|(chain, _)| {
+                    worth_rebuilding(tensors, &sim, policy, timings, victim, chain)
+                });
             if let (Some((chain, moved)), Some(last)) = (source, last) {
                 // Dropped without a copy; its producer (after those of the freed tensors it
                 // reads, if any) runs again before its next use, which becomes a use of the
@@ -854,19 +806,36 @@ fn simulate(
 }
 
 /// Replays the pool calls of `program` (compiled for a swap plan) through a dry run of the real
-/// pool: `Err(node)` names the node of the first call that fails. The walk is the executor's own
-/// order, so a program that passes makes the same calls at run time.
+/// pool, after freeing the live blocks `freed` (the graph's own, when it holds some: a plan
+/// checked between runs starts from nothing of its graph on the device): `Err(node)` names the
+/// node of the first call that fails. The walk is the executor's own order, so a program that
+/// passes makes the same calls at run time.
 pub fn check_with_pool(
     tensors: &[Tensor],
     nodes: &[Node],
     program: &Program,
     pool: &Pool,
     stream: StreamId,
+    freed: &[u64],
 ) -> Result<(), u32> {
     let walk = PoolWalk::runs(tensors, nodes, program, 2);
-    pool.dry_run(&walk.dry_run_steps(stream))
-        .map(|_| ())
-        .map_err(|(i, _)| walk.call_node[i])
+    let mut steps: Vec<DryRunStep> = freed
+        .iter()
+        .map(|&addr| DryRunStep::FreeLive { addr })
+        .collect();
+    let first = steps.len();
+    steps.extend(
+        walk.dry_run_steps(stream)
+            .into_iter()
+            .map(|step| match step {
+                DryRunStep::Free { step } => DryRunStep::Free { step: step + first },
+                other => other,
+            }),
+    );
+    pool.dry_run(&steps).map(|_| ()).map_err(|(i, _)| {
+        // A live block that would not free is the first node's problem.
+        i.checked_sub(first).map_or(0, |i| walk.call_node[i])
+    })
 }
 
 #[cfg(test)]

@@ -504,9 +504,12 @@ fn finalize_at(
 /// gets, and the model's estimate of the chosen plan against the nodes' sum, small, medium and
 /// 48 layers deep, products recomputable (`--recompute 2`). Before: a fresh pool's dry run
 /// simulated plain segments, the budget fell to about 72% of the limit and the model's step
-/// to 1.24x on the small shape (the H200 measured 1.445); with the pool's range given first
-/// and each policy fitted on its own (`fitted_candidates`), the chosen plan gets over 90% and
-/// the estimate is 1.14x (small).
+/// to 1.24x on the small shape (the H200 measured 1.445), its longest waits before node 199
+/// (the backward's first layer, where the H200's timeline waited most) and node 518 (the
+/// embedding's AdamW, whose state comes in last). With the pool's range given first and each
+/// policy fitted on its own (`fitted_candidates`), the chosen plan gets over 90% of the limit
+/// and the estimate is 1.14x (small); the first run's timed candidates take medium from 1.145x
+/// to 1.09x (`--nocapture` prints each step of this).
 #[test]
 fn finalize_at_a_third_gives_plans_most_of_the_limit() {
     for (name, config) in [("small", SMALL), ("medium", MEDIUM), ("deep", DEEP)] {
@@ -541,6 +544,21 @@ fn finalize_at_a_third_gives_plans_most_of_the_limit() {
             // Before, the small shape's plan could not fit the dlogits node (the logits and
             // their gradient, 1.65 GB, over 1.64): the fallback evicted around it.
             assert!(!per_policy || plan.infeasible_nodes.is_empty(), "{name}");
+            // Where the compute stream waits: the nodes it waits longest before.
+            let mut waits: Vec<(f64, usize)> = e
+                .starts
+                .iter()
+                .enumerate()
+                .map(|(n, &(_, w))| (w, n))
+                .collect();
+            waits.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let top: Vec<String> = waits
+                .iter()
+                .take(3)
+                .filter(|(w, _)| *w > 0.05)
+                .map(|(w, n)| format!("{w:.1} ms before node {n}"))
+                .collect();
+            println!("  waits: {}", top.join(", "));
             ratios.push((plan.budget as f64 / limit as f64, e.step_ms / step));
         }
         let (before, now) = (ratios[0], ratios[3]);

@@ -7,7 +7,7 @@ use crate::graph::liveness::round_up;
 use crate::graph::{Liveness, Node, Tensor, TensorKind};
 use crate::memory::pool::{Pool, PoolBacking, PoolConfig};
 use crate::plan::program::Program;
-use crate::plan::swap::{check_with_pool, SwapPlan, Timings};
+use crate::plan::swap::{check_with_pool, fits_pool, PoolMisfit, SwapPlan, Timings};
 use crate::plan::swap_candidates::{candidates, fitted_candidates, fitted_timed_candidates};
 use crate::plan::swap_model::{choose, estimate, Estimate, Link};
 
@@ -436,13 +436,15 @@ impl VirtualMemory for VirtualBacking {
 /// `choose` takes. `primed`: the pool has its virtual range (as `prime_virtual_range` gives it
 /// on a device with virtual memory); otherwise it is fresh and its dry run simulates plain
 /// segments. `per_policy` off: the earlier finalize, which lowered the default plan's budget
-/// and dropped every other policy's plan that failed the dry run at it. `timed`: with the
+/// and dropped every other policy's plan that failed the dry run at it. `no_waits`: a plan whose
+/// dry run waits for the device does not fit (`fits_pool`). `timed`: with the
 /// candidates the first run adds, which weigh rebuilds against copies on the shape's costs.
 fn finalize_at(
     s: &Step,
     limit: u64,
     primed: bool,
     per_policy: bool,
+    no_waits: bool,
     timed: bool,
 ) -> (Vec<(SwapPlan, Estimate)>, usize) {
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
@@ -460,7 +462,12 @@ fn finalize_at(
     }
     let check = |plan: &SwapPlan| {
         let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
+        if no_waits {
+            return fits_pool(&s.tensors, &s.nodes, &program, &pool, StreamId(0), &[]);
+        }
         check_with_pool(&s.tensors, &s.nodes, &program, &pool, StreamId(0), &[])
+            .map(|_| ())
+            .map_err(|node| PoolMisfit::Fails { node })
     };
     let mut cands = if per_policy {
         fitted_candidates(&s.tensors, &s.nodes, &lv, limit, ALIGN, check).1
@@ -502,14 +509,16 @@ fn finalize_at(
 
 /// At a third of the working set, through finalize's dry runs of the pool: the budget a plan
 /// gets, and the model's estimate of the chosen plan against the nodes' sum, small, medium and
-/// 48 layers deep, products recomputable (`--recompute 2`). Before: a fresh pool's dry run
-/// simulated plain segments, the budget fell to about 72% of the limit and the model's step
-/// to 1.24x on the small shape (the H200 measured 1.445), its longest waits before node 199
-/// (the backward's first layer, where the H200's timeline waited most) and node 518 (the
-/// embedding's AdamW, whose state comes in last). With the pool's range given first and each
-/// policy fitted on its own (`fitted_candidates`), the chosen plan gets over 90% of the limit
-/// and the estimate is 1.14x (small); the first run's timed candidates take medium from 1.145x
-/// to 1.09x (`--nocapture` prints each step of this).
+/// 48 layers deep, products recomputable (`--recompute 2`); `--nocapture` prints each step.
+/// Before: a fresh pool's dry run simulated plain segments, the budget fell to about 72% of the
+/// limit and the model's step to 1.24x on the small shape (the H200 measured 1.445), its longest
+/// waits before node 199 (the backward's first layer, where the H200's timeline waited most)
+/// and node 518 (the embedding's AdamW, whose state comes in last). With the pool's range given
+/// first and each policy fitted on its own (`fitted_candidates`): 1.14x at 92% of the limit,
+/// but that plan's dry run waits for the device 10 times in two runs (pages moved under the
+/// limit: a context synchronisation each on CUDA, which the model cannot see), so plans must
+/// now fit without (`fits_pool`): 1.21x at 84% (small), 1.145x (medium, at the full limit),
+/// 1.117x (deep); the first run's timed candidates take medium to 1.089x.
 #[test]
 fn finalize_at_a_third_gives_plans_most_of_the_limit() {
     for (name, config) in [("small", SMALL), ("medium", MEDIUM), ("deep", DEEP)] {
@@ -522,16 +531,17 @@ fn finalize_at_a_third_gives_plans_most_of_the_limit() {
         let step: f64 = s.cost_ms.iter().sum();
         let mut ratios = Vec::new();
         let modes = [
-            (false, false, false),
-            (true, false, false),
-            (true, true, false),
-            (true, true, true),
+            (false, false, false, false),
+            (true, false, false, false),
+            (true, true, false, false),
+            (true, true, true, false),
+            (true, true, true, true),
         ];
-        for (primed, per_policy, timed) in modes {
-            let (all, best) = finalize_at(&s, limit, primed, per_policy, timed);
+        for (primed, per_policy, no_waits, timed) in modes {
+            let (all, best) = finalize_at(&s, limit, primed, per_policy, no_waits, timed);
             let (plan, e) = &all[best];
             println!(
-                "{name}: pool range {primed}, per-policy budgets {per_policy}, timed {timed}: {} candidates, chosen planned for {:.3} of the limit, {:.1} ms = {:.3}x of {step:.1} (waited {:.1}), {:.2} GB out, {:.2} GB in, {} recomputes",
+                "{name}: pool range {primed}, per-policy budgets {per_policy}, no waits {no_waits}, timed {timed}: {} candidates, chosen planned for {:.3} of the limit, {:.1} ms = {:.3}x of {step:.1} (waited {:.1}), {:.2} GB out, {:.2} GB in, {} recomputes",
                 all.len(),
                 plan.budget as f64 / limit as f64,
                 e.step_ms,
@@ -561,9 +571,9 @@ fn finalize_at_a_third_gives_plans_most_of_the_limit() {
             println!("  waits: {}", top.join(", "));
             ratios.push((plan.budget as f64 / limit as f64, e.step_ms / step));
         }
-        let (before, now) = (ratios[0], ratios[3]);
+        let (before, now) = (ratios[0], ratios[4]);
         assert!(
-            now.0 >= 0.9,
+            now.0 >= 0.8,
             "{name}: planned for {:.3} of the limit",
             now.0
         );
@@ -571,6 +581,6 @@ fn finalize_at_a_third_gives_plans_most_of_the_limit() {
             now.1 <= before.1 + 1e-9,
             "{name}: {now:?} against {before:?}"
         );
-        assert!(now.1 <= 1.15, "{name}: {:.3}x", now.1);
+        assert!(now.1 <= 1.22, "{name}: {:.3}x", now.1);
     }
 }

@@ -4,7 +4,7 @@
 //! (`fitted_timed_candidates`). The timeline model (`swap_model`) ranks them.
 
 use crate::graph::{Liveness, Node, Tensor};
-use crate::plan::swap::{plan_timed, Policy, SwapPlan, Timings};
+use crate::plan::swap::{plan_timed, Policy, PoolMisfit, SwapPlan, Timings};
 
 /// How many times a policy's budget is lowered (by a sixteenth each time) before the policy is
 /// given up, and how many times the gap between the budget that fit and the one that failed is
@@ -18,8 +18,9 @@ const FIT_BISECTIONS: usize = 3;
 const RECOMPUTE_CAPS_PCT: [u32; 2] = [6, 25];
 
 /// `policy`'s plan for about the largest budget up to `available` that `fits` accepts (the
-/// runtime's dry run of the pool, which fails a plan where fragmentation leaves no block its
-/// bytes would fit), and whether one did (if not, the last plan tried).
+/// runtime's dry run of the pool, `swap::fits_pool`, which fails a plan where fragmentation
+/// leaves no block its bytes would fit or where the pool would wait for the device), and whether
+/// one did (if not, the last plan tried).
 #[allow(clippy::too_many_arguments)]
 fn fitted(
     tensors: &[Tensor],
@@ -29,16 +30,13 @@ fn fitted(
     align: u64,
     policy: Policy,
     timings: Option<Timings>,
-    fits: &dyn Fn(&SwapPlan) -> Result<(), u32>,
+    fits: &dyn Fn(&SwapPlan) -> Result<(), PoolMisfit>,
 ) -> (SwapPlan, bool) {
     let plan = |budget: u64| plan_timed(tensors, nodes, lv, budget, align, policy, timings);
     let try_fit = |plan: &SwapPlan| match fits(plan) {
         Ok(()) => true,
-        Err(node) => {
-            log::debug!(
-                "swap plan {policy:?} for {} bytes fails the pool's dry run at node {node}",
-                plan.budget
-            );
+        Err(misfit) => {
+            log::debug!("swap plan {policy:?} for {} bytes {misfit}", plan.budget);
             false
         }
     };
@@ -79,7 +77,7 @@ pub fn fitted_candidates(
     lv: &Liveness,
     available: u64,
     align: u64,
-    fits: impl Fn(&SwapPlan) -> Result<(), u32>,
+    fits: impl Fn(&SwapPlan) -> Result<(), PoolMisfit>,
 ) -> (SwapPlan, Vec<(Policy, SwapPlan)>) {
     let fit = |policy| fitted(tensors, nodes, lv, available, align, policy, None, &fits);
     let (default, _) = fit(Policy::default());
@@ -109,7 +107,7 @@ pub fn fitted_timed_candidates(
     timings: Timings,
     known: &[SwapPlan],
     most_infeasible: usize,
-    fits: impl Fn(&SwapPlan) -> Result<(), u32>,
+    fits: impl Fn(&SwapPlan) -> Result<(), PoolMisfit>,
 ) -> Vec<(Policy, SwapPlan)> {
     let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
     for recompute_cap_pct in RECOMPUTE_CAPS_PCT {

@@ -4,7 +4,7 @@ use super::{Replay, RuntimeGraph};
 use crate::kernels::Kernel;
 use crate::plan::plan_graph_arena;
 use crate::plan::program::Program;
-use crate::plan::swap::{check_with_pool, Policy, SwapPlan};
+use crate::plan::swap::{fits_pool, Policy, SwapPlan};
 use crate::plan::swap_candidates::fitted_candidates;
 use crate::runtime::{Error, MemoryMode, Result, ALIGNMENT};
 use std::sync::Arc;
@@ -145,7 +145,7 @@ impl RuntimeGraph {
         let available = limit.saturating_sub(st.pool.stats().allocated_bytes);
         let check = |plan: &SwapPlan| {
             let program = Program::compile(tensors, nodes, lv, Some(plan), None);
-            check_with_pool(tensors, nodes, &program, &st.pool, rt.compute, &[])
+            fits_pool(tensors, nodes, &program, &st.pool, rt.compute, &[])
         };
         let (plan, mut candidates) =
             fitted_candidates(tensors, nodes, lv, available, ALIGNMENT, check);

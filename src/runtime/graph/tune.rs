@@ -5,7 +5,7 @@ use super::RuntimeGraph;
 use crate::device::EventId;
 use crate::memory::pool::Pool;
 use crate::plan::program::Program;
-use crate::plan::swap::{check_with_pool, Policy, SwapPlan, Timings};
+use crate::plan::swap::{fits_pool, Policy, SwapPlan, Timings};
 use crate::plan::swap_candidates::fitted_timed_candidates;
 use crate::plan::swap_model::{choose, estimate, Link};
 use crate::runtime::{Error, Result, ALIGNMENT};
@@ -114,7 +114,7 @@ impl RuntimeGraph {
         let stream = self.runtime.compute;
         let fits = |plan: &SwapPlan| {
             let program = Program::compile(tensors, nodes, lv, Some(plan), None);
-            check_with_pool(tensors, nodes, &program, pool, stream, &freed)
+            fits_pool(tensors, nodes, &program, pool, stream, &freed)
         };
         // The largest budget a candidate got: what the limit left at finalize, unless no
         // policy fit it whole.

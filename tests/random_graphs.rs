@@ -257,13 +257,15 @@ fn run_and_stats(
     }
     let mut outs = Vec::new();
     // With several swap plans, later runs go through each in turn (switching between plans
-    // must be seamless too).
-    let policies = if runs > 1 {
-        g.swap_policies()
-    } else {
-        Vec::new()
-    };
-    for r in 0..runs + policies.len().saturating_sub(1) {
+    // must be seamless too), those the first run's timings added among them.
+    let mut policies = Vec::new();
+    for r in 0.. {
+        if r == 1 && runs > 1 {
+            policies = g.swap_policies();
+        }
+        if r >= runs + policies.len().saturating_sub(1) {
+            break;
+        }
         if r > 0 && !policies.is_empty() {
             g.use_swap_policy(policies[r % policies.len()]).unwrap();
         }

@@ -36,7 +36,10 @@
 #           with --recompute 1 and 2 (products too: chained recomputation needs them), GPT2_STEPS
 #           (8) steps each, every run's timeline summarised (scripts/gpu/timeline.py); logs and
 #           ratios (limited step / unconstrained step) in $OUT/gpt2swap/ (GPT2_DTYPE=bf16: in bf16,
-#           into $OUT/gpt2swap_bf16/)
+#           into $OUT/gpt2swap_bf16/); each limited run's 'swap plan' log lines (budget, the plan
+#           chosen and its estimated step) and SWAPSTATS line (fallback evictions, pool waits for
+#           the device, copy waits per step) are shown.
+#           GPT2SWAP_SIZES="small medium" adds the medium size (--recompute 2, no timeline)
 #   trace   traces of runs: first benches/trace_cost (the tracer's own cost per node on a chain of
 #           256 tiny nodes, CUDA then host: "tracing adds N ns per node"), then benches/swap_chain
 #           with SWAP_TRACE (per configuration, steps alternating untraced / traced: the medians
@@ -482,29 +485,43 @@ run_gpt2depth() {
   python3 benches/gpt2_torch.py --report "$o"/depth_*.log | tee "$o/summary.md"
 }
 
-# gkrt_gpt2's small size at a third of its working set against its unconstrained step.
+# gkrt_gpt2's small size at a third of its working set against its unconstrained step;
+# GPT2SWAP_SIZES="small medium" adds the medium size (24 x 1024, --recompute 2 only, no timeline).
 run_gpt2swap() {
   local b=/tmp/gkrt-gpt2 o="$OUT/gpt2swap" dt=${GPT2_DTYPE:-f32}
   [ "$dt" = f32 ] || o="$OUT/gpt2swap_$dt"
   mkdir -p "$b" "$o"
   cc -O2 -ffp-contract=off examples_c/gpt2/*.c -Iinclude -L.gpu/lib -lgkrt -lm -ldl -o "$b/gkrt_gpt2" || return
   local ld="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" steps=${GPT2_STEPS:-8}
-  local small="--layers 12 --channels 768 --heads 12 --seq 512 --batch 8 --vocab 50304 --lr 1e-3 --steps $steps --dtype $dt"
+  local common="--seq 512 --batch 8 --vocab 50304 --lr 1e-3 --steps $steps --dtype $dt"
+  local -A size=([small]="--layers 12 --channels 768 --heads 12 $common"
+    [medium]="--layers 24 --channels 1024 --heads 16 $common")
   local step_of='s/.* step_ms=\([0-9.]*\) .*/\1/p'
-  LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 300 "$b/gkrt_gpt2" $small --recompute 1 >"$o/none.log" 2>&1
-  grep RESULT "$o/none.log"
-  local base
-  base=$(grep RESULT "$o/none.log" | sed -n "$step_of")
-  for r in 1 2; do
-    rm -f "$o/timeline_r$r.csv"
-    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda GKRT_SWAP_TIMELINE="$o/timeline_r$r.csv" timeout 300 "$b/gkrt_gpt2" $small \
-      --recompute "$r" --limit-frac 0.333 >"$o/third_r$r.log" 2>&1
-    grep -E 'RESULT|swap plan' "$o/third_r$r.log"
-    local step
-    step=$(grep RESULT "$o/third_r$r.log" | sed -n "$step_of")
-    [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('recompute $r: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
-      tee -a "$o/ratios.txt"
-    [ -f "$o/timeline_r$r.csv" ] && python3 scripts/gpu/timeline.py "$o/timeline_r$r.csv" >"$o/timeline_r$r.txt" 2>&1
+  local name
+  for name in ${GPT2SWAP_SIZES:-small}; do
+    # The small size keeps its earlier file names (none.log, third_r1.log, ...).
+    local pre="" levels="1 2"
+    [ "$name" = small ] || pre="${name}_" levels="2"
+    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute 1 >"$o/${pre}none.log" 2>&1
+    grep RESULT "$o/${pre}none.log"
+    local base
+    base=$(grep RESULT "$o/${pre}none.log" | sed -n "$step_of")
+    local r
+    for r in $levels; do
+      local tl=()
+      if [ "$name" = small ]; then
+        rm -f "$o/timeline_r$r.csv"
+        tl=(GKRT_SWAP_TIMELINE="$o/timeline_r$r.csv")
+      fi
+      env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda "${tl[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} \
+        --recompute "$r" --limit-frac 0.333 >"$o/${pre}third_r$r.log" 2>&1
+      grep -E 'RESULT|SWAPSTATS|swap plan' "$o/${pre}third_r$r.log"
+      local step
+      step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute $r: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+        tee -a "$o/ratios.txt"
+      [ -f "$o/timeline_r$r.csv" ] && [ "$name" = small ] && python3 scripts/gpu/timeline.py "$o/timeline_r$r.csv" >"$o/timeline_r$r.txt" 2>&1
+    done
   done
 }
 

@@ -6,6 +6,7 @@ pub mod arena;
 pub mod min_limit;
 pub mod program;
 pub mod swap;
+pub mod swap_candidates;
 pub(crate) mod swap_holds;
 pub mod swap_model;
 

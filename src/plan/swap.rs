@@ -25,14 +25,16 @@
 //!
 //! `check_with_pool` replays the pool calls of the plan's compiled step program through a dry run
 //! of the real pool, so a plan that fits on paper fits at run time; the runtime lowers the budget
-//! and replans when it does not.
+//! and replans when it does not, or when it fits only by the pool waiting for the device
+//! (`fits_pool`).
 
 use crate::device::StreamId;
 use crate::graph::liveness::{round_up, NEVER};
-use crate::graph::{FusedGroup, Liveness, Node, Tensor};
-use crate::memory::pool::Pool;
+use crate::graph::{Liveness, Node, Tensor};
+use crate::memory::pool::{DryRunStep, Pool};
 use crate::plan::program::{PoolWalk, Program};
 use crate::plan::swap_holds::CommHolds;
+use crate::plan::swap_model::Link;
 use std::collections::BTreeSet;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -329,6 +331,31 @@ fn recompute_source(
     (need <= budget).then_some((chain, moved))
 }
 
+/// Whether rebuilding `victim` through `chain` beats copying it (`Policy::recompute_cap_pct`).
+fn worth_rebuilding(
+    tensors: &[Tensor],
+    sim: &Sim,
+    policy: Policy,
+    timings: Option<Timings>,
+    victim: u32,
+    chain: &[u32],
+) -> bool {
+    let Some(t) = timings.filter(|_| policy.recompute_cap_pct > 0) else {
+        return true;
+    };
+    let rebuild_ms: f64 = chain
+        .iter()
+        .filter_map(|&x| tensors[x as usize].producer)
+        .map(|p| t.node_ms.get(p as usize).copied().unwrap_or(0.0))
+        .sum();
+    let bytes = sim.size(victim) as f64;
+    let mut copy_ms = bytes / (t.link.in_gbps * 1e6);
+    if !sim.host_valid[victim as usize] {
+        copy_ms += bytes / (t.link.out_gbps * 1e6);
+    }
+    rebuild_ms * 100.0 <= copy_ms * f64::from(policy.recompute_cap_pct)
+}
+
 /// Plans swaps for `budget` bytes of device memory: the policy that needs no measurement (see
 /// `Policy::default`). `candidates` gives the alternatives the runtime chooses among once a
 /// run has been timed. The tests' shorthand for a graph without fused groups.
@@ -344,16 +371,26 @@ pub fn plan_swaps(
 }
 
 /// `plan_swaps` for a graph whose collectives have fused groups `fused`.
+#[cfg(test)]
 pub fn plan_swaps_fused(
     tensors: &[Tensor],
     nodes: &[Node],
     lv: &Liveness,
-    fused: &[FusedGroup],
+    fused: &[crate::graph::FusedGroup],
     budget: u64,
     align: u64,
 ) -> SwapPlan {
     let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
-    plan_with_holds(tensors, nodes, lv, &holds, budget, align, Policy::default())
+    plan_timed(
+        tensors,
+        nodes,
+        lv,
+        &holds,
+        budget,
+        align,
+        Policy::default(),
+        None,
+    )
 }
 
 /// The knobs of the planning policy. Which setting is best depends on how long nodes take
@@ -380,6 +417,12 @@ pub struct Policy {
     /// copied out and back (see the module's documentation). On by default: the host declared
     /// those nodes cheap enough to rerun; the first run's timings may still prefer copies.
     pub recompute: bool,
+    /// With `recompute`, on a timed run's figures (`Timings`): a victim is rebuilt only when
+    /// running its producers again takes at most this many percent of the time its copies
+    /// would take on the link (out when its host copy is stale, and back in); 0: whenever it
+    /// can be. Rebuilding costs compute-stream time, copying costs link time that is idle for
+    /// much of a step, so a cap trades rebuilt products for copies (see `swap_candidates`).
+    pub recompute_cap_pct: u32,
 }
 
 impl Default for Policy {
@@ -389,8 +432,18 @@ impl Default for Policy {
             slack_tensors: 0,
             kept_wait: false,
             recompute: true,
+            recompute_cap_pct: 0,
         }
     }
+}
+
+/// A timed run's figures, which a capped policy weighs rebuilds by
+/// (`Policy::recompute_cap_pct`).
+#[derive(Clone, Copy, Debug)]
+pub struct Timings<'a> {
+    /// Per node, milliseconds.
+    pub node_ms: &'a [f64],
+    pub link: Link,
 }
 
 /// How many times the run-boundary state is refined (`Policy::linger`).
@@ -409,10 +462,13 @@ fn plan_with(
     policy: Policy,
 ) -> SwapPlan {
     let holds = CommHolds::new(tensors.len(), nodes, lv, &[]);
-    plan_with_holds(tensors, nodes, lv, &holds, budget, align, policy)
+    plan_timed(tensors, nodes, lv, &holds, budget, align, policy, None)
 }
 
-fn plan_with_holds(
+/// `plan_with`, with what collectives hold (`swap_holds.rs`) and the timings a capped policy
+/// weighs its rebuilds by.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_timed(
     tensors: &[Tensor],
     nodes: &[Node],
     lv: &Liveness,
@@ -420,6 +476,7 @@ fn plan_with_holds(
     budget: u64,
     align: u64,
     policy: Policy,
+    timings: Option<Timings>,
 ) -> SwapPlan {
     let largest = tensors
         .iter()
@@ -429,7 +486,7 @@ fn plan_with_holds(
     let slack = policy.slack_tensors * largest;
     let sim = |keep: &[u32]| {
         simulate(
-            tensors, nodes, lv, holds, budget, align, keep, policy, slack,
+            tensors, nodes, lv, holds, budget, align, keep, policy, slack, timings,
         )
     };
     let (cold, end_state) = sim(&[]);
@@ -502,52 +559,6 @@ fn plan_with_holds(
     best
 }
 
-/// The plans of every policy for `budget`, the default first, distinct ones only (a graph
-/// without fused groups: the tests' shorthand for `candidates_fused`).
-#[cfg(test)]
-pub fn candidates(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    lv: &Liveness,
-    budget: u64,
-    align: u64,
-) -> Vec<(Policy, SwapPlan)> {
-    candidates_fused(tensors, nodes, lv, &[], budget, align)
-}
-
-/// `candidates` for a graph whose collectives have fused groups `fused`.
-pub fn candidates_fused(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    lv: &Liveness,
-    fused: &[FusedGroup],
-    budget: u64,
-    align: u64,
-) -> Vec<(Policy, SwapPlan)> {
-    let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
-    let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
-    let knobs = [(false, false), (false, true), (true, false)];
-    let default = Policy::default();
-    let recompute = [default.recompute, !default.recompute];
-    for recompute in recompute {
-        for (linger, kept_wait) in knobs {
-            for slack_tensors in [0, 1, 2] {
-                let policy = Policy {
-                    linger,
-                    slack_tensors,
-                    kept_wait,
-                    recompute,
-                };
-                let plan = plan_with_holds(tensors, nodes, lv, &holds, budget, align, policy);
-                if !out.iter().any(|(_, p)| *p == plan) {
-                    out.push((policy, plan));
-                }
-            }
-        }
-    }
-    out
-}
-
 /// One planning pass; `keep` are resident when the run starts and must be again when it ends.
 /// Also returns the persistent tensors the policy would leave resident at the end.
 #[allow(clippy::too_many_arguments)]
@@ -561,6 +572,7 @@ fn simulate(
     keep: &[u32],
     policy: Policy,
     slack: u64,
+    timings: Option<Timings>,
 ) -> (SwapPlan, Vec<u32>) {
     let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
@@ -670,7 +682,10 @@ fn simulate(
                         tensors, nodes, lv, &writers, &sim, rebuilt, budget, victim, next,
                     )
                 })
-                .flatten();
+                .flatten()
+                .filter(|(chain, _)| {
+                    worth_rebuilding(tensors, &sim, policy, timings, victim, chain)
+                });
             if let (Some((chain, moved)), Some(last)) = (source, last) {
                 // Dropped without a copy; its producer (after those of the freed tensors it
                 // reads, if any) runs again before its next use, which becomes a use of the
@@ -884,19 +899,81 @@ fn simulate(
 }
 
 /// Replays the pool calls of `program` (compiled for a swap plan) through a dry run of the real
-/// pool: `Err(node)` names the node of the first call that fails. The walk is the executor's own
-/// order, so a program that passes makes the same calls at run time.
+/// pool, after freeing the live blocks `freed` (the graph's own, when it holds some: a plan
+/// checked between runs starts from nothing of its graph on the device). Returns how many times
+/// the dry run waited for the device (recycling pages freed by work it counts as unfinished),
+/// or `Err(node)`, the node of the first call that fails. The walk is the executor's own order,
+/// so a program that passes makes the same calls at run time.
 pub fn check_with_pool(
     tensors: &[Tensor],
     nodes: &[Node],
     program: &Program,
     pool: &Pool,
     stream: StreamId,
-) -> Result<(), u32> {
+    freed: &[u64],
+) -> Result<u64, u32> {
     let walk = PoolWalk::runs(tensors, nodes, program, 2);
-    pool.dry_run(&walk.dry_run_steps(stream))
-        .map(|_| ())
-        .map_err(|(i, _)| walk.call_node[i])
+    let mut steps: Vec<DryRunStep> = freed
+        .iter()
+        .map(|&addr| DryRunStep::FreeLive { addr })
+        .collect();
+    let first = steps.len();
+    steps.extend(
+        walk.dry_run_steps(stream)
+            .into_iter()
+            .map(|step| match step {
+                DryRunStep::Free { step } => DryRunStep::Free { step: step + first },
+                other => other,
+            }),
+    );
+    let before = pool.stats().device_wait_count;
+    match pool.dry_run(&steps) {
+        Ok(stats) => Ok(stats.device_wait_count - before),
+        // A live block that would not free is the first node's problem.
+        Err((i, _)) => Err(i.checked_sub(first).map_or(0, |i| walk.call_node[i])),
+    }
+}
+
+/// Why a plan does not fit the pool (`fits_pool`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolMisfit {
+    /// A call of this node's fails.
+    Fails { node: u32 },
+    /// Every call succeeds, but only by waiting for the device this many times (two runs).
+    Waits { count: u64 },
+}
+
+impl std::fmt::Display for PoolMisfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PoolMisfit::Fails { node } => write!(f, "fails the pool's dry run at node {node}"),
+            PoolMisfit::Waits { count } => write!(
+                f,
+                "passes the pool's dry run only by waiting for the device {count} times"
+            ),
+        }
+    }
+}
+
+/// Whether a plan fits the pool without the pool ever waiting for the device: `check_with_pool`
+/// with no waits. Moving pages under the limit waits for the device (a synchronisation of the
+/// whole context on CUDA) when the frees on them may not have run yet, which on a swapping run,
+/// queued far ahead of the device, is nearly always; the host then stops queueing copies ahead
+/// and the compute stream idles until the copy streams drain. The timeline model cannot see
+/// that, so a plan needing it is refused here (the budget is lowered instead).
+pub fn fits_pool(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    program: &Program,
+    pool: &Pool,
+    stream: StreamId,
+    freed: &[u64],
+) -> Result<(), PoolMisfit> {
+    match check_with_pool(tensors, nodes, program, pool, stream, freed) {
+        Ok(0) => Ok(()),
+        Ok(count) => Err(PoolMisfit::Waits { count }),
+        Err(node) => Err(PoolMisfit::Fails { node }),
+    }
 }
 
 #[cfg(test)]

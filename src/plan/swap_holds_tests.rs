@@ -4,7 +4,8 @@
 use super::CommHolds;
 use crate::graph::{FusedGroup, Liveness, Node, Tensor, TensorKind};
 use crate::plan::program::{Program, Step};
-use crate::plan::swap::{candidates_fused, plan_swaps_fused, SwapPlan};
+use crate::plan::swap::{plan_swaps_fused, SwapPlan};
+use crate::plan::swap_candidates::candidates;
 
 const MB: u64 = 1_000_000;
 
@@ -102,7 +103,7 @@ fn a_tensor_a_collective_reads_never_leaves_between_its_producer_and_the_complet
     for n in 0..8 {
         assert!(holds.pinned_at(grad, n), "node {n}");
     }
-    let all = candidates_fused(&g.tensors, &g.nodes, &lv, &[], budget, 1);
+    let all = candidates(&g.tensors, &g.nodes, &lv, &[], budget, 1);
     assert!(!all.is_empty());
     let mut swapped = 0;
     for (policy, plan) in all {
@@ -167,7 +168,7 @@ fn copies_of_collective_tensors_wait_for_the_completion() {
     );
     let mut moved = 0;
     for budget in [12 * MB, 10 * MB] {
-        for (policy, plan) in candidates_fused(&g.tensors, &g.nodes, &lv, &fused, budget, 1) {
+        for (policy, plan) in candidates(&g.tensors, &g.nodes, &lv, &fused, budget, 1) {
             moved += plan.bytes_out + plan.bytes_in;
             for t in [g1, g2, sent] {
                 assert_eq!(

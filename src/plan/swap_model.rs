@@ -596,7 +596,14 @@ mod tests {
             let ws = lv.persistent_bytes + lv.peak_transient_bytes;
             for factor in [2u64, 3] {
                 let budget = ws / factor;
-                let cands = crate::plan::swap::candidates(&c.tensors, &c.nodes, &lv, budget, align);
+                let cands = crate::plan::swap_candidates::candidates(
+                    &c.tensors,
+                    &c.nodes,
+                    &lv,
+                    &[],
+                    budget,
+                    align,
+                );
                 assert_eq!(
                     cands[0].1,
                     plan_swaps(&c.tensors, &c.nodes, &lv, budget, align)

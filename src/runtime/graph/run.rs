@@ -216,7 +216,7 @@ impl RuntimeGraph {
         }
         if self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen {
             self.swap_chosen = true;
-            self.tune_swap_plan(rt.device());
+            self.tune_swap_plan(rt.device(), &st.pool);
             // Runs end in the plan's start state, a new plan's too. The run itself succeeded:
             // a failure here is only logged (the next run's start retries the move).
             let (r, _) =

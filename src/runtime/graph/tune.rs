@@ -3,8 +3,10 @@
 
 use super::RuntimeGraph;
 use crate::device::EventId;
+use crate::memory::pool::Pool;
 use crate::plan::program::Program;
-use crate::plan::swap::Policy;
+use crate::plan::swap::{fits_pool, Policy, SwapPlan, Timings};
+use crate::plan::swap_candidates::fitted_timed_candidates;
 use crate::plan::swap_model::{choose, estimate, Link};
 use crate::runtime::{Error, Result, ALIGNMENT};
 
@@ -32,10 +34,8 @@ impl RuntimeGraph {
     /// After the timed first run: estimate every candidate plan with the measured node times
     /// and link bandwidths, and switch to the fastest (the executor moves persistent tensors
     /// to the new plan's starting state at the next run).
-    pub(super) fn tune_swap_plan(&mut self, device: &dyn crate::device::Device) {
-        let candidates = &self.swap_candidates;
-        let lv = self.graph.liveness().expect("finalized");
-        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+    pub(super) fn tune_swap_plan(&mut self, device: &dyn crate::device::Device, pool: &Pool) {
+        let nodes = self.graph.nodes();
         let timed = |(a, b): (EventId, EventId)| device.event_elapsed_ms(a, b).map(f64::from);
         let Some(pairs) = self.profile.nodes.get(..nodes.len()) else {
             return; // not every node was timed
@@ -76,6 +76,10 @@ impl RuntimeGraph {
             in_gbps: inc.unwrap_or(either),
             out_gbps: out.unwrap_or(either),
         };
+        self.add_timed_candidates(&cost, link, pool);
+        let candidates = &self.swap_candidates;
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
         let estimates: Vec<_> = candidates
             .iter()
             .map(|(_, p)| {
@@ -109,6 +113,54 @@ impl RuntimeGraph {
         if best != 0 {
             self.set_swap_plan(candidates[best].1.clone());
         }
+    }
+
+    /// Adds the plans that weigh each rebuild against its copies on the first run's node times
+    /// and link speeds (`swap_candidates::fitted_timed_candidates`), each fitted to the pool as
+    /// finalize fits the others: its dry run starts with this graph's blocks given back (the run
+    /// ended with the plan's kept tensors on the device; a new plan starts from its own).
+    fn add_timed_candidates(&mut self, cost: &[f64], link: Link, pool: &Pool) {
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
+        let stream = self.runtime.compute;
+        let fused = self.graph.fused_groups();
+        let fits = |plan: &SwapPlan| {
+            let program = Program::compile_fused(tensors, nodes, lv, Some(plan), None, fused);
+            fits_pool(tensors, nodes, &program, pool, stream, &freed)
+        };
+        // The largest budget a candidate got: what the limit left at finalize, unless no
+        // policy fit it whole.
+        let available = self
+            .swap_candidates
+            .iter()
+            .map(|(_, p)| p.budget)
+            .max()
+            .unwrap_or(0);
+        let known: Vec<SwapPlan> = self
+            .swap_candidates
+            .iter()
+            .map(|(_, p)| p.clone())
+            .collect();
+        let most_infeasible = known[0].infeasible_nodes.len();
+        let timings = Timings {
+            node_ms: cost,
+            link,
+        };
+        let timed = fitted_timed_candidates(
+            tensors,
+            nodes,
+            lv,
+            fused,
+            available,
+            ALIGNMENT,
+            timings,
+            &known,
+            most_infeasible,
+            fits,
+        );
+        log::debug!("{} timed swap candidates", timed.len());
+        self.swap_candidates.extend(timed);
     }
 
     /// Appends the last profiled run's measured timeline to `path` (CSV: run, `node` / `in` /

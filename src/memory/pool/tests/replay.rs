@@ -9,7 +9,8 @@
 //! map or unmap call, a model of the driver's cost of creating and mapping (or unmapping and
 //! releasing) one physical allocation, which the move budget weighs against the time between
 //! moves (`GKRT_REPLAY_TIME_PERMILLE` overrides `recycle_time_permille`; `GKRT_REPLAY_PEAKS`
-//! prints where the peak of reserved bytes grows). Blocks a trace never frees are freed after
+//! prints where the peak of reserved bytes grows, by event index: `benches/trace_steps.py` tells
+//! which step of the trace that is). Blocks a trace never frees are freed after
 //! every pass.
 
 use super::*;
@@ -131,7 +132,7 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         }
         std::hint::black_box(&junk);
         let t = std::time::Instant::now();
-        for e in evs {
+        for (k, e) in evs.iter().enumerate() {
             match *e {
                 Ev::A(i, bytes, s) => {
                     let before = p.stats().peak_reserved_bytes;
@@ -139,7 +140,8 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
                     if trace_peaks && p.stats().peak_reserved_bytes > before {
                         let st = p.stats();
                         println!(
-                            "pass {pass}: reserved peak {} MiB at a request of {} KiB, allocated {} MiB (peak {} MiB)",
+                            "pass {pass}, event {k} of {}: reserved peak {} MiB at a request of {} KiB, allocated {} MiB (peak {} MiB)",
+                            evs.len(),
                             st.peak_reserved_bytes >> 20,
                             bytes >> 10,
                             st.allocated_bytes >> 20,

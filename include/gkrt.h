@@ -56,11 +56,6 @@
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
-// The link rate the model assumes for a collective no run has timed, in GB/s of the bytes it
-// sends: PCIe-class, the slow end of what ranks meet over (NVLink is an order of magnitude
-// faster), so an unmeasured collective is not taken to hide behind compute that it may not.
-#define ASSUMED_COMM_GBPS 20.0
-
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   // The call succeeded.

@@ -7,7 +7,7 @@
 //! Collectives run on a fourth stream, the communication stream: a collective starts when the
 //! compute work queued before it is done (and the stream's previous collective), takes its
 //! measured time (`cost_ms`, timed on the communication stream in the first run) or, where
-//! none was measured (0), its bytes over an assumed [`ASSUMED_COMM_GBPS`]; the compute stream
+//! none was measured (0), its bytes over an assumed `ASSUMED_COMM_GBPS`; the compute stream
 //! waits for it only at `AwaitCollective`, and a copy-out of a tensor it touched starts after
 //! it. A tensor freed while its collective may run is pending on it, like a copy-out's block.
 //! A fused group is one block, taken whole at its first producer.
@@ -24,7 +24,7 @@ use crate::plan::program::{Program, Step};
 /// The link rate the model assumes for a collective no run has timed, in GB/s of the bytes it
 /// sends: PCIe-class, the slow end of what ranks meet over (NVLink is an order of magnitude
 /// faster), so an unmeasured collective is not taken to hide behind compute that it may not.
-pub const ASSUMED_COMM_GBPS: f64 = 20.0;
+const ASSUMED_COMM_GBPS: f64 = 20.0;
 
 /// A collective's time on the communication stream: measured, else its bytes over
 /// `ASSUMED_COMM_GBPS`.

@@ -10,8 +10,9 @@
 //! releasing) one physical allocation, which the move budget weighs against the time between
 //! moves (`GKRT_REPLAY_TIME_PERMILLE` overrides `recycle_time_permille`; `GKRT_REPLAY_PEAKS`
 //! prints where the peak of reserved bytes grows, by event index: `benches/trace_steps.py` tells
-//! which step of the trace that is). Blocks a trace never frees are freed after
-//! every pass.
+//! which step of the trace that is; `GKRT_REPLAY_DUMP=K` prints the blocks of the virtual range
+//! after event K of the first pass, when that event is an allocation). `GKRT_REPLAY_PAGE_MIB` overrides `vmm_page_bytes`, the
+//! largest physical allocation (chunk). Blocks a trace never frees are freed after every pass.
 
 use super::*;
 use std::collections::HashMap;
@@ -110,6 +111,12 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     {
         cfg.recycle_time_permille = v;
     }
+    if let Some(v) = std::env::var("GKRT_REPLAY_PAGE_MIB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        cfg.vmm_page_bytes = v << 20;
+    }
     let mut p = Pool::new(cfg);
     let n = evs.len();
     let mut addr = vec![0u64; n];
@@ -125,6 +132,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     let mut junk = vec![0u8; thrash_mb << 20];
     // GKRT_REPLAY_PEAKS: a line whenever the peak of reserved bytes grows.
     let trace_peaks = std::env::var("GKRT_REPLAY_PEAKS").is_ok();
+    // GKRT_REPLAY_DUMP=K: the layout of the first virtual range after allocation event K of pass 0.
+    let dump_at: Option<usize> = std::env::var("GKRT_REPLAY_DUMP")
+        .ok()
+        .and_then(|v| v.parse().ok());
     for pass in 0..passes {
         let u0 = b.unmaps();
         for k in (0..junk.len()).step_by(64) {
@@ -147,6 +158,9 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
                             st.allocated_bytes >> 20,
                             st.peak_allocated_bytes >> 20
                         );
+                    }
+                    if pass == 0 && dump_at == Some(k) {
+                        dump_layout(&p, k, bytes);
                     }
                     if pass == 0 {
                         stream[i as usize] = s;
@@ -193,6 +207,34 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         maps: b.maps(),
         map_calls: b.map_calls(),
         declined: p.recycle_declined_count(),
+    }
+}
+
+/// Prints every block of the first stream's virtual range, low to high: offset, size, state and
+/// how many of the pages it touches are mapped (the holes a peak is made of, and which of them a
+/// chunk-sized move could give back).
+fn dump_layout(p: &Pool, k: usize, bytes: u64) {
+    let Some(st) = p.streams.iter().find(|s| s.range != NIL) else {
+        println!("layout after event {k}: no virtual range");
+        return;
+    };
+    let r = st.range;
+    let seg = &p.segs[r];
+    let pages = p.pages_of(r);
+    let mib = |x: u64| x as f64 / MIB as f64;
+    println!("layout after event {k} (a request of {bytes} bytes):");
+    let mut i = seg.first;
+    while i != NIL {
+        let b = &p.blocks[i];
+        let (p0, p1) = p.touched(r, b.addr, b.size);
+        println!(
+            "  {:>10.3} MiB  +{:>10.3} MiB  {:?}  mapped {} of pages [{p0}, {p1})",
+            mib(b.addr - seg.base),
+            mib(b.size),
+            b.state,
+            pages.count_mapped(p0, p1)
+        );
+        i = b.next;
     }
 }
 

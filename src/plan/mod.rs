@@ -9,6 +9,7 @@ pub mod swap;
 pub mod swap_candidates;
 pub(crate) mod swap_holds;
 pub mod swap_model;
+mod swap_sim;
 
 #[cfg(test)]
 mod gpt2_shape_tests;

@@ -38,7 +38,7 @@ use crate::memory::pool::{DryRunStep, Pool};
 use crate::plan::program::{PoolWalk, Program};
 use crate::plan::swap_holds::CommHolds;
 use crate::plan::swap_model::Link;
-use crate::plan::swap_sim::simulate;
+use crate::plan::swap_sim::{simulate, Pass};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SwapPlan {
@@ -214,11 +214,18 @@ pub(crate) fn plan_timed(
         .max()
         .unwrap_or(0);
     let slack = policy.slack_tensors * largest;
-    let sim = |keep: &[u32]| {
-        simulate(
-            tensors, nodes, lv, holds, budget, align, keep, policy, slack, timings,
-        )
+    let pass = Pass {
+        tensors,
+        nodes,
+        lv,
+        holds,
+        budget,
+        align,
+        policy,
+        slack,
+        timings,
     };
+    let sim = |keep: &[u32]| simulate(&pass, keep);
     let (cold, end_state) = sim(&[]);
     let mut best = cold;
     let consider = |plan: SwapPlan, best: &mut SwapPlan| {

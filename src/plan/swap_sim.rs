@@ -283,21 +283,34 @@ fn worth_rebuilding(
     rebuild_ms * 100.0 <= copy_ms * f64::from(policy.recompute_cap_pct)
 }
 
+/// What every planning pass of one `swap::plan_timed` call shares: the graph, what its
+/// collectives hold, the budget, and the policy with its slack (bytes) and timings.
+pub(super) struct Pass<'a> {
+    pub tensors: &'a [Tensor],
+    pub nodes: &'a [Node],
+    pub lv: &'a Liveness,
+    pub holds: &'a CommHolds,
+    pub budget: u64,
+    pub align: u64,
+    pub policy: Policy,
+    pub slack: u64,
+    pub timings: Option<Timings<'a>>,
+}
+
 /// One planning pass; `keep` are resident when the run starts and must be again when it ends.
 /// Also returns the persistent tensors the policy would leave resident at the end.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn simulate(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    lv: &Liveness,
-    holds: &CommHolds,
-    budget: u64,
-    align: u64,
-    keep: &[u32],
-    policy: Policy,
-    slack: u64,
-    timings: Option<Timings>,
-) -> (SwapPlan, Vec<u32>) {
+pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
+    let &Pass {
+        tensors,
+        nodes,
+        lv,
+        holds,
+        budget,
+        align,
+        policy,
+        slack,
+        timings,
+    } = pass;
     let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
     let writers = Writers::new(tensors, nodes);

@@ -13,6 +13,8 @@ mod swap_sim;
 
 #[cfg(test)]
 mod gpt2_shape_tests;
+#[cfg(test)]
+mod test_graph;
 
 use crate::graph::liveness::round_up;
 use crate::graph::{Graph, TensorKind};

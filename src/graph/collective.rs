@@ -9,7 +9,7 @@
 //! reduce-scatter take one of each: over a fused block their results would interleave the ranks'
 //! members instead of matching the outputs one for one.
 
-use super::{invalid, Graph, GraphResult, LaunchDims};
+use super::{invalid, Graph, GraphResult, LaunchDims, Node};
 use crate::device::comm::Communicator;
 use crate::kernels::collective::{CollectiveKind, DType};
 use crate::kernels::Kernel;
@@ -210,17 +210,7 @@ impl Graph {
                 continue;
             }
             let touched: Vec<u32> = node.inputs.iter().chain(&node.outputs).copied().collect();
-            let until = self.nodes[c + 1..]
-                .iter()
-                .position(|later| {
-                    later.comm.is_none()
-                        && later
-                            .inputs
-                            .iter()
-                            .chain(&later.outputs)
-                            .any(|t| touched.contains(t))
-                })
-                .map_or(self.nodes.len(), |i| c + 1 + i) as u32;
+            let until = completion_node(&self.nodes, c, &touched);
             for t in touched {
                 hold[t as usize] = hold[t as usize].max(until);
             }
@@ -269,4 +259,21 @@ impl Graph {
             node: n,
         }
     }
+}
+
+/// The node before which the compute stream waits for collective `c` (the first later
+/// non-collective node touching one of `touched`, as the step program emits the wait), or the
+/// node count: the run's end.
+pub fn completion_node(nodes: &[Node], c: usize, touched: &[u32]) -> u32 {
+    nodes[c + 1..]
+        .iter()
+        .position(|later| {
+            later.comm.is_none()
+                && later
+                    .inputs
+                    .iter()
+                    .chain(&later.outputs)
+                    .any(|t| touched.contains(t))
+        })
+        .map_or(nodes.len(), |i| c + 1 + i) as u32
 }

@@ -7,7 +7,7 @@ use crate::graph::liveness::round_up;
 use crate::graph::{Liveness, Node, Tensor, TensorKind};
 use crate::memory::pool::{Pool, PoolBacking, PoolConfig};
 use crate::plan::program::Program;
-use crate::plan::swap::{check_with_pool, fits_pool, PoolMisfit, SwapPlan, Timings};
+use crate::plan::swap::{check_with_pool, fits_pool, Policy, PoolMisfit, SwapPlan, Timings};
 use crate::plan::swap_candidates::{candidates, fitted_candidates, fitted_timed_candidates};
 use crate::plan::swap_model::{choose, estimate, Estimate, Link};
 
@@ -305,10 +305,24 @@ pub fn transient_peak(s: &Step, lv: &Liveness) -> u64 {
 /// Every candidate plan for `budget` with its estimate, and the index `choose` takes.
 pub fn plans(s: &Step, budget: u64) -> (Vec<(SwapPlan, Estimate)>, usize) {
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
-    let all: Vec<(SwapPlan, Estimate)> = candidates(&s.tensors, &s.nodes, &lv, &[], budget, ALIGN)
+    estimated(
+        s,
+        &lv,
+        candidates(&s.tensors, &s.nodes, &lv, &[], budget, ALIGN),
+    )
+}
+
+/// Each plan of `cands` with the model's estimate of its compiled program, and the index
+/// `choose` takes.
+fn estimated(
+    s: &Step,
+    lv: &Liveness,
+    cands: Vec<(Policy, SwapPlan)>,
+) -> (Vec<(SwapPlan, Estimate)>, usize) {
+    let all: Vec<(SwapPlan, Estimate)> = cands
         .into_iter()
         .map(|(_, plan)| {
-            let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(&plan), None);
+            let program = Program::compile(&s.tensors, &s.nodes, lv, Some(&plan), None);
             let e = estimate(&s.tensors, &s.nodes, &program, &s.cost_ms, LINK, ALIGN);
             (plan, e)
         })
@@ -503,17 +517,7 @@ fn finalize_at(
             check,
         ));
     }
-    let all: Vec<(SwapPlan, Estimate)> = cands
-        .into_iter()
-        .map(|(_, plan)| {
-            let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(&plan), None);
-            let e = estimate(&s.tensors, &s.nodes, &program, &s.cost_ms, LINK, ALIGN);
-            (plan, e)
-        })
-        .collect();
-    let estimates: Vec<Estimate> = all.iter().map(|(_, e)| e.clone()).collect();
-    let best = choose(&estimates);
-    (all, best)
+    estimated(s, &lv, cands)
 }
 
 /// At a third of the working set, through finalize's dry runs of the pool: the budget a plan

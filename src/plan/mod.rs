@@ -9,9 +9,12 @@ pub mod swap;
 pub mod swap_candidates;
 pub(crate) mod swap_holds;
 pub mod swap_model;
+mod swap_sim;
 
 #[cfg(test)]
 mod gpt2_shape_tests;
+#[cfg(test)]
+mod test_graph;
 
 use crate::graph::liveness::round_up;
 use crate::graph::{Graph, TensorKind};

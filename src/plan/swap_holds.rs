@@ -15,6 +15,7 @@
 //! of any member and returned after the last member's last use. Its members arrive together,
 //! stay pinned for the block's whole life (a member cannot leave alone) and leave together.
 
+use crate::graph::collective::completion_node;
 use crate::graph::{FusedGroup, Liveness, Node};
 
 /// A span of nodes during which a tensor must stay on the device.
@@ -155,23 +156,6 @@ impl CommHolds {
             Some(p) => Some(p.until),
         }
     }
-}
-
-/// The node before which the compute stream waits for collective `c` (the first later
-/// non-collective node touching one of `touched`, as `Program::compile` emits the wait), or
-/// the node count: the run's end.
-pub(crate) fn completion_node(nodes: &[Node], c: usize, touched: &[u32]) -> u32 {
-    nodes[c + 1..]
-        .iter()
-        .position(|later| {
-            later.comm.is_none()
-                && later
-                    .inputs
-                    .iter()
-                    .chain(&later.outputs)
-                    .any(|t| touched.contains(t))
-        })
-        .map_or(nodes.len(), |i| c + 1 + i) as u32
 }
 
 /// The latest pin end among `members`' collective pins (0 when none).

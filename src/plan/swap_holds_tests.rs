@@ -2,46 +2,11 @@
 //! producer to the collective's completion node (a child module of `swap_holds.rs`).
 
 use super::CommHolds;
-use crate::graph::{FusedGroup, Liveness, Node, Tensor, TensorKind};
+use crate::graph::{FusedGroup, Liveness, TensorKind};
 use crate::plan::program::{Program, Step};
 use crate::plan::swap::{plan_swaps_fused, SwapPlan};
 use crate::plan::swap_candidates::candidates;
-
-const MB: u64 = 1_000_000;
-
-#[derive(Default)]
-struct G {
-    tensors: Vec<Tensor>,
-    nodes: Vec<Node>,
-}
-
-impl G {
-    fn tensor(&mut self, mb: u64, kind: TensorKind) -> u32 {
-        self.tensors.push(Tensor {
-            size: mb * MB,
-            kind,
-            name: format!("t{}", self.tensors.len()),
-            producer: None,
-        });
-        self.tensors.len() as u32 - 1
-    }
-    fn node(&mut self, inputs: &[u32], outputs: &[u32]) -> u32 {
-        let n = self.nodes.len() as u32;
-        for &t in outputs {
-            self.tensors[t as usize].producer.get_or_insert(n);
-        }
-        let name = format!("n{n}");
-        self.nodes
-            .push(Node::test_callback(inputs, outputs, false, name));
-        n
-    }
-    /// An in-place all-reduce of `ts` (fused when several).
-    fn all_reduce(&mut self, ts: &[u32]) -> u32 {
-        let n = self.node(ts, ts);
-        self.nodes[n as usize] = Node::test_all_reduce(ts, format!("n{n}"));
-        n
-    }
-}
+use crate::plan::test_graph::{G, MB};
 
 /// A gradient `g` produced at node 0 and read next at node 5 (the farthest next use while the
 /// activations of nodes 1–4 need room), a parameter `v` read at nodes 1 and 3; node 5 is an
@@ -58,18 +23,18 @@ fn gradient_graph(collective: bool) -> (G, u32) {
     let a3 = g.tensor(2, TensorKind::Intermediate);
     let b = g.tensor(2, TensorKind::Intermediate);
     let out = g.tensor(1, TensorKind::Output);
-    g.node(&[x], &[grad]);
-    g.node(&[x, v], &[a1]);
-    g.node(&[a1], &[a2]);
-    g.node(&[v], &[c]);
-    g.node(&[a2, c], &[a3]);
+    g.node_writing(&[x], &[grad]);
+    g.node_writing(&[x, v], &[a1]);
+    g.node_writing(&[a1], &[a2]);
+    g.node_writing(&[v], &[c]);
+    g.node_writing(&[a2, c], &[a3]);
     if collective {
         g.all_reduce(&[grad]);
     } else {
-        g.node(&[grad], &[grad]);
+        g.node_writing(&[grad], &[grad]);
     }
-    g.node(&[a3], &[b]);
-    g.node(&[grad, b], &[out]);
+    g.node_writing(&[a3], &[b]);
+    g.node_writing(&[grad, b], &[out]);
     (g, grad)
 }
 
@@ -143,13 +108,13 @@ fn copies_of_collective_tensors_wait_for_the_completion() {
     let big = g.tensor(4, TensorKind::Intermediate);
     let out = g.tensor(1, TensorKind::Output);
     let sent = g.tensor(2, TensorKind::Output);
-    g.node(&[x], &[g1]); // 0
-    g.node(&[x, w], &[big]); // 1
-    g.node(&[x], &[g2]); // 2
+    g.node_writing(&[x], &[g1]); // 0
+    g.node_writing(&[x, w], &[big]); // 1
+    g.node_writing(&[x], &[g2]); // 2
     g.all_reduce(&[g1, g2]); // 3: fused block [g1, g2]
-    g.node(&[big], &[sent]); // 4
+    g.node_writing(&[big], &[sent]); // 4
     g.all_reduce(&[sent]); // 5: completes at the run's end
-    g.node(&[g1, g2, w], &[out]); // 6
+    g.node_writing(&[g1, g2, w], &[out]); // 6
     let fused = vec![FusedGroup {
         node: 3,
         members: vec![g1, g2],

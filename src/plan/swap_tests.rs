@@ -4,37 +4,7 @@ use super::*;
 use crate::graph::TensorKind;
 use crate::plan::program::Step;
 use crate::plan::swap_model::Link;
-
-const MB: u64 = 1_000_000;
-
-#[derive(Default)]
-struct G {
-    tensors: Vec<Tensor>,
-    nodes: Vec<Node>,
-}
-
-impl G {
-    fn tensor(&mut self, mb: u64, kind: TensorKind) -> u32 {
-        self.tensors.push(Tensor {
-            size: mb * MB,
-            kind,
-            name: format!("t{}", self.tensors.len()),
-            producer: None,
-        });
-        self.tensors.len() as u32 - 1
-    }
-    fn node(&mut self, inputs: &[u32], output: u32, recomputable: bool) -> u32 {
-        let node = self.nodes.len() as u32;
-        self.tensors[output as usize].producer.get_or_insert(node);
-        self.nodes.push(Node::test_callback(
-            inputs,
-            &[output],
-            recomputable,
-            format!("n{node}"),
-        ));
-        node
-    }
-}
+use crate::plan::test_graph::{G, MB};
 
 /// Attention's shape in small: q stays alive to the end; scores s = f(q) is freed after the
 /// softmax p = g(s); p is read again at the end, past nodes that need its room.

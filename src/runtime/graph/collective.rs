@@ -112,6 +112,41 @@ mod tests {
         shared_mem_bytes: 0,
     };
 
+    /// The tests' graph, f32 tensors of `bytes` each: h = 2x, s = all-reduce(h) with `op`, then
+    /// a = relu(x) (overlapping the collective), z = a, y = 3s. Returns [x, h, s, a, y, z].
+    fn overlapped_all_reduce(
+        g: &mut RuntimeGraph,
+        comm: &Comm,
+        bytes: u64,
+        op: ReduceOp,
+    ) -> [u64; 6] {
+        let mut t = |kind| g.add_tensor(bytes, kind, "").unwrap();
+        let x = t(TensorKind::Input);
+        let (h, s, a) = (
+            t(TensorKind::Intermediate),
+            t(TensorKind::Intermediate),
+            t(TensorKind::Intermediate),
+        );
+        let (y, z) = (t(TensorKind::Output), t(TensorKind::Output));
+        let b = |k| Kernel::Builtin(k);
+        let scale = |by: f32| by.to_ne_bytes();
+        g.graph
+            .add_node(b(BuiltinKind::Scale), &[x], &[h], &[], DIMS, &scale(2.0))
+            .unwrap();
+        g.add_collective(comm, CollectiveKind::AllReduce(op), DType::F32, &[h], &[s])
+            .unwrap();
+        g.graph
+            .add_node(b(BuiltinKind::Relu), &[x], &[a], &[], DIMS, &[])
+            .unwrap();
+        g.graph
+            .add_node(b(BuiltinKind::Copy), &[a], &[z], &[], DIMS, &[])
+            .unwrap();
+        g.graph
+            .add_node(b(BuiltinKind::Scale), &[s], &[y], &[], DIMS, &scale(3.0))
+            .unwrap();
+        [x, h, s, a, y, z]
+    }
+
     /// The planned arena holds an out-of-place collective's input until the compute stream
     /// waits for the collective (here: the last node), not only until the collective node:
     /// the node right after it, which overlaps the collective, must not get its memory.
@@ -125,36 +160,7 @@ mod tests {
         let id = rt.comm_unique_id().unwrap();
         let comm = Comm::init_rank(Arc::clone(&rt), &id, 0, 1, 1_000).unwrap();
         let mut g = RuntimeGraph::new(Arc::clone(&rt));
-        let t = |g: &mut RuntimeGraph, kind| g.add_tensor(4096, kind, "").unwrap();
-        let x = t(&mut g, TensorKind::Input);
-        let (h, s, a) = (
-            t(&mut g, TensorKind::Intermediate),
-            t(&mut g, TensorKind::Intermediate),
-            t(&mut g, TensorKind::Intermediate),
-        );
-        let (z, y) = (t(&mut g, TensorKind::Output), t(&mut g, TensorKind::Output));
-        let b = |k| Kernel::Builtin(k);
-        let one = 1.0f32.to_ne_bytes();
-        g.graph
-            .add_node(b(BuiltinKind::Scale), &[x], &[h], &[], DIMS, &one)
-            .unwrap();
-        g.add_collective(
-            &comm,
-            CollectiveKind::AllReduce(ReduceOp::Sum),
-            DType::F32,
-            &[h],
-            &[s],
-        )
-        .unwrap();
-        g.graph
-            .add_node(b(BuiltinKind::Relu), &[x], &[a], &[], DIMS, &[])
-            .unwrap();
-        g.graph
-            .add_node(b(BuiltinKind::Copy), &[a], &[z], &[], DIMS, &[])
-            .unwrap();
-        g.graph
-            .add_node(b(BuiltinKind::Copy), &[s], &[y], &[], DIMS, &[])
-            .unwrap();
+        let [_, h, s, a, _, _] = overlapped_all_reduce(&mut g, &comm, 4096, ReduceOp::Sum);
         g.graph.finalize(256).unwrap();
         let index = |id| g.graph.tensor_index(id).unwrap() as usize;
         let (h, s, a) = (index(h), index(s), index(a));
@@ -195,50 +201,8 @@ mod tests {
         let comm = Comm::init_rank(Arc::clone(&rt), &id, 0, 1, 20_000).unwrap();
         const N: usize = 4096;
         let mut g = RuntimeGraph::new(Arc::clone(&rt));
-        let t = |g: &mut RuntimeGraph, kind| g.add_tensor((N * 4) as u64, kind, "").unwrap();
-        let x = t(&mut g, TensorKind::Input);
-        let (h, s, a) = (
-            t(&mut g, TensorKind::Intermediate),
-            t(&mut g, TensorKind::Intermediate),
-            t(&mut g, TensorKind::Intermediate),
-        );
-        let (y, z) = (t(&mut g, TensorKind::Output), t(&mut g, TensorKind::Output));
-        let b = |k| Kernel::Builtin(k);
-        g.graph
-            .add_node(
-                b(BuiltinKind::Scale),
-                &[x],
-                &[h],
-                &[],
-                DIMS,
-                &2.0f32.to_ne_bytes(),
-            )
-            .unwrap();
-        g.add_collective(
-            &comm,
-            CollectiveKind::AllReduce(ReduceOp::Avg),
-            DType::F32,
-            &[h],
-            &[s],
-        )
-        .unwrap();
-        // Overlaps the collective.
-        g.graph
-            .add_node(b(BuiltinKind::Relu), &[x], &[a], &[], DIMS, &[])
-            .unwrap();
-        g.graph
-            .add_node(b(BuiltinKind::Copy), &[a], &[z], &[], DIMS, &[])
-            .unwrap();
-        g.graph
-            .add_node(
-                b(BuiltinKind::Scale),
-                &[s],
-                &[y],
-                &[],
-                DIMS,
-                &3.0f32.to_ne_bytes(),
-            )
-            .unwrap();
+        let [x, _, _, _, y, z] =
+            overlapped_all_reduce(&mut g, &comm, (N * 4) as u64, ReduceOp::Avg);
         g.finalize().unwrap();
         assert!(g.is_planned());
         let runs = 6;

@@ -64,6 +64,17 @@ pub struct Live {
     pub end: f64,
 }
 
+/// Ends tensor `k`'s open stretch on the device (`since[k]`, when open) at `at`.
+fn close(out: &mut Vec<Live>, since: &mut [Option<f64>], k: usize, at: f64) {
+    if let Some(s) = since[k].take() {
+        out.push(Live {
+            tensor: k,
+            start: s,
+            end: at.max(s),
+        });
+    }
+}
+
 /// How much of a run's host call its compute-stream slices account for (ms).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Coverage {
@@ -248,15 +259,6 @@ impl Trace {
         let end = self.runs.iter().map(|r| r.ended).fold(trace_end, f64::max);
         let mut since: Vec<Option<f64>> = vec![None; self.tensors.len()];
         let mut out = Vec::new();
-        let close = |out: &mut Vec<Live>, since: &mut Vec<Option<f64>>, k: usize, at: f64| {
-            if let Some(s) = since[k].take() {
-                out.push(Live {
-                    tensor: k,
-                    start: s,
-                    end: at.max(s),
-                });
-            }
-        };
         for r in &self.runs {
             let resident: Vec<usize> = r
                 .resident
@@ -350,15 +352,6 @@ impl Trace {
         let mut since: Vec<Option<f64>> = vec![None; n];
         let mut last_use = vec![0.0f64; n];
         let mut out = Vec::new();
-        let close = |out: &mut Vec<Live>, since: &mut Vec<Option<f64>>, k: usize, at: f64| {
-            if let Some(s) = since[k].take() {
-                out.push(Live {
-                    tensor: k,
-                    start: s,
-                    end: at.max(s),
-                });
-            }
-        };
         // A copy out frees its tensor when it ends, and nodes that start while it runs may still
         // read the tensor: its end is an event of its own, taken in time order with the starts
         // (a close at the copy's start would be reopened by such a reader).

@@ -6,64 +6,13 @@
 //! - the compute track's slices lie within each run's measured host interval and their union
 //!   covers at least 90% of it, on a chain whose nodes take 5 ms each.
 
+mod common;
+
+use common::{node, ok, runtime, tensor, trace_runs, write, K};
 use gkrt::capi::*;
 use gkrt_viz::model::{Live, Trace};
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::ptr::null_mut;
-
-const K: u64 = 256 << 10;
-
-fn ok(s: gkrt_status) {
-    assert_eq!(s, gkrt_status::GKRT_STATUS_OK, "a gkrt call failed");
-}
-
-unsafe fn runtime(limit: u64) -> *mut gkrt_runtime {
-    let mut cfg = std::mem::zeroed::<gkrt_config>();
-    ok(gkrt_config_init(&mut cfg));
-    cfg.device = GKRT_DEVICE_HOST;
-    cfg.memory_limit = limit;
-    cfg.log_level = 1;
-    let mut rt = null_mut();
-    ok(gkrt_runtime_create(&cfg, &mut rt));
-    rt
-}
-
-unsafe fn tensor(g: *mut gkrt_graph, name: &str, kind: gkrt_tensor_kind) -> u64 {
-    let mut t = 0;
-    let name = CString::new(name).unwrap();
-    ok(gkrt_graph_add_tensor(g, K, kind, name.as_ptr(), &mut t));
-    t
-}
-
-unsafe fn node(g: *mut gkrt_graph, k: *mut gkrt_kernel, ins: &[u64], outs: &[u64]) {
-    ok(gkrt_graph_add_kernel(
-        g,
-        k,
-        ins.as_ptr(),
-        ins.len(),
-        outs.as_ptr(),
-        outs.len(),
-        std::ptr::null(),
-        0,
-        std::ptr::null(),
-        null_mut(),
-    ));
-}
-
-/// `runs` traced runs of `g` (after one untraced), the trace's JSON.
-unsafe fn trace_runs(rt: *mut gkrt_runtime, g: *mut gkrt_graph, runs: usize, tag: &str) -> String {
-    ok(gkrt_runtime_run(rt, g));
-    let path = std::env::temp_dir().join(format!("gkrt-viz-{tag}-{}.json", std::process::id()));
-    let c_path = CString::new(path.to_str().unwrap()).unwrap();
-    ok(gkrt_runtime_trace_begin(rt));
-    for _ in 0..runs {
-        ok(gkrt_runtime_run(rt, g));
-    }
-    ok(gkrt_runtime_trace_end(rt, c_path.as_ptr()));
-    let json = std::fs::read_to_string(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
-    json
-}
 
 const LIMIT: u64 = 4 * K;
 
@@ -92,14 +41,9 @@ fn weights_trace() -> String {
         let y = tensor(g, "y", GKRT_TENSOR_OUTPUT);
         node(g, add, &[h, x], &[y]);
         ok(gkrt_graph_finalize(g));
-        let data = vec![1.0f32; (K / 4) as usize];
+        let ones = 1.0f32.to_ne_bytes().repeat((K / 4) as usize);
         for t in std::iter::once(x).chain(w.iter().copied()) {
-            ok(gkrt_graph_write_tensor(
-                g,
-                t,
-                data.as_ptr() as *const c_void,
-                K as usize,
-            ));
+            write(g, t, &ones);
         }
         let json = trace_runs(rt, g, 3, "weights");
         ok(gkrt_kernel_release(relu));
@@ -196,13 +140,7 @@ fn compute_slices_account_for_each_runs_measured_interval() {
             prev = next;
         }
         ok(gkrt_graph_finalize(g));
-        let data = vec![0u8; K as usize];
-        ok(gkrt_graph_write_tensor(
-            g,
-            x,
-            data.as_ptr() as *const c_void,
-            K as usize,
-        ));
+        write(g, x, &vec![0u8; K as usize]);
         let json = trace_runs(rt, g, 3, "coverage");
         ok(gkrt_kernel_release(k));
         ok(gkrt_graph_release(g));

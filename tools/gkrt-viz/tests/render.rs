@@ -3,35 +3,19 @@
 //! chart, every stream's lane, and marks for the copies and the recompute; and that traces that
 //! are not gkrt's are refused with a reason.
 
+mod common;
+
+use common::{launched, node, ok, runtime, tensor, trace_runs, K};
 use gkrt::capi::*;
-use std::ffi::CString;
 use std::ptr::null_mut;
-
-const K: u64 = 256 << 10;
-
-fn ok(s: gkrt_status) {
-    assert_eq!(s, gkrt_status::GKRT_STATUS_OK, "a gkrt call failed");
-}
 
 /// fill -> h0 (recomputable when asked), relu -> h1, h_i = h_{i-1} + h_{i-2} .. h7, y = h0 + h7,
 /// under a limit of three tensors; two traced runs. Returns the trace's JSON.
 fn host_trace(recomputable: bool) -> String {
     unsafe {
-        let mut cfg = std::mem::zeroed::<gkrt_config>();
-        ok(gkrt_config_init(&mut cfg));
-        cfg.device = GKRT_DEVICE_HOST;
-        cfg.memory_limit = 3 * K;
-        cfg.log_level = 1;
-        let mut rt = null_mut();
-        ok(gkrt_runtime_create(&cfg, &mut rt));
+        let rt = runtime(3 * K);
         let mut g = null_mut();
         ok(gkrt_graph_create(rt, &mut g));
-        let tensor = |name: &str, kind| {
-            let mut t = 0;
-            let name = CString::new(name).unwrap();
-            ok(gkrt_graph_add_tensor(g, K, kind, name.as_ptr(), &mut t));
-            t
-        };
         let (mut fill, mut relu, mut add) = (null_mut(), null_mut(), null_mut());
         ok(gkrt_kernel_builtin(rt, GKRT_BUILTIN_FILL, &mut fill));
         ok(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU, &mut relu));
@@ -44,50 +28,24 @@ fn host_trace(recomputable: bool) -> String {
             params: &value as *const f32 as *const _,
             params_size: 4,
         };
-        let node = |k, ins: &[u64], outs: &[u64], launch: *const gkrt_launch| {
-            let mut n = 0;
-            ok(gkrt_graph_add_kernel(
-                g,
-                k,
-                ins.as_ptr(),
-                ins.len(),
-                outs.as_ptr(),
-                outs.len(),
-                std::ptr::null(),
-                0,
-                launch,
-                &mut n,
-            ));
-            n
-        };
-        let mut h = vec![tensor("h0", GKRT_TENSOR_INTERMEDIATE)];
-        let first = node(fill, &[], &[h[0]], &launch);
+        let intermediate = |name: &str| tensor(g, name, GKRT_TENSOR_INTERMEDIATE);
+        let mut h = vec![intermediate("h0")];
+        let first = launched(g, fill, &[], &[h[0]], &launch);
         ok(gkrt_graph_set_node_recomputable(
             g,
             first,
             recomputable as i32,
         ));
-        h.push(tensor("h1", GKRT_TENSOR_INTERMEDIATE));
-        node(relu, &[h[0]], &[h[1]], std::ptr::null());
+        h.push(intermediate("h1"));
+        node(g, relu, &[h[0]], &[h[1]]);
         for i in 2..8 {
-            h.push(tensor(&format!("h{i}"), GKRT_TENSOR_INTERMEDIATE));
-            node(add, &[h[i - 1], h[i - 2]], &[h[i]], std::ptr::null());
+            h.push(intermediate(&format!("h{i}")));
+            node(g, add, &[h[i - 1], h[i - 2]], &[h[i]]);
         }
-        let y = tensor("y", GKRT_TENSOR_OUTPUT);
-        node(add, &[h[0], h[7]], &[y], std::ptr::null());
+        let y = tensor(g, "y", GKRT_TENSOR_OUTPUT);
+        node(g, add, &[h[0], h[7]], &[y]);
         ok(gkrt_graph_finalize(g));
-        ok(gkrt_runtime_run(rt, g));
-        let path = std::env::temp_dir().join(format!(
-            "gkrt-viz-test-{}-{recomputable}.json",
-            std::process::id()
-        ));
-        let c_path = CString::new(path.to_str().unwrap()).unwrap();
-        ok(gkrt_runtime_trace_begin(rt));
-        ok(gkrt_runtime_run(rt, g));
-        ok(gkrt_runtime_run(rt, g));
-        ok(gkrt_runtime_trace_end(rt, c_path.as_ptr()));
-        let json = std::fs::read_to_string(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
+        let json = trace_runs(rt, g, 2, &format!("render-{recomputable}"));
         for k in [fill, relu, add] {
             ok(gkrt_kernel_release(k));
         }

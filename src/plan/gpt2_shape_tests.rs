@@ -349,11 +349,14 @@ fn the_small_config_has_the_examples_sizes_and_step() {
 /// What the plan does at a third of the working set, on the model (`--nocapture` prints every
 /// candidate). Before chained recomputation the model put the candidates with the H200 run's
 /// 37 recomputes a step at 167–177 ms (2.17–2.29x its 77 ms sum of nodes), against 178.7 ms
-/// (2.17x) measured; the plan it then chose was 143 ms (1.86x) at either level.
+/// (2.17x) measured; the plan it then chose was 143 ms (1.86x) at either level. At level 1 the
+/// bound was 1.80 (a lingering plan at 1.72x) until the model charged the copy of a kept tensor
+/// the run writes when it leaves (the previous run left it newer on the device): that plan is
+/// 2.03x now, and the chosen one 1.81x.
 #[test]
 fn a_third_of_the_small_configs_working_set() {
     // Most the chosen plan's step may be, as a multiple of the nodes' sum, per level.
-    for (recompute, most) in [(1, 1.80), (2, 1.15)] {
+    for (recompute, most) in [(1, 1.85), (2, 1.15)] {
         let s = build(Config { recompute, ..SMALL });
         let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
         let ws = s.persistent_bytes() + transient_peak(&s, &lv);
@@ -531,7 +534,9 @@ fn finalize_at(
 /// but that plan's dry run waits for the device 10 times in two runs (pages moved under the
 /// limit: a context synchronisation each on CUDA, which the model cannot see), so plans must
 /// now fit without (`fits_pool`): 1.21x at 84% (small), 1.145x (medium, at the full limit),
-/// 1.117x (deep); the first run's timed candidates take medium to 1.089x.
+/// 1.117x (deep); the first run's timed candidates take medium to 1.089x. Keeping what the
+/// embedding's AdamW writes across runs (`Policy::keep_last_writes`: its state's copy home had
+/// ended 6 ms after the last node) takes small to 1.160x and deep to 1.113x.
 #[test]
 fn finalize_at_a_third_gives_plans_most_of_the_limit() {
     for (name, config) in [("small", SMALL), ("medium", MEDIUM), ("deep", DEEP)] {
@@ -594,6 +599,6 @@ fn finalize_at_a_third_gives_plans_most_of_the_limit() {
             now.1 <= before.1 + 1e-9,
             "{name}: {now:?} against {before:?}"
         );
-        assert!(now.1 <= 1.22, "{name}: {:.3}x", now.1);
+        assert!(now.1 <= 1.17, "{name}: {:.3}x", now.1);
     }
 }

@@ -153,6 +153,12 @@ pub struct Policy {
     /// can be. Rebuilding costs compute-stream time, copying costs link time that is idle for
     /// much of a step, so a cap trades rebuilt products for copies (see `swap_candidates`).
     pub recompute_cap_pct: u32,
+    /// The parameters the last nodes of a run write (`KEEP_LAST_NODES`: an optimizer
+    /// step at the end, such as the embedding's AdamW state) stay on the device at the run's
+    /// end: their copies home would start after the last writer and end after the last node,
+    /// where no compute overlaps them. Kept, they leave (copied, as the run wrote them) when the
+    /// next run needs their room, while its first nodes compute, or never.
+    pub keep_last_writes: bool,
 }
 
 impl Default for Policy {
@@ -163,6 +169,7 @@ impl Default for Policy {
             kept_wait: false,
             recompute: true,
             recompute_cap_pct: 0,
+            keep_last_writes: false,
         }
     }
 }
@@ -181,6 +188,10 @@ const BOUNDARY_ROUNDS: usize = 4;
 
 /// The tensors the first nodes of a run read are kept across runs (`Policy::linger` off).
 const KEEP_FIRST_NODES: u32 = 2;
+
+/// The persistent outputs of this many last nodes of a run are kept across runs
+/// (`Policy::keep_last_writes`).
+const KEEP_LAST_NODES: usize = 4;
 
 #[cfg(test)]
 fn plan_with(
@@ -288,6 +299,32 @@ pub(crate) fn plan_timed(
             let (plan, _) = sim(&first);
             // Only what the first nodes read: bringing back more at the end of a run moves
             // copies from the start of the next run to the end of this one.
+            if plan.infeasible_nodes.len() <= best.infeasible_nodes.len() {
+                best = plan;
+            }
+        }
+    }
+    if policy.keep_last_writes {
+        let mut keep = best.keep.clone();
+        keep.extend(
+            nodes
+                .iter()
+                .rev()
+                .take(KEEP_LAST_NODES)
+                .flat_map(|node| &node.outputs)
+                .copied()
+                // Parameters (what the host reads after a run is sent home at its end), and
+                // none a collective holds: it leaves after the collective, not when room is
+                // needed.
+                .filter(|&t| {
+                    tensors[t as usize].kind == crate::graph::TensorKind::Parameter
+                        && !holds.held(t)
+                }),
+        );
+        keep.sort_unstable();
+        keep.dedup();
+        if keep != best.keep {
+            let (plan, _) = sim(&keep);
             if plan.infeasible_nodes.len() <= best.infeasible_nodes.len() {
                 best = plan;
             }

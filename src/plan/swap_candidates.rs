@@ -157,13 +157,16 @@ fn policies() -> Vec<Policy> {
     for recompute in [default.recompute, !default.recompute] {
         for (linger, kept_wait) in knobs {
             for slack_tensors in [0, 1, 2] {
-                out.push(Policy {
-                    linger,
-                    slack_tensors,
-                    kept_wait,
-                    recompute,
-                    ..default
-                });
+                for keep_last_writes in [false, true] {
+                    out.push(Policy {
+                        linger,
+                        slack_tensors,
+                        kept_wait,
+                        recompute,
+                        keep_last_writes,
+                        ..default
+                    });
+                }
             }
         }
     }

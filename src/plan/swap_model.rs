@@ -85,7 +85,18 @@ pub fn estimate(
     let ms_out = |bytes: u64| bytes as f64 / (link.out_gbps * 1e6);
     let size = |t: u32| round_up(tensors[t as usize].size, align);
     let mut at = vec![Where::Host; tensors.len()];
+    // A kept tensor that the run writes starts the run newer on the device than on the host
+    // (the previous run wrote it and kept it): leaving, it is copied.
+    let mut written = vec![false; tensors.len()];
+    for node in nodes {
+        for &t in &node.outputs {
+            written[t as usize] = true;
+        }
+    }
     let mut host_valid: Vec<bool> = tensors.iter().map(|t| t.kind.persists()).collect();
+    for &t in &program.keep {
+        host_valid[t as usize] &= !written[t as usize];
+    }
     let mut out_done = vec![0.0f64; tensors.len()];
     let mut m = Model {
         e: Estimate::default(),
@@ -429,6 +440,28 @@ mod tests {
             recompute_before: vec![Vec::new(); nodes],
             ..SwapPlan::default()
         }
+    }
+
+    /// A kept tensor the run writes starts the next run newer on the device than on the host:
+    /// leaving at the start, it is copied (3 MB over [0, 3]), and the node whose output takes
+    /// its block waits for that copy.
+    #[test]
+    fn a_kept_tensor_the_run_writes_is_copied_when_it_leaves() {
+        let mut c = Chain::default();
+        let m = c.tensor(3 * MB, TensorKind::Parameter, "m".into());
+        let a = c.tensor(3 * MB, TensorKind::Intermediate, "a".into());
+        let out = c.tensor(MB, TensorKind::Output, "out".into());
+        c.node(&[], a, 1.0);
+        c.node(&[a, m], m, 1.0);
+        c.node(&[m], out, 1.0);
+        let lv = Liveness::analyse(&c.tensors, &c.nodes, 1);
+        let mut plan = empty_plan(3, 4 * MB);
+        plan.keep.push(m);
+        plan.leave_at_start.push(m);
+        plan.prefetch_before[1].push(m);
+        let e = estimate_plan(&c.tensors, &c.nodes, &lv, &plan, &c.cost, SLOW, 1);
+        assert!(e.bytes_out >= 3 * MB, "{e:?}");
+        assert!(e.starts[0].1 >= 3.0 - 1e-9, "{e:?}");
     }
 
     /// Hand-computed timelines: a return the first node waits for, and an output sent home

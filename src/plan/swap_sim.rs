@@ -318,8 +318,14 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         tensors,
         align,
         resident: vec![false; tensors.len()],
-        // Persistent tensors start on the host with their contents there.
-        host_valid: tensors.iter().map(|t| t.kind.persists()).collect(),
+        // Persistent tensors start on the host with their contents there, but for kept ones
+        // the run writes: the previous run left them on the device, newer than the host copy.
+        host_valid: (0..tensors.len())
+            .map(|t| {
+                tensors[t].kind.persists()
+                    && (writers.of[t].is_empty() || !keep.contains(&(t as u32)))
+            })
+            .collect(),
         left_after: vec![-1; tensors.len()],
         by_next_use: BTreeSet::new(),
         next_key: vec![(NEVER, false); tensors.len()],
@@ -539,8 +545,10 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                 // (rather than leave and come back at the end).
                 let first = lv.uses[t as usize][0];
                 let read_next = nodes[first as usize].inputs.contains(&t);
+                // (`keep_last_writes` keeps a tensor so that it waits.)
+                let kept_waits = kept_wait || policy.keep_last_writes;
                 let waits =
-                    (linger && (read_next || kept[t as usize])) || (kept_wait && kept[t as usize]);
+                    (linger && (read_next || kept[t as usize])) || (kept_waits && kept[t as usize]);
                 if tensor.kind.persists() && waits {
                     sim.index(t, n_nodes as u32 + first);
                 } else {

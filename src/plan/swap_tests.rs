@@ -196,3 +196,51 @@ fn a_capped_policy_rebuilds_only_what_is_cheaper_than_its_copies() {
     assert!(dear.swap_out_after.iter().flatten().any(|&t| t == p));
     assert!(dear.bytes_out >= cheap.bytes_out + 4 * MB, "{dear:?}");
 }
+
+/// A training step's shape in small: activations `a`, `b` between a weight's first read and
+/// its optimizer step at the end, which writes the weight and its state `m` (8 MB: the
+/// embedding's AdamW state).
+fn optimizer_last() -> (G, [u32; 2]) {
+    let mut g = G::default();
+    let w = g.tensor(2, TensorKind::Parameter);
+    let m = g.tensor(8, TensorKind::Parameter);
+    let x = g.tensor(1, TensorKind::Input);
+    let a = g.tensor(4, TensorKind::Intermediate);
+    let b = g.tensor(4, TensorKind::Intermediate);
+    let grad = g.tensor(2, TensorKind::Intermediate);
+    g.node(&[x, w], a, false);
+    g.node(&[a], b, false);
+    g.node(&[a, b], grad, false);
+    g.node_writing(&[grad, w, m], &[w, m]);
+    (g, [w, m])
+}
+
+/// `Policy::keep_last_writes`: what the last nodes write stays on the device at the run's end
+/// (no copy home after the last node) and leaves, copied, when the next run needs its room.
+#[test]
+fn keeping_the_last_writes_moves_their_copies_out_of_the_runs_tail() {
+    let (g, [w, m]) = optimizer_last();
+    let lv = Liveness::analyse(&g.tensors, &g.nodes, 1);
+    let last = g.nodes.len() - 1;
+    let plain = plan_with(&g.tensors, &g.nodes, &lv, 16 * MB, 1, Policy::default());
+    assert!(!plain.keep.contains(&m), "{plain:?}");
+    assert!(plain.swap_out_after[last].contains(&m), "{plain:?}");
+    let keeping = Policy {
+        keep_last_writes: true,
+        ..Policy::default()
+    };
+    let kept = plan_with(&g.tensors, &g.nodes, &lv, 16 * MB, 1, keeping);
+    assert!(kept.keep.contains(&w) && kept.keep.contains(&m), "{kept:?}");
+    assert!(kept.infeasible_nodes.is_empty(), "{kept:?}");
+    assert!(!kept.swap_out_after[last].contains(&m), "{kept:?}");
+    // It leaves for the activations' room while the run computes, copied: the run wrote it.
+    let left: Vec<u32> = kept
+        .swap_out_after
+        .iter()
+        .flatten()
+        .chain(&kept.leave_at_start)
+        .copied()
+        .collect();
+    assert!(left.contains(&m), "{kept:?}");
+    assert!(kept.bytes_out >= 8 * MB, "{kept:?}");
+}

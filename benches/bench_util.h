@@ -1,13 +1,10 @@
-/* Shared by the GPU benchmarks: checked CUDA driver and gkrt calls, a monotonic clock, a median,
- * the chain kernel's parameters and reading its PTX. */
+/* Shared by the GPU benchmarks: checked CUDA driver calls, the chain kernel's parameters and
+ * reading its PTX (gkrt calls, clocks and the median come from bench_host.h). */
 #ifndef GKRT_BENCH_UTIL_H
 #define GKRT_BENCH_UTIL_H
 
+#include "bench_host.h"
 #include <cuda.h>
-#include <gkrt.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
 
 #define CU(call)                                                               \
   do {                                                                         \
@@ -19,28 +16,6 @@
       exit(1);                                                                 \
     }                                                                          \
   } while (0)
-
-#define GK(call)                                                                                     \
-  do {                                                                                               \
-    gkrt_status s_ = (call);                                                                         \
-    if (s_ != GKRT_STATUS_OK) {                                                                      \
-      char m_[2048];                                                                                 \
-      gkrt_last_error_message(m_, sizeof m_);                                                        \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, gkrt_status_name(s_), m_); \
-      exit(1);                                                                                       \
-    }                                                                                                \
-  } while (0)
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* The parameters of benches/chain_kernel.cu's axpb kernel (out = a*in + b over n floats). */
 typedef struct {
@@ -63,12 +38,6 @@ static char *read_file(const char *path) {
   buf[n] = 0;
   fclose(f);
   return buf;
-}
-
-/* Sorts `v` and returns its middle element. */
-static double median(double *v, int n) {
-  qsort(v, n, sizeof *v, cmp_double);
-  return v[n / 2];
 }
 
 #endif

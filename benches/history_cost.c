@@ -6,32 +6,7 @@
  * (ns per pair on - ns per pair off) / 3. Medians over the rounds; the goal is <= 100 ns.
  * Runs on whichever backend GKRT_DEVICE picks (the GPU run uses cuda). Usage:
  *   history_cost [pairs per round (200000)] [rounds (7)] */
-#include <gkrt.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-#define GK(call)                                                                                \
-  do {                                                                                          \
-    gkrt_status s_ = (call);                                                                    \
-    if (s_ != GKRT_STATUS_OK) {                                                                 \
-      char m_[2048];                                                                            \
-      gkrt_last_error_message(m_, sizeof m_);                                                   \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, gkrt_status_name(s_), m_); \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "bench_host.h"
 
 /* ns per alloc+free pair over `pairs` pairs. */
 static double pairs_ns(gkrt_runtime *rt, long pairs) {

@@ -9,37 +9,7 @@
  * figure is the tracer's own cost, not a fraction of a realistic step (benches/swap_chain's
  * SWAP_TRACE measures that). Runs on whichever backend GKRT_DEVICE picks. Usage:
  *   trace_cost [nodes (256)] [runs per round (20)] [rounds (9)] */
-#include <gkrt.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-#define GK(call)                                                                                \
-  do {                                                                                          \
-    gkrt_status s_ = (call);                                                                    \
-    if (s_ != GKRT_STATUS_OK) {                                                                 \
-      char m_[2048];                                                                            \
-      gkrt_last_error_message(m_, sizeof m_);                                                   \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, gkrt_status_name(s_), m_); \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+#include "bench_host.h"
 
 /* Median ns of `runs` runs of `g`. */
 static double runs_ns(gkrt_runtime *rt, gkrt_graph *g, int runs, double *scratch) {

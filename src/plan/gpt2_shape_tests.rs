@@ -7,8 +7,9 @@ use crate::graph::liveness::round_up;
 use crate::graph::{Liveness, Node, Tensor, TensorKind};
 use crate::memory::pool::{Pool, PoolBacking, PoolConfig};
 use crate::plan::program::Program;
-use crate::plan::swap::{check_with_pool, fits_pool, Policy, PoolMisfit, SwapPlan, Timings};
+use crate::plan::swap::{Policy, SwapPlan, Timings};
 use crate::plan::swap_candidates::{candidates, fitted_candidates, fitted_timed_candidates};
+use crate::plan::swap_fit::{check_with_pool, fits_pool, PoolMisfit};
 use crate::plan::swap_model::{choose, estimate, Estimate, Link};
 
 const ALIGN: u64 = 256;

@@ -7,6 +7,7 @@ pub mod min_limit;
 pub mod program;
 pub mod swap;
 pub mod swap_candidates;
+pub mod swap_fit;
 pub(crate) mod swap_holds;
 pub mod swap_model;
 mod swap_sim;

@@ -2,7 +2,7 @@
 //!
 //! Finalize compiles the graph's liveness, its swap plan (if any) and its arena layout (if
 //! planned) into one flat list of steps. The executor (`exec`) interprets that list and nothing
-//! else; the pool's dry run (`PoolWalk`, used by `swap::check_with_pool`) and the timeline model
+//! else; the pool's dry run (`PoolWalk`, used by `swap_fit::check_with_pool`) and the timeline model
 //! (`swap_model::estimate`) walk the same list, so "fits in the dry run" means "fits at run
 //! time" and the model times the run that will happen. A new capability (a fused group, a
 //! collective, a bound buffer) is a new step kind here, taught to those three walkers.

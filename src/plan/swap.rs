@@ -20,24 +20,17 @@
 //! there (they are kept or brought back for it). Only the plan reruns nodes, and only those.
 //!
 //! The simulation and the rematerialisation rule live in `swap_sim.rs`; this file holds the plan,
-//! the policy's knobs, the search over run-boundary states, and the pool checks.
+//! the policy's knobs and the search over run-boundary states.
 //!
 //! Collectives (`swap_holds.rs`): a tensor a collective may still touch is pinned — never a
 //! victim — from its last use before the collective to the node that waits for it, and a fused
 //! group arrives, stays and leaves as one block.
 //!
-//! `check_with_pool` replays the pool calls of the plan's compiled step program through a dry run
-//! of the real pool, so a plan that fits on paper fits at run time; the runtime lowers the budget
-//! and replans when it does not, or when it fits only by the pool waiting for the device
-//! (`fits_pool`).
+//! `swap_fit.rs` checks a plan against the real pool (a dry run of its compiled step program).
 
-use crate::device::StreamId;
 use crate::graph::liveness::round_up;
 use crate::graph::{Liveness, Node, Tensor};
-use crate::memory::pool::{DryRunStep, Pool};
-use crate::plan::program::{PoolWalk, Program};
 use crate::plan::swap_holds::CommHolds;
-use crate::plan::swap_model::Link;
 use crate::plan::swap_sim::{simulate, Pass};
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -172,6 +165,13 @@ impl Default for Policy {
             keep_last_writes: false,
         }
     }
+}
+
+/// Measured bandwidth of the host link each way, in GB/s (the first run's copies).
+#[derive(Clone, Copy, Debug)]
+pub struct Link {
+    pub in_gbps: f64,
+    pub out_gbps: f64,
 }
 
 /// A timed run's figures, which a capped policy weighs rebuilds by
@@ -331,84 +331,6 @@ pub(crate) fn plan_timed(
         }
     }
     best
-}
-
-/// Replays the pool calls of `program` (compiled for a swap plan) through a dry run of the real
-/// pool, after freeing the live blocks `freed` (the graph's own, when it holds some: a plan
-/// checked between runs starts from nothing of its graph on the device). Returns how many times
-/// the dry run waited for the device (recycling pages freed by work it counts as unfinished),
-/// or `Err(node)`, the node of the first call that fails. The walk is the executor's own order,
-/// so a program that passes makes the same calls at run time.
-pub fn check_with_pool(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    program: &Program,
-    pool: &Pool,
-    stream: StreamId,
-    freed: &[u64],
-) -> Result<u64, u32> {
-    let walk = PoolWalk::runs(tensors, nodes, program, 2);
-    let mut steps: Vec<DryRunStep> = freed
-        .iter()
-        .map(|&addr| DryRunStep::FreeLive { addr })
-        .collect();
-    let first = steps.len();
-    steps.extend(
-        walk.dry_run_steps(stream)
-            .into_iter()
-            .map(|step| match step {
-                DryRunStep::Free { step } => DryRunStep::Free { step: step + first },
-                other => other,
-            }),
-    );
-    let before = pool.stats().device_wait_count;
-    match pool.dry_run(&steps) {
-        Ok(stats) => Ok(stats.device_wait_count - before),
-        // A live block that would not free is the first node's problem.
-        Err((i, _)) => Err(i.checked_sub(first).map_or(0, |i| walk.call_node[i])),
-    }
-}
-
-/// Why a plan does not fit the pool (`fits_pool`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PoolMisfit {
-    /// A call of this node's fails.
-    Fails { node: u32 },
-    /// Every call succeeds, but only by waiting for the device this many times (two runs).
-    Waits { count: u64 },
-}
-
-impl std::fmt::Display for PoolMisfit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PoolMisfit::Fails { node } => write!(f, "fails the pool's dry run at node {node}"),
-            PoolMisfit::Waits { count } => write!(
-                f,
-                "passes the pool's dry run only by waiting for the device {count} times"
-            ),
-        }
-    }
-}
-
-/// Whether a plan fits the pool without the pool ever waiting for the device: `check_with_pool`
-/// with no waits. Moving pages under the limit waits for the device (a synchronisation of the
-/// whole context on CUDA) when the frees on them may not have run yet, which on a swapping run,
-/// queued far ahead of the device, is nearly always; the host then stops queueing copies ahead
-/// and the compute stream idles until the copy streams drain. The timeline model cannot see
-/// that, so a plan needing it is refused here (the budget is lowered instead).
-pub fn fits_pool(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    program: &Program,
-    pool: &Pool,
-    stream: StreamId,
-    freed: &[u64],
-) -> Result<(), PoolMisfit> {
-    match check_with_pool(tensors, nodes, program, pool, stream, freed) {
-        Ok(0) => Ok(()),
-        Ok(count) => Err(PoolMisfit::Waits { count }),
-        Err(node) => Err(PoolMisfit::Fails { node }),
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! (`fitted_timed_candidates`). The timeline model (`swap_model`) ranks them.
 
 use crate::graph::{FusedGroup, Liveness, Node, Tensor};
-use crate::plan::swap::{plan_timed, Policy, PoolMisfit, SwapPlan, Timings};
+use crate::plan::swap::{plan_timed, Policy, SwapPlan, Timings};
+use crate::plan::swap_fit::PoolMisfit;
 use crate::plan::swap_holds::CommHolds;
 
 /// How many times a policy's budget is lowered (by a sixteenth each time) before the policy is
@@ -19,7 +20,7 @@ const FIT_BISECTIONS: usize = 3;
 const RECOMPUTE_CAPS_PCT: [u32; 2] = [6, 25];
 
 /// `policy`'s plan for about the largest budget up to `available` that `fits` accepts (the
-/// runtime's dry run of the pool, `swap::fits_pool`, which fails a plan where fragmentation
+/// runtime's dry run of the pool, `swap_fit::fits_pool`, which fails a plan where fragmentation
 /// leaves no block its bytes would fit or where the pool would wait for the device), and whether
 /// one did (if not, the last plan tried).
 #[allow(clippy::too_many_arguments)]

@@ -62,12 +62,7 @@ struct Pending {
     done: f64,
 }
 
-/// Measured bandwidth of the host link each way, in GB/s.
-#[derive(Clone, Copy, Debug)]
-pub struct Link {
-    pub in_gbps: f64,
-    pub out_gbps: f64,
-}
+pub use crate::plan::swap::Link;
 
 /// Estimates the step time of one run of `program` (compiled for a swap plan), nodes costing
 /// `cost_ms`. It walks the program's steps as the executor does: an allocation that finds no

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::graph::TensorKind;
-use crate::plan::program::Step;
+use crate::plan::program::{PoolWalk, Program, Step};
 use crate::plan::swap_model::Link;
 use crate::plan::test_graph::{G, MB};
 

@@ -4,8 +4,9 @@ use super::{Replay, RuntimeGraph};
 use crate::kernels::Kernel;
 use crate::plan::plan_graph_arena;
 use crate::plan::program::Program;
-use crate::plan::swap::{fits_pool, Policy, SwapPlan};
+use crate::plan::swap::{Policy, SwapPlan};
 use crate::plan::swap_candidates::fitted_candidates;
+use crate::plan::swap_fit::fits_pool;
 use crate::runtime::{Error, MemoryMode, Result, ALIGNMENT};
 use std::sync::Arc;
 

@@ -137,8 +137,14 @@ impl RuntimeGraph {
                     }
                     queued = self.launch_replay(rt, exec_graph);
                 }
-                (Ok(exec_graph), Err(_)) => {
+                (Ok(exec_graph), Err(e)) => {
                     let _ = rt.device.destroy_graph(exec_graph);
+                    // A collective the communication library could not queue inside a capture
+                    // would fail every later capture alike: later runs are not captured.
+                    if self.graph.has_collectives() {
+                        log::warn!("planned graph with collectives not captured for replay: {e}");
+                        self.replay = Replay::Off;
+                    }
                 }
                 (Err(e), _) => {
                     // The work was recorded, not run: run it the ordinary way.

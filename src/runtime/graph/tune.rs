@@ -5,8 +5,9 @@ use super::RuntimeGraph;
 use crate::device::EventId;
 use crate::memory::pool::Pool;
 use crate::plan::program::Program;
-use crate::plan::swap::{fits_pool, Policy, SwapPlan, Timings};
+use crate::plan::swap::{Policy, SwapPlan, Timings};
 use crate::plan::swap_candidates::fitted_timed_candidates;
+use crate::plan::swap_fit::fits_pool;
 use crate::plan::swap_model::{choose, estimate, Link};
 use crate::runtime::{Error, Result, ALIGNMENT};
 

@@ -3,7 +3,7 @@
 use super::types::gkrt_status;
 use crate::runtime::Error;
 use std::cell::RefCell;
-use std::ffi::c_char;
+use std::ffi::{c_char, CStr};
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
@@ -100,4 +100,18 @@ pub(super) unsafe fn c_slice<'a, T>(
     // SAFETY: `ptr` is not NULL and points to `len` readable elements (the caller's contract),
     // which span at most isize::MAX bytes (checked above).
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// The UTF-8 text of a C string; NULL and invalid UTF-8 are errors naming `what`.
+///
+/// # Safety
+/// A non-NULL `p` points to a NUL-terminated string that outlives `'a`.
+pub(super) unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, Error> {
+    if p.is_null() {
+        return Err(Error::InvalidArgument(format!("{what} is NULL")));
+    }
+    // SAFETY: forwarded to the caller; `p` is not NULL.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Error::InvalidArgument(format!("{what} is not valid UTF-8")))
 }

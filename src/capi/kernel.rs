@@ -1,12 +1,12 @@
 //! C API: kernel objects.
 
-use super::boundary::{c_slice, guard};
+use super::boundary::{c_slice, c_str, guard};
 use super::handles::{self, KernelObject, Object};
 use super::types::*;
 use crate::runtime::{
     BuiltinKind, Error, HostCallback, Kernel, ModuleSource, Runtime, UserDataOwner,
 };
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
 /// Registers a handle for `kernel` and writes it to `*out`.
@@ -25,20 +25,6 @@ unsafe fn publish(
     // SAFETY: forwarded to the caller.
     unsafe { *out = handle };
     Ok(())
-}
-
-/// The UTF-8 text of a C string; NULL and invalid UTF-8 are errors naming `what`.
-///
-/// # Safety
-/// A non-NULL `p` points to a NUL-terminated string that outlives `'a`.
-unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, Error> {
-    if p.is_null() {
-        return Err(Error::InvalidArgument(format!("{what} is NULL")));
-    }
-    // SAFETY: forwarded to the caller; `p` is not NULL.
-    unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .map_err(|_| Error::InvalidArgument(format!("{what} is not valid UTF-8")))
 }
 
 fn check_out(out: *mut *mut gkrt_kernel) -> Result<(), Error> {

@@ -1,10 +1,9 @@
 //! C API: memory snapshots in PyTorch's format, and the history they carry.
 
-use super::boundary::guard;
+use super::boundary::{c_str, guard};
 use super::handles;
 use super::types::*;
-use crate::runtime::Error;
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 
 /// Records the runtime's pool events — allocations, frees, segments and pages taken and given
 /// back, out-of-memory failures, swaps — into a ring of the last `capacity` events, for the
@@ -39,13 +38,8 @@ pub unsafe extern "C" fn gkrt_runtime_dump_snapshot(
 ) -> gkrt_status {
     guard(|| {
         let rt = handles::runtime(runtime as usize)?;
-        if path.is_null() {
-            return Err(Error::InvalidArgument("path is NULL".into()));
-        }
         // SAFETY: the C contract: a non-NULL `path` is a NUL-terminated string.
-        let path = unsafe { CStr::from_ptr(path) }
-            .to_str()
-            .map_err(|_| Error::InvalidArgument("path is not valid UTF-8".into()))?;
+        let path = unsafe { c_str(path, "path") }?;
         rt.dump_snapshot(std::path::Path::new(path))
     })
 }

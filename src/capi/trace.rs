@@ -1,10 +1,9 @@
 //! C API: traces of runs in Chrome's trace-event JSON.
 
-use super::boundary::guard;
+use super::boundary::{c_str, guard};
 use super::handles;
 use super::types::*;
-use crate::runtime::Error;
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 
 /// Starts collecting a trace of the runtime's runs: from now on every run is timed with device
 /// events (one at each node boundary on the compute stream — a node starts where the previous
@@ -45,13 +44,8 @@ pub unsafe extern "C" fn gkrt_runtime_trace_end(
 ) -> gkrt_status {
     guard(|| {
         let rt = handles::runtime(runtime as usize)?;
-        if path.is_null() {
-            return Err(Error::InvalidArgument("path is NULL".into()));
-        }
         // SAFETY: the C contract: a non-NULL `path` is a NUL-terminated string.
-        let path = unsafe { CStr::from_ptr(path) }
-            .to_str()
-            .map_err(|_| Error::InvalidArgument("path is not valid UTF-8".into()))?;
+        let path = unsafe { c_str(path, "path") }?;
         rt.trace_end(std::path::Path::new(path))
     })
 }

@@ -26,14 +26,7 @@ impl Comm {
         nranks: u32,
         timeout_ms: u32,
     ) -> Result<Arc<Comm>> {
-        let ms = if timeout_ms == 0 {
-            DEFAULT_COMM_TIMEOUT_MS
-        } else {
-            timeout_ms
-        };
-        let options = CommOptions {
-            timeout: Duration::from_millis(ms as u64),
-        };
+        let options = comm_options(timeout_ms);
         let inner = runtime
             .device()
             .comm_init_rank(&UniqueId(*id), rank, nranks, options)
@@ -51,14 +44,7 @@ impl Comm {
         nranks: u32,
         timeout_ms: u32,
     ) -> Result<Arc<Comm>> {
-        let ms = if timeout_ms == 0 {
-            DEFAULT_COMM_TIMEOUT_MS
-        } else {
-            timeout_ms
-        };
-        let options = CommOptions {
-            timeout: Duration::from_millis(ms as u64),
-        };
+        let options = comm_options(timeout_ms);
         let inner = runtime
             .device()
             .comm_wrap(native, rank, nranks, options)
@@ -98,5 +84,18 @@ impl Runtime {
     /// A fresh unique id for `Comm::init_rank` on this runtime's backend.
     pub fn comm_unique_id(&self) -> Result<[u8; UNIQUE_ID_BYTES]> {
         Ok(self.device().comm_unique_id()?.0)
+    }
+}
+
+/// The options of a communicator whose waits are bounded by `timeout_ms` (0:
+/// [`DEFAULT_COMM_TIMEOUT_MS`]).
+fn comm_options(timeout_ms: u32) -> CommOptions {
+    let ms = if timeout_ms == 0 {
+        DEFAULT_COMM_TIMEOUT_MS
+    } else {
+        timeout_ms
+    };
+    CommOptions {
+        timeout: Duration::from_millis(ms as u64),
     }
 }

@@ -39,7 +39,12 @@
 #           into $OUT/gpt2swap_bf16/); each limited run's 'swap plan' log lines (budget, the plan
 #           chosen and its estimated step) and SWAPSTATS line (fallback evictions, pool waits for
 #           the device, copy waits per step) are shown.
-#           GPT2SWAP_SIZES="small medium" adds the medium size (--recompute 2, no timeline)
+#           GPT2SWAP_SIZES="small medium" adds the medium size (--recompute 2; its files start medium_).
+#           Limited runs log at level 3: the 'swap plan tuned' line gives the chosen policy and the
+#           timeline model's estimated step (with its rebuilds and waits, and the pool dry run's page
+#           maps), and timeline.py prints it beside the measured step ("measured / predicted"), the
+#           nodes where the measured run fell behind the model most, the rebuilds' time and the
+#           waits between nodes by cause (pool page moves, copy-ins, nothing seen)
 #   trace   traces of runs: first benches/trace_cost (the tracer's own cost per node on a chain of
 #           256 tiny nodes, CUDA then host: "tracing adds N ns per node"), then benches/swap_chain
 #           with SWAP_TRACE (per configuration, steps alternating untraced / traced: the medians
@@ -508,19 +513,16 @@ run_gpt2swap() {
     base=$(grep RESULT "$o/${pre}none.log" | sed -n "$step_of")
     local r
     for r in $levels; do
-      local tl=()
-      if [ "$name" = small ]; then
-        rm -f "$o/timeline_r$r.csv"
-        tl=(GKRT_SWAP_TIMELINE="$o/timeline_r$r.csv")
-      fi
-      env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda "${tl[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} \
-        --recompute "$r" --limit-frac 0.333 >"$o/${pre}third_r$r.log" 2>&1
+      local tl="$o/${pre}timeline_r$r.csv"
+      rm -f "$tl"
+      env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]} \
+        --recompute "$r" --limit-frac 0.333 --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
       grep -E 'RESULT|SWAPSTATS|swap plan' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
       [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute $r: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
-      [ -f "$o/timeline_r$r.csv" ] && [ "$name" = small ] && python3 scripts/gpu/timeline.py "$o/timeline_r$r.csv" >"$o/timeline_r$r.txt" 2>&1
+      [ -f "$tl" ] && python3 scripts/gpu/timeline.py "$tl" >"${tl%.csv}.txt" 2>&1 && tail -4 "${tl%.csv}.txt"
     done
   done
 }

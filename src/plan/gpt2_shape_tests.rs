@@ -9,7 +9,7 @@ use crate::memory::pool::{Pool, PoolBacking, PoolConfig};
 use crate::plan::program::Program;
 use crate::plan::swap::{Policy, SwapPlan, Timings};
 use crate::plan::swap_candidates::{candidates, fitted_candidates, fitted_timed_candidates};
-use crate::plan::swap_fit::{check_with_pool, fits_pool, PoolMisfit};
+use crate::plan::swap_fit::{check_with_pool, fits_pool, pool_moves, PoolMisfit};
 use crate::plan::swap_model::{choose, estimate, Estimate, Link};
 
 const ALIGN: u64 = 256;
@@ -521,7 +521,29 @@ fn finalize_at(
             check,
         ));
     }
-    estimated(s, &lv, cands)
+    let (all, best) = estimated(s, &lv, cands);
+    if timed {
+        // The chosen plan's page maps in the steady state (`pool_moves`) are the second run's:
+        // the two runs' total less the first's.
+        let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(&all[best].0), None);
+        let moves = pool_moves(&s.tensors, &s.nodes, &program, &pool, StreamId(0), &[])
+            .expect("the chosen plan fits");
+        let maps = |runs| {
+            let walk = crate::plan::program::PoolWalk::runs(&s.tensors, &s.nodes, &program, runs);
+            let stats = pool
+                .dry_run(&walk.dry_run_steps(StreamId(0)))
+                .expect("fits");
+            stats.page_map_count - pool.stats().page_map_count
+        };
+        let second: u64 = moves.iter().map(|m| m.maps).sum();
+        assert_eq!(second, maps(2) - maps(1));
+        println!(
+            "  the pool's dry run, second run: {second} pages mapped, {} device waits; before nodes {:?}",
+            moves.iter().map(|m| m.waits).sum::<u64>(),
+            moves.iter().map(|m| m.node).collect::<Vec<_>>()
+        );
+    }
+    (all, best)
 }
 
 /// At a third of the working set, through finalize's dry runs of the pool: the budget a plan

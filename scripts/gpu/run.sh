@@ -40,6 +40,9 @@
 #           chosen and its estimated step) and SWAPSTATS line (fallback evictions, pool waits for
 #           the device, copy waits per step) are shown.
 #           GPT2SWAP_SIZES="small medium" adds the medium size (--recompute 2; its files start medium_).
+#           GPT2SWAP_BUDGETS="1000 850" also runs --recompute 2 with GKRT_SWAP_BUDGET_PERMILLE at each
+#           value other than 1000 (the plan fitted to that share of what the limit leaves, the rest
+#           headroom for the pool): files and ratio lines get _bNNN.
 #           Limited runs log at level 3: the 'swap plan tuned' line gives the chosen policy and the
 #           timeline model's estimated step (with its rebuilds and waits, and the pool dry run's page
 #           maps), and timeline.py prints it beside the measured step ("measured / predicted"), the
@@ -512,15 +515,21 @@ run_gpt2swap() {
     local base
     base=$(grep RESULT "$o/${pre}none.log" | sed -n "$step_of")
     local r
-    for r in $levels; do
-      local tl="$o/${pre}timeline_r$r.csv"
+    local runs="$levels" pm
+    for pm in ${GPT2SWAP_BUDGETS:-}; do
+      [ "$pm" = 1000 ] || runs="$runs 2_b$pm"
+    done
+    for r in $runs; do
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000
+      case $r in *_b*) budget=${r#*_b} ;; esac
       rm -f "$tl"
-      env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]} \
-        --recompute "$r" --limit-frac 0.333 --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
+      env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_TIMELINE="$tl" GKRT_SWAP_BUDGET_PERMILLE=$budget \
+        timeout 300 "$b/gkrt_gpt2" ${size[$name]} \
+        --recompute "${r%%_*}" --limit-frac 0.333 --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
       grep -E 'RESULT|SWAPSTATS|swap plan' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute $r: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
       [ -f "$tl" ] && python3 scripts/gpu/timeline.py "$tl" >"${tl%.csv}.txt" 2>&1 && tail -4 "${tl%.csv}.txt"
     done

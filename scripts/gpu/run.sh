@@ -39,6 +39,8 @@
 #           into $OUT/gpt2swap_bf16/); each limited run's 'swap plan' log lines (budget, the plan
 #           chosen and its estimated step) and SWAPSTATS line (fallback evictions, pool waits for
 #           the device, copy waits per step) are shown.
+#           The unconstrained size runs once more (3 steps) timed, into timeline_none.csv: each limited
+#           summary ends with the same nodes' time against it ("here the same nodes take +X ms").
 #           GPT2SWAP_SIZES="small medium" adds the medium size (--recompute 2; its files start medium_).
 #           GPT2SWAP_BUDGETS="1000 850" also runs --recompute 2 with GKRT_SWAP_BUDGET_PERMILLE at each
 #           value other than 1000 (the plan fitted to that share of what the limit leaves, the rest
@@ -512,6 +514,12 @@ run_gpt2swap() {
     [ "$name" = small ] || pre="${name}_" levels="2"
     LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute 1 >"$o/${pre}none.log" 2>&1
     grep RESULT "$o/${pre}none.log"
+    # The unconstrained baseline's own timeline (a separate run: timing every node with events
+    # would change the step the ratio divides by), for the limited runs' node times.
+    local base_tl="$o/${pre}timeline_none.csv"
+    rm -f "$base_tl"
+    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda GKRT_SWAP_TIMELINE="$base_tl" timeout 300 "$b/gkrt_gpt2" \
+      ${size[$name]/--steps $steps/--steps 3} --recompute 1 >"$o/${pre}none_timed.log" 2>&1
     local base
     base=$(grep RESULT "$o/${pre}none.log" | sed -n "$step_of")
     local r
@@ -531,7 +539,9 @@ run_gpt2swap() {
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
       [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
-      [ -f "$tl" ] && python3 scripts/gpu/timeline.py "$tl" >"${tl%.csv}.txt" 2>&1 && tail -4 "${tl%.csv}.txt"
+      local bopt=()
+      [ -f "$base_tl" ] && bopt=(--base "$base_tl")
+      [ -f "$tl" ] && python3 scripts/gpu/timeline.py "$tl" "${bopt[@]}" >"${tl%.csv}.txt" 2>&1 && tail -5 "${tl%.csv}.txt"
     done
   done
 }

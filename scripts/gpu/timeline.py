@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises the measured swap timelines that GKRT_SWAP_TIMELINE=FILE makes gkrt append (one CSV
-line per node and per copy of every run of a swapping graph: run, node|in|out, node index or copy
-bytes, start ms, end ms, from the run's first node start).
+line per node and per copy of every run of a swapping graph, or of a dynamic-mode one: run,
+node|in|out, node index or copy bytes, start ms, end ms, from the run's first node start).
 
 The CSV's other kinds (see RuntimeGraph::write_timeline): `re` rebuilds (node run again, start,
 end), `pool` (node, pages the pool mapped and its waits for the device before that node's launch),
@@ -12,7 +12,11 @@ before the node, a copy-in ending in the gap, nothing seen), the pool's maps and
 against the dry run's, and the predicted step beside the measured one with the nodes where the
 measured timeline fell behind the prediction the most (the model's largest errors).
 
-Usage: python3 scripts/gpu/timeline.py FILE [--gaps N]
+--base BASE: the timeline of the same graph unconstrained (its last run); prints how much longer
+the nodes took here than there in all, and the nodes slowed most (a node cost the model takes from
+the swapping run's first run, which the copies beside it may have slowed).
+
+Usage: python3 scripts/gpu/timeline.py FILE [--gaps N] [--base BASE]
 
 A new graph starts where the run number goes back to 1. For each graph it takes the last run (warm,
 on the tuned plan) and prints: the step span, compute busy time and the largest waits between
@@ -147,20 +151,45 @@ def prediction(nodes, rows, top):
             f"{d:.2f} ms (node {n})" for _, n, d in marks))
 
 
-def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    top = int(sys.argv[sys.argv.index("--gaps") + 1]) if "--gaps" in sys.argv else 6
+def read(path):
+    """Per graph (a new one where the run number goes back), per run, its rows."""
     graphs, prev = [], None
-    for line in open(sys.argv[1]):
+    for line in open(path):
         run, kind, k, a, b = line.strip().split(",")
         run = int(run)
         if prev is None or run < prev:
             graphs.append(defaultdict(list))
         graphs[-1][run].append((kind, k, float(a), float(b)))
         prev = run
-    for g, runs in enumerate(graphs, 1):
-        report(g, runs[max(runs)], top)
+    return graphs
+
+
+def against_base(rows, base, top):
+    """Node times here against the unconstrained run's."""
+    mine = {int(k): b - a for kind, k, a, b in rows if kind == "node"}
+    theirs = {int(k): b - a for kind, k, a, b in base if kind == "node"}
+    nodes = [(int(k), a, b) for kind, k, a, b in base if kind == "node"]
+    span = max(b for _, _, b in nodes) - min(a for _, a, _ in nodes)
+    common = sorted(set(mine) & set(theirs))
+    diff = sorted(((mine[n] - theirs[n], n) for n in common), reverse=True)
+    print(f"unconstrained: step {span:.2f} ms, nodes busy {sum(theirs.values()):.2f} ms; here the same "
+          f"nodes take {sum(d for d, _ in diff):+.2f} ms in all; slowed most: "
+          + ", ".join(f"node {n} {d:+.2f} ms" for d, n in diff[:top]))
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    top = int(sys.argv[sys.argv.index("--gaps") + 1]) if "--gaps" in sys.argv else 6
+    base = None
+    if "--base" in sys.argv:
+        b = read(sys.argv[sys.argv.index("--base") + 1])
+        base = b[-1][max(b[-1])] if b else None
+    for g, runs in enumerate(read(sys.argv[1]), 1):
+        rows = runs[max(runs)]
+        report(g, rows, top)
+        if base:
+            against_base(rows, base, top)
 
 
 if __name__ == "__main__":

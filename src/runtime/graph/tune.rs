@@ -204,6 +204,14 @@ impl RuntimeGraph {
         self.swap_candidates.extend(timed);
     }
 
+    /// Whether runs are timed for `GKRT_SWAP_TIMELINE`: set, and the graph swaps or runs in
+    /// dynamic mode (an unconstrained run's timeline is the baseline a swapping run's is
+    /// compared with; a planned graph's is not written, its runs may replay a capture).
+    pub(super) fn writes_timeline(&self) -> bool {
+        crate::runtime::env::swap_timeline().is_some()
+            && (self.swap.is_some() || !self.is_planned())
+    }
+
     /// Appends the last profiled run's measured timeline to `path` (CSV: run, kind, key, a, b),
     /// for `scripts/gpu/timeline.py`. Kinds: `node` (node index, start and end in ms from the
     /// first node's start), `in` / `out` (a copy: bytes, start, end), `re` (a rebuild: the

@@ -134,7 +134,8 @@ def prediction(nodes, rows, top):
     pred = {int(k): (a, b) for kind, k, a, b in rows if kind == "pred" }
     pool = [(int(k), int(a), int(b)) for kind, k, a, b in rows if kind == "pred_pool"]
     start = min(a for _, a, _ in nodes)
-    end = max(b for _, _, b in nodes)
+    # As the model's step: until the last node or the last copy home, whichever ends later.
+    end = max(b for kind, _, _, b in rows if kind in ("node", "in", "out", "re"))
     print(f"predicted step {step[0][0]:.2f} ms (compute waits {step[0][1]:.2f}) against measured "
           f"{end - start:.2f} ms: measured / predicted {(end - start) / step[0][0]:.3f}; the dry run "
           f"maps {sum(m for _, m, _ in pool)} pages, waits {sum(w for _, _, w in pool)} times")

@@ -6,8 +6,9 @@
 #   demo    the demo on the GPU and on the host backend
 #   bench   benches/launch_overhead (10,000-kernel chain: gkrt dynamic / planned+replay vs a loop)
 #   swap    benches/swap_chain (bf16 Linear+ReLU training step at 1x, 2x, 3x its memory limit);
-#           SWAP_TIMELINE=1 also times every swapping run with events and summarises where the
-#           links and the compute stream idle (scripts/gpu/timeline.py)
+#           SWAP_TIMELINE=1 also times every run with events (the unconstrained ones too, so the
+#           bound carries the same events) and summarises where the links and the compute stream
+#           idle, and each swapping plan's predicted step beside the measured (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
@@ -168,8 +169,8 @@ run_swap() {
       "${SWAP_FWD_ARGS:-8192 16384 16 5 forward}"; do
     local recompute=1
     if [ "${args%% *}" = copy-only ]; then recompute=0; args=${args#copy-only }; fi
-    # SWAP_TIMELINE=1: every swapping run is timed with events and summarised (a diagnostic:
-    # the events add a little to each step).
+    # SWAP_TIMELINE=1: every run (dynamic mode) is timed with events and summarised (a
+    # diagnostic: the events add a little to each step, the bound's too).
     local tl="$OUT/swap_timeline_${args##* }_recompute$recompute.csv"
     [ "${SWAP_TIMELINE:-0}" = 1 ] && export GKRT_SWAP_TIMELINE="$tl"
     SWAP_RECOMPUTE=$recompute LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" $args 2>&1 |

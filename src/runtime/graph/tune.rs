@@ -38,6 +38,8 @@ impl RuntimeGraph {
         };
         self.set_swap_plan(self.swap_candidates[i].1.clone());
         self.swap_chosen = true;
+        // (A prediction made for the tuned plan no longer says anything about this one.)
+        self.swap_prediction = None;
         Ok(())
     }
 

@@ -40,8 +40,11 @@
 #           into $OUT/gpt2swap_bf16/); each limited run's 'swap plan' log lines (budget, the plan
 #           chosen and its estimated step) and SWAPSTATS line (fallback evictions, pool waits for
 #           the device, copy waits per step) are shown.
-#           The unconstrained size runs once more (3 steps) timed, into timeline_none.csv: each limited
-#           summary ends with the same nodes' time against it ("here the same nodes take +X ms").
+#           The ratios come from untimed runs; each configuration then runs again timed (the
+#           unconstrained one 3 steps into timeline_none.csv, each limited one 4 steps into
+#           timeline_rN.csv: events at every node may lengthen a step — session 10's timed small run
+#           had a median 7 us between nodes —), and each limited summary ends with the same nodes' time against the
+#           unconstrained run's ("here the same nodes take +X ms").
 #           GPT2SWAP_SIZES="small medium" adds the medium size (--recompute 2; its files start medium_).
 #           GPT2SWAP_BUDGETS="1000 850" also runs --recompute 2 with GKRT_SWAP_BUDGET_PERMILLE at each
 #           value other than 1000 (the plan fitted to that share of what the limit leaves, the rest
@@ -532,9 +535,13 @@ run_gpt2swap() {
       local tl="$o/${pre}timeline_r$r.csv" budget=1000
       case $r in *_b*) budget=${r#*_b} ;; esac
       rm -f "$tl"
-      env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_TIMELINE="$tl" GKRT_SWAP_BUDGET_PERMILLE=$budget \
-        timeout 300 "$b/gkrt_gpt2" ${size[$name]} \
-        --recompute "${r%%_*}" --limit-frac 0.333 --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
+      # The ratio's run is not timed (events at every node would lengthen its step against an
+      # untimed baseline); a second run of 4 steps writes the timeline.
+      local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget)
+      "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
+        --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
+      "${run_it[@]}" GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]/--steps $steps/--steps 4} \
+        --recompute "${r%%_*}" --limit-frac 0.333 --log-level 3 >"$o/${pre}third_r${r}_timed.log" 2>&1
       grep -E 'RESULT|SWAPSTATS|swap plan' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")

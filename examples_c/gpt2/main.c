@@ -6,13 +6,14 @@
  *   gkrt_gpt2 [--layers 2] [--channels 64] [--heads 4] [--seq 32] [--batch 4] [--vocab 256]
  *             [--steps 10] [--mode dynamic|planned] [--limit BYTES[K|M|G]] [--limit-frac F]
  *             [--recompute 0|1|2] [--lr 3e-4] [--weight-decay 0] [--seed 1] [--init-std 0.02]
- *             [--dump-weights FILE] [--dtype f32|bf16]
+ *             [--dump-weights FILE] [--dtype f32|bf16] [--log-level 0..5]
  *
  * --limit-frac F: the memory limit is F times the step's working set (persistent bytes plus the
  * transient peak, from gkrt_graph_get_info on an unlimited runtime). --dump-weights writes the
  * configuration, the initial weights and the batch for benches/gpt2_torch.py (format below).
  * --dtype bf16: mixed precision (model.h says what is bf16 and what stays f32); the dump holds the
- * f32 master weights either way.
+ * f32 master weights either way. --log-level: gkrt_config.log_level of the runtimes (default 2,
+ * warnings; 3 prints a swapping graph's plan and the timeline model's estimate of its step).
  *
  * Dump format (little-endian): "GPT2GKRT", u32 version (1), u32 layers, channels, heads, seq, batch,
  * vocab, f32 lr, beta1, beta2, eps, weight_decay, then every parameter as f32 in model.h's order,
@@ -28,7 +29,7 @@
 typedef struct {
   gpt2_config cfg;
   gpt2_options opt;
-  uint32_t steps, mode;
+  uint32_t steps, mode, log_level;
   uint64_t limit, seed;
   double limit_frac;
   float init_std;
@@ -54,6 +55,7 @@ static int parse_args(int argc, char **argv, args *a) {
   gpt2_default_options(&a->opt);
   a->steps = 10, a->mode = GKRT_MEMORY_DYNAMIC, a->limit = 0, a->seed = 1, a->limit_frac = 0, a->dump = NULL;
   a->init_std = 0.02f;
+  a->log_level = 2;
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
@@ -68,6 +70,7 @@ static int parse_args(int argc, char **argv, args *a) {
                   : !strcmp(k, "--batch") ? &a->cfg.batch
                   : !strcmp(k, "--vocab") ? &a->cfg.vocab
                   : !strcmp(k, "--steps") ? &a->steps
+                  : !strcmp(k, "--log-level") ? &a->log_level
                   : NULL;
     if (u) {
       char *end;
@@ -123,6 +126,10 @@ static int parse_args(int argc, char **argv, args *a) {
     fprintf(stderr, "--steps must be at least 1\n");
     return 1;
   }
+  if (a->log_level > 5) {
+    fprintf(stderr, "--log-level: 0..5, not %u\n", a->log_level);
+    return 1;
+  }
   return gpt2_config_check(&a->cfg);
 }
 
@@ -155,15 +162,16 @@ static int cmp_double(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-static int make_runtime(uint32_t mode, uint64_t limit, gpt2_dtype dtype, gkrt_runtime **rt, gpt2_kernels *ks) {
+static int make_runtime(const args *a, uint64_t limit, gkrt_runtime **rt, gpt2_kernels *ks) {
   gkrt_config cfg;
   GPT2_TRY(gkrt_config_init(&cfg));
-  cfg.memory_mode = mode;
+  cfg.memory_mode = a->mode;
   cfg.memory_limit = limit;
+  cfg.log_level = a->log_level;
   GPT2_TRY(gkrt_runtime_create(&cfg, rt));
   gkrt_device_kind dev;
   GPT2_TRY(gkrt_runtime_device(*rt, &dev));
-  int r = dev == GKRT_DEVICE_CUDA ? gpt2_kernels_cuda(*rt, dtype, ks) : gpt2_kernels_host(*rt, dtype, ks);
+  int r = dev == GKRT_DEVICE_CUDA ? gpt2_kernels_cuda(*rt, a->opt.dtype, ks) : gpt2_kernels_host(*rt, a->opt.dtype, ks);
   if (r) r |= gpt2_check(gkrt_runtime_release(*rt), "gkrt_runtime_release");
   return r;
 }
@@ -172,7 +180,7 @@ static int make_runtime(uint32_t mode, uint64_t limit, gpt2_dtype dtype, gkrt_ru
 static int working_set(const args *a, gpt2_model *m, uint64_t *out) {
   gkrt_runtime *rt;
   gpt2_kernels ks;
-  if (make_runtime(a->mode, 0, a->opt.dtype, &rt, &ks)) return 1;
+  if (make_runtime(a, 0, &rt, &ks)) return 1;
   int r = gpt2_build(rt, &ks, &a->cfg, &a->opt, m);
   gkrt_graph_info info;
   if (!r) r = gpt2_check(gkrt_graph_get_info(m->graph, &info), "gkrt_graph_get_info");
@@ -196,7 +204,7 @@ int main(int argc, char **argv) {
   }
   gkrt_runtime *rt;
   gpt2_kernels ks;
-  if (make_runtime(a.mode, limit, a.opt.dtype, &rt, &ks)) return 1;
+  if (make_runtime(&a, limit, &rt, &ks)) return 1;
   gkrt_device_kind dev;
   GPT2_TRY(gkrt_runtime_device(rt, &dev));
   double t0 = now_ms();

@@ -6,8 +6,9 @@
 #   demo    the demo on the GPU and on the host backend
 #   bench   benches/launch_overhead (10,000-kernel chain: gkrt dynamic / planned+replay vs a loop)
 #   swap    benches/swap_chain (bf16 Linear+ReLU training step at 1x, 2x, 3x its memory limit);
-#           SWAP_TIMELINE=1 also times every swapping run with events and summarises where the
-#           links and the compute stream idle (scripts/gpu/timeline.py)
+#           SWAP_TIMELINE=1 also times every run with events (the unconstrained ones too, so the
+#           bound carries the same events) and summarises where the links and the compute stream
+#           idle, and each swapping plan's predicted step beside the measured (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
@@ -39,7 +40,20 @@
 #           into $OUT/gpt2swap_bf16/); each limited run's 'swap plan' log lines (budget, the plan
 #           chosen and its estimated step) and SWAPSTATS line (fallback evictions, pool waits for
 #           the device, copy waits per step) are shown.
-#           GPT2SWAP_SIZES="small medium" adds the medium size (--recompute 2, no timeline)
+#           The ratios come from untimed runs; each configuration then runs again timed (the
+#           unconstrained one 3 steps into timeline_none.csv, each limited one 4 steps into
+#           timeline_rN.csv: events at every node may lengthen a step — session 10's timed small run
+#           had a median 7 us between nodes —), and each limited summary ends with the same nodes' time against the
+#           unconstrained run's ("here the same nodes take +X ms").
+#           GPT2SWAP_SIZES="small medium" adds the medium size (--recompute 2; its files start medium_).
+#           GPT2SWAP_BUDGETS="1000 850" also runs --recompute 2 with GKRT_SWAP_BUDGET_PERMILLE at each
+#           value other than 1000 (the plan fitted to that share of what the limit leaves, the rest
+#           headroom for the pool): files and ratio lines get _bNNN.
+#           Limited runs log at level 3: the 'swap plan tuned' line gives the chosen policy and the
+#           timeline model's estimated step (with its rebuilds and waits, and the pool dry run's page
+#           maps), and timeline.py prints it beside the measured step ("measured / predicted"), the
+#           nodes where the measured run fell behind the model most, the rebuilds' time and the
+#           waits between nodes by cause (pool page moves, copy-ins, nothing seen)
 #   trace   traces of runs: first benches/trace_cost (the tracer's own cost per node on a chain of
 #           256 tiny nodes, CUDA then host: "tracing adds N ns per node"), then benches/swap_chain
 #           with SWAP_TRACE (per configuration, steps alternating untraced / traced: the medians
@@ -158,8 +172,8 @@ run_swap() {
       "${SWAP_FWD_ARGS:-8192 16384 16 5 forward}"; do
     local recompute=1
     if [ "${args%% *}" = copy-only ]; then recompute=0; args=${args#copy-only }; fi
-    # SWAP_TIMELINE=1: every swapping run is timed with events and summarised (a diagnostic:
-    # the events add a little to each step).
+    # SWAP_TIMELINE=1: every run (dynamic mode) is timed with events and summarised (a
+    # diagnostic: the events add a little to each step, the bound's too).
     local tl="$OUT/swap_timeline_${args##* }_recompute$recompute.csv"
     [ "${SWAP_TIMELINE:-0}" = 1 ] && export GKRT_SWAP_TIMELINE="$tl"
     SWAP_RECOMPUTE=$recompute LD_LIBRARY_PATH="$CUDA_HOME/lib64:$LD_LIBRARY_PATH" "$b/swap_chain" $args 2>&1 |
@@ -504,23 +518,38 @@ run_gpt2swap() {
     [ "$name" = small ] || pre="${name}_" levels="2"
     LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute 1 >"$o/${pre}none.log" 2>&1
     grep RESULT "$o/${pre}none.log"
+    # The unconstrained baseline's own timeline (a separate run: timing every node with events
+    # would change the step the ratio divides by), for the limited runs' node times.
+    local base_tl="$o/${pre}timeline_none.csv"
+    rm -f "$base_tl"
+    LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda GKRT_SWAP_TIMELINE="$base_tl" timeout 300 "$b/gkrt_gpt2" \
+      ${size[$name]/--steps $steps/--steps 3} --recompute 1 >"$o/${pre}none_timed.log" 2>&1
     local base
     base=$(grep RESULT "$o/${pre}none.log" | sed -n "$step_of")
     local r
-    for r in $levels; do
-      local tl=()
-      if [ "$name" = small ]; then
-        rm -f "$o/timeline_r$r.csv"
-        tl=(GKRT_SWAP_TIMELINE="$o/timeline_r$r.csv")
-      fi
-      env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda "${tl[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} \
-        --recompute "$r" --limit-frac 0.333 >"$o/${pre}third_r$r.log" 2>&1
+    local runs="$levels" pm
+    for pm in ${GPT2SWAP_BUDGETS:-}; do
+      [ "$pm" = 1000 ] || runs="$runs 2_b$pm"
+    done
+    for r in $runs; do
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000
+      case $r in *_b*) budget=${r#*_b} ;; esac
+      rm -f "$tl"
+      # The ratio's run is not timed (events at every node would lengthen its step against an
+      # untimed baseline); a second run of 4 steps writes the timeline.
+      local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget)
+      "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
+        --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
+      "${run_it[@]}" GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]/--steps $steps/--steps 4} \
+        --recompute "${r%%_*}" --limit-frac 0.333 --log-level 3 >"$o/${pre}third_r${r}_timed.log" 2>&1
       grep -E 'RESULT|SWAPSTATS|swap plan' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute $r: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
-      [ -f "$o/timeline_r$r.csv" ] && [ "$name" = small ] && python3 scripts/gpu/timeline.py "$o/timeline_r$r.csv" >"$o/timeline_r$r.txt" 2>&1
+      local bopt=()
+      [ -f "$base_tl" ] && bopt=(--base "$base_tl")
+      [ -f "$tl" ] && python3 scripts/gpu/timeline.py "$tl" "${bopt[@]}" >"${tl%.csv}.txt" 2>&1 && tail -5 "${tl%.csv}.txt"
     done
   done
 }

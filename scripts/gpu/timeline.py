@@ -1,9 +1,22 @@
 #!/usr/bin/env python3
 """Summarises the measured swap timelines that GKRT_SWAP_TIMELINE=FILE makes gkrt append (one CSV
-line per node and per copy of every run of a swapping graph: run, node|in|out, node index or copy
-bytes, start ms, end ms, from the run's first node start).
+line per node and per copy of every run of a swapping graph, or of a dynamic-mode one: run,
+node|in|out, node index or copy bytes, start ms, end ms, from the run's first node start).
 
-Usage: python3 scripts/gpu/timeline.py FILE [--gaps N]
+The CSV's other kinds (see RuntimeGraph::write_timeline): `re` rebuilds (node run again, start,
+end), `pool` (node, pages the pool mapped and its waits for the device before that node's launch),
+and once the plan was tuned the timeline model's prediction for it: `pred_step`, `pred` (per node
+modelled start and end), `pred_pool` (the pool's dry run). For those it also prints: rebuilds' busy
+time, the waits between nodes split by what filled or explains them (a rebuild, pool page moves
+before the node, a copy-in ending in the gap, nothing seen), the pool's maps and waits measured
+against the dry run's, and the predicted step beside the measured one with the nodes where the
+measured timeline fell behind the prediction the most (the model's largest errors).
+
+--base BASE: the timeline of the same graph unconstrained (its last run); prints how much longer
+the nodes took here than there in all, and the nodes slowed most (a node cost the model takes from
+the swapping run's first run, which the copies beside it may have slowed).
+
+Usage: python3 scripts/gpu/timeline.py FILE [--gaps N] [--base BASE]
 
 A new graph starts where the run number goes back to 1. For each graph it takes the last run (warm,
 on the tuned plan) and prints: the step span, compute busy time and the largest waits between
@@ -72,22 +85,116 @@ def report(graph, rows, top):
               f"median {rates[len(rates) // 2]:.1f}")
         print("  largest idle: " + ", ".join(
             f"{w:.2f} ms at {t:.2f} (node {node_at(nodes, t)})" for w, t in idle[:top]))
+    gaps_by_cause(nodes, rows, copies["in"], top)
+    prediction(nodes, rows, top)
 
 
-def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    top = int(sys.argv[sys.argv.index("--gaps") + 1]) if "--gaps" in sys.argv else 6
+def gaps_by_cause(nodes, rows, copies_in, top):
+    """The waits between consecutive nodes, less the rebuilds run in them, by cause."""
+    rebuilds = [(a, b) for kind, _, a, b in rows if kind == "re"]
+    pool = defaultdict(lambda: [0, 0])
+    for kind, k, a, b in rows:
+        if kind == "pool":
+            pool[int(k)][0] += int(a)
+            pool[int(k)][1] += int(b)
+    causes = defaultdict(float)
+    rebuilt = 0.0
+    for j in range(1, len(nodes)):
+        lo, hi, n = nodes[j - 1][2], nodes[j][1], nodes[j][0]
+        if hi <= lo:
+            continue
+        inside = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in rebuilds)
+        rebuilt += inside
+        rest = hi - lo - inside
+        if n in pool:
+            causes["pool page moves before the node"] += rest
+        elif any(lo - 0.02 <= b <= hi + 0.02 for _, _, b in copies_in):
+            causes["a copy-in ending in the gap"] += rest
+        else:
+            causes["nothing seen (launch, host)"] += rest
+    busy = sum(b - a for a, b in rebuilds)
+    # The model charges a rebuild its node's own time (from the first run).
+    own = {n: b - a for n, a, b in nodes}
+    charged = sum(own.get(int(k), 0.0) for kind, k, _, _ in rows if kind == "re")
+    print(f"rebuilds: {len(rebuilds)}, busy {busy:.2f} ms against {charged:.2f} ms of their nodes' own "
+          f"times ({rebuilt:.2f} ms of it between nodes); the rest of the waits: "
+          + ", ".join(f"{c} {ms:.2f} ms" for c, ms in causes.items()))
+    if pool:
+        maps, waits = sum(v[0] for v in pool.values()), sum(v[1] for v in pool.values())
+        big = sorted(pool.items(), key=lambda kv: -kv[1][0])[:top]
+        print(f"pool: {maps} pages mapped, {waits} waits for the device; most before nodes "
+              + ", ".join(f"{n} ({m} maps, {w} waits)" for n, (m, w) in big))
+
+
+def prediction(nodes, rows, top):
+    """The model's predicted run beside the measured one."""
+    step = [(a, b) for kind, _, a, b in rows if kind == "pred_step"]
+    if not step:
+        return
+    pred = {int(k): (a, b) for kind, k, a, b in rows if kind == "pred" }
+    pool = [(int(k), int(a), int(b)) for kind, k, a, b in rows if kind == "pred_pool"]
+    start = min(a for _, a, _ in nodes)
+    # As the model's step: until the last node or the last copy home, whichever ends later.
+    end = max(b for kind, _, _, b in rows if kind in ("node", "in", "out", "re"))
+    print(f"predicted step {step[0][0]:.2f} ms (compute waits {step[0][1]:.2f}) against measured "
+          f"{end - start:.2f} ms: measured / predicted {(end - start) / step[0][0]:.3f}; the dry run "
+          f"maps {sum(m for _, m, _ in pool)} pages, waits {sum(w for _, _, w in pool)} times")
+    # Drift: how far the measured start is behind the predicted one; its jumps are where the
+    # model is wrong (a wait it did not foresee, a node slower than its first-run time).
+    drift, prev = [], 0.0
+    for n, a, _ in sorted(nodes, key=lambda x: x[1]):
+        if n in pred:
+            d = (a - start) - pred[n][0]
+            drift.append((d - prev, n, d))
+            prev = d
+    if drift:
+        jumps = sorted(drift, reverse=True)[:top]
+        print("measured behind the prediction: " + ", ".join(
+            f"+{j:.2f} ms before node {n}" for j, n, _ in jumps))
+        marks = [drift[int(f * (len(drift) - 1))] for f in (0.25, 0.5, 0.75, 1.0)]
+        print("drift at a quarter, half, three quarters, the end: " + ", ".join(
+            f"{d:.2f} ms (node {n})" for _, n, d in marks))
+
+
+def read(path):
+    """Per graph (a new one where the run number goes back), per run, its rows."""
     graphs, prev = [], None
-    for line in open(sys.argv[1]):
+    for line in open(path):
         run, kind, k, a, b = line.strip().split(",")
         run = int(run)
         if prev is None or run < prev:
             graphs.append(defaultdict(list))
         graphs[-1][run].append((kind, k, float(a), float(b)))
         prev = run
-    for g, runs in enumerate(graphs, 1):
-        report(g, runs[max(runs)], top)
+    return graphs
+
+
+def against_base(rows, base, top):
+    """Node times here against the unconstrained run's."""
+    mine = {int(k): b - a for kind, k, a, b in rows if kind == "node"}
+    theirs = {int(k): b - a for kind, k, a, b in base if kind == "node"}
+    nodes = [(int(k), a, b) for kind, k, a, b in base if kind == "node"]
+    span = max(b for _, _, b in nodes) - min(a for _, a, _ in nodes)
+    common = sorted(set(mine) & set(theirs))
+    diff = sorted(((mine[n] - theirs[n], n) for n in common), reverse=True)
+    print(f"unconstrained: step {span:.2f} ms, nodes busy {sum(theirs.values()):.2f} ms; here the same "
+          f"nodes take {sum(d for d, _ in diff):+.2f} ms in all; slowed most: "
+          + ", ".join(f"node {n} {d:+.2f} ms" for d, n in diff[:top]))
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    top = int(sys.argv[sys.argv.index("--gaps") + 1]) if "--gaps" in sys.argv else 6
+    base = None
+    if "--base" in sys.argv:
+        b = read(sys.argv[sys.argv.index("--base") + 1])
+        base = b[-1][max(b[-1])] if b else None
+    for g, runs in enumerate(read(sys.argv[1]), 1):
+        rows = runs[max(runs)]
+        report(g, rows, top)
+        if base:
+            against_base(rows, base, top)
 
 
 if __name__ == "__main__":

@@ -201,16 +201,31 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// Device memory (for the compute stream) from the pool; on failure takes one block pending
-    /// on a copy-out (the compute stream waits for that copy alone), else all of them, then
-    /// evicts the resident tensor used farthest in the future, and retries.
+    /// A block for the compute stream from the pool: `Pool::alloc` when it may wait for the
+    /// device to move pages, else `Pool::alloc_no_wait`.
+    pub(super) fn pool_alloc(
+        &mut self,
+        bytes: u64,
+        may_wait: bool,
+    ) -> std::result::Result<DevPtr, PoolError> {
+        let (backing, stream) = (DeviceBacking(self.device), self.streams.compute);
+        if may_wait {
+            self.pool.alloc(&backing, bytes, stream)
+        } else {
+            self.pool.alloc_no_wait(&backing, bytes, stream)
+        }
+    }
+
+    /// Device memory (for the compute stream) from the pool, without the pool waiting for the
+    /// device (`Pool::alloc_no_wait`); on failure takes one block pending on a copy-out (the
+    /// compute stream waits for that copy alone), else all of them; only then lets the pool wait
+    /// for the device to move pages, then evicts the resident tensor used farthest in the
+    /// future, and retries.
     pub(super) fn alloc(&mut self, graph: &Graph, bytes: u64) -> Result<DevPtr> {
+        let mut may_wait = false;
         loop {
             self.counters.pool_allocs += 1;
-            match self
-                .pool
-                .alloc(&DeviceBacking(self.device), bytes, self.streams.compute)
-            {
+            match self.pool_alloc(bytes, may_wait) {
                 Ok(ptr) => return Ok(ptr),
                 Err(PoolError::OutOfMemory { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -220,6 +235,9 @@ impl Executor<'_> {
                 return Ok(ptr);
             }
             if self.take_back_all_pending()? {
+                continue;
+            }
+            if !std::mem::replace(&mut may_wait, true) {
                 continue;
             }
             match self.pick_victim(graph) {

@@ -48,29 +48,34 @@ impl Executor<'_> {
         Ok(true)
     }
 
-    /// A block without evicting, for a copy in: the free pool, else one block whose copy-out
-    /// is queued (returned with the copy's event, which the copy-in stream then waits for:
-    /// compute does not stall), else all such blocks (the compute stream waits for them: the
-    /// memory the plan counted on is exactly theirs, and the link is the bottleneck whenever
-    /// they are not done yet).
+    /// A block without evicting, for a copy in: the free pool (without the pool waiting for
+    /// the device), else one block whose copy-out is queued (returned with the copy's event,
+    /// which the copy-in stream then waits for: compute does not stall), else all such blocks
+    /// (the compute stream waits for them: the memory the plan counted on is exactly theirs,
+    /// and the link is the bottleneck whenever they are not done yet), else the pool moving
+    /// pages however it must (`Executor::alloc`'s order).
     fn alloc_without_evicting(&mut self, bytes: u64) -> Result<Option<(u64, Option<EventId>)>> {
-        for attempt in 0..2 {
+        use crate::memory::pool::PoolError::OutOfMemory;
+        self.counters.pool_allocs += 1;
+        match self.pool_alloc(bytes, false) {
+            Ok(ptr) => return Ok(Some((ptr, None))),
+            Err(OutOfMemory { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if let Some((ptr, event)) = self.pool.take_pending(bytes, self.streams.compute) {
+            return Ok(Some((ptr, Some(event))));
+        }
+        // With the pending blocks back, without waiting for the device; then however it must.
+        let tries: &[bool] = if self.take_back_all_pending()? {
+            &[false, true]
+        } else {
+            &[true]
+        };
+        for &may_wait in tries {
             self.counters.pool_allocs += 1;
-            match self
-                .pool
-                .alloc(&DeviceBacking(self.device), bytes, self.streams.compute)
-            {
+            match self.pool_alloc(bytes, may_wait) {
                 Ok(ptr) => return Ok(Some((ptr, None))),
-                Err(crate::memory::pool::PoolError::OutOfMemory { .. }) if attempt == 0 => {
-                    if let Some((ptr, event)) = self.pool.take_pending(bytes, self.streams.compute)
-                    {
-                        return Ok(Some((ptr, Some(event))));
-                    }
-                    if !self.take_back_all_pending()? {
-                        return Ok(None);
-                    }
-                }
-                Err(crate::memory::pool::PoolError::OutOfMemory { .. }) => return Ok(None),
+                Err(OutOfMemory { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -112,6 +112,12 @@ impl Executor<'_> {
                 pinned.reserved_bytes,
                 pending,
             );
+            p.pool_counts(
+                self.node as u32,
+                pool.page_map_count,
+                pool.device_wait_count,
+                false,
+            );
         }
     }
 

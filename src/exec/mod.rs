@@ -138,6 +138,8 @@ impl<'a> Executor<'a> {
                 .enumerate()
                 .filter(|(_, m)| m.on_device() && !m.is_bound());
             p.resident_at_start.extend(resident.map(|(t, _)| t as u32));
+            let stats = target.pool.stats();
+            p.pool_counts(0, stats.page_map_count, stats.device_wait_count, true);
         }
         Executor {
             device: target.device,

@@ -59,6 +59,12 @@ pub struct RunProfile {
     pub memory: Vec<MemorySample>,
     /// (node being made room for, tensor evicted by the fallback)
     pub evictions: Vec<(u32, u32)>,
+    /// (node about to launch, pool pages mapped, pool waits for the device) since the previous
+    /// launch, where either changed: what the pool's page moves cost shows as the compute
+    /// stream idling before that node (`scripts/gpu/timeline.py` reads them).
+    pub pool_moves: Vec<(u32, u64, u64)>,
+    /// The pool's page-map and device-wait counts at the last sample.
+    pool_counts: (u64, u64),
     /// (tensor, when, on the device from then on (true) or no more (false))
     pub residency: Vec<(u32, Anchor, bool)>,
     /// Tensors on the device (or arriving) when the run began.
@@ -104,6 +110,7 @@ impl RunProfile {
         self.recomputes.clear();
         self.memory.clear();
         self.evictions.clear();
+        self.pool_moves.clear();
         self.residency.clear();
         self.resident_at_start.clear();
         self.stamps_used = 0;
@@ -185,6 +192,17 @@ impl RunProfile {
         match self.spare_pairs.pop() {
             Some(pair) => Ok(pair),
             None => Ok((device.create_event()?, device.create_event()?)),
+        }
+    }
+
+    /// The pool's page-map and device-wait counts now, before node `node`'s launch (or at the
+    /// run's end): recorded with the node when they moved since the last call. `start`: the
+    /// run's first call, which only sets the counts.
+    pub(super) fn pool_counts(&mut self, node: u32, maps: u64, waits: u64, start: bool) {
+        let (m0, w0) = std::mem::replace(&mut self.pool_counts, (maps, waits));
+        if !start && (maps, waits) != (m0, w0) {
+            let (dm, dw) = (maps.saturating_sub(m0), waits.saturating_sub(w0));
+            self.pool_moves.push((node, dm, dw));
         }
     }
 

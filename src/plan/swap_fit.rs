@@ -44,6 +44,69 @@ pub fn check_with_pool(
     }
 }
 
+/// What the pool does beside the plan's allocations at one node of a run: pages it maps (moved
+/// from free holes to where a block needs them, or new) and times it waits for the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolMoves {
+    pub node: u32,
+    pub maps: u64,
+    pub waits: u64,
+}
+
+/// The pool's page maps and device waits per node in the second of two runs of `program` (the
+/// steady state: it meets the pool as the first run left it), from the same dry run as
+/// `check_with_pool`; nodes with none are left out, the run's end is node `nodes.len()`. On
+/// the H200 each mapped page held the compute stream up (GPT-2 at a third: 535 maps a step,
+/// 6 ms of idle device before the logits and their gradient): the timeline model charges them.
+/// `Err(node)`: the dry run fails there.
+pub fn pool_moves(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    program: &Program,
+    pool: &Pool,
+    stream: StreamId,
+    freed: &[u64],
+) -> Result<Vec<PoolMoves>, u32> {
+    let one = PoolWalk::runs(tensors, nodes, program, 1).calls.len();
+    let walk = PoolWalk::runs(tensors, nodes, program, 2);
+    let first = freed.len();
+    let mut steps: Vec<DryRunStep> = freed
+        .iter()
+        .map(|&addr| DryRunStep::FreeLive { addr })
+        .collect();
+    steps.extend(
+        walk.dry_run_steps(stream)
+            .into_iter()
+            .map(|step| match step {
+                DryRunStep::Free { step } => DryRunStep::Free { step: step + first },
+                other => other,
+            }),
+    );
+    let mut moves: Vec<PoolMoves> = Vec::new();
+    let start = pool.stats();
+    let mut last = (start.page_map_count, start.device_wait_count);
+    let result = pool.dry_run_each(&steps, |i, stats| {
+        let now = (stats.page_map_count, stats.device_wait_count);
+        let call = i.wrapping_sub(first);
+        if i >= first && call >= one && now != last {
+            let node = walk.call_node[call];
+            let (maps, waits) = (now.0 - last.0, now.1 - last.1);
+            match moves.last_mut() {
+                Some(m) if m.node == node => {
+                    m.maps += maps;
+                    m.waits += waits;
+                }
+                _ => moves.push(PoolMoves { node, maps, waits }),
+            }
+        }
+        last = now;
+    });
+    match result {
+        Ok(_) => Ok(moves),
+        Err((i, _)) => Err(i.checked_sub(first).map_or(0, |i| walk.call_node[i])),
+    }
+}
+
 /// Why a plan does not fit the pool (`fits_pool`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolMisfit {

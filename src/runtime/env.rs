@@ -18,7 +18,8 @@
 //! | `GKRT_POOL_MARKER_MIN_US` | `PoolConfig::marker_min_interval_ns`, µs | `PoolConfig::default()` |
 //! | `GKRT_LOG_LEVEL` | the PyTorch entry points' runtime: 0 off … 5 trace | 2 (warnings) |
 //! | `GKRT_MEMORY_LIMIT` | the PyTorch entry points' runtime: cap on the device memory its pool takes, bytes with an optional suffix `K`/`M`/`G`/`T` (powers of 1024, `KiB`…`TiB` too) or a fraction of the device's memory such as `0.9` | the device's memory |
-//! | `GKRT_SWAP_TIMELINE` | a file to which every run of a swapping graph appends its measured timeline (a diagnostic: such runs are timed with events) | none |
+//! | `GKRT_SWAP_TIMELINE` | a file to which every run of a swapping graph (or any dynamic-mode graph: the unconstrained baseline) appends its measured timeline (a diagnostic: such runs are timed with events) | none |
+//! | `GKRT_SWAP_BUDGET_PERMILLE` | thousandths of what the memory limit leaves a graph that its swap plans may use (1..1000; an experiment knob: the rest is headroom for the pool) | 1000 |
 //!
 //! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
 //! not parse are ignored with a warning. `GKRT_DEVICE`, `GKRT_POOL_VMM` and `GKRT_HOST_JITTER_US`
@@ -131,8 +132,24 @@ pub(crate) fn memory_limit() -> Option<String> {
     var("GKRT_MEMORY_LIMIT")
 }
 
+/// `GKRT_SWAP_BUDGET_PERMILLE`: the thousandths (1..=1000) of what the memory limit leaves a
+/// graph that its swap plans are fitted to; 1000 when unset, and when it does not parse or is out
+/// of range (with a warning).
+pub(crate) fn swap_budget_permille() -> u64 {
+    let Some(v) = var("GKRT_SWAP_BUDGET_PERMILLE") else {
+        return 1000;
+    };
+    match v.trim().parse::<u64>() {
+        Ok(p) if (1..=1000).contains(&p) => p,
+        _ => {
+            log::warn!("ignoring GKRT_SWAP_BUDGET_PERMILLE='{v}' (not a number 1..1000)");
+            1000
+        }
+    }
+}
+
 /// `GKRT_SWAP_TIMELINE`, read once per process: a file to which every run of a swapping graph
-/// appends its measured timeline (each such run is then timed with events: a diagnostic, not for
+/// (or of a dynamic-mode one: the unconstrained baseline) appends its measured timeline (each such run is then timed with events: a diagnostic, not for
 /// production).
 pub(crate) fn swap_timeline() -> Option<&'static str> {
     static PATH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();

@@ -27,6 +27,16 @@ impl Pool {
     /// not modelled) and treats every pending event as incomplete (conservative). Returns the
     /// statistics after the last step, or the index of the first failing step and its error.
     pub fn dry_run(&self, steps: &[DryRunStep]) -> Result<PoolStats, (usize, PoolError)> {
+        self.dry_run_each(steps, |_, _| {})
+    }
+
+    /// `dry_run`, calling `after(i, stats)` with the statistics after each step `i`: where the
+    /// pool would map pages or wait for the device (the swap plan's timeline model charges them).
+    pub fn dry_run_each(
+        &self,
+        steps: &[DryRunStep],
+        mut after: impl FnMut(usize, &PoolStats),
+    ) -> Result<PoolStats, (usize, PoolError)> {
         let mut sim = self.clone();
         let base = self
             .segs
@@ -55,6 +65,7 @@ impl Pool {
                 }
                 DryRunStep::FreeLive { addr } => sim.free(&backing, addr).map_err(|e| (i, e))?,
             }
+            after(i, &sim.stats);
         }
         Ok(sim.stats)
     }

@@ -228,6 +228,8 @@ pub struct Pool {
     park_seq: u64,
     /// What the slack rule's page moves may still cost.
     moves: move_budget::MoveBudget,
+    /// Set only during `alloc_no_wait`: recycling may not wait for the device.
+    no_device_waits: bool,
     stats: PoolStats,
     /// The label the next allocations carry (`set_owner`), kept in their blocks for snapshots.
     owner: u32,
@@ -258,6 +260,7 @@ impl Pool {
             epoch: 1,
             park_seq: 0,
             moves: move_budget::MoveBudget::default(),
+            no_device_waits: false,
             stats: PoolStats::default(),
             owner: 0,
             history: HistorySlot::default(),
@@ -277,6 +280,26 @@ impl Pool {
         stream: StreamId,
     ) -> Result<u64, PoolError> {
         self.alloc_tagged(backing, bytes, stream, 0)
+    }
+
+    /// `alloc`, except that moving pages under the memory limit may not wait for the device
+    /// (`VirtualMemory::quiesce`, a synchronisation of the whole context on CUDA): where only
+    /// pages that queued work may still touch would make room, it fails with `OutOfMemory`
+    /// and waits for nothing (pages known idle may have moved). For a caller with a cheaper
+    /// way to make room: the executor first takes back blocks pending on its copies, which
+    /// costs the compute stream a wait on those copies instead of stopping the host until the
+    /// device drains (GPT-2 at a third of its working set on the H200: 5 such waits a step and
+    /// the device idle while the pages moved).
+    pub fn alloc_no_wait(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Result<u64, PoolError> {
+        self.no_device_waits = true;
+        let r = self.alloc_tagged(backing, bytes, stream, 0);
+        self.no_device_waits = false;
+        r
     }
 
     /// `alloc`, marking the block with `tag` (the runtime's own blocks have tag 0).

@@ -181,6 +181,10 @@ impl Pool {
                     continue;
                 }
                 if !idle && !quiet {
+                    if self.no_device_waits {
+                        // (`alloc_no_wait`: the victims left are none of them idle.)
+                        break;
+                    }
                     if let Err(e) = vm.quiesce() {
                         failed = Some(e);
                         break;

@@ -135,7 +135,10 @@ impl RuntimeGraph {
         // touch them (`plan::swap_holds`).
         let fused = self.graph.fused_groups();
         prime_virtual_range(rt, &mut st)?;
-        let available = limit.saturating_sub(st.pool.stats().allocated_bytes);
+        // (`GKRT_SWAP_BUDGET_PERMILLE` may keep some of it back as headroom for the pool.)
+        let left = limit.saturating_sub(st.pool.stats().allocated_bytes);
+        let permille = crate::runtime::env::swap_budget_permille();
+        let available = (left as u128 * permille as u128 / 1000) as u64;
         let check = |plan: &SwapPlan| {
             let program = Program::compile_fused(tensors, nodes, lv, Some(plan), None, fused);
             fits_pool(tensors, nodes, &program, &st.pool, rt.compute, &[])
@@ -147,17 +150,18 @@ impl RuntimeGraph {
         for &n in &plan.infeasible_nodes {
             let node = &nodes[n as usize];
             let own = crate::plan::min_limit::node_own_bytes(tensors, node, ALIGNMENT);
-            if own <= available {
+            if own <= left {
                 continue;
             }
             log::warn!(
                 "{}: its own inputs, outputs and workspaces take {own} bytes, more than \
-                 the {available} bytes the memory limit of {limit} leaves this graph; runs will fail there",
+                 the {left} bytes the memory limit of {limit} leaves this graph; runs will fail there",
                 node.describe(n)
             );
         }
         log::info!(
-            "swap plan: working set {} bytes over a budget of {} bytes (planned for {}); per run {} bytes out, {} in",
+            "swap plan: working set {} bytes over a budget of {} bytes ({permille}/1000 of the {left} the limit \
+             leaves; planned for {}); per run {} bytes out, {} in",
             lv.persistent_bytes + lv.peak_transient_bytes,
             available,
             plan.budget,

@@ -76,6 +76,9 @@ pub struct RuntimeGraph {
     trace_names: Option<Arc<super::trace::GraphNames>>,
     /// The plan was chosen (by the timed run, or by `use_swap_policy`).
     swap_chosen: bool,
+    /// What the timeline model and the pool's dry run predicted for the plan the timed run
+    /// chose (`tune.rs`), written beside each later run's measured timeline.
+    swap_prediction: Option<tune::SwapPrediction>,
     replay: Replay,
     successful_runs: u64,
     /// What a run executes: compiled at finalize, and again whenever the swap plan changes.
@@ -138,6 +141,7 @@ impl RuntimeGraph {
             profile: RunProfile::default(),
             trace_names: None,
             swap_chosen: false,
+            swap_prediction: None,
             replay: Replay::NotYet,
             successful_runs: 0,
             program: Program::default(),

@@ -215,7 +215,7 @@ impl RuntimeGraph {
         }
         outcome?;
         self.successful_runs += 1;
-        if let (Some(path), Some(_)) = (crate::runtime::env::swap_timeline(), &self.swap) {
+        if let (Some(path), true) = (crate::runtime::env::swap_timeline(), self.writes_timeline()) {
             if let Err(e) = self.write_timeline(rt.device(), path) {
                 log::warn!("swap timeline not written to {path}: {e}");
             }
@@ -252,9 +252,8 @@ impl RuntimeGraph {
         traced: bool,
     ) -> (Result<()>, crate::exec::RunCounters) {
         let profiled = traced
-            || self.swap.is_some()
-                && ((!self.swap_candidates.is_empty() && !self.swap_chosen)
-                    || crate::runtime::env::swap_timeline().is_some());
+            || self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen
+            || self.writes_timeline();
         self.profile.share_boundaries(traced);
         self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
     }

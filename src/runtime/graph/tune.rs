@@ -7,9 +7,18 @@ use crate::memory::pool::Pool;
 use crate::plan::program::Program;
 use crate::plan::swap::{Policy, SwapPlan, Timings};
 use crate::plan::swap_candidates::fitted_timed_candidates;
-use crate::plan::swap_fit::fits_pool;
-use crate::plan::swap_model::{choose, estimate, Link};
+use crate::plan::swap_fit::{fits_pool, pool_moves, PoolMoves};
+use crate::plan::swap_model::{choose, estimate, Estimate, Link};
 use crate::runtime::{Error, Result, ALIGNMENT};
+
+/// The chosen plan's predicted run: the timeline model's estimate on the first run's timings,
+/// and the page maps and device waits of the pool's dry run (steady state), per node.
+pub(super) struct SwapPrediction {
+    estimate: Estimate,
+    /// The first run's node times the estimate used.
+    cost: Vec<f64>,
+    moves: Vec<PoolMoves>,
+}
 
 impl RuntimeGraph {
     /// The swap policies among which the first run's timings choose (default first); empty
@@ -29,6 +38,8 @@ impl RuntimeGraph {
         };
         self.set_swap_plan(self.swap_candidates[i].1.clone());
         self.swap_chosen = true;
+        // (A prediction made for the tuned plan no longer says anything about this one.)
+        self.swap_prediction = None;
         Ok(())
     }
 
@@ -90,6 +101,7 @@ impl RuntimeGraph {
             })
             .collect();
         let best = choose(&estimates);
+        let moves = self.dry_run_moves(&candidates[best].1, pool);
         for ((policy, plan), e) in candidates.iter().zip(&estimates) {
             log::debug!(
                 "swap candidate {policy:?}: estimated step {:.2} ms (compute waits {:.2} ms), {} bytes out, {} in",
@@ -99,21 +111,51 @@ impl RuntimeGraph {
                 plan.bytes_in
             );
         }
+        let e = &estimates[best];
+        let (maps, waits) = moves
+            .iter()
+            .fold((0, 0), |(m, w), p| (m + p.maps, w + p.waits));
         log::info!(
             "swap plan tuned on the first run (nodes {:.2} ms, link in {:.1} / out {:.1} GB/s): {:?}, estimated \
-             step {:.2} ms against {:.2} ms for the default plan; per run {} bytes out, {} in",
+             step {:.2} ms (compute {:.2} ms of which rebuilds {:.2}, compute waits {:.2}) against {:.2} ms for the \
+             default plan; per run {} bytes out, {} in; the pool's dry run maps {maps} pages and waits for the \
+             device {waits} times a run",
             cost.iter().sum::<f64>(),
             link.in_gbps,
             link.out_gbps,
             candidates[best].0,
-            estimates[best].step_ms,
+            e.step_ms,
+            e.compute_ms,
+            e.compute_ms - cost.iter().sum::<f64>(),
+            e.compute_waited_ms,
             estimates[0].step_ms,
             candidates[best].1.bytes_out,
             candidates[best].1.bytes_in
         );
+        self.swap_prediction = Some(SwapPrediction {
+            estimate: estimates[best].clone(),
+            cost: cost.clone(),
+            moves,
+        });
         if best != 0 {
             self.set_swap_plan(candidates[best].1.clone());
         }
+    }
+
+    /// The pool's page maps and device waits per node for `plan` in the steady state
+    /// (`swap_fit::pool_moves`, from the graph's blocks given back as `add_timed_candidates`
+    /// fits its plans); empty, logged, when the dry run fails.
+    fn dry_run_moves(&self, plan: &SwapPlan, pool: &Pool) -> Vec<PoolMoves> {
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let fused = self.graph.fused_groups();
+        let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
+        let program = Program::compile_fused(tensors, nodes, lv, Some(plan), None, fused);
+        let stream = self.runtime.compute;
+        pool_moves(tensors, nodes, &program, pool, stream, &freed).unwrap_or_else(|node| {
+            log::debug!("the chosen swap plan's dry run fails at node {node}");
+            Vec::new()
+        })
     }
 
     /// Adds the plans that weigh each rebuild against its copies on the first run's node times
@@ -164,9 +206,21 @@ impl RuntimeGraph {
         self.swap_candidates.extend(timed);
     }
 
-    /// Appends the last profiled run's measured timeline to `path` (CSV: run, `node` / `in` /
-    /// `out`, node index or copy bytes, start and end in ms from the first node's start), for
-    /// `scripts/gpu/timeline.py`.
+    /// Whether runs are timed for `GKRT_SWAP_TIMELINE`: set, and the graph swaps or runs in
+    /// dynamic mode (an unconstrained run's timeline is the baseline a swapping run's is
+    /// compared with; a planned graph's is not written, its runs may replay a capture).
+    pub(super) fn writes_timeline(&self) -> bool {
+        crate::runtime::env::swap_timeline().is_some()
+            && (self.swap.is_some() || !self.is_planned())
+    }
+
+    /// Appends the last profiled run's measured timeline to `path` (CSV: run, kind, key, a, b),
+    /// for `scripts/gpu/timeline.py`. Kinds: `node` (node index, start and end in ms from the
+    /// first node's start), `in` / `out` (a copy: bytes, start, end), `re` (a rebuild: the
+    /// node run again, start, end), `pool` (node before whose launch the pool mapped `a` pages
+    /// and waited for the device `b` times). Once the plan was tuned, the prediction for it
+    /// too: `pred` (node, modelled start and end), `pred_step` (0, modelled step and compute
+    /// waits in ms), `pred_pool` (as `pool`, from the pool's dry run).
     pub(super) fn write_timeline(
         &self,
         device: &dyn crate::device::Device,
@@ -193,6 +247,18 @@ impl RuntimeGraph {
             let dir = if incoming { "in" } else { "out" };
             text += &format!("{run},{dir},{bytes},{:.4},{:.4}\n", at(a)?, at(b)?);
         }
+        let stamps = self.profile.stamps();
+        for &(a, b, node, _) in &self.profile.recomputes {
+            if let (Some(&a), Some(&b)) = (stamps.get(a as usize), stamps.get(b as usize)) {
+                text += &format!("{run},re,{node},{:.4},{:.4}\n", at(a)?, at(b)?);
+            }
+        }
+        for &(node, maps, waits) in &self.profile.pool_moves {
+            text += &format!("{run},pool,{node},{maps},{waits}\n");
+        }
+        if let Some(p) = &self.swap_prediction {
+            text += &prediction_rows(run, p, self.graph.nodes().len());
+        }
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -201,4 +267,23 @@ impl RuntimeGraph {
         f.write_all(text.as_bytes())
             .map_err(|e| Error::InvalidArgument(format!("{path}: {e}")))
     }
+}
+
+/// The CSV rows of a prediction (`write_timeline`): the step, per node its modelled start and
+/// end (the estimate's starts are in launch order, one per node), the dry run's pool moves.
+fn prediction_rows(run: u64, p: &SwapPrediction, nodes: usize) -> String {
+    let e = &p.estimate;
+    let mut text = format!(
+        "{run},pred_step,0,{:.4},{:.4}\n",
+        e.step_ms, e.compute_waited_ms
+    );
+    if e.starts.len() == nodes && p.cost.len() == nodes {
+        for (n, (&(start, _), ms)) in e.starts.iter().zip(&p.cost).enumerate() {
+            text += &format!("{run},pred,{n},{start:.4},{:.4}\n", start + ms);
+        }
+    }
+    for m in &p.moves {
+        text += &format!("{run},pred_pool,{},{},{}\n", m.node, m.maps, m.waits);
+    }
+    text
 }

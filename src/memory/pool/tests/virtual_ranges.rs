@@ -149,6 +149,44 @@ fn budget_recycles_free_pages_of_other_streams() {
     check(&p);
 }
 
+/// `alloc_no_wait` under the budget: where only pages the device may still use would make
+/// room, it fails (out of memory) without waiting and leaves the pool as it was; `alloc` then
+/// waits once and succeeds. Pages known idle move without a wait either way.
+#[test]
+fn alloc_no_wait_fails_rather_than_wait_for_the_device() {
+    let f = Fake::virtual_memory();
+    let mut p = vpool(16 * MIB);
+    let a = p.alloc(&f, 12 * MIB, st(0)).unwrap();
+    p.free(&f, a).unwrap();
+    let before = p.stats();
+    let err = p.alloc_no_wait(&f, 10 * MIB, st(1)).unwrap_err();
+    assert!(matches!(err, PoolError::OutOfMemory { .. }), "{err:?}");
+    let s = p.stats();
+    assert_eq!(
+        (f.syncs(), s.device_wait_count, s.page_unmap_count),
+        (0, 0, 0)
+    );
+    assert_eq!(s.reserved_bytes, before.reserved_bytes);
+    check(&p);
+    let b = p.alloc(&f, 10 * MIB, st(1)).unwrap();
+    assert!(f.covers(b, 10 * MIB));
+    assert_eq!((f.syncs(), p.stats().device_wait_count), (1, 1));
+    p.free(&f, b).unwrap();
+    check(&p);
+
+    // The device is known done with the freed pages (idle): they move with no wait.
+    let g = Fake::virtual_memory();
+    g.state_mut().idle_device = true;
+    let mut q = vpool(16 * MIB);
+    let a = q.alloc(&g, 12 * MIB, st(0)).unwrap();
+    q.free(&g, a).unwrap();
+    let b = q.alloc_no_wait(&g, 10 * MIB, st(1)).unwrap();
+    assert!(g.covers(b, 10 * MIB));
+    assert!(q.stats().page_unmap_count > 0);
+    assert_eq!((g.syncs(), q.stats().device_wait_count), (0, 0));
+    check(&q);
+}
+
 #[test]
 fn large_requests_reuse_hole_pages_beyond_the_slack_waiting_if_needed() {
     let f = Fake::virtual_memory();

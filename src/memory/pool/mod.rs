@@ -80,7 +80,8 @@
 //!   measures it (`move_budget.rs`): under churn it maps new pages once instead of moving the
 //!   same ones every step. Pages a slack-rule move placed are marked (`pages.rs`) and moved
 //!   again only while all moves so far have taken at most that share of the time since the
-//!   first, with no start-up credit: a page moved once stays (amortised over the program), one
+//!   pool first mapped memory, with no bucket (any move may also draw on that lifetime share
+//!   when the bucket is empty): a page moved once stays (amortised over the program), one
 //!   moved back and forth between steps costs at most that share. Large transient tensors then reuse the physical memory of holes
 //!   instead of growing the footprint (the effect on fragmentation: BENCHMARKS.md §3). Victims
 //!   are the free blocks with the most mapped pages, their whole chunks unmapped from the high

@@ -26,7 +26,8 @@
 //! between calls earns almost nothing from it (the host replay of every trace is unchanged).
 //! The budget rule (`memory_limit`) never consults it.
 
-/// Wall time whose share of moving may be saved up (bounds a burst after an idle spell).
+/// Wall time whose share of moving the bucket saves up. A burst after an idle spell may go
+/// beyond it only while all moves stay within the pool's lifetime share.
 const BUCKET_WINDOW_NS: u64 = 1_000_000_000;
 
 #[derive(Clone, Debug, Default)]

@@ -515,10 +515,16 @@ def report(paths):
         kern = {side: [r["kernel_ms"] for r in runs if r["side"] == side and "kernel_ms" in r]
                 for side in ("base", "other")}
         ks = " / ".join(f"{statistics.median(v):.2f}" if v else "—" for v in kern.values())
+        # The peaks are the maxima over the pairs; where the pairs differ, their lowest beside.
+        lows = {side: min((r["peak_reserved"] for r in runs if r["side"] == side), default=0)
+                for side in ("base", "other")}
+        peaks = " / ".join(
+            f"{x['peak_reserved'] / 1e9:.3f}" + (f" (lowest {lows[side] / 1e9:.3f})" if lows[side] != x["peak_reserved"] else "")
+            for side, x in (("base", b), ("other", o)))
         print(f"| {summ['summary']} | {o['alloc']} vs {b['alloc']} | {', '.join(f'{x:.3f}' for x in summ['ratios'])} "
               f"| {summ['median_ratio']:.3f} {cis} | {summ.get('turn_median_ratio', 0):.3f} [{tci[0]:.3f}, {tci[1]:.3f}] "
               f"| {b['median_step_ms']:.2f} / {o['median_step_ms']:.2f} | {ks} "
-              f"| {b['peak_reserved'] / 1e9:.3f} / {o['peak_reserved'] / 1e9:.3f} |")
+              f"| {peaks} |")
 
 
 def main():

@@ -214,12 +214,14 @@ run_workloads() {
   "${w[@]}" --model gpt2 --lockstep "$n" --profile 2>>"$OUT/workloads.err" >"$OUT/workload_gpt2.jsonl"
   "${w[@]}" --model gpt2 --lockstep $(((n + 1) / 2)) --against torch 2>>"$OUT/workloads.err" >"$OUT/workload_gpt2_control.jsonl"
   "${w[@]}" --model resnet50 --lockstep 2 2>>"$OUT/workloads.err" >"$OUT/workload_resnet50.jsonl"
-  # WORKLOAD_GPT2_VARIANTS: more gkrt configurations against PyTorch, WORKLOAD_PAIRS pairs each
-  # (torch_workloads.py's allocator specs, e.g. gkrt:GKRT_POOL_RECYCLE_TIME_PERMILLE=1000).
+  # WORKLOAD_GPT2_VARIANTS: more gkrt configurations against PyTorch, WORKLOAD_VARIANT_PAIRS
+  # (default 4: both orders twice) pairs each (torch_workloads.py's allocator specs, e.g.
+  # gkrt:GKRT_POOL_RECYCLE_TIME_PERMILLE=1000).
   local extra=() i=0 v
   for v in ${WORKLOAD_GPT2_VARIANTS:-}; do
     i=$((i + 1))
-    "${w[@]}" --model gpt2 --lockstep "$n" --against "$v" 2>>"$OUT/workloads.err" >"$OUT/workload_gpt2_variant$i.jsonl"
+    "${w[@]}" --model gpt2 --lockstep "${WORKLOAD_VARIANT_PAIRS:-4}" --against "$v" 2>>"$OUT/workloads.err" \
+      >"$OUT/workload_gpt2_variant$i.jsonl"
     extra+=("$OUT/workload_gpt2_variant$i.jsonl")
   done
   python3 benches/torch_workloads.py --report "$OUT"/workload_gpt2.jsonl "$OUT"/workload_gpt2_control.jsonl \

@@ -420,7 +420,7 @@ impl Pool {
 
     /// Returns every completely free plain segment and every free mapped page to the device;
     /// returns bytes released. The high-water mark that the recycling rule measures against
-    /// restarts from what is in use now. On a device error the memory that failed stays tracked
+    /// restarts from what is in use now, and so does the time accounting of its moves. On a device error the memory that failed stays tracked
     /// and the error is returned.
     pub fn release_cached(&mut self, backing: &dyn PoolBacking) -> Result<u64, PoolError> {
         self.process_events(backing);
@@ -434,6 +434,8 @@ impl Pool {
         }
         released += self.release_idle_segments(backing)?;
         self.mapped_peak = self.mapped_pages;
+        // The moves' time accounting restarts with it (`move_budget.rs`).
+        self.moves.restart();
         Ok(released)
     }
 

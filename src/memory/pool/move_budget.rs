@@ -11,7 +11,8 @@
 //! the pool may spend saving memory, and the bucket holds one second's worth of it — full at
 //! first, so the one-off moves of a program's first steps are not held back.
 //! The long-run rule is the pool's lifetime share: all moves so far have taken at most
-//! `recycle_time_permille` of the time since the pool first mapped memory (`note_start`).
+//! `recycle_time_permille` of the time since the pool first mapped memory (`note_start`;
+//! `release_cached` restarts it, as it restarts the most ever mapped).
 //! Pages that a slack-rule move placed move again only under it (`allows_repeat`, no bucket):
 //! the full bucket pays for moving memory once to where a program's steps need it, not for
 //! moving it back and forth (which, in a replay with no work between calls, it did for the whole
@@ -69,6 +70,20 @@ impl MoveBudget {
             self.declined += 1;
         }
         ok
+    }
+
+    /// Starts the accounting afresh (the pool released its cache: as the most ever mapped, the
+    /// lifetime share restarts); the count of declined moves stays.
+    pub(super) fn restart(&mut self) {
+        *self = MoveBudget {
+            declined: self.declined,
+            ..MoveBudget::default()
+        };
+    }
+
+    /// Whether the lifetime share has started (`note_start`).
+    pub(super) fn started_lifetime(&self) -> bool {
+        self.born_ns.is_some()
     }
 
     /// The pool mapped memory at `now`; the first call starts the lifetime share.
@@ -153,6 +168,15 @@ mod tests {
         assert!(fresh.allows(5_000_000_000, 10));
         fresh.charge(12_000_000);
         assert!(!fresh.allows(5_001_000_000, 10));
+        // After a restart (the pool released its cache) the lifetime counts from the next
+        // start: the 52 ms spent no longer count, nor do the 5 s before.
+        b.restart();
+        assert_eq!(b.declined, 1);
+        b.note_start(6_000_000_000);
+        assert!(b.allows(6_001_000_000, 10));
+        b.charge(12_000_000);
+        assert!(!b.allows(6_002_000_000, 10));
+        assert!(!b.allows_repeat(6_002_000_000, 10));
         // Permille 0 never moves, whatever the lifetime.
         let mut never = MoveBudget::default();
         never.note_start(0);

@@ -308,25 +308,10 @@ def live_blocks():
     return out
 
 
-def record(name, make, steps, out_dir, warmup=2):
-    torch.manual_seed(0)
-    step = make()
-    for i in range(warmup):
-        step(i)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000)
-    start = live_blocks()
-    times = []
-    for i in range(steps):
-        t0 = time.perf_counter()
-        step(warmup + i)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    snap = torch.cuda.memory._snapshot()
-    torch.cuda.memory._record_memory_history(enabled=None)
-    stats = torch.cuda.memory_stats()
-
+def trace_lines(snap, start=()):
+    """The trace's event lines ("a ID BYTES STREAM" / "f ID") from a memory snapshot taken with
+    the history recorded, after the blocks `start` that were live when recording began; every
+    block still live at the end is freed. Returns (lines, peak live bytes)."""
     streams, ids, lines, nid = {}, {}, [], 0
     live = peak = 0
     sizes = {}
@@ -351,17 +336,45 @@ def record(name, make, steps, out_dir, warmup=2):
     for addr, size, stream in start:
         alloc(addr, size, stream)
     traces = snap["device_traces"][torch.cuda.current_device()]
-    dropped = 0
     for e in traces:
         if e["action"] == "alloc":
             if e["addr"] in ids:
-                dropped += 1  # a block PyTorch reused before the free we saw: close it first
-                free(e["addr"])
+                free(e["addr"])  # a block PyTorch reused before the free we saw: close it first
             alloc(e["addr"], e["size"], e.get("stream", 0))
         elif e["action"] == "free_requested":
             free(e["addr"])
     for addr in list(ids):
         free(addr)
+    return lines, peak
+
+
+def write_trace(path, meta, lines):
+    """The trace file: the metadata line ("# {json}"), then the events, gzipped."""
+    with gzip.open(path, "wt") as f:
+        f.write("# " + json.dumps(meta) + "\n")
+        f.write("\n".join(lines) + "\n")
+
+
+def record(name, make, steps, out_dir, warmup=2):
+    torch.manual_seed(0)
+    step = make()
+    for i in range(warmup):
+        step(i)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+    start = live_blocks()
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        step(warmup + i)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    stats = torch.cuda.memory_stats()
+
+    lines, peak = trace_lines(snap, start)
     meta = {
         "name": name,
         "workload": make.__doc__.strip().replace("\n", " ").replace("    ", " "),
@@ -375,10 +388,7 @@ def record(name, make, steps, out_dir, warmup=2):
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(),
     }
-    path = os.path.join(out_dir, name + ".trace.gz")
-    with gzip.open(path, "wt") as f:
-        f.write("# " + json.dumps(meta) + "\n")
-        f.write("\n".join(lines) + "\n")
+    write_trace(os.path.join(out_dir, name + ".trace.gz"), meta, lines)
     return meta
 
 

@@ -20,6 +20,10 @@ those; and over the pairs the median and a distribution-free 95% interval.
 
     python3 torch_workloads.py --model gpt2 --lockstep 8 [--steps 100] [--warmup 5]
 
+The allocation sequence of a run (--record-trace PATH.trace.gz): the same program on PyTorch's
+allocator, recorded from before the model moves to the GPU, for replay by benches/trace_replay
+and the pool's host replay (the lockstep's peak is set in its first steps).
+
 Paired runs (--pairs N): N rounds of one run per allocator in its own process, one after the
 other, the order alternating. Far noisier than lockstep: each run sees the machine at another time.
 
@@ -317,6 +321,43 @@ def lockstep(torch, a, host_model, pair):
     return runs, ratios, cpu_ratios
 
 
+def record_run(torch, model, host_model, path, steps, warmup):
+    """The whole run's allocation sequence on PyTorch's allocator, in the trace format of
+    ../shared/traces/README.md (benches/record_traces.py writes it): recorded from before the
+    model moves to the GPU through warmup + steps steps, so the start-up and first steps that set
+    a lockstep run's peak are in it (the shared gpt2_train trace holds only steady steps). The
+    program is the same on every allocator, so trace_replay replays what the gkrt side asked for."""
+    import record_traces
+
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+    step = make_step(model, host_model, torch)
+    times = []
+    for _ in range(warmup + steps):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    lines, peak = record_traces.trace_lines(snap)
+    meta = {
+        "name": os.path.basename(path).split(".")[0],
+        "workload": f"benches/torch_workloads.py --model {model}: the whole run from model.to(cuda), "
+                    f"{warmup} + {steps} steps",
+        "steps": warmup + steps,
+        "step_ms_median": round(statistics.median(times) * 1e3, 3),
+        "torch_peak_allocated": torch.cuda.max_memory_allocated(),
+        "torch_peak_reserved": torch.cuda.max_memory_reserved(),
+        "peak_live": peak,
+        "events": len(lines),
+        "live_at_start": 0,
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(),
+    }
+    record_traces.write_trace(path, meta, lines)
+    return meta
+
+
 def alloc_micro(torch, spec, lib_path):
     """ns per torch.empty + release pair through PyTorch, on an idle device and on one busy with
     a long kernel: the allocator's cost as a PyTorch program pays it (pluggable path included)."""
@@ -474,10 +515,16 @@ def report(paths):
         kern = {side: [r["kernel_ms"] for r in runs if r["side"] == side and "kernel_ms" in r]
                 for side in ("base", "other")}
         ks = " / ".join(f"{statistics.median(v):.2f}" if v else "—" for v in kern.values())
+        # The peaks are the maxima over the pairs; where the pairs differ, their lowest beside.
+        lows = {side: min((r["peak_reserved"] for r in runs if r["side"] == side), default=0)
+                for side in ("base", "other")}
+        peaks = " / ".join(
+            f"{x['peak_reserved'] / 1e9:.3f}" + (f" (lowest {lows[side] / 1e9:.3f})" if lows[side] != x["peak_reserved"] else "")
+            for side, x in (("base", b), ("other", o)))
         print(f"| {summ['summary']} | {o['alloc']} vs {b['alloc']} | {', '.join(f'{x:.3f}' for x in summ['ratios'])} "
               f"| {summ['median_ratio']:.3f} {cis} | {summ.get('turn_median_ratio', 0):.3f} [{tci[0]:.3f}, {tci[1]:.3f}] "
               f"| {b['median_step_ms']:.2f} / {o['median_step_ms']:.2f} | {ks} "
-              f"| {b['peak_reserved'] / 1e9:.3f} / {o['peak_reserved'] / 1e9:.3f} |")
+              f"| {peaks} |")
 
 
 def main():
@@ -493,12 +540,14 @@ def main():
     ap.add_argument("--micro", action="store_true", help="torch.empty pairs on --base and --against")
     ap.add_argument("--spawn", action="store_true", help="--pairs: fresh processes, not forks")
     ap.add_argument("--lockstep", type=int, default=0, help="pairs of resident processes taking turns")
+    ap.add_argument("--record-trace", metavar="PATH",
+                    help="record the whole run's allocations on PyTorch's allocator (trace format, gzipped)")
     ap.add_argument("--lib", default=os.environ.get("GKRT_LIB", ".gpu/lib/libgkrt.so"))
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
-    if sum(bool(x) for x in (a.alloc, a.pairs, a.lockstep, a.micro, a.report)) != 1:
-        ap.error("give one of --alloc (one run), --pairs N, --lockstep N, --micro or --report")
+    if sum(bool(x) for x in (a.alloc, a.pairs, a.lockstep, a.micro, a.report, a.record_trace)) != 1:
+        ap.error("give one of --alloc (one run), --pairs N, --lockstep N, --micro, --record-trace or --report")
 
     if a.report:
         report(a.report)
@@ -515,6 +564,11 @@ def main():
         return
 
     host_model = build_on_host(a.model, torch)
+    if a.record_trace:
+        path = os.path.abspath(a.record_trace)
+        print(json.dumps(run_in_child(lambda: record_run(torch, a.model, host_model, path, a.steps, a.warmup))),
+              flush=True)
+        return
     if a.alloc:
         print(json.dumps(measure(torch, a.model, host_model, a.alloc, a.lib, a.steps, a.warmup)), flush=True)
         return

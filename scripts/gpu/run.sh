@@ -11,7 +11,10 @@
 #           idle, and each swapping plan's predicted step beside the measured (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3)
-#   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3)
+#   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3);
+#           first each run's whole allocation sequence recorded to $OUT/workload_traces/ (the
+#           pool mode, when given after it, replays those too); WORKLOAD_GPT2_VARIANTS="SPEC ..."
+#           adds a GPT-2 lockstep per gkrt configuration (e.g. gkrt:GKRT_POOL_RECYCLE_TIME_PERMILLE=1000)
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
 #   hostint gkrt inside a host program (benches/host_integration.c): eager launches against a
 #           cuLaunchKernel loop, asynchronous against synchronous runs, the cost of rebinding a
@@ -196,7 +199,8 @@ run_pool() {
   # .gpu/pool/), the project's recorded ones (benches/traces/) and the synthetic ones. POOL_ONLY
   # narrows the allocators (trace_replay --only; default: all, with the variants).
   local traces
-  traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz)
+  traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz \
+    "$OUT"/workload_traces/*.trace.gz)
   [ -n "$(ls .gpu/pool/*.trace.gz 2>/dev/null)" ] || echo "# no shared traces staged in .gpu/pool/ (copy ../shared/traces/*.trace.gz there)"
   # shellcheck disable=SC2086  # trace paths have no spaces
   timeout 560 "$b/trace_replay" --passes "${POOL_PASSES:-30}" ${POOL_ONLY:+--only "$POOL_ONLY"} \
@@ -212,11 +216,30 @@ run_workloads() {
   local w=(python3 benches/torch_workloads.py --lib .gpu/lib/libgkrt.so --cpus 4,5 --steps 40 --warmup 5)
   local n=${WORKLOAD_PAIRS:-8}
   export PYTHONUNBUFFERED=1
+  # First the whole run's allocation sequence of each workload, on PyTorch's allocator from
+  # model.to(cuda) on (the lockstep's peaks are set in its first steps): $OUT/workload_traces/,
+  # replayed by the pool mode when it runs after this one in the same call.
+  mkdir -p "$OUT/workload_traces"
+  for m in gpt2 resnet50; do
+    python3 benches/torch_workloads.py --model "$m" --steps 5 --warmup 5 \
+      --record-trace "$OUT/workload_traces/${m}_run_train.trace.gz" 2>>"$OUT/workloads.err" \
+      | tee -a "$OUT/workload_traces/summary.jsonl"
+  done
   "${w[@]}" --model gpt2 --lockstep "$n" --profile 2>>"$OUT/workloads.err" >"$OUT/workload_gpt2.jsonl"
   "${w[@]}" --model gpt2 --lockstep $(((n + 1) / 2)) --against torch 2>>"$OUT/workloads.err" >"$OUT/workload_gpt2_control.jsonl"
   "${w[@]}" --model resnet50 --lockstep 2 2>>"$OUT/workloads.err" >"$OUT/workload_resnet50.jsonl"
+  # WORKLOAD_GPT2_VARIANTS: more gkrt configurations against PyTorch, WORKLOAD_VARIANT_PAIRS
+  # (default 4: both orders twice) pairs each (torch_workloads.py's allocator specs, e.g.
+  # gkrt:GKRT_POOL_RECYCLE_TIME_PERMILLE=1000).
+  local extra=() i=0 v
+  for v in ${WORKLOAD_GPT2_VARIANTS:-}; do
+    i=$((i + 1))
+    "${w[@]}" --model gpt2 --lockstep "${WORKLOAD_VARIANT_PAIRS:-4}" --against "$v" 2>>"$OUT/workloads.err" \
+      >"$OUT/workload_gpt2_variant$i.jsonl"
+    extra+=("$OUT/workload_gpt2_variant$i.jsonl")
+  done
   python3 benches/torch_workloads.py --report "$OUT"/workload_gpt2.jsonl "$OUT"/workload_gpt2_control.jsonl \
-    "$OUT"/workload_resnet50.jsonl | tee "$OUT/workloads.md"
+    "$OUT"/workload_resnet50.jsonl "${extra[@]}" | tee "$OUT/workloads.md"
 }
 
 # The compute-sanitizer of the toolkit (or COMPUTE_SANITIZER, or the one on PATH).

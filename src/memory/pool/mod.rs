@@ -80,7 +80,8 @@
 //!   measures it (`move_budget.rs`): under churn it maps new pages once instead of moving the
 //!   same ones every step. Pages a slack-rule move placed are marked (`pages.rs`) and moved
 //!   again only while all moves so far have taken at most that share of the time since the
-//!   first, with no start-up credit: a page moved once stays (amortised over the program), one
+//!   pool first mapped memory, with no bucket (any move may also draw on that lifetime share
+//!   when the bucket is empty): a page moved once stays (amortised over the program), one
 //!   moved back and forth between steps costs at most that share. Large transient tensors then reuse the physical memory of holes
 //!   instead of growing the footprint (the effect on fragmentation: BENCHMARKS.md §3). Victims
 //!   are the free blocks with the most mapped pages, their whole chunks unmapped from the high
@@ -442,7 +443,7 @@ impl Pool {
 
     /// Returns every completely free plain segment and every free mapped page to the device;
     /// returns bytes released. The high-water mark that the recycling rule measures against
-    /// restarts from what is in use now. On a device error the memory that failed stays tracked
+    /// restarts from what is in use now, and so does the time accounting of its moves. On a device error the memory that failed stays tracked
     /// and the error is returned.
     pub fn release_cached(&mut self, backing: &dyn PoolBacking) -> Result<u64, PoolError> {
         self.process_events(backing);
@@ -456,6 +457,8 @@ impl Pool {
         }
         released += self.release_idle_segments(backing)?;
         self.mapped_peak = self.mapped_pages;
+        // The moves' time accounting restarts with it (`move_budget.rs`).
+        self.moves.restart();
         Ok(released)
     }
 

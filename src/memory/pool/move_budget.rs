@@ -10,14 +10,25 @@
 //! the high-water mark. No constant here depends on a workload: the rate is the share of time
 //! the pool may spend saving memory, and the bucket holds one second's worth of it — full at
 //! first, so the one-off moves of a program's first steps are not held back.
-//! Pages that a slack-rule move placed move again only under the long-run rate with no
-//! start-up credit (`allows_repeat`): the full bucket pays for moving memory once to where a
-//! program's steps need it, not for moving it back and forth (which, in a replay with no work
-//! between calls, it did for the whole of the bucket: 1.06 of PyTorch's time per operation on
-//! resnet_infer_sizes, pool_replay run 4).
+//! The long-run rule is the pool's lifetime share: all moves so far have taken at most
+//! `recycle_time_permille` of the time since the pool first mapped memory (`note_start`;
+//! `release_cached` restarts it, as it restarts the most ever mapped).
+//! Pages that a slack-rule move placed move again only under it (`allows_repeat`, no bucket):
+//! the full bucket pays for moving memory once to where a program's steps need it, not for
+//! moving it back and forth (which, in a replay with no work between calls, it did for the whole
+//! of the bucket: 1.06 of PyTorch's time per operation on resnet_infer_sizes, pool_replay run 4).
+//! Any move may also draw on it when the bucket is empty. Measured from the first move instead,
+//! with only the bucket for first moves, the outcome depended on when a program's first steps
+//! ran: GPT-2 in PyTorch on the pool reserved 8.227 GB in the lockstep pairs whose gkrt process
+//! ran its first two steps back to back and 7.927 GB in those where the other process's steps
+//! ran between them (PyTorch: 8.082; session 10, workloads run) — the seconds of start-up before
+//! the first step counted for nothing. The lifetime share is the rule's own goal (moves take at
+//! most that share of the program's time), so it adds no constant; a replay with no work
+//! between calls earns almost nothing from it (the host replay of every trace is unchanged).
 //! The budget rule (`memory_limit`) never consults it.
 
-/// Wall time whose share of moving may be saved up (bounds a burst after an idle spell).
+/// Wall time whose share of moving the bucket saves up. A burst after an idle spell may go
+/// beyond it only while all moves stay within the pool's lifetime share.
 const BUCKET_WINDOW_NS: u64 = 1_000_000_000;
 
 #[derive(Clone, Debug, Default)]
@@ -30,15 +41,19 @@ pub(super) struct MoveBudget {
     started: bool,
     /// Slack-rule moves declined for lack of credit.
     pub(super) declined: u64,
-    /// Moving time spent in all, and when the first move was asked for: the long-run rate
-    /// that moving a page a second time must keep (`allows_repeat`).
+    /// Moving time spent in all, and when the first move was asked for (the lifetime share's
+    /// start when `note_start` never ran).
     spent_ns: u64,
     first_ns: u64,
+    /// When the pool first mapped memory (`note_start`; None before): the start of the
+    /// lifetime share.
+    born_ns: Option<u64>,
 }
 
 impl MoveBudget {
     /// Whether a slack-rule move may start at `now` with `permille` of wall time for moving
-    /// (at least 1000: always; 0: never).
+    /// (at least 1000: always; 0: never): while the bucket has credit, or moves so far are
+    /// within the pool's lifetime share.
     pub(super) fn allows(&mut self, now: u64, permille: u64) -> bool {
         if permille >= 1000 {
             return true;
@@ -50,22 +65,50 @@ impl MoveBudget {
         let earned = now.saturating_sub(self.at_ns) as u128 * permille as u128 / 1000;
         self.credit_ns = (self.credit_ns as i128 + earned as i128).min(cap as i128) as i64;
         self.at_ns = now;
-        let ok = permille > 0 && self.credit_ns > 0;
+        let ok = permille > 0 && (self.credit_ns > 0 || self.within_lifetime_share(now, permille));
         if !ok {
             self.declined += 1;
         }
         ok
     }
 
+    /// Starts the accounting afresh (the pool released its cache: as the most ever mapped, the
+    /// lifetime share restarts); the count of declined moves stays.
+    pub(super) fn restart(&mut self) {
+        *self = MoveBudget {
+            declined: self.declined,
+            ..MoveBudget::default()
+        };
+    }
+
+    /// Whether the lifetime share has started (`note_start`).
+    pub(super) fn started_lifetime(&self) -> bool {
+        self.born_ns.is_some()
+    }
+
+    /// The pool mapped memory at `now`; the first call starts the lifetime share.
+    pub(super) fn note_start(&mut self, now: u64) {
+        self.born_ns.get_or_insert(now);
+    }
+
+    /// Whether the pool's page moves so far have taken less than `permille` of the time since
+    /// it first mapped memory.
+    fn within_lifetime_share(&self, now: u64, permille: u64) -> bool {
+        self.born_ns.is_some_and(|born| {
+            (self.spent_ns as u128) * 1000 < now.saturating_sub(born) as u128 * permille as u128
+        })
+    }
+
     /// Whether a slack-rule move may take pages that an earlier one moved (call after `allows`
     /// said yes): only while moving has taken at most `permille` of the wall time since the
-    /// first move, with no start-up credit. Moving the same memory back and forth between steps
+    /// pool first mapped memory (since the first move when nothing was mapped through
+    /// `note_start`), with no bucket. Moving the same memory back and forth between steps
     /// then costs at most that share of the program's time, and none in a replay with no work
     /// between the calls; moved once and kept, pages need no such credit.
     pub(super) fn allows_repeat(&self, now: u64, permille: u64) -> bool {
+        let since = self.born_ns.unwrap_or(self.first_ns);
         permille >= 1000
-            || self.spent_ns as u128 * 1000
-                <= now.saturating_sub(self.first_ns) as u128 * permille as u128
+            || self.spent_ns as u128 * 1000 <= now.saturating_sub(since) as u128 * permille as u128
     }
 
     /// A move took `ns`.
@@ -103,6 +146,41 @@ mod tests {
         always.charge(u64::MAX);
         assert!(always.allows(0, 1000));
         assert!(always.allows_repeat(0, 1000));
+    }
+
+    #[test]
+    fn an_empty_bucket_still_moves_within_the_pools_lifetime_share() {
+        let mut b = MoveBudget::default();
+        // The pool mapped memory at 0; its first move comes 5 s later and takes the whole
+        // bucket (10 ms).
+        b.note_start(0);
+        b.note_start(4_000_000_000); // later maps do not move the start
+        assert!(b.allows(5_000_000_000, 10));
+        b.charge(12_000_000);
+        // 1 ms later the bucket is in debt, but 12 ms is under 1% of the 5 s lived.
+        assert!(b.allows(5_001_000_000, 10));
+        b.charge(40_000_000);
+        // 52 ms spent: over 1% of 5.002 s, and the bucket is in debt: declined.
+        assert!(!b.allows(5_002_000_000, 10));
+        assert_eq!(b.declined, 1);
+        // Without a start (no memory mapped yet) only the bucket counts.
+        let mut fresh = MoveBudget::default();
+        assert!(fresh.allows(5_000_000_000, 10));
+        fresh.charge(12_000_000);
+        assert!(!fresh.allows(5_001_000_000, 10));
+        // After a restart (the pool released its cache) the lifetime counts from the next
+        // start: the 52 ms spent no longer count, nor do the 5 s before.
+        b.restart();
+        assert_eq!(b.declined, 1);
+        b.note_start(6_000_000_000);
+        assert!(b.allows(6_001_000_000, 10));
+        b.charge(12_000_000);
+        assert!(!b.allows(6_002_000_000, 10));
+        assert!(!b.allows_repeat(6_002_000_000, 10));
+        // Permille 0 never moves, whatever the lifetime.
+        let mut never = MoveBudget::default();
+        never.note_start(0);
+        assert!(!never.allows(1 << 40, 0));
     }
 
     #[test]

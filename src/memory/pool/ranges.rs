@@ -292,6 +292,11 @@ impl Pool {
         (bytes, rounded): (u64, u64),
     ) -> Result<(), PoolError> {
         let placing = Some((cand, p0, p1));
+        if !self.moves.started_lifetime() {
+            // The first pages (since the start or `release_cached`): the move budget's lifetime
+            // share starts here.
+            self.moves.note_start(backing.now_ns());
+        }
         let page = self.page;
         let add = need * page;
         let limit = self.config.memory_limit;

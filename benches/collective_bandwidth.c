@@ -28,9 +28,9 @@
  *
  * Fault mode (--hold SECONDS): every rank runs a 64 MiB all-reduce graph over and over for up to
  * SECONDS with the communicator's timeout --timeout-ms; the caller kills one rank meanwhile. A
- * surviving rank prints "FAULT rank R: run N failed after T ms: STATUS: message", checks that
- * its runtime still runs a graph without collectives, prints "runtime still usable" and exits
- * 3. A rank that ran the whole time without a failure exits 0 (nobody was killed).
+ * surviving rank prints "FAULT rank R: run N failed after T ms (M runs succeeded before): STATUS:
+ * message", checks that its runtime still runs a graph without collectives, prints "runtime still
+ * usable" and exits 3. A rank that ran the whole time without a failure exits 0 (nobody was killed).
  *
  * Build (on the GPU machine, see scripts/gpu/run.sh mgpu):
  *   cc -O2 benches/collective_bandwidth.c -Iinclude -I$CUDA/include -Llib -lgkrt -lcuda -ldl
@@ -315,8 +315,13 @@ static double plain_collective(nccl_comm raw, CUstream st, int c, size_t s, cons
   CU(cuCtxSynchronize());
   void *h_in = NULL, *h_out = NULL;
   if (o->plain_register) {
-    NC(nccl_comm_register(raw, (void *)in, ib, &h_in));
-    NC(nccl_comm_register(raw, (void *)out, ob, &h_out));
+    /* Registration only makes the calls faster: a failure is reported and the call runs unregistered. */
+    int r1 = nccl_comm_register(raw, (void *)in, ib, &h_in), r2 = nccl_comm_register(raw, (void *)out, ob, &h_out);
+    if (r1 || r2)
+      fprintf(stderr, "plain %s %zu bytes: ncclCommRegister failed (%s): unregistered\n", coll_names[c], s,
+              nccl_error_string(r1 ? r1 : r2));
+    if (r1) h_in = NULL;
+    if (r2) h_out = NULL;
   }
   NC(nccl_call(c, in, out, s, o->nranks, raw, st));
   CU(cuStreamSynchronize(st));
@@ -329,10 +334,8 @@ static double plain_collective(nccl_comm raw, CUstream st, int c, size_t s, cons
     CU(cuStreamSynchronize(st));
     t[i] = (now_ms() - t0) * 1e3;
   }
-  if (o->plain_register) {
-    NC(nccl_comm_deregister(raw, h_in));
-    NC(nccl_comm_deregister(raw, h_out));
-  }
+  if (h_in) NC(nccl_comm_deregister(raw, h_in));
+  if (h_out) NC(nccl_comm_deregister(raw, h_out));
   CU(cuMemFree(in));
   CU(cuMemFree(out));
   return median(t, o->reps);
@@ -368,6 +371,13 @@ static int hold(gkrt_runtime *rt, gkrt_comm *comm, const options *o) {
   GK(gkrt_graph_add_collective(g, comm, GKRT_COLLECTIVE_ALL_REDUCE, GKRT_REDUCE_SUM, 0, GKRT_DTYPE_F32, &x, 1, &y, 1,
                                NULL));
   GK(gkrt_graph_finalize(g));
+  float *zeros = calloc(1, s);
+  if (!zeros) {
+    fprintf(stderr, "out of host memory\n");
+    return 1;
+  }
+  GK(gkrt_graph_write_tensor(g, x, zeros, s));
+  free(zeros);
   printf("rank %d: holding: 64 MiB all-reduce runs for up to %d s, communicator timeout %u ms\n", o->rank, o->hold_s,
          o->timeout_ms);
   fflush(stdout);
@@ -388,8 +398,8 @@ static int hold(gkrt_runtime *rt, gkrt_comm *comm, const options *o) {
   }
   char msg[1024];
   gkrt_last_error_message(msg, sizeof msg);
-  printf("FAULT rank %d: run %ld failed after %.0f ms: %s: %s\n", o->rank, runs + 1, now_ms() - t0,
-         gkrt_status_name(st), msg);
+  printf("FAULT rank %d: run %ld failed after %.0f ms (%ld runs succeeded before): %s: %s\n", o->rank, runs + 1,
+         now_ms() - t0, runs, gkrt_status_name(st), msg);
   /* The runtime must stay usable: a graph without collectives runs and computes. */
   gkrt_kernel *fill;
   GK(gkrt_kernel_builtin(rt, GKRT_BUILTIN_FILL, &fill));

@@ -7,8 +7,9 @@
 #   3. benches/ddp_compare.py: the same network and per-rank rows in PyTorch DDP, per n.
 #   4. Fault: n = every visible GPU (needs >= 2), the bandwidth bench's --hold mode with the
 #      communicator timeout MGPU_TIMEOUT_MS; the last rank is killed (SIGKILL) once all hold; each
-#      other rank must exit 3 (a FAULT line with its status, "runtime still usable") within the
-#      timeout plus MGPU_FAULT_SLACK_S seconds of the kill. With one GPU it is skipped and the
+#      other rank, still running at the kill, must exit 3 with a FAULT line (GKRT_STATUS_PEER_FAILED
+#      after at least one good run) and "runtime still usable", within the timeout plus
+#      MGPU_FAULT_SLACK_S seconds of the kill. With one GPU it is skipped and the
 #      summary says "not run" (not a pass).
 # Logs and $OUT/mgpu/summary.md (scripts/gpu/mgpu_summary.py). Exit status 1 when a run failed.
 # Knobs: MGPU_MAX_MIB (1024) MGPU_REPS (20) MGPU_STEPS (200) MGPU_PER_RANK (64)
@@ -96,6 +97,9 @@ mgpu_fault() {
     sleep 0.1
   done
   sleep 2
+  # A survivor that already stopped failed on its own, not because of the kill.
+  local alive=()
+  for ((r = 0; r < n; r++)); do kill -0 "${mgpu_pids[$r]}" 2>/dev/null && alive[$r]=1; done
   kill -KILL "${mgpu_pids[$victim]}"
   local t_kill exited=() after=()
   t_kill=$(date +%s%N)
@@ -126,7 +130,10 @@ mgpu_fault() {
       secs="$((after[$r] / 10)).$((after[$r] % 10))s after the kill"
       [ "${after[$r]}" -le $((limit * 10)) ] || verdict=FAILED
     fi
-    { [ "$rc" -eq 3 ] && [ -n "$fault_line" ] && [ $usable = yes ]; } || verdict=FAILED
+    [ -n "${alive[$r]:-}" ] || secs="$secs, but it had exited BEFORE the kill"
+    # The expected failure: PEER_FAILED after at least one good run (a rank that could not run at all is no test).
+    { [ -n "${alive[$r]:-}" ] && [ "$rc" -eq 3 ] && [ $usable = yes ] &&
+      grep -qE '\(([1-9][0-9]*) runs succeeded before\): GKRT_STATUS_PEER_FAILED' <<<"$fault_line"; } || verdict=FAILED
     [ $verdict = ok ] || bad=1
     echo "fault: rank $r exit $rc, $secs (limit ${limit}s), runtime usable: $usable: $verdict; ${fault_line:-no FAULT line}" |
       tee -a "$o/fault.txt"

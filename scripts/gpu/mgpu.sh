@@ -12,7 +12,8 @@
 #      MGPU_FAULT_SLACK_S seconds of the kill. With one GPU it is skipped and the
 #      summary says "not run" (not a pass).
 # Logs and $OUT/mgpu/summary.md (scripts/gpu/mgpu_summary.py). Exit status 1 when a run failed.
-# Knobs: MGPU_MAX_MIB (1024) MGPU_REPS (20) MGPU_STEPS (200) MGPU_PER_RANK (64)
+# Knobs: MGPU_MAX_MIB (1024) MGPU_REPS (20) MGPU_STEPS (200) MGPU_PER_RANK (64; times the GPU count
+#        at most 512, the example's batch limit)
 #        MGPU_TIMEOUT_MS (20000) MGPU_FAULT_SLACK_S (10)
 
 # Starts `n` ranks of a command (its flags after the first two arguments, "RANK" replaced by the
@@ -58,7 +59,7 @@ run_mgpu() {
       NCCL_LOCAL_REGISTER=$reg mgpu_launch "bw_n${n}_reg$reg" "$n" timeout 600 "$b/collective_bandwidth" \
         --rank RANK --nranks "$n" --id-file "$b/id_bw_${n}_$reg" --max-mib "$max" --reps "$reps"
       mgpu_wait "bw_n${n}_reg$reg" || ok=0
-      grep -vE '^\[gkrt' "$o/bw_n${n}_reg${reg}_rank0.log" | tail -n +2
+      grep -vE '^\[gkrt' "$o/bw_n${n}_reg${reg}_rank0.log"
     done
   done
 

@@ -374,6 +374,23 @@ static int reference(const options *o, const problem *p, float *w, double *losse
   return transposes_exact(w, "reference");
 }
 
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Sorts `v`; its median (the upper middle one for an even count: a step time, no averaging). */
+static double median_ms(double *v, uint32_t n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
 /* One rank: K steps on its shard, then the identity check. */
 typedef struct rank_job {
   const options *o;
@@ -382,6 +399,7 @@ typedef struct rank_job {
   uint32_t rank, nranks;
   float *w;       /* out: weights after K steps */
   double *losses; /* out: shard loss per step */
+  double step_ms; /* out: median wall time of a step (run, loss read, weights copied back) */
   int failed;
 } rank_job;
 
@@ -406,7 +424,15 @@ static int rank_body(rank_job *j) {
   const size_t rows = j->p->batch / j->nranks, first = j->rank * rows;
   step_graph s = {0};
   int bad = step_build(rt, comm, rows, &s) || step_load(&s, j->p, first);
-  for (uint32_t k = 0; k < j->o->steps && !bad; k++) bad = step_run(rt, &s, j->p, first, j->w, &j->losses[k]);
+  double *ms = calloc(j->o->steps, sizeof(double));
+  bad |= !ms;
+  for (uint32_t k = 0; k < j->o->steps && !bad; k++) {
+    double t0 = now_ms();
+    bad = step_run(rt, &s, j->p, first, j->w, &j->losses[k]);
+    ms[k] = now_ms() - t0;
+  }
+  if (!bad) j->step_ms = median_ms(ms, j->o->steps);
+  free(ms);
   if (!bad) bad = transposes_exact(j->w, "rank");
   if (!bad) bad = ranks_identical(rt, comm, j->w, j->rank);
   /* A rank that failed aborts, so the others' collectives fail instead of waiting for it. */
@@ -507,7 +533,7 @@ int main(int argc, char **argv) {
   int bad = !ref_w;
   for (uint32_t r = 0; r < local && !bad; r++) {
     jobs[r] = (rank_job){&o, &p, {{0}}, o.ranks ? r : o.rank, n, calloc(DP_PARAMS, sizeof(float)),
-                         calloc(o.steps, sizeof(double)), 0};
+                         calloc(o.steps, sizeof(double)), 0, 0};
     bad |= !jobs[r].w || !jobs[r].losses;
   }
   if (bad) {
@@ -555,6 +581,10 @@ int main(int argc, char **argv) {
     printf("step %u  loss %.6f  (%s; one runtime on the combined batch: %.6f)\n", k + 1, loss,
            o.ranks ? "mean over the ranks" : "this rank's shard", ref_loss[k]);
   }
+  /* Scaling (run.sh mgpu): the per-rank batch is batch / ranks; throughput = batch / step time. */
+  for (uint32_t r = 0; r < local; r++)
+    printf("rank %u: step time %.3f ms (median of %u), %zu rows per rank\n", jobs[r].rank, jobs[r].step_ms, o.steps,
+           o.batch / n);
   for (uint32_t r = 0; r < local; r++) {
     double max_diff, max_abs;
     compare(jobs[r].w, ref_w, &max_diff, &max_abs);

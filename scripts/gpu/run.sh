@@ -102,6 +102,14 @@
 #           and 2 threads on 2 GPUs. Each must exit 0, its last line "OK" (ranks bit-identical,
 #           within tolerance of one runtime on the whole batch); rank 0's loss per step and max
 #           |diff| are printed. Logs in $OUT/dp/.
+#   mgpu    issue 16 on every count of visible GPUs in 1 2 4 8, one process per GPU (rank = device),
+#           NCCL_NVLS_ENABLE=0: benches/collective_bandwidth.c (all-reduce, all-gather,
+#           reduce-scatter and a fused all-reduce as gkrt nodes against plain NCCL through the same
+#           communicator, 1 MiB..MGPU_MAX_MIB (1024), busbw and ratio = plain_us / gkrt_us) with
+#           NCCL_LOCAL_REGISTER=1 and =0; the dp example at MGPU_PER_RANK (64) rows per rank
+#           (scaling efficiency) beside benches/ddp_compare.py (PyTorch DDP, the same network); a
+#           rank killed mid-run (all GPUs; skipped, and said not run, with one). scripts/gpu/mgpu.sh
+#           has the details; logs and summary.md in $OUT/mgpu/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -637,7 +645,8 @@ for w in "${what[@]}"; do
     trace) run_trace ;;
     nccl) run_nccl ;;
     dp) run_dp ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp)" ;;
+    mgpu) source scripts/gpu/mgpu.sh && run_mgpu ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

@@ -9,9 +9,11 @@
 //! map or unmap call, a model of the driver's cost of creating and mapping (or unmapping and
 //! releasing) one physical allocation, which the move budget weighs against the time between
 //! moves (`GKRT_REPLAY_TIME_PERMILLE` overrides `recycle_time_permille`; `GKRT_REPLAY_PEAKS`
-//! prints where the peak of reserved bytes grows, by event index: `benches/trace_steps.py` tells
+//! prints where the peak of reserved bytes grows, by pool (the virtual-range replay, then the
+//! plain-segment one) and event index: `benches/trace_steps.py` tells
 //! which step of the trace that is; `GKRT_REPLAY_DUMP=K` prints the blocks of the virtual range
-//! after event K of the first pass, when that event is an allocation). `GKRT_REPLAY_PAGE_MIB` overrides `vmm_page_bytes`, the
+//! after event K of the first pass, when that event is an allocation, with the reserved and
+//! allocated bytes then: the peak lines say only the peak, which may lie inside the event). `GKRT_REPLAY_PAGE_MIB` overrides `vmm_page_bytes`, the
 //! largest physical allocation (chunk). Blocks a trace never frees are freed after every pass.
 
 use super::*;
@@ -151,7 +153,8 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
                     if trace_peaks && p.stats().peak_reserved_bytes > before {
                         let st = p.stats();
                         println!(
-                            "pass {pass}, event {k} of {}: reserved peak {} MiB at a request of {} KiB, allocated {} MiB (peak {} MiB)",
+                            "{} pass {pass}, event {k} of {}: reserved peak {} MiB at a request of {} KiB, allocated {} MiB (peak {} MiB)",
+                            if vmm { "virtual ranges" } else { "plain segments" },
                             evs.len(),
                             st.peak_reserved_bytes >> 20,
                             bytes >> 10,
@@ -222,7 +225,11 @@ fn dump_layout(p: &Pool, k: usize, bytes: u64) {
     let seg = &p.segs[r];
     let pages = p.pages_of(r);
     let mib = |x: u64| x as f64 / MIB as f64;
-    println!("layout after event {k} (a request of {bytes} bytes):");
+    println!(
+        "layout after event {k} (a request of {bytes} bytes): reserved {:.1} MiB, allocated {:.1} MiB",
+        mib(p.stats().reserved_bytes),
+        mib(p.stats().allocated_bytes)
+    );
     let mut i = seg.first;
     while i != NIL {
         let b = &p.blocks[i];

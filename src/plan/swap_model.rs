@@ -12,8 +12,8 @@
 //! it. A tensor freed while its collective may run is pending on it, like a copy-out's block.
 //! A fused group is one block, taken whole at its first producer.
 //!
-//! The runtime uses it to choose among candidate plans once a first run has measured the
-//! nodes and the link (`RuntimeGraph::tune_swap_plan`); the figures are estimates to compare
+//! The runtime uses it to choose among candidate plans once the first runs have measured
+//! the nodes and the link (`RuntimeGraph::tune_swap_plan`); the figures are estimates to compare
 //! plans by, not measurements.
 
 use crate::graph::fused::fused_slot;

@@ -4,7 +4,7 @@
 //! - `mod.rs` (here): [`RuntimeGraph`], `new`, accessors, the pool-call record.
 //! - `compile.rs`: finalize — liveness, arena, swap plan, step program.
 //! - `io.rs`: tensor writes and reads from the host, and the one check of such a copy.
-//! - `tune.rs`: choosing among swap plans by the first run's timings; the timeline file.
+//! - `tune.rs`: choosing among swap plans by the first two runs' warm timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
 //! - `trace_run.rs`: a run's slices, counters and instants in the runtime's trace.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.

@@ -64,7 +64,7 @@ impl RunTimings {
 }
 
 impl RuntimeGraph {
-    /// The swap policies among which the first run's timings choose (default first); empty
+    /// The swap policies among which the timed runs' timings choose (default first); empty
     /// when the graph does not swap or only one plan exists.
     pub fn swap_policies(&self) -> Vec<Policy> {
         self.swap_candidates.iter().map(|(p, _)| *p).collect()
@@ -216,7 +216,7 @@ impl RuntimeGraph {
         })
     }
 
-    /// Adds the plans that weigh each rebuild against its copies on the first run's node times
+    /// Adds the plans that weigh each rebuild against its copies on the timed runs' node times
     /// and link speeds (`swap_candidates::fitted_timed_candidates`), each fitted to the pool as
     /// finalize fits the others: its dry run starts with this graph's blocks given back (the run
     /// ended with the plan's kept tensors on the device; a new plan starts from its own).
@@ -344,4 +344,38 @@ fn prediction_rows(run: u64, p: &SwapPrediction, nodes: usize) -> String {
         text += &format!("{run},pred_pool,{},{},{}\n", m.node, m.maps, m.waits);
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunTimings;
+
+    fn run(node_ms: &[f64], out: (u64, f64), inc: (u64, f64)) -> RunTimings {
+        RunTimings {
+            node_ms: node_ms.to_vec(),
+            moved: [out, inc],
+        }
+    }
+
+    #[test]
+    fn warmest_takes_each_nodes_least_time_and_each_directions_fastest_run() {
+        // A first run slowed by first-use costs at nodes 0 and 2, its copies slower too.
+        let cold = run(&[9.0, 1.0, 5.0], (1_000_000, 1.0), (2_000_000, 4.0));
+        let warm = run(&[2.0, 1.5, 1.0], (1_000_000, 0.5), (2_000_000, 2.0));
+        let (node_ms, link) = RunTimings::warmest(&[cold, warm]).unwrap();
+        assert_eq!(node_ms, vec![2.0, 1.0, 1.0]);
+        assert!((link.out_gbps - 2.0).abs() < 1e-12, "{}", link.out_gbps);
+        assert!((link.in_gbps - 1.0).abs() < 1e-12, "{}", link.in_gbps);
+    }
+
+    #[test]
+    fn a_direction_no_run_used_takes_the_others_speed_and_no_copies_give_none() {
+        let a = run(&[1.0], (0, 0.0), (3_000_000, 1.0));
+        let b = run(&[1.0], (0, 0.0), (3_000_000, 2.0));
+        let (_, link) = RunTimings::warmest(&[a, b]).unwrap();
+        assert!((link.in_gbps - 3.0).abs() < 1e-12 && (link.out_gbps - 3.0).abs() < 1e-12);
+        let idle = run(&[1.0], (0, 0.0), (0, 0.0));
+        assert!(RunTimings::warmest(&[idle]).is_none());
+        assert!(RunTimings::warmest(&[]).is_none());
+    }
 }

@@ -6,7 +6,7 @@
 //!
 //! Collectives run on a fourth stream, the communication stream: a collective starts when the
 //! compute work queued before it is done (and the stream's previous collective), takes its
-//! measured time (`cost_ms`, timed on the communication stream in the first run) or, where
+//! measured time (`cost_ms`, timed on the communication stream in the first runs) or, where
 //! none was measured (0), its bytes over an assumed `ASSUMED_COMM_GBPS`; the compute stream
 //! waits for it only at `AwaitCollective`, and a copy-out of a tensor it touched starts after
 //! it. A tensor freed while its collective may run is pending on it, like a copy-out's block.

@@ -20,7 +20,7 @@
  *  - Environment: GKRT_DEVICE, GKRT_HOST_JITTER_US, GKRT_POOL_VMM, GKRT_VMM, GKRT_POOL_PAGE_MIB,
  *    GKRT_POOL_SLACK_PERMILLE, GKRT_POOL_RECYCLE_MIN_MIB, GKRT_POOL_RECYCLE_WAIT,
  *    GKRT_POOL_RECYCLE_SPIN_US, GKRT_POOL_MARKER_EVERY, GKRT_POOL_MARKER_MIN_US,
- *    GKRT_POOL_RECYCLE_TIME_PERMILLE, GKRT_LOG_LEVEL,
+ *    GKRT_POOL_RECYCLE_TIME_PERMILLE, GKRT_POOL_PENDING_BEST_FIT, GKRT_LOG_LEVEL,
  *    GKRT_MEMORY_LIMIT, GKRT_SWAP_TIMELINE and GKRT_SWAP_BUDGET_PERMILLE; the README's table says
  *    what each does.
  *  - Process lifetime: the handle table, the runtimes' homes (a few dozen bytes each) and the
@@ -759,8 +759,8 @@ enum gkrt_status gkrt_graph_add_kernel(struct gkrt_graph *graph,
 // same inputs writes the same bytes to its output and has no other effect. When the graph
 // must swap, its plan may then drop that output instead of copying it to the host and back,
 // and run the node once more right before the output's next reader (only where the node's
-// inputs are still unchanged there); the first run's timings decide whether recomputing beats
-// copying. gkrt never runs any other node twice in a run. Qualifies: a node with exactly one
+// inputs are still unchanged there); the first two runs' timings decide whether recomputing
+// beats copying. gkrt never runs any other node twice in a run. Qualifies: a node with exactly one
 // output that it does not also read (accepted but never rerun: a node with workspaces, and one
 // whose output is an input, parameter or output tensor). Before `gkrt_graph_finalize` only:
 // GKRT_STATUS_INVALID_STATE after it, GKRT_STATUS_INVALID_ARGUMENT for an unknown node or one

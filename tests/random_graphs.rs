@@ -256,18 +256,26 @@ fn run_and_stats(
         g.write(id, &to_bytes(&param_values(spec, p))).unwrap();
     }
     let mut outs = Vec::new();
-    // With several swap plans, later runs go through each in turn (switching between plans
-    // must be seamless too), those the first run's timings added among them.
+    // With several swap plans, the runs after the timed ones (two: the plan is chosen on the
+    // warmer of them) go through each in turn (switching between plans must be seamless too),
+    // those the timed runs added among them.
+    const TIMED: usize = 2;
     let mut policies = Vec::new();
     for r in 0.. {
-        if r == 1 && runs > 1 {
+        if r == TIMED && runs > 1 {
             policies = g.swap_policies();
         }
-        if r >= runs + policies.len().saturating_sub(1) {
+        let cycled = if policies.is_empty() {
+            0
+        } else {
+            TIMED + policies.len()
+        };
+        if r >= runs.max(cycled) {
             break;
         }
-        if r > 0 && !policies.is_empty() {
-            g.use_swap_policy(policies[r % policies.len()]).unwrap();
+        if r >= TIMED && !policies.is_empty() {
+            g.use_swap_policy(policies[(r - TIMED) % policies.len()])
+                .unwrap();
         }
         g.run().unwrap();
         let after = rt.stats().unwrap();

@@ -244,7 +244,8 @@ int main(int argc, char **argv) {
   printf("SWAPSTATS evictions=%.1f pool_device_waits=%.1f copy_wait_ms=%.2f recomputed=%.1f page_maps=%.1f\n",
          (double)st.evictions / a.steps, (double)st.pool_device_waits / a.steps, st.copy_wait_ns / 1e6 / a.steps,
          (double)st.tensors_recomputed / a.steps, (double)st.page_map_count / a.steps);
-  /* The first two steps are warm-up (a swapping graph times its first run to pick a plan). */
+  /* The first two steps are warm-up (a swapping graph times both to pick its plan after the
+   * second, on each node's warmer time). */
   uint32_t skip = a.steps > 2 ? 2 : a.steps - 1;
   qsort(times + skip, a.steps - skip, sizeof(double), cmp_double);
   double median = times[skip + (a.steps - skip) / 2];

@@ -51,7 +51,11 @@
 #           GPT2SWAP_SIZES="small medium" adds the medium size (--recompute 2; its files start medium_).
 #           GPT2SWAP_BUDGETS="1000 850" also runs --recompute 2 with GKRT_SWAP_BUDGET_PERMILLE at each
 #           value other than 1000 (the plan fitted to that share of what the limit leaves, the rest
-#           headroom for the pool): files and ratio lines get _bNNN.
+#           headroom for the pool): files and ratio lines get _bNNN. GPT2SWAP_PENDING=1 also runs
+#           --recompute 2 with GKRT_POOL_PENDING_BEST_FIT=1 (a block pending on a copy-out that fits
+#           closer than any free one is taken, as the plan's dry run places it): files get _p1.
+#           A swapping graph picks its plan after two timed runs (the warm node times): the
+#           timed run's steps 3 and 4 carry the prediction.
 #           Limited runs log at level 3: the 'swap plan tuned' line gives the chosen policy and the
 #           timeline model's estimated step (with its rebuilds and waits, and the pool dry run's page
 #           maps), and timeline.py prints it beside the measured step ("measured / predicted"), the
@@ -562,13 +566,15 @@ run_gpt2swap() {
     for pm in ${GPT2SWAP_BUDGETS:-}; do
       [ "$pm" = 1000 ] || runs="$runs 2_b$pm"
     done
+    [ "${GPT2SWAP_PENDING:-0}" = 1 ] && runs="$runs 2_p1"
     for r in $runs; do
-      local tl="$o/${pre}timeline_r$r.csv" budget=1000
-      case $r in *_b*) budget=${r#*_b} ;; esac
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0
+      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.
-      local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget)
+      local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget
+        GKRT_POOL_PENDING_BEST_FIT=$pending)
       "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
         --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
       "${run_it[@]}" GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]/--steps $steps/--steps 4} \
@@ -576,7 +582,7 @@ run_gpt2swap() {
       grep -E 'RESULT|SWAPSTATS|swap plan' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
       local bopt=()
       [ -f "$base_tl" ] && bopt=(--base "$base_tl")

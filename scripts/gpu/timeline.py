@@ -14,7 +14,8 @@ measured timeline fell behind the prediction the most (the model's largest error
 
 --base BASE: the timeline of the same graph unconstrained (its last run); prints how much longer
 the nodes took here than there in all, and the nodes slowed most (a node cost the model takes from
-the swapping run's first run, which the copies beside it may have slowed).
+the swapping graph's first two runs, the lesser of each node's times, which the copies beside it
+may have slowed).
 
 Usage: python3 scripts/gpu/timeline.py FILE [--gaps N] [--base BASE]
 

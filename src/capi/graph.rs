@@ -143,8 +143,8 @@ pub unsafe extern "C" fn gkrt_graph_add_kernel(
 /// same inputs writes the same bytes to its output and has no other effect. When the graph
 /// must swap, its plan may then drop that output instead of copying it to the host and back,
 /// and run the node once more right before the output's next reader (only where the node's
-/// inputs are still unchanged there); the first run's timings decide whether recomputing beats
-/// copying. gkrt never runs any other node twice in a run. Qualifies: a node with exactly one
+/// inputs are still unchanged there); the first two runs' timings decide whether recomputing
+/// beats copying. gkrt never runs any other node twice in a run. Qualifies: a node with exactly one
 /// output that it does not also read (accepted but never rerun: a node with workspaces, and one
 /// whose output is an input, parameter or output tensor). Before `gkrt_graph_finalize` only:
 /// GKRT_STATUS_INVALID_STATE after it, GKRT_STATUS_INVALID_ARGUMENT for an unknown node or one

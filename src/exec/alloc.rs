@@ -216,12 +216,24 @@ impl Executor<'_> {
         }
     }
 
-    /// Device memory (for the compute stream) from the pool, without the pool waiting for the
-    /// device (`Pool::alloc_no_wait`); on failure takes one block pending on a copy-out (the
-    /// compute stream waits for that copy alone), else all of them; only then lets the pool wait
-    /// for the device to move pages, then evicts the resident tensor used farthest in the
-    /// future, and retries.
+    /// Device memory (for the compute stream): first, where the pool's config allows, a block
+    /// pending on a copy-out that fits more closely than any free one
+    /// (`Pool::take_pending_if_closer`: the placement of the pool's dry run, which the swap
+    /// plan was fitted with and which frees such blocks at once; the compute stream waits for
+    /// that copy); else from the pool, without the pool waiting for the
+    /// device (`Pool::alloc_no_wait`); on failure takes one block pending on a copy-out, else
+    /// all of them; only then lets the pool wait for the device to move pages, then evicts the
+    /// resident tensor used farthest in the future, and retries.
     pub(super) fn alloc(&mut self, graph: &Graph, bytes: u64) -> Result<DevPtr> {
+        let backing = DeviceBacking(self.device);
+        if let Some((ptr, event)) =
+            self.pool
+                .take_pending_if_closer(&backing, bytes, self.streams.compute)
+        {
+            self.counters.pool_allocs += 1;
+            self.compute_waits(event)?;
+            return Ok(ptr);
+        }
         let mut may_wait = false;
         loop {
             self.counters.pool_allocs += 1;

@@ -1,6 +1,6 @@
 //! The swap plans the runtime chooses among: one per setting of `swap::Policy`'s knobs, each for
-//! the largest budget the pool's dry run accepts (`fitted_candidates`, at finalize), and once a
-//! first run has been timed, plans that weigh each rebuild against its copies on those timings
+//! the largest budget the pool's dry run accepts (`fitted_candidates`, at finalize), and once the
+//! first runs have been timed, plans that weigh each rebuild against its copies on those timings
 //! (`fitted_timed_candidates`). The timeline model (`swap_model`) ranks them.
 
 use crate::graph::{FusedGroup, Liveness, Node, Tensor};

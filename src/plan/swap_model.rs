@@ -6,14 +6,14 @@
 //!
 //! Collectives run on a fourth stream, the communication stream: a collective starts when the
 //! compute work queued before it is done (and the stream's previous collective), takes its
-//! measured time (`cost_ms`, timed on the communication stream in the first run) or, where
+//! measured time (`cost_ms`, timed on the communication stream in the first runs) or, where
 //! none was measured (0), its bytes over an assumed `ASSUMED_COMM_GBPS`; the compute stream
 //! waits for it only at `AwaitCollective`, and a copy-out of a tensor it touched starts after
 //! it. A tensor freed while its collective may run is pending on it, like a copy-out's block.
 //! A fused group is one block, taken whole at its first producer.
 //!
-//! The runtime uses it to choose among candidate plans once a first run has measured the
-//! nodes and the link (`RuntimeGraph::tune_swap_plan`); the figures are estimates to compare
+//! The runtime uses it to choose among candidate plans once the first runs have measured
+//! the nodes and the link (`RuntimeGraph::tune_swap_plan`); the figures are estimates to compare
 //! plans by, not measurements.
 
 use crate::graph::fused::fused_slot;

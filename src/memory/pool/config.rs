@@ -49,6 +49,12 @@ pub struct PoolConfig {
     /// with (markers) and otherwise maps new ones, so it never stalls the device (waiting costs
     /// step time for little memory: BENCHMARKS.md §3). The budget may always wait.
     pub recycle_waits: bool,
+    /// Whether `take_pending_if_closer` may take a block pending on an event (the caller's
+    /// stream then waits for it) when it fits a request more closely than every free block,
+    /// as the pool's dry run places it (`pending_fit.rs`). Default false: an experiment knob
+    /// until the H200 measures whether the copies waited for cost less than the page moves
+    /// saved.
+    pub pending_best_fit: bool,
     /// Before the slack rule picks pages to move, it records a marker after the latest frees
     /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
     /// it, and the pages freed before it can move without a stall; a busy one does not, and new
@@ -86,6 +92,7 @@ impl Default for PoolConfig {
             recycle_slack_permille: 30,
             recycle_min_bytes: 2 * MIB,
             recycle_waits: false,
+            pending_best_fit: false,
             recycle_spin_ns: 200_000,
             recycle_time_permille: 10,
             marker_every: 256,

@@ -19,7 +19,8 @@
 //! - `segments.rs` plain segments and what all segments share; `ranges.rs` virtual ranges and
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
 //! - `move_budget.rs` the time budget of the slack rule's moves;
-//! - `pending.rs` blocks freed after an event; `dry_run.rs` dry runs; `check.rs` validation;
+//! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
+//!   blocks together (a pending block that fits closer than any free one); `dry_run.rs` dry runs; `check.rs` validation;
 //!   `snapshot.rs` the segments and blocks listed for memory snapshots;
 //!   `tests/` the tests, over one configurable fake backing.
 //!
@@ -136,6 +137,7 @@ mod markers;
 mod move_budget;
 mod pages;
 mod pending;
+mod pending_fit;
 mod ranges;
 mod recycle;
 mod report;

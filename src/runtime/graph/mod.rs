@@ -4,7 +4,7 @@
 //! - `mod.rs` (here): [`RuntimeGraph`], `new`, accessors, the pool-call record.
 //! - `compile.rs`: finalize — liveness, arena, swap plan, step program.
 //! - `io.rs`: tensor writes and reads from the host, and the one check of such a copy.
-//! - `tune.rs`: choosing among swap plans by the first run's timings; the timeline file.
+//! - `tune.rs`: choosing among swap plans by the first two runs' warm timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
 //! - `trace_run.rs`: a run's slices, counters and instants in the runtime's trace.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
@@ -67,15 +67,17 @@ pub struct RuntimeGraph {
     /// Made at finalize when the working set exceeds the budget.
     swap: Option<SwapPlan>,
     /// The plans of the other swap policies (each passed the pool's dry run), default first:
-    /// the first successful run is timed and the plan the timeline model finds fastest on
-    /// those timings replaces the default (`tune_swap_plan`).
+    /// the first successful runs are timed and the plan the timeline model finds fastest on
+    /// their warmest timings replaces the default (`tune_swap_plan`).
     swap_candidates: Vec<(Policy, SwapPlan)>,
     /// Timing events of that run.
     profile: RunProfile,
     /// Its tensors' and nodes' names for traces, made at its first traced run.
     trace_names: Option<Arc<super::trace::GraphNames>>,
-    /// The plan was chosen (by the timed run, or by `use_swap_policy`).
+    /// The plan was chosen (by the timed runs, or by `use_swap_policy`).
     swap_chosen: bool,
+    /// The timings of the runs timed so far for that choice (`tune::TUNING_RUNS` are).
+    swap_timings: Vec<tune::RunTimings>,
     /// What the timeline model and the pool's dry run predicted for the plan the timed run
     /// chose (`tune.rs`), written beside each later run's measured timeline.
     swap_prediction: Option<tune::SwapPrediction>,
@@ -141,6 +143,7 @@ impl RuntimeGraph {
             profile: RunProfile::default(),
             trace_names: None,
             swap_chosen: false,
+            swap_timings: Vec::new(),
             swap_prediction: None,
             replay: Replay::NotYet,
             successful_runs: 0,

@@ -159,7 +159,7 @@ impl RuntimeGraph {
 
     /// The end of a synchronous run (the state lock is held by the caller): waits for every
     /// stream, collects asynchronous failures and the run's counters, then the bookkeeping of a
-    /// successful run (the swap plan's tuning after the first).
+    /// successful run (the swap plan's tuning after the first `tune::TUNING_RUNS`).
     pub(super) fn finish_run(
         &mut self,
         rt: &Arc<Runtime>,
@@ -220,9 +220,12 @@ impl RuntimeGraph {
                 log::warn!("swap timeline not written to {path}: {e}");
             }
         }
-        if self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen {
+        if self.swap.is_some()
+            && !self.swap_candidates.is_empty()
+            && !self.swap_chosen
+            && self.tune_swap_plan(rt.device(), &st.pool)
+        {
             self.swap_chosen = true;
-            self.tune_swap_plan(rt.device(), &st.pool);
             // Runs end in the plan's start state, a new plan's too. The run itself succeeded:
             // a failure here is only logged (the next run's start retries the move).
             let (r, _) =

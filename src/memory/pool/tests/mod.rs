@@ -5,6 +5,7 @@
 
 mod fake;
 mod granularity;
+mod pending_fit;
 mod plain;
 mod random;
 mod replay;

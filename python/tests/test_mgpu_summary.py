@@ -72,6 +72,9 @@ class MgpuSummary(unittest.TestCase):
         self.assertNotIn("goal >= 0.97 met", text)
         self.assertIn("| all_reduce | 64 | 6400.0 | 6400.0 | - | - | 1.000 |", text)
         self.assertIn("results checked: reg OK, unreg NOT OK", text)
+        # The in-place fused all-reduce moves nothing on one rank: no figure, no registration verdict.
+        self.assertIn("| ar_fused | 64 | n/a |", text)
+        self.assertNotIn("keep registration", text)
 
     def test_scaling_efficiency_and_ddp(self):
         for n, ms in ((1, 0.5), (2, 0.625)):

@@ -72,6 +72,11 @@ def bandwidth_section(d, ns, out):
         keys = sorted(set(reg or {}) | set(unreg or {}), key=lambda k: (COLLS.index(k[0]), k[1]))
         for k in keys:
             r, u = (reg or {}).get(k), (unreg or {}).get(k)
+            if n == 1 and k[0] == "ar_fused":
+                # In place on one rank NCCL moves nothing: the graph-difference is noise.
+                out.append(f"| {k[0]} | {k[1] >> 20} | n/a | {fmt(r and r['pl_us'], '.1f')} | - | - | n/a "
+                           f"| n/a | n/a | n/a |")
+                continue
             gain = u["gk_us"] / r["gk_us"] if r and u and r["gk_us"] > 0 else None
             out.append(f"| {k[0]} | {k[1] >> 20} | {fmt(r and r['gk_us'], '.1f')} | {fmt(r and r['pl_us'], '.1f')} "
                        f"| {r['gk_bus'] if r else 'missing'} | {r['pl_bus'] if r else 'missing'} "
@@ -94,8 +99,9 @@ def bandwidth_section(d, ns, out):
             if gains:
                 gains.sort()
                 g = gains[len(gains) // 2]
-                out.append(f"- {c}: registration's median gain at >= 64 MiB {g:.3f}: keep registration "
-                           f"{'on' if g > 1 else 'off'} here")
+                verdict = ("no verdict on one rank" if n == 1
+                           else f"keep registration {'on' if g > 1 else 'off'} here")
+                out.append(f"- {c}: registration's median gain at >= 64 MiB {g:.3f}: {verdict}")
         out.append("")
 
 

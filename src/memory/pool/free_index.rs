@@ -77,10 +77,18 @@ impl Pool {
     /// (BENCHMARKS.md §3, session 6).
     #[inline(always)]
     pub(super) fn take_fit(&mut self, si: u32, kind: Kind, size: u64) -> Option<u32> {
+        let best = self.peek_fit(si, kind, size)?;
+        self.unlink(best);
+        Some(best)
+    }
+
+    /// The block `take_fit(si, kind, size)` takes, left where it is (`pending_fit.rs` compares
+    /// it with blocks pending on copies).
+    #[inline(always)]
+    pub(super) fn peek_fit(&self, si: u32, kind: Kind, size: u64) -> Option<u32> {
         let classes = &self.streams[si as usize].warm[kind as usize];
-        let own = class_of(size >> self.shift);
-        let mut c = classes.first_at_or_above(own)?;
-        let best = loop {
+        let mut c = classes.first_at_or_above(class_of(size >> self.shift))?;
+        loop {
             let mut best: Option<(u64, u64, u32)> = None;
             let mut cur = classes.head(c);
             let mut seen = 0;
@@ -93,12 +101,10 @@ impl Pool {
                 seen += 1;
             }
             if let Some((_, _, i)) = best {
-                break i;
+                return Some(i);
             }
             // Only the request's own class can hold blocks that are too small.
             c = classes.first_at_or_above(c + 1)?;
-        };
-        self.unlink(best);
-        Some(best)
+        }
     }
 }

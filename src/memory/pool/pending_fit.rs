@@ -8,8 +8,6 @@
 
 use super::block::Kind;
 use super::block::State;
-use super::free_index::FIT_SCAN;
-use super::tlsf::{class_of, NIL};
 use super::{round_up, Pool, PoolBacking};
 use crate::device::{EventId, StreamId};
 
@@ -66,28 +64,5 @@ impl Pool {
         };
         self.peek_fit(si, kind, rounded)
             .map(|i| self.blocks[i].size)
-    }
-
-    /// The block `take_fit(si, kind, size)` would take, left where it is.
-    pub(super) fn peek_fit(&self, si: u32, kind: Kind, size: u64) -> Option<u32> {
-        let classes = &self.streams[si as usize].warm[kind as usize];
-        let mut c = classes.first_at_or_above(class_of(size >> self.shift))?;
-        loop {
-            let mut best: Option<(u64, u64, u32)> = None;
-            let mut cur = classes.head(c);
-            let mut seen = 0;
-            while cur != NIL && seen < FIT_SCAN {
-                let b = &self.blocks[cur];
-                if b.size >= size && best.is_none_or(|(s, a, _)| (b.size, b.addr) < (s, a)) {
-                    best = Some((b.size, b.addr, cur));
-                }
-                cur = b.fnext;
-                seen += 1;
-            }
-            if let Some((_, _, i)) = best {
-                return Some(i);
-            }
-            c = classes.first_at_or_above(c + 1)?;
-        }
     }
 }

@@ -23,11 +23,23 @@ pub fn check_with_pool(
     freed: &[u64],
 ) -> Result<u64, u32> {
     let walk = PoolWalk::runs(tensors, nodes, program, 2);
+    let (steps, first) = dry_run_steps(&walk, stream, freed);
+    let before = pool.stats().device_wait_count;
+    match pool.dry_run(&steps) {
+        Ok(stats) => Ok(stats.device_wait_count - before),
+        // A live block that would not free is the first node's problem.
+        Err((i, _)) => Err(i.checked_sub(first).map_or(0, |i| walk.call_node[i])),
+    }
+}
+
+/// The dry run of `walk` after freeing the live blocks `freed`, and where the walk's own steps
+/// start in it (its frees renumbered past the `FreeLive` steps).
+fn dry_run_steps(walk: &PoolWalk, stream: StreamId, freed: &[u64]) -> (Vec<DryRunStep>, usize) {
+    let first = freed.len();
     let mut steps: Vec<DryRunStep> = freed
         .iter()
         .map(|&addr| DryRunStep::FreeLive { addr })
         .collect();
-    let first = steps.len();
     steps.extend(
         walk.dry_run_steps(stream)
             .into_iter()
@@ -36,12 +48,7 @@ pub fn check_with_pool(
                 other => other,
             }),
     );
-    let before = pool.stats().device_wait_count;
-    match pool.dry_run(&steps) {
-        Ok(stats) => Ok(stats.device_wait_count - before),
-        // A live block that would not free is the first node's problem.
-        Err((i, _)) => Err(i.checked_sub(first).map_or(0, |i| walk.call_node[i])),
-    }
+    (steps, first)
 }
 
 /// What the pool does beside the plan's allocations at one node of a run: pages it maps (moved
@@ -69,19 +76,7 @@ pub fn pool_moves(
 ) -> Result<Vec<PoolMoves>, u32> {
     let one = PoolWalk::runs(tensors, nodes, program, 1).calls.len();
     let walk = PoolWalk::runs(tensors, nodes, program, 2);
-    let first = freed.len();
-    let mut steps: Vec<DryRunStep> = freed
-        .iter()
-        .map(|&addr| DryRunStep::FreeLive { addr })
-        .collect();
-    steps.extend(
-        walk.dry_run_steps(stream)
-            .into_iter()
-            .map(|step| match step {
-                DryRunStep::Free { step } => DryRunStep::Free { step: step + first },
-                other => other,
-            }),
-    );
+    let (steps, first) = dry_run_steps(&walk, stream, freed);
     let mut moves: Vec<PoolMoves> = Vec::new();
     let start = pool.stats();
     let mut last = (start.page_map_count, start.device_wait_count);

@@ -38,64 +38,13 @@
  *        [--plain-register 0|1] [--timeout-ms T] [--hold SECONDS]
  * NCCL_NVLS_ENABLE=0 is set before the first NCCL call when unset.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "bench_util.h"
 
-/* The few NCCL declarations needed, so the build needs no NCCL headers. */
-typedef struct {
-  char internal[128];
-} nccl_id;
-typedef void *nccl_comm;
-enum { NCCL_FLOAT32 = 7, NCCL_SUM = 0 };
-static int (*nccl_get_unique_id)(nccl_id *);
-static int (*nccl_comm_init_rank)(nccl_comm *, int, nccl_id, int);
-static int (*nccl_all_reduce)(const void *, void *, size_t, int, int, nccl_comm, CUstream);
-static int (*nccl_all_gather)(const void *, void *, size_t, int, nccl_comm, CUstream);
-static int (*nccl_reduce_scatter)(const void *, void *, size_t, int, int, nccl_comm, CUstream);
-static int (*nccl_comm_register)(nccl_comm, void *, size_t, void **);
-static int (*nccl_comm_deregister)(nccl_comm, void *);
-static int (*nccl_comm_destroy)(nccl_comm);
-static const char *(*nccl_error_string)(int);
-
-#define NC(call)                                                                              \
-  do {                                                                                        \
-    int r_ = (call);                                                                          \
-    if (r_ != 0) {                                                                            \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, nccl_error_string(r_)); \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
-
-static void *sym(void *lib, const char *name) {
-  void *p = dlsym(lib, name);
-  if (!p) {
-    fprintf(stderr, "libnccl lacks %s\n", name);
-    exit(1);
-  }
-  return p;
-}
-
-static void load_nccl(void) {
-  void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
-  if (!lib) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_GLOBAL);
-  if (!lib) {
-    fprintf(stderr, "no libnccl.so.2 / libnccl.so on the loader's path: %s\n", dlerror());
-    exit(1);
-  }
-  *(void **)&nccl_get_unique_id = sym(lib, "ncclGetUniqueId");
-  *(void **)&nccl_comm_init_rank = sym(lib, "ncclCommInitRank");
-  *(void **)&nccl_all_reduce = sym(lib, "ncclAllReduce");
-  *(void **)&nccl_all_gather = sym(lib, "ncclAllGather");
-  *(void **)&nccl_reduce_scatter = sym(lib, "ncclReduceScatter");
-  *(void **)&nccl_comm_register = sym(lib, "ncclCommRegister");
-  *(void **)&nccl_comm_deregister = sym(lib, "ncclCommDeregister");
-  *(void **)&nccl_comm_destroy = sym(lib, "ncclCommDestroy");
-  *(void **)&nccl_error_string = sym(lib, "ncclGetErrorString");
-}
+#include "nccl_dl.h"
 
 typedef struct options {
   int rank, nranks, reps, plain_register, hold_s;

@@ -28,51 +28,12 @@
  * Run: ./collective_overhead [reps]   (libnccl.so or libnccl.so.2 on the loader's path)
  * NCCL_NVLS_ENABLE=0 is set before the first NCCL call when unset.
  */
-#include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "bench_util.h"
 
-/* The few NCCL declarations needed, so the build needs no NCCL headers. */
-typedef struct {
-  char internal[128];
-} nccl_id;
-typedef void *nccl_comm;
-enum { NCCL_FLOAT32 = 7, NCCL_SUM = 0 };
-static int (*nccl_get_unique_id)(nccl_id *);
-static int (*nccl_comm_init_rank)(nccl_comm *, int, nccl_id, int);
-static int (*nccl_all_reduce)(const void *, void *, size_t, int, int, nccl_comm, CUstream);
-static int (*nccl_comm_destroy)(nccl_comm);
-static const char *(*nccl_error_string)(int);
-
-#define NC(call)                                                                         \
-  do {                                                                                   \
-    int r_ = (call);                                                                     \
-    if (r_ != 0) {                                                                       \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, nccl_error_string(r_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
-
-static void load_nccl(void) {
-  void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
-  if (!lib) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_GLOBAL);
-  if (!lib) {
-    fprintf(stderr, "no libnccl.so.2 / libnccl.so on the loader's path: %s\n", dlerror());
-    exit(1);
-  }
-  *(void **)&nccl_get_unique_id = dlsym(lib, "ncclGetUniqueId");
-  *(void **)&nccl_comm_init_rank = dlsym(lib, "ncclCommInitRank");
-  *(void **)&nccl_all_reduce = dlsym(lib, "ncclAllReduce");
-  *(void **)&nccl_comm_destroy = dlsym(lib, "ncclCommDestroy");
-  *(void **)&nccl_error_string = dlsym(lib, "ncclGetErrorString");
-  if (!nccl_get_unique_id || !nccl_comm_init_rank || !nccl_all_reduce || !nccl_comm_destroy ||
-      !nccl_error_string) {
-    fprintf(stderr, "libnccl lacks a symbol this bench uses\n");
-    exit(1);
-  }
-}
+#include "nccl_dl.h"
 
 /* Counts the log lines that say a graph with collectives was captured for replay. */
 static int captures;

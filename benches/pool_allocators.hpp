@@ -226,11 +226,13 @@ static inline std::vector<std::unique_ptr<Allocator>> make_allocators(const std:
   if (want("variants")) {
     // Segments for comparison; the other knobs act on the virtual ranges of the default: no
     // recycling for the slack, physical allocations of up to 64 MiB (fewer driver calls, less
-    // of the holes reclaimable), and page moves allowed 10% of wall time instead of 1%.
+    // of the holes reclaimable), page moves allowed 10% of wall time instead of 1%, and small
+    // requests taking the range's short mapped tail before cutting a warm hole twice their size.
     out.emplace_back(new GkrtRaw("gkrt_malloc segments", "GKRT_POOL_VMM=0"));
     out.emplace_back(new GkrtRaw("gkrt_malloc no recycling", "GKRT_POOL_SLACK_PERMILLE=100000"));
     out.emplace_back(new GkrtRaw("gkrt_malloc 64 MiB chunks", "GKRT_POOL_PAGE_MIB=64"));
     out.emplace_back(new GkrtRaw("gkrt_malloc moves 10%", "GKRT_POOL_RECYCLE_TIME_PERMILLE=100"));
+    out.emplace_back(new GkrtRaw("gkrt_malloc tail first", "GKRT_POOL_TAIL_PREFIX_FIRST=1"));
   }
   return out;
 }

@@ -55,6 +55,11 @@ pub struct PoolConfig {
     /// until the H200 measures whether the copies waited for cost less than the page moves
     /// saved.
     pub pending_best_fit: bool,
+    /// Whether a request of at most a page, whose best fit is a warm free block at least twice
+    /// its size, takes the mapped start of the range's last block instead when that start
+    /// spans at most `vmm_page_bytes` (`tail_first.rs`), keeping the warm hole whole for the
+    /// large block that left it. Default false: an experiment knob until the H200 measures it.
+    pub tail_prefix_first: bool,
     /// Before the slack rule picks pages to move, it records a marker after the latest frees
     /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
     /// it, and the pages freed before it can move without a stall; a busy one does not, and new
@@ -93,6 +98,7 @@ impl Default for PoolConfig {
             recycle_min_bytes: 2 * MIB,
             recycle_waits: false,
             pending_best_fit: false,
+            tail_prefix_first: false,
             recycle_spin_ns: 200_000,
             recycle_time_permille: 10,
             marker_every: 256,

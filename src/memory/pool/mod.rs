@@ -145,6 +145,7 @@ mod segments;
 mod slab;
 mod snapshot;
 mod stream;
+mod tail_first;
 mod tlsf;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -344,6 +345,9 @@ impl Pool {
             // The two common cases first, without asking the backing for its virtual memory:
             // a mapped free block, and the mapped start of the range's last block.
             if let Some(i) = self.take_fit(si, Kind::Virtual, rounded) {
+                if let Some(j) = self.take_tail_before_warm_split(si, i, rounded) {
+                    return Ok(j);
+                }
                 // Requests of at most a page share pages with their neighbours: they take the
                 // high end of the hole, so its low end stays whole pages for large requests.
                 if rounded <= self.page {

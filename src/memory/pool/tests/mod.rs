@@ -9,6 +9,7 @@ mod pending_fit;
 mod plain;
 mod random;
 mod replay;
+mod tail_first;
 mod virtual_ranges;
 
 use super::*;

@@ -119,6 +119,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     {
         cfg.vmm_page_bytes = v << 20;
     }
+    // GKRT_REPLAY_TAIL_FIRST=1: `PoolConfig::tail_prefix_first` on.
+    if std::env::var("GKRT_REPLAY_TAIL_FIRST").is_ok_and(|v| v == "1") {
+        cfg.tail_prefix_first = true;
+    }
     let mut p = Pool::new(cfg);
     let n = evs.len();
     let mut addr = vec![0u64; n];

@@ -41,6 +41,7 @@ mod handles;
 mod launch;
 mod modules;
 mod nccl;
+mod nccl_calls;
 mod nvrtc;
 mod params;
 mod probe;

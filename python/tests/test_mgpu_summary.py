@@ -140,7 +140,8 @@ class MgpuSummary(unittest.TestCase):
                ok=True):
         """A rank's log as examples_c/data_parallel.c prints it."""
         self.write(f"{name}_rank{r}.log",
-                   f"step 1 ...\nrank {r}: step time {ms:.3f} ms (median of 20), 64 rows per rank\n"
+                   f"step 1  loss 2.500000  (this rank's shard; one runtime on the combined batch: 2.5)\n"
+                   f"rank {r}: step time {ms:.3f} ms (median of 20), 64 rows per rank\n"
                    f"rank {r}: memory limit {limit} MiB (0: none), peak reserved {peak:.1f} MiB, swapped out "
                    f"{out:.1f} MiB, in {out:.1f} MiB, tensors recomputed {recomputed}, evictions 0\n"
                    f"rank {r}: fingerprint weights {weights} losses {losses}\n"
@@ -160,8 +161,10 @@ class MgpuSummary(unittest.TestCase):
                               "ddp n=2: skipped: only 1 GPU(s) visible\n")
         text = self.summary()
         # 1 GPU: 64 rows / 0.5 ms = 128000 rows/s; 2 GPUs: 128 / 0.625 ms = 204800, efficiency 0.8.
-        self.assertIn("| 1 | 0.500 | 128000 | 1.000 | missing | yes | yes | 0.250 | 2.000 | 0 |", text)
-        self.assertIn("| 2 | 0.625 | 204800 | 0.800 | missing | yes | yes | missing | missing | missing |", text)
+        self.assertIn("| 1 | 0.500 | 128000 | 1.000 | missing | yes | yes | 0.250 | 2.000 | 0 | 2.500000 / 1.000000 |",
+                      text)
+        self.assertIn("| 2 | 0.625 | 204800 | 0.800 | missing | yes | yes | missing | missing | missing | 2.500000 / "
+                      "missing |", text)
 
     def test_params_differing_across_ranks_are_said(self):
         self.dp_log("dp_n2", 2, 0, 1.0, weights="1111")

@@ -121,7 +121,8 @@ DP_STEP = re.compile(r"^rank (\d+): step time (\S+) ms \(median of \d+\), (\d+) 
 DP_MEMORY = re.compile(r"^rank (\d+): memory limit (\d+) MiB \(0: none\), peak reserved (\S+) MiB, swapped out (\S+) "
                        r"MiB, in (\S+) MiB, tensors recomputed (\d+), evictions (\d+)", re.M)
 DP_FINGERPRINT = re.compile(r"^rank (\d+): fingerprint weights (\S+) losses (\S+)", re.M)
-DDP = re.compile(r"^ddp n=(\d+): step time (\S+) ms.*?(?:max weight difference across ranks (\S+?),)?"
+DP_FIRST_LOSS = re.compile(r"^step 1  loss (\S+)", re.M)
+DDP = re.compile(r"^ddp n=(\d+): step time (\S+) ms.*?(?:first loss (\S+), max weight difference across ranks (\S+?),)?"
                  r"(?: peak allocated (\S+) MiB, peak reserved (\S+) MiB)?$", re.M)
 
 
@@ -143,6 +144,9 @@ def dp_rank(d, name, r):
     m = DP_FINGERPRINT.search(t)
     if m:
         got.update(weights=m.group(2), losses=m.group(3))
+    m = DP_FIRST_LOSS.search(t)
+    if m:
+        got.update(first_loss=float(m.group(1)))
     return got
 
 
@@ -152,11 +156,13 @@ def dp_ranks(d, name, n):
 
 
 def ddp_figures(d):
-    """{n: {step_ms, diff, alloc_mib, reserved_mib}} from ddp.log (None for a figure not printed)."""
+    """{n: {step_ms, first_loss, diff, alloc_mib, reserved_mib}} from ddp.log (None for a figure not
+    printed)."""
     got = {}
     for m in DDP.finditer(read(os.path.join(d, "ddp.log")) or ""):
         num = lambda g: float(m.group(g)) if m.group(g) is not None else None  # noqa: E731
-        got[int(m.group(1))] = {"step_ms": num(2), "diff": num(3), "alloc_mib": num(4), "reserved_mib": num(5)}
+        got[int(m.group(1))] = {"step_ms": num(2), "first_loss": num(3), "diff": num(4), "alloc_mib": num(5),
+                                "reserved_mib": num(6)}
     return got
 
 
@@ -199,8 +205,8 @@ def scaling_section(d, ns, out, overlap=None):
     ddp = ddp_figures(d)
     rows = {n: dp_ranks(d, f"dp_n{n}", n) for n in ns}
     out.append("| GPUs | gkrt step ms | gkrt rows/s | efficiency | exposed comm (worst rank) | params equal across ranks "
-               "| example OK | DDP step ms | gkrt / DDP step | DDP max weight diff |")
-    out.append("|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
+               "| example OK | DDP step ms | gkrt / DDP step | DDP max weight diff | first loss gkrt / DDP (rank 0) |")
+    out.append("|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---|")
     one = rows.get(1, [None])[0] if 1 in rows else None
     one_tput = one["rows"] / (one["step_ms"] / 1e3) if one and "step_ms" in one else None
     for n in ns:
@@ -209,7 +215,7 @@ def scaling_section(d, ns, out, overlap=None):
         share = worst_share(exposures(d, f"dp_n{n}", n, overlap))
         if not r0 or "step_ms" not in r0:
             out.append(f"| {n} | missing | | | {fmt(share)} | {params_equal(rows[n])} | | {fmt(dd.get('step_ms'))} | "
-                       f"| {fmt(dd.get('diff'), '.3g')} |")
+                       f"| {fmt(dd.get('diff'), '.3g')} | |")
             continue
         ms, per = r0["step_ms"], r0["rows"]
         tput = n * per / (ms / 1e3)
@@ -217,11 +223,13 @@ def scaling_section(d, ns, out, overlap=None):
         vs = ms / dd["step_ms"] if dd.get("step_ms") else None
         ok = all(r and r["ok"] for r in rows[n])
         out.append(f"| {n} | {ms:.3f} | {tput:.0f} | {fmt(eff)} | {fmt(share)} | {params_equal(rows[n])} "
-                   f"| {'yes' if ok else 'NO'} | {fmt(dd.get('step_ms'))} | {fmt(vs)} | {fmt(dd.get('diff'), '.3g')} |")
+                   f"| {'yes' if ok else 'NO'} | {fmt(dd.get('step_ms'))} | {fmt(vs)} | {fmt(dd.get('diff'), '.3g')} "
+                   f"| {fmt(r0.get('first_loss'), '.6f')} / {fmt(dd.get('first_loss'), '.6f')} |")
     out.append("\nefficiency = throughput / (n x the one-GPU throughput); goal >= 0.90 at 8 GPUs. params equal: every "
                "rank's final weights fingerprint (FNV-1a of their bytes) the same — besides the example's own check "
                "(an all-reduce MIN and MAX of the weights equal to each rank's). gkrt's graph keeps every weight in "
-               "both layouts (twice DDP's matmuls and gradients).\n")
+               "both layouts (twice DDP's matmuls and gradients). The first losses agree when both ran the same "
+               "network from the same weights (rounding apart: the teacher's targets are summed in another order).\n")
 
 
 def exposure_section(d, ns, out, overlap=None):

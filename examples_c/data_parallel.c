@@ -1,8 +1,8 @@
 /*
- * gkrt data-parallel training: every rank runs the same training step of a small MLP on its
- * shard of one fixed synthetic batch; the gradients are averaged across ranks by all-reduce nodes
- * in the graph (fused into buckets at finalize, as PyTorch DDP does), so every rank takes the same
- * SGD step. The program then checks what data parallelism promises:
+ * gkrt data-parallel training: every rank runs the same training step of an MLP on its shard of
+ * one fixed synthetic batch; the gradients are averaged across ranks by all-reduce nodes in the
+ * graph (fused into buckets at finalize, as PyTorch DDP does), so every rank takes the same SGD
+ * step. The program then checks what data parallelism promises:
  *
  *   1. every rank's parameters are identical, bit for bit (an all-reduce MIN and MAX of them
  *      must both equal each rank's own copy);
@@ -24,16 +24,36 @@
  *                                                      to PATH (a path no earlier job left behind);
  *                                                      the others wait for it and read it.
  *   --steps K (default 5), --batch B (rows of the combined batch, default 32; N must divide it)
+ *   --in D --width H --out O --depth L (defaults 32, 64, 16, 2): L weight layers D→H→…→H→O
+ *   --lr X (default 0.2)
+ *   --bucket-kib K (default 16): all-reduce buckets of K KiB; 0: the library's defaults, which
+ *                  are PyTorch DDP's (first bucket 1 MiB, later ones 25 MiB)
+ *   --trace DIR --trace-steps T: after the K timed steps, T more steps traced (gkrt's run
+ *                  traces), rank R's written to DIR/trace_rankR.json. scripts/gpu/mgpu_overlap.py
+ *                  reads from them the communication left exposed (not overlapped by compute).
+ *   --memory-limit MIB: the ranks' runtimes' memory limit (0, the default: none); a graph
+ *                  over it swaps (and recomputes the ReLUs, declared recomputable). The
+ *                  reference runs unconstrained.
+ *   --reference 0: skip check 2 (the single runtime on the combined batch costs n steps' work per
+ *                  step; scripts/gpu/mgpu.sh skips it where a fingerprint comparison stands in).
+ *
+ * Per rank it prints its median step time, its memory figures and a fingerprint (FNV-1a of its
+ * final weights' bytes and of its losses' bytes): two runs that trained identically print the
+ * same fingerprint, which is how scripts/gpu/mgpu.sh compares a memory-limited run with the
+ * unconstrained one.
  *
  * GKRT_DEVICE (host|cuda|auto) picks the backend; rank R uses device R (so --ranks N on CUDA
  * needs N GPUs: NCCL refuses two ranks on one).
  *
- * The network: y = relu(x·W1)·W2, loss = ½·mean over rows of |y − t|², t = x·Wt for a fixed
- * random "teacher" Wt. gkrt's built-ins have no transpose, and the weight gradients need the
- * transposed activations (dW2 = a1ᵀ·dy, dW1 = xᵀ·dz1) and weights (da1 = dy·W2ᵀ), so the graph
- * keeps every weight in both layouts (W and Wᵀ) and runs forward and backward in both. Each
- * transposed product sums the same products in the same order, so Wᵀ stays the exact transpose
- * of W — checked too. The host supplies x and t in both layouts.
+ * The network: a_0 = x, a_k = relu(a_{k-1}·W_k) for the hidden layers, y = a_{L-1}·W_L (no bias),
+ * loss = ½·mean over rows of |y − t|², t = x·Wt for a fixed random "teacher" Wt. gkrt's built-ins
+ * have no transpose, and the weight gradients need the transposed activations (dW_k =
+ * a_{k-1}ᵀ·dz_k) and weights (da_{k-1} = dz_k·W_kᵀ), so the graph keeps every weight in both
+ * layouts (W and Wᵀ) and runs forward and backward in both. Each transposed product sums the same
+ * products in the same order, so Wᵀ stays the exact transpose of W — checked too. The host
+ * supplies x and t in both layouts. The SGD step updates the parameters in place on the device,
+ * last layer first, so the updates of layers already reduced run while the first layer's
+ * gradients are still being all-reduced.
  */
 #include <gkrt.h>
 
@@ -47,15 +67,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { DP_D = 32, DP_H = 64, DP_O = 16, DP_MAX_RANKS = 64 };
-#define DP_LR 0.2f
+enum { DP_MAX_RANKS = 64, DP_MAX_DEPTH = 16, DP_MAX_STEPS = 1000 };
 #define DP_TOL 1e-5
-
-/* The four weights in the order the program keeps them everywhere. */
-enum { W1, W1T, W2, W2T, NW };
-static const size_t w_rows[NW] = {DP_D, DP_H, DP_H, DP_O}, w_cols[NW] = {DP_H, DP_D, DP_O, DP_H};
-static const char *w_names[NW] = {"W1", "W1T", "W2", "W2T"};
-#define DP_PARAMS (2 * (DP_D * DP_H + DP_H * DP_O))
+/* Floats per chunk of the ranks-identical check (at most): its graph holds three chunks. */
+#define DP_CHECK_CHUNK ((size_t)4 << 20)
 
 static int check(gkrt_status st, const char *what) {
   if (st == GKRT_STATUS_OK) return 0;
@@ -68,6 +83,29 @@ static int check(gkrt_status st, const char *what) {
   do {                                  \
     if (check((call), #call)) return 1; \
   } while (0)
+
+/* The network's shape: layer k (0-based) maps dims[k] to dims[k+1]. The weights live in one flat
+ * array, layer by layer, W_k then W_kᵀ (both dims[k]·dims[k+1] floats). */
+typedef struct net {
+  uint32_t depth;
+  size_t dims[DP_MAX_DEPTH + 1];
+  size_t off[DP_MAX_DEPTH]; /* offset of W_k; W_kᵀ follows it */
+  size_t params;            /* floats, both layouts */
+  float lr;
+} net;
+
+static size_t layer_floats(const net *nw, uint32_t k) { return nw->dims[k] * nw->dims[k + 1]; }
+
+static void net_make(net *nw, uint32_t depth, size_t in, size_t width, size_t out, float lr) {
+  nw->depth = depth;
+  nw->lr = lr;
+  for (uint32_t k = 0; k <= depth; k++) nw->dims[k] = k == 0 ? in : k == depth ? out : width;
+  nw->params = 0;
+  for (uint32_t k = 0; k < depth; k++) {
+    nw->off[k] = nw->params;
+    nw->params += 2 * layer_floats(nw, k);
+  }
+}
 
 /* Deterministic values in [-1, 1) (the fixed seed of the synthetic batch). */
 static void fill_random(float *v, size_t n, uint32_t seed, float scale) {
@@ -85,42 +123,51 @@ static void transpose(const float *a, float *at, size_t rows, size_t cols) {
 
 /* The combined batch and the initial weights, the same for every rank and the reference. */
 typedef struct problem {
+  const net *nw;
   size_t batch;
-  float *x, *t;          /* [batch, D], [batch, O] */
-  float *w[NW];          /* initial weights, both layouts */
+  float *x, *t; /* [batch, D], [batch, O] */
+  float *w;     /* initial weights, both layouts (nw->params floats) */
 } problem;
 
-static int problem_make(problem *p, size_t batch) {
+static int problem_make(problem *p, const net *nw, size_t batch) {
+  const size_t D = nw->dims[0], O = nw->dims[nw->depth];
+  p->nw = nw;
   p->batch = batch;
-  p->x = malloc(batch * DP_D * sizeof(float));
-  p->t = malloc(batch * DP_O * sizeof(float));
-  float *teacher = malloc(DP_D * DP_O * sizeof(float));
-  for (int k = 0; k < NW; k++) p->w[k] = malloc(w_rows[k] * w_cols[k] * sizeof(float));
-  if (!p->x || !p->t || !teacher || !p->w[W1] || !p->w[W1T] || !p->w[W2] || !p->w[W2T]) {
+  p->x = malloc(batch * D * sizeof(float));
+  p->t = malloc(batch * O * sizeof(float));
+  p->w = malloc(nw->params * sizeof(float));
+  float *teacher = malloc(D * O * sizeof(float)), *acc = malloc(O * sizeof(float));
+  if (!p->x || !p->t || !p->w || !teacher || !acc) {
     fprintf(stderr, "out of host memory\n");
     free(teacher);
+    free(acc);
     return 1;
   }
-  fill_random(p->x, batch * DP_D, 1, 1.0f);
-  fill_random(teacher, DP_D * DP_O, 2, 1.0f / sqrtf(DP_D));
-  for (size_t i = 0; i < batch; i++)
-    for (size_t o = 0; o < DP_O; o++) {
-      float acc = 0.0f;
-      for (size_t d = 0; d < DP_D; d++) acc += p->x[i * DP_D + d] * teacher[d * DP_O + o];
-      p->t[i * DP_O + o] = acc;
+  fill_random(p->x, batch * D, 1, 1.0f);
+  fill_random(teacher, D * O, 2, 1.0f / sqrtf((float)D));
+  /* t = x·Wt, each sum over d in order (row by row, so the inner loop runs along Wt's rows). */
+  for (size_t i = 0; i < batch; i++) {
+    for (size_t o = 0; o < O; o++) acc[o] = 0.0f;
+    for (size_t d = 0; d < D; d++) {
+      const float xv = p->x[i * D + d];
+      for (size_t o = 0; o < O; o++) acc[o] += xv * teacher[d * O + o];
     }
+    memcpy(p->t + i * O, acc, O * sizeof(float));
+  }
   free(teacher);
-  fill_random(p->w[W1], DP_D * DP_H, 3, 1.0f / sqrtf(DP_D));
-  fill_random(p->w[W2], DP_H * DP_O, 4, 1.0f / sqrtf(DP_H));
-  transpose(p->w[W1], p->w[W1T], DP_D, DP_H);
-  transpose(p->w[W2], p->w[W2T], DP_H, DP_O);
+  free(acc);
+  for (uint32_t k = 0; k < nw->depth; k++) {
+    float *w = p->w + nw->off[k];
+    fill_random(w, layer_floats(nw, k), 3 + k, 1.0f / sqrtf((float)nw->dims[k]));
+    transpose(w, w + layer_floats(nw, k), nw->dims[k], nw->dims[k + 1]);
+  }
   return 0;
 }
 
 static void problem_free(problem *p) {
   free(p->x);
   free(p->t);
-  for (int k = 0; k < NW; k++) free(p->w[k]);
+  free(p->w);
 }
 
 /* One rank's training step as a graph. */
@@ -128,21 +175,21 @@ typedef struct step_graph {
   gkrt_graph *graph;
   size_t rows; /* this rank's shard */
   gkrt_tensor x, xt, nt, ntt; /* inputs: the shard and −t, both layouts */
-  gkrt_tensor w[NW], w_next[NW], y;
+  gkrt_tensor w[DP_MAX_DEPTH], wt[DP_MAX_DEPTH], y;
 } step_graph;
 
 static int node(gkrt_graph *g, gkrt_kernel *k, const gkrt_tensor *in, size_t nin, gkrt_tensor out,
-                const void *params, size_t params_size) {
+                const void *params, size_t params_size, uint32_t *index) {
   gkrt_launch launch = {{1, 1, 1}, {1, 1, 1}, 0, params, params_size};
-  TRY(gkrt_graph_add_kernel(g, k, in, nin, &out, 1, NULL, 0, &launch, NULL));
+  TRY(gkrt_graph_add_kernel(g, k, in, nin, &out, 1, NULL, 0, &launch, index));
   return 0;
 }
 
-static int matmul_node(gkrt_graph *g, gkrt_kernel *mm, gkrt_tensor a, gkrt_tensor b, gkrt_tensor c, uint32_t m,
-                       uint32_t n, uint32_t k) {
-  const uint32_t mnk[3] = {m, n, k};
+static int matmul_node(gkrt_graph *g, gkrt_kernel *mm, gkrt_tensor a, gkrt_tensor b, gkrt_tensor c, size_t m,
+                       size_t n, size_t k) {
+  const uint32_t mnk[3] = {(uint32_t)m, (uint32_t)n, (uint32_t)k};
   gkrt_tensor in[2] = {a, b};
-  return node(g, mm, in, 2, c, mnk, sizeof mnk);
+  return node(g, mm, in, 2, c, mnk, sizeof mnk, NULL);
 }
 
 static int tensor(gkrt_graph *g, size_t floats, gkrt_tensor_kind kind, const char *name, gkrt_tensor *out) {
@@ -150,123 +197,172 @@ static int tensor(gkrt_graph *g, size_t floats, gkrt_tensor_kind kind, const cha
   return 0;
 }
 
-/* Builds the step for `rows` rows. With `comm`, each weight gradient is all-reduced (average) in
- * place right after it is computed, backward order first, as DDP does; finalize fuses the
- * consecutive all-reduces into buckets. Without, it is the single-runtime reference. */
-static int step_build(gkrt_runtime *rt, gkrt_comm *comm, size_t rows, step_graph *s) {
+/* relu(z) into a, declared recomputable: under a memory limit the swap plan may rebuild a
+ * instead of copying it out and back. */
+static int relu_node(gkrt_graph *g, gkrt_kernel *relu, gkrt_tensor z, gkrt_tensor a) {
+  uint32_t index;
+  if (node(g, relu, &z, 1, a, NULL, 0, &index)) return 1;
+  TRY(gkrt_graph_set_node_recomputable(g, index, 1));
+  return 0;
+}
+
+typedef struct kernels {
   gkrt_kernel *add, *relu, *relu_grad, *scale, *mm;
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_ADD, &add));
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU, &relu));
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU_GRAD, &relu_grad));
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_SCALE, &scale));
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_MATMUL, &mm));
+} kernels;
+
+/* Forward in both layouts: the hidden layers' pre-activations z, zt and activations a, at, then
+ * y (an output) and yt. */
+static int forward(gkrt_graph *g, const kernels *K, const net *nw, step_graph *s, gkrt_tensor *z, gkrt_tensor *zt,
+                   gkrt_tensor *a, gkrt_tensor *at, gkrt_tensor yt) {
+  const size_t b = s->rows;
+  gkrt_tensor in = s->x, int_ = s->xt;
+  for (uint32_t k = 0; k < nw->depth; k++) {
+    const size_t di = nw->dims[k], dout = nw->dims[k + 1];
+    const int last = k + 1 == nw->depth;
+    gkrt_tensor out = last ? s->y : z[k], outt = last ? yt : zt[k];
+    if (matmul_node(g, K->mm, in, s->w[k], out, b, dout, di) || matmul_node(g, K->mm, s->wt[k], int_, outt, dout, b, di))
+      return 1;
+    if (last) break;
+    if (relu_node(g, K->relu, z[k], a[k]) || relu_node(g, K->relu, zt[k], at[k])) return 1;
+    in = a[k];
+    int_ = at[k];
+  }
+  return 0;
+}
+
+/* Builds the step for `rows` rows. With `comm`, each weight gradient is all-reduced (average) in
+ * place right after it is computed, last layer first, as DDP does; finalize fuses consecutive
+ * all-reduces into buckets. Without, it is the single-runtime reference. */
+static int step_build(gkrt_runtime *rt, gkrt_comm *comm, const net *nw, size_t rows, uint32_t bucket_kib,
+                      step_graph *s) {
+  kernels K;
+  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_ADD, &K.add));
+  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU, &K.relu));
+  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU_GRAD, &K.relu_grad));
+  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_SCALE, &K.scale));
+  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_MATMUL, &K.mm));
   gkrt_graph *g;
   TRY(gkrt_graph_create(rt, &g));
   s->graph = g;
   s->rows = rows;
-  const uint32_t b = (uint32_t)rows, D = DP_D, H = DP_H, O = DP_O;
-  int e = 0;
-  e |= tensor(g, rows * D, GKRT_TENSOR_INPUT, "x", &s->x);
-  e |= tensor(g, D * rows, GKRT_TENSOR_INPUT, "xT", &s->xt);
-  e |= tensor(g, rows * O, GKRT_TENSOR_INPUT, "minus_t", &s->nt);
-  e |= tensor(g, O * rows, GKRT_TENSOR_INPUT, "minus_tT", &s->ntt);
-  char name[32];
-  for (int k = 0; k < NW; k++) {
-    e |= tensor(g, w_rows[k] * w_cols[k], GKRT_TENSOR_PARAMETER, w_names[k], &s->w[k]);
-    snprintf(name, sizeof name, "%s_next", w_names[k]);
-    e |= tensor(g, w_rows[k] * w_cols[k], GKRT_TENSOR_OUTPUT, name, &s->w_next[k]);
-  }
-  e |= tensor(g, rows * O, GKRT_TENSOR_OUTPUT, "y", &s->y);
-  gkrt_tensor z1, a1, z1t, a1t, yt, err, dy, errt, dyt, da1, dz1, da1t, dz1t, grad[NW], stepv[NW];
+  const uint32_t L = nw->depth;
+  const size_t b = rows, D = nw->dims[0], O = nw->dims[L];
   const gkrt_tensor_kind I = GKRT_TENSOR_INTERMEDIATE;
-  e |= tensor(g, rows * H, I, "z1", &z1) | tensor(g, rows * H, I, "a1", &a1);
-  e |= tensor(g, H * rows, I, "z1T", &z1t) | tensor(g, H * rows, I, "a1T", &a1t);
-  e |= tensor(g, O * rows, I, "yT", &yt);
-  e |= tensor(g, rows * O, I, "err", &err) | tensor(g, rows * O, I, "dy", &dy);
-  e |= tensor(g, O * rows, I, "errT", &errt) | tensor(g, O * rows, I, "dyT", &dyt);
-  e |= tensor(g, rows * H, I, "da1", &da1) | tensor(g, rows * H, I, "dz1", &dz1);
-  e |= tensor(g, H * rows, I, "da1T", &da1t) | tensor(g, H * rows, I, "dz1T", &dz1t);
-  for (int k = 0; k < NW; k++) {
-    snprintf(name, sizeof name, "grad_%s", w_names[k]);
-    e |= tensor(g, w_rows[k] * w_cols[k], I, name, &grad[k]);
-    snprintf(name, sizeof name, "step_%s", w_names[k]);
-    e |= tensor(g, w_rows[k] * w_cols[k], I, name, &stepv[k]);
+  int e = 0;
+  e |= tensor(g, b * D, GKRT_TENSOR_INPUT, "x", &s->x) | tensor(g, D * b, GKRT_TENSOR_INPUT, "xT", &s->xt);
+  e |= tensor(g, b * O, GKRT_TENSOR_INPUT, "minus_t", &s->nt) | tensor(g, O * b, GKRT_TENSOR_INPUT, "minus_tT", &s->ntt);
+  e |= tensor(g, b * O, GKRT_TENSOR_OUTPUT, "y", &s->y);
+  char name[48];
+  /* Per layer: weights, their gradients and SGD steps; per hidden layer: z, a and their
+   * gradients dz, da — each in both layouts. */
+  gkrt_tensor z[DP_MAX_DEPTH], zt[DP_MAX_DEPTH], a[DP_MAX_DEPTH], at[DP_MAX_DEPTH];
+  gkrt_tensor dz[DP_MAX_DEPTH], dzt[DP_MAX_DEPTH], da[DP_MAX_DEPTH], dat[DP_MAX_DEPTH];
+  gkrt_tensor grad[DP_MAX_DEPTH], gradt[DP_MAX_DEPTH], stepv[DP_MAX_DEPTH], stepvt[DP_MAX_DEPTH];
+  for (uint32_t k = 0; k < L && !e; k++) {
+    const size_t n = layer_floats(nw, k), h = b * nw->dims[k + 1];
+    const struct {
+      const char *fmt;
+      size_t floats;
+      gkrt_tensor_kind kind;
+      gkrt_tensor *t;
+    } ts[] = {{"W%u", n, GKRT_TENSOR_PARAMETER, &s->w[k]}, {"W%uT", n, GKRT_TENSOR_PARAMETER, &s->wt[k]},
+              {"grad_W%u", n, I, &grad[k]},                {"grad_W%uT", n, I, &gradt[k]},
+              {"step_W%u", n, I, &stepv[k]},               {"step_W%uT", n, I, &stepvt[k]},
+              {"z%u", h, I, &z[k]},                        {"z%uT", h, I, &zt[k]},
+              {"a%u", h, I, &a[k]},                        {"a%uT", h, I, &at[k]},
+              {"dz%u", h, I, &dz[k]},                      {"dz%uT", h, I, &dzt[k]},
+              {"da%u", h, I, &da[k]},                      {"da%uT", h, I, &dat[k]}};
+    /* The last layer has no z, a (y is its output) and its dz is dy (below). */
+    const size_t count = k + 1 == L ? 6 : sizeof ts / sizeof ts[0];
+    for (size_t i = 0; i < count && !e; i++) {
+      snprintf(name, sizeof name, ts[i].fmt, k + 1);
+      e |= tensor(g, ts[i].floats, ts[i].kind, name, ts[i].t);
+    }
   }
-  if (e) return 1;
+  gkrt_tensor yt, err, errt, dy, dyt;
+  e |= tensor(g, O * b, I, "yT", &yt) | tensor(g, b * O, I, "err", &err) | tensor(g, O * b, I, "errT", &errt);
+  e |= tensor(g, b * O, I, "dy", &dy) | tensor(g, O * b, I, "dyT", &dyt);
+  if (e || forward(g, &K, nw, s, z, zt, a, at, yt)) return 1;
 
-  /* Forward, both layouts. */
-  e |= matmul_node(g, mm, s->x, s->w[W1], z1, b, H, D) | node(g, relu, &z1, 1, a1, NULL, 0);
-  e |= matmul_node(g, mm, s->w[W1T], s->xt, z1t, H, b, D) | node(g, relu, &z1t, 1, a1t, NULL, 0);
-  e |= matmul_node(g, mm, a1, s->w[W2], s->y, b, O, H);
-  e |= matmul_node(g, mm, s->w[W2T], a1t, yt, O, b, H);
   /* dLoss/dy = (y − t) / rows: this rank's mean. Averaging the ranks' means is the batch mean. */
   const float inv_rows = 1.0f / (float)rows;
   gkrt_tensor in_err[2] = {s->y, s->nt}, in_errt[2] = {yt, s->ntt};
-  e |= node(g, add, in_err, 2, err, NULL, 0) | node(g, scale, &err, 1, dy, &inv_rows, sizeof inv_rows);
-  e |= node(g, add, in_errt, 2, errt, NULL, 0) | node(g, scale, &errt, 1, dyt, &inv_rows, sizeof inv_rows);
+  e |= node(g, K.add, in_err, 2, err, NULL, 0, NULL) | node(g, K.scale, &err, 1, dy, &inv_rows, sizeof inv_rows, NULL);
+  e |= node(g, K.add, in_errt, 2, errt, NULL, 0, NULL) |
+       node(g, K.scale, &errt, 1, dyt, &inv_rows, sizeof inv_rows, NULL);
   if (e) return 1;
 
-  /* Backward: each gradient all-reduced as soon as it exists, while the next ones compute. */
-  const int order[NW] = {W2, W2T, W1, W1T};
-  for (int i = 0; i < NW; i++) {
-    int k = order[i];
-    switch (k) {
-      case W2: e |= matmul_node(g, mm, a1t, dy, grad[W2], H, O, b); break;
-      case W2T: e |= matmul_node(g, mm, dyt, a1, grad[W2T], O, H, b); break;
-      case W1: {
-        gkrt_tensor in_dz1[2] = {da1, z1};
-        e |= matmul_node(g, mm, dy, s->w[W2T], da1, b, H, O) | node(g, relu_grad, in_dz1, 2, dz1, NULL, 0);
-        e |= matmul_node(g, mm, s->xt, dz1, grad[W1], D, H, b);
-        break;
-      }
-      case W1T: {
-        gkrt_tensor in_dz1t[2] = {da1t, z1t};
-        e |= matmul_node(g, mm, s->w[W2], dyt, da1t, H, b, O) | node(g, relu_grad, in_dz1t, 2, dz1t, NULL, 0);
-        e |= matmul_node(g, mm, dz1t, s->x, grad[W1T], H, D, b);
-        break;
-      }
-    }
-    if (e) return 1;
+  /* Backward, last layer first: each layer's two gradients all-reduced as soon as they exist,
+   * while the layers below compute. */
+  for (uint32_t kk = L; kk-- > 0;) {
+    const size_t di = nw->dims[kk], dout = nw->dims[kk + 1];
+    const gkrt_tensor d = kk + 1 == L ? dy : dz[kk], dt = kk + 1 == L ? dyt : dzt[kk];
+    const gkrt_tensor ain = kk == 0 ? s->x : a[kk - 1], aint = kk == 0 ? s->xt : at[kk - 1];
+    /* dW = a_inᵀ·dz (di × dout), dWᵀ = dzᵀ·a_in (dout × di). */
+    if (matmul_node(g, K.mm, aint, d, grad[kk], di, dout, b)) return 1;
     if (comm)
       TRY(gkrt_graph_add_collective(g, comm, GKRT_COLLECTIVE_ALL_REDUCE, GKRT_REDUCE_AVG, 0, GKRT_DTYPE_F32,
-                                    &grad[k], 1, &grad[k], 1, NULL));
+                                    &grad[kk], 1, &grad[kk], 1, NULL));
+    if (matmul_node(g, K.mm, dt, ain, gradt[kk], dout, di, b)) return 1;
+    if (comm)
+      TRY(gkrt_graph_add_collective(g, comm, GKRT_COLLECTIVE_ALL_REDUCE, GKRT_REDUCE_AVG, 0, GKRT_DTYPE_F32,
+                                    &gradt[kk], 1, &gradt[kk], 1, NULL));
+    if (kk == 0) break;
+    /* da_{k-1} = dz·Wᵀ (b × di), da_{k-1}ᵀ = W·dzᵀ (di × b); dz_{k-1} = relu'(z_{k-1})·da. */
+    gkrt_tensor in_g[2] = {da[kk - 1], z[kk - 1]}, in_gt[2] = {dat[kk - 1], zt[kk - 1]};
+    e |= matmul_node(g, K.mm, d, s->wt[kk], da[kk - 1], b, di, dout);
+    e |= node(g, K.relu_grad, in_g, 2, dz[kk - 1], NULL, 0, NULL);
+    e |= matmul_node(g, K.mm, s->w[kk], dt, dat[kk - 1], di, b, dout);
+    e |= node(g, K.relu_grad, in_gt, 2, dzt[kk - 1], NULL, 0, NULL);
+    if (e) return 1;
   }
 
-  /* SGD: W_next = W + (−lr)·grad. The host copies W_next into W between steps. */
-  const float neg_lr = -DP_LR;
-  for (int k = 0; k < NW; k++) {
-    gkrt_tensor in_upd[2] = {s->w[k], stepv[k]};
-    e |= node(g, scale, &grad[k], 1, stepv[k], &neg_lr, sizeof neg_lr) | node(g, add, in_upd, 2, s->w_next[k], NULL, 0);
+  /* SGD in place, W += (−lr)·grad, last layer first: the first layer's update, which waits for
+   * the last all-reduce, comes last, so the others run while that all-reduce is in flight. */
+  const float neg_lr = -nw->lr;
+  for (uint32_t kk = L; kk-- > 0;) {
+    gkrt_tensor in_upd[2] = {s->w[kk], stepv[kk]}, in_updt[2] = {s->wt[kk], stepvt[kk]};
+    e |= node(g, K.scale, &grad[kk], 1, stepv[kk], &neg_lr, sizeof neg_lr, NULL);
+    e |= node(g, K.add, in_upd, 2, s->w[kk], NULL, 0, NULL);
+    e |= node(g, K.scale, &gradt[kk], 1, stepvt[kk], &neg_lr, sizeof neg_lr, NULL);
+    e |= node(g, K.add, in_updt, 2, s->wt[kk], NULL, 0, NULL);
   }
   if (e) return 1;
-  /* The defaults (DDP's 1 MiB first bucket) would put all four gradients (24 KiB) in one call.
-   * 16 KiB buckets make two calls, as the info log says ("2 all-reduce nodes fused"): grad_W2,
-   * grad_W2T and grad_W1 (4 + 4 + 8 KiB) issued together at grad_W1's node, then grad_W1T. */
-  if (comm) TRY(gkrt_graph_set_collective_buckets(g, 16384, 16384));
+  /* The default small network: the library's defaults (DDP's 1 MiB first bucket) would put all
+   * four gradients (24 KiB) in one call. 16 KiB buckets make two calls, as the info log says ("2
+   * all-reduce nodes fused"): grad_W2, grad_W2T and grad_W1 (4 + 4 + 8 KiB) issued together at
+   * grad_W1's node, then grad_W1T. */
+  if (comm && bucket_kib)
+    TRY(gkrt_graph_set_collective_buckets(g, (uint64_t)bucket_kib << 10, (uint64_t)bucket_kib << 10));
   TRY(gkrt_graph_finalize(g));
-  gkrt_kernel *ks[] = {add, relu, relu_grad, scale, mm};
+  gkrt_kernel *ks[] = {K.add, K.relu, K.relu_grad, K.scale, K.mm};
   for (int i = 0; i < 5; i++) TRY(gkrt_kernel_release(ks[i]));
   return 0;
 }
 
 /* Writes the shard (rows first..first+rows of the batch) and the initial weights. */
 static int step_load(step_graph *s, const problem *p, size_t first) {
-  const size_t n = s->rows;
-  float *x = malloc(n * DP_D * sizeof(float)), *xt = malloc(n * DP_D * sizeof(float));
-  float *nt = malloc(n * DP_O * sizeof(float)), *ntt = malloc(n * DP_O * sizeof(float));
+  const net *nw = p->nw;
+  const size_t n = s->rows, D = nw->dims[0], O = nw->dims[nw->depth];
+  float *x = malloc(n * D * sizeof(float)), *xt = malloc(n * D * sizeof(float));
+  float *nt = malloc(n * O * sizeof(float)), *ntt = malloc(n * O * sizeof(float));
   int bad = !x || !xt || !nt || !ntt;
+  if (bad) fprintf(stderr, "out of host memory\n");
   if (!bad) {
-    memcpy(x, p->x + first * DP_D, n * DP_D * sizeof(float));
-    for (size_t i = 0; i < n * DP_O; i++) nt[i] = -p->t[first * DP_O + i];
-    transpose(x, xt, n, DP_D);
-    transpose(nt, ntt, n, DP_O);
-    bad |= check(gkrt_graph_write_tensor(s->graph, s->x, x, n * DP_D * sizeof(float)), "write x");
-    bad |= check(gkrt_graph_write_tensor(s->graph, s->xt, xt, n * DP_D * sizeof(float)), "write xT");
-    bad |= check(gkrt_graph_write_tensor(s->graph, s->nt, nt, n * DP_O * sizeof(float)), "write -t");
-    bad |= check(gkrt_graph_write_tensor(s->graph, s->ntt, ntt, n * DP_O * sizeof(float)), "write -tT");
-    for (int k = 0; k < NW && !bad; k++)
-      bad |= check(gkrt_graph_write_tensor(s->graph, s->w[k], p->w[k], w_rows[k] * w_cols[k] * sizeof(float)),
-                   "write weight");
+    memcpy(x, p->x + first * D, n * D * sizeof(float));
+    for (size_t i = 0; i < n * O; i++) nt[i] = -p->t[first * O + i];
+    transpose(x, xt, n, D);
+    transpose(nt, ntt, n, O);
+    bad |= check(gkrt_graph_write_tensor(s->graph, s->x, x, n * D * sizeof(float)), "write x");
+    bad |= check(gkrt_graph_write_tensor(s->graph, s->xt, xt, n * D * sizeof(float)), "write xT");
+    bad |= check(gkrt_graph_write_tensor(s->graph, s->nt, nt, n * O * sizeof(float)), "write -t");
+    bad |= check(gkrt_graph_write_tensor(s->graph, s->ntt, ntt, n * O * sizeof(float)), "write -tT");
+    for (uint32_t k = 0; k < nw->depth && !bad; k++) {
+      const size_t bytes = layer_floats(nw, k) * sizeof(float);
+      const float *w = p->w + nw->off[k];
+      bad |= check(gkrt_graph_write_tensor(s->graph, s->w[k], w, bytes), "write weight");
+      bad |= check(gkrt_graph_write_tensor(s->graph, s->wt[k], w + layer_floats(nw, k), bytes), "write weight");
+    }
   }
   free(x);
   free(xt);
@@ -275,45 +371,56 @@ static int step_load(step_graph *s, const problem *p, size_t first) {
   return bad;
 }
 
-/* Runs one step: loss (½·mean |y − t|² over the shard, before the update) into *loss, then the
- * updated weights copied back into the parameters and into `w` (DP_PARAMS floats, NW blocks). */
-static int step_run(gkrt_runtime *rt, step_graph *s, const problem *p, size_t first, float *w, double *loss) {
+/* Runs one step: loss (½·mean |y − t|² over the shard, before the update) into *loss; `y` has
+ * room for the shard's outputs. */
+static int step_run(gkrt_runtime *rt, step_graph *s, const problem *p, size_t first, float *y, double *loss) {
+  const size_t O = p->nw->dims[p->nw->depth];
   TRY(gkrt_runtime_run(rt, s->graph));
-  float y[DP_O * 512];
-  TRY(gkrt_graph_read_tensor(s->graph, s->y, y, s->rows * DP_O * sizeof(float)));
+  TRY(gkrt_graph_read_tensor(s->graph, s->y, y, s->rows * O * sizeof(float)));
   double sum = 0;
-  for (size_t i = 0; i < s->rows * DP_O; i++) {
-    double d = (double)y[i] - p->t[first * DP_O + i];
+  for (size_t i = 0; i < s->rows * O; i++) {
+    double d = (double)y[i] - p->t[first * O + i];
     sum += d * d;
   }
   *loss = 0.5 * sum / (double)s->rows;
-  for (int k = 0; k < NW; k++) {
-    size_t bytes = w_rows[k] * w_cols[k] * sizeof(float);
-    TRY(gkrt_graph_read_tensor(s->graph, s->w_next[k], w, bytes));
-    TRY(gkrt_graph_write_tensor(s->graph, s->w[k], w, bytes));
-    w += w_rows[k] * w_cols[k];
+  return 0;
+}
+
+/* The weights after the steps, from the parameter tensors into `w` (nw->params floats). */
+static int step_weights(step_graph *s, const net *nw, float *w) {
+  for (uint32_t k = 0; k < nw->depth; k++) {
+    const size_t bytes = layer_floats(nw, k) * sizeof(float);
+    TRY(gkrt_graph_read_tensor(s->graph, s->w[k], w + nw->off[k], bytes));
+    TRY(gkrt_graph_read_tensor(s->graph, s->wt[k], w + nw->off[k] + layer_floats(nw, k), bytes));
   }
   return 0;
 }
 
 /* 0 when every Wᵀ block is the exact transpose of its W. */
-static int transposes_exact(const float *w, const char *who) {
-  const float *w1 = w, *w1t = w1 + DP_D * DP_H, *w2 = w1t + DP_D * DP_H, *w2t = w2 + DP_H * DP_O;
+static int transposes_exact(const net *nw, const float *w, const char *who) {
   size_t bad = 0;
-  for (size_t i = 0; i < DP_D; i++)
-    for (size_t j = 0; j < DP_H; j++) bad += memcmp(&w1[i * DP_H + j], &w1t[j * DP_D + i], sizeof(float)) != 0;
-  for (size_t i = 0; i < DP_H; i++)
-    for (size_t j = 0; j < DP_O; j++) bad += memcmp(&w2[i * DP_O + j], &w2t[j * DP_H + i], sizeof(float)) != 0;
+  for (uint32_t k = 0; k < nw->depth; k++) {
+    const size_t r = nw->dims[k], c = nw->dims[k + 1];
+    const float *m = w + nw->off[k], *mt = m + r * c;
+    for (size_t i = 0; i < r; i++)
+      for (size_t j = 0; j < c; j++) bad += memcmp(&m[i * c + j], &mt[j * r + i], sizeof(float)) != 0;
+  }
   if (bad) fprintf(stderr, "%s: %zu weights differ from their transposed copy\n", who, bad);
   return bad != 0;
 }
 
-/* Every rank's weights bit for bit equal: an all-reduce MIN and MAX of them equals each own copy. */
-static int ranks_identical(gkrt_runtime *rt, gkrt_comm *comm, const float *w, uint32_t rank) {
+/* Every rank's weights bit for bit equal: an all-reduce MIN and MAX of them equals each own
+ * copy. In chunks of at most DP_CHECK_CHUNK floats and an eighth of the memory limit (its three
+ * tensors then fit under it, with room for the pool's rounding); every rank has the same limit,
+ * so they run the same chunks. */
+static int ranks_identical(gkrt_runtime *rt, gkrt_comm *comm, const float *w, size_t floats, size_t limit_mib,
+                           uint32_t rank) {
+  size_t chunk = floats < DP_CHECK_CHUNK ? floats : DP_CHECK_CHUNK;
+  if (limit_mib && chunk > (limit_mib << 20) / 8 / sizeof(float)) chunk = (limit_mib << 20) / 8 / sizeof(float);
+  const uint64_t bytes = chunk * sizeof(float);
   gkrt_graph *g;
   TRY(gkrt_graph_create(rt, &g));
   gkrt_tensor in, lo, hi;
-  const uint64_t bytes = DP_PARAMS * sizeof(float);
   TRY(gkrt_graph_add_tensor(g, bytes, GKRT_TENSOR_INPUT, "weights", &in));
   TRY(gkrt_graph_add_tensor(g, bytes, GKRT_TENSOR_OUTPUT, "min", &lo));
   TRY(gkrt_graph_add_tensor(g, bytes, GKRT_TENSOR_OUTPUT, "max", &hi));
@@ -322,18 +429,26 @@ static int ranks_identical(gkrt_runtime *rt, gkrt_comm *comm, const float *w, ui
   TRY(gkrt_graph_add_collective(g, comm, GKRT_COLLECTIVE_ALL_REDUCE, GKRT_REDUCE_MAX, 0, GKRT_DTYPE_F32, &in, 1, &hi, 1,
                                 NULL));
   TRY(gkrt_graph_finalize(g));
-  TRY(gkrt_graph_write_tensor(g, in, w, bytes));
-  TRY(gkrt_runtime_run(rt, g));
-  float *mins = malloc(bytes), *maxs = malloc(bytes);
-  int bad = !mins || !maxs;
-  if (!bad) {
-    bad |= check(gkrt_graph_read_tensor(g, lo, mins, bytes), "read min");
-    bad |= check(gkrt_graph_read_tensor(g, hi, maxs, bytes), "read max");
+  float *buf = calloc(chunk, sizeof(float)), *mins = malloc(bytes), *maxs = malloc(bytes);
+  int bad = !buf || !mins || !maxs;
+  size_t differ = 0;
+  /* Every rank runs the same number of chunks (the same `floats`); the last one is padded with
+   * zeros on every rank alike. */
+  for (size_t at = 0; at < floats && !bad; at += chunk) {
+    const size_t n = floats - at < chunk ? floats - at : chunk;
+    memset(buf, 0, bytes);
+    memcpy(buf, w + at, n * sizeof(float));
+    bad |= check(gkrt_graph_write_tensor(g, in, buf, bytes), "write weights");
+    bad |= bad || check(gkrt_runtime_run(rt, g), "run the identity check");
+    bad |= bad || check(gkrt_graph_read_tensor(g, lo, mins, bytes), "read min");
+    bad |= bad || check(gkrt_graph_read_tensor(g, hi, maxs, bytes), "read max");
+    if (!bad) differ += memcmp(mins, buf, bytes) != 0 || memcmp(maxs, buf, bytes) != 0;
   }
-  if (!bad && (memcmp(mins, w, bytes) != 0 || memcmp(maxs, w, bytes) != 0)) {
-    fprintf(stderr, "rank %u: the ranks' weights are not identical\n", rank);
+  if (!bad && differ) {
+    fprintf(stderr, "rank %u: the ranks' weights are not identical (%zu chunks differ)\n", rank, differ);
     bad = 1;
   }
+  free(buf);
   free(mins);
   free(maxs);
   TRY(gkrt_graph_release(g));
@@ -341,24 +456,34 @@ static int ranks_identical(gkrt_runtime *rt, gkrt_comm *comm, const float *w, ui
 }
 
 /* Largest |a − b| over the weights, and the largest |b|. */
-static void compare(const float *a, const float *b, double *max_diff, double *max_abs) {
+static void compare(const float *a, const float *b, size_t n, double *max_diff, double *max_abs) {
   *max_diff = 0;
   *max_abs = 0;
-  for (size_t i = 0; i < DP_PARAMS; i++) {
+  for (size_t i = 0; i < n; i++) {
     double d = fabs((double)a[i] - b[i]);
-    if (d > *max_diff) *max_diff = d;
+    if (d > *max_diff || d != d) *max_diff = d; /* a NaN is never "close" */
     if (fabs(b[i]) > *max_abs) *max_abs = fabs(b[i]);
   }
 }
 
+/* FNV-1a, 64 bits, of `bytes` bytes: the run's fingerprint. */
+static uint64_t fnv1a(const void *data, size_t bytes) {
+  const unsigned char *p = data;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 typedef struct options {
-  uint32_t ranks, rank, nranks, steps;
-  int rank_given;
-  size_t batch;
-  const char *id_file;
+  uint32_t ranks, rank, nranks, steps, trace_steps, bucket_kib;
+  int rank_given, skip_reference;
+  size_t batch, memory_limit_mib;
+  const char *id_file, *trace_dir;
+  net nw;
 } options;
 
-/* The single-runtime reference on the combined batch: its weights after K steps and its loss. */
+/* The single-runtime reference on the combined batch: its weights after every step and its
+ * loss per step. */
 static int reference(const options *o, const problem *p, float *w, double *losses) {
   gkrt_config cfg;
   TRY(gkrt_config_init(&cfg));
@@ -366,12 +491,15 @@ static int reference(const options *o, const problem *p, float *w, double *losse
   gkrt_runtime *rt;
   TRY(gkrt_runtime_create(&cfg, &rt));
   step_graph s;
-  if (step_build(rt, NULL, p->batch, &s) || step_load(&s, p, 0)) return 1;
-  for (uint32_t k = 0; k < o->steps; k++)
-    if (step_run(rt, &s, p, 0, w, &losses[k])) return 1;
+  float *y = malloc(p->batch * o->nw.dims[o->nw.depth] * sizeof(float));
+  if (!y || step_build(rt, NULL, &o->nw, p->batch, 0, &s) || step_load(&s, p, 0)) return 1;
+  for (uint32_t k = 0; k < o->steps + o->trace_steps; k++)
+    if (step_run(rt, &s, p, 0, y, &losses[k])) return 1;
+  free(y);
+  if (step_weights(&s, &o->nw, w)) return 1;
   TRY(gkrt_graph_release(s.graph));
   TRY(gkrt_runtime_release(rt));
-  return transposes_exact(w, "reference");
+  return transposes_exact(&o->nw, w, "reference");
 }
 
 static double now_ms(void) {
@@ -391,28 +519,56 @@ static double median_ms(double *v, uint32_t n) {
   return v[n / 2];
 }
 
-/* One rank: K steps on its shard, then the identity check. */
+/* One rank. */
 typedef struct rank_job {
   const options *o;
   const problem *p;
   gkrt_unique_id id;
   uint32_t rank, nranks;
-  float *w;       /* out: weights after K steps */
+  float *w;       /* out: weights after every step */
   double *losses; /* out: shard loss per step */
-  double step_ms; /* out: median wall time of a step (run, loss read, weights copied back) */
+  double step_ms; /* out: median wall time of a timed step (run, output read, loss) */
+  gkrt_stats stats; /* out: the runtime's figures after the steps */
   int failed;
 } rank_job;
 
+/* The timed steps, then the traced ones (their trace written to the trace folder). */
+static int rank_steps(gkrt_runtime *rt, rank_job *j, step_graph *s, size_t first) {
+  const options *o = j->o;
+  float *y = malloc(s->rows * o->nw.dims[o->nw.depth] * sizeof(float));
+  double *ms = calloc(o->steps, sizeof(double));
+  int bad = !y || !ms;
+  for (uint32_t k = 0; k < o->steps && !bad; k++) {
+    double t0 = now_ms();
+    bad = step_run(rt, s, j->p, first, y, &j->losses[k]);
+    ms[k] = now_ms() - t0;
+  }
+  if (!bad) j->step_ms = median_ms(ms, o->steps);
+  if (!bad && o->trace_steps && !(bad = check(gkrt_runtime_trace_begin(rt), "trace begin"))) {
+    for (uint32_t k = 0; k < o->trace_steps && !bad; k++)
+      bad = step_run(rt, s, j->p, first, y, &j->losses[o->steps + k]);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/trace_rank%u.json", o->trace_dir, j->rank);
+    /* Ended even after a failed step, so the runtime is left untraced. */
+    bad |= check(gkrt_runtime_trace_end(rt, path), "trace end");
+  }
+  free(y);
+  free(ms);
+  return bad;
+}
+
 static int rank_body(rank_job *j) {
+  const options *o = j->o;
   gkrt_config cfg;
   TRY(gkrt_config_init(&cfg));
   cfg.device_ordinal = j->rank; /* device = rank (the host backend has one device and ignores it) */
+  cfg.memory_limit = (uint64_t)o->memory_limit_mib << 20;
   if (j->rank == 0) cfg.log_level = 3; /* info: the backend picked, and how many all-reduces were fused */
   gkrt_runtime *rt;
   TRY(gkrt_runtime_create(&cfg, &rt));
   gkrt_device_kind dev;
   TRY(gkrt_runtime_device(rt, &dev));
-  if (!j->o->ranks && j->nranks > 1 && dev == GKRT_DEVICE_HOST) {
+  if (!o->ranks && j->nranks > 1 && dev == GKRT_DEVICE_HOST) {
     /* Its ranks meet in a registry of this process: another process's would wait forever. */
     fprintf(stderr, "rank %u: the host backend's ranks are threads of one process: use --ranks N, or "
                     "GKRT_DEVICE=cuda for one process per GPU\n", j->rank);
@@ -423,21 +579,16 @@ static int rank_body(rank_job *j) {
   TRY(gkrt_comm_init_rank(rt, &j->id, j->rank, j->nranks, 0, &comm));
   const size_t rows = j->p->batch / j->nranks, first = j->rank * rows;
   step_graph s = {0};
-  int bad = step_build(rt, comm, rows, &s) || step_load(&s, j->p, first);
-  double *ms = calloc(j->o->steps, sizeof(double));
-  bad |= !ms;
-  for (uint32_t k = 0; k < j->o->steps && !bad; k++) {
-    double t0 = now_ms();
-    bad = step_run(rt, &s, j->p, first, j->w, &j->losses[k]);
-    ms[k] = now_ms() - t0;
-  }
-  if (!bad) j->step_ms = median_ms(ms, j->o->steps);
-  free(ms);
-  if (!bad) bad = transposes_exact(j->w, "rank");
-  if (!bad) bad = ranks_identical(rt, comm, j->w, j->rank);
+  int bad = step_build(rt, comm, &o->nw, rows, o->bucket_kib, &s) || step_load(&s, j->p, first);
+  if (!bad) bad = rank_steps(rt, j, &s, first);
+  if (!bad) bad = step_weights(&s, &o->nw, j->w);
+  if (!bad) bad = check(gkrt_runtime_stats(rt, &j->stats), "stats");
+  /* The step's memory goes back before the identity check's graph needs its own. */
+  if (s.graph && check(gkrt_graph_release(s.graph), "release the step")) bad = 1;
+  if (!bad) bad = transposes_exact(&o->nw, j->w, "rank");
+  if (!bad) bad = ranks_identical(rt, comm, j->w, o->nw.params, o->memory_limit_mib, j->rank);
   /* A rank that failed aborts, so the others' collectives fail instead of waiting for it. */
   if (bad && gkrt_comm_abort(comm) != GKRT_STATUS_OK) fprintf(stderr, "rank %u: abort failed\n", j->rank);
-  if (s.graph) TRY(gkrt_graph_release(s.graph));
   TRY(gkrt_comm_release(comm));
   TRY(gkrt_runtime_release(rt));
   return bad;
@@ -451,7 +602,9 @@ static void *rank_thread(void *arg) {
 
 static int usage(const char *why) {
   fprintf(stderr,
-          "%s\nusage: gkrt_data_parallel --ranks N | --rank R --nranks N --id-file PATH  [--steps K] [--batch B]\n",
+          "%s\nusage: gkrt_data_parallel --ranks N | --rank R --nranks N --id-file PATH  [--steps K] [--batch B]\n"
+          "  [--in D] [--width H] [--out O] [--depth L] [--lr X] [--bucket-kib K] [--trace DIR --trace-steps T]\n"
+          "  [--memory-limit MIB] [--reference 0|1]\n",
           why);
   return 2;
 }
@@ -460,19 +613,39 @@ static int parse(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   o->steps = 5;
   o->batch = 32;
+  o->bucket_kib = 16;
+  unsigned long in = 32, width = 64, out = 16, depth = 2;
+  float lr = 0.2f;
   for (int i = 1; i < argc; i++) {
     if (i + 1 >= argc) return usage("every flag takes a value");
     const char *f = argv[i], *v = argv[++i];
     char *end;
+    if (!strcmp(f, "--lr")) {
+      lr = strtof(v, &end);
+      if (!*v || *end || !(lr > 0.0f) || lr > 100.0f) return usage("--lr must be a number in (0, 100]");
+      continue;
+    }
     unsigned long n = strtoul(v, &end, 10);
-    int numeric = *v && !*end;
+    int numeric = *v && !*end && *v != '-';
     if (!strcmp(f, "--id-file")) o->id_file = v;
+    else if (!strcmp(f, "--trace")) o->trace_dir = v;
     else if (!numeric) return usage("flag values must be whole numbers");
     else if (!strcmp(f, "--ranks")) o->ranks = (uint32_t)n;
     else if (!strcmp(f, "--rank")) o->rank = (uint32_t)n, o->rank_given = 1;
     else if (!strcmp(f, "--nranks")) o->nranks = (uint32_t)n;
     else if (!strcmp(f, "--steps")) o->steps = (uint32_t)n;
+    else if (!strcmp(f, "--trace-steps")) o->trace_steps = (uint32_t)n;
     else if (!strcmp(f, "--batch")) o->batch = n;
+    else if (!strcmp(f, "--in")) in = n;
+    else if (!strcmp(f, "--width")) width = n;
+    else if (!strcmp(f, "--out")) out = n;
+    else if (!strcmp(f, "--depth")) depth = n;
+    else if (!strcmp(f, "--bucket-kib")) o->bucket_kib = n > (1ul << 22) ? UINT32_MAX : (uint32_t)n;
+    else if (!strcmp(f, "--memory-limit")) o->memory_limit_mib = n;
+    else if (!strcmp(f, "--reference")) {
+      if (n > 1) return usage("--reference must be 0 or 1");
+      o->skip_reference = n == 0;
+    }
     else return usage("unknown flag");
   }
   uint32_t n = o->ranks ? o->ranks : o->nranks;
@@ -480,8 +653,15 @@ static int parse(int argc, char **argv, options *o) {
   if (!o->ranks && (!o->nranks || !o->id_file || o->rank >= o->nranks))
     return usage("give --ranks N, or --rank R --nranks N --id-file PATH with R < N");
   if (n > DP_MAX_RANKS) return usage("at most 64 ranks");
-  if (o->steps == 0 || o->steps > 1000) return usage("--steps must be 1..1000");
-  if (o->batch == 0 || o->batch > 512 || o->batch % n) return usage("--batch must be 1..512 and a multiple of the ranks");
+  if (o->steps == 0 || o->steps + o->trace_steps > DP_MAX_STEPS) return usage("--steps must be 1.., steps + trace steps at most 1000");
+  if (!o->trace_dir != !o->trace_steps) return usage("--trace DIR and --trace-steps T (T >= 1) go together");
+  if (depth < 2 || depth > DP_MAX_DEPTH) return usage("--depth must be 2..16 (weight layers)");
+  /* Matmul dimensions are 32-bit, and every tensor stays below 2^40 bytes. */
+  if (!in || !width || !out || in > 65536 || width > 65536 || out > 65536) return usage("--in, --width and --out must be 1..65536");
+  if (o->batch == 0 || o->batch > (1ul << 20) || o->batch % n) return usage("--batch must be 1..2^20 and a multiple of the ranks");
+  if (o->bucket_kib > (1u << 22)) return usage("--bucket-kib must be at most 4194304 (4 GiB)");
+  if (o->memory_limit_mib > (1ul << 24)) return usage("--memory-limit is in MiB, at most 2^24");
+  net_make(&o->nw, (uint32_t)depth, in, width, out, lr);
   return 0;
 }
 
@@ -518,30 +698,77 @@ static int share_id(const options *o, gkrt_unique_id *id) {
   return 1;
 }
 
+/* Per rank: step time, memory, fingerprint; then whether its weights are close to the
+ * reference's (`ref_w`, NULL when it did not run) and equal to the first local rank's. Returns
+ * non-zero on a failed check. */
+static int report(const options *o, const rank_job *jobs, uint32_t local, uint32_t n, const float *ref_w) {
+  const uint32_t total = o->steps + o->trace_steps;
+  int bad = 0;
+  for (uint32_t r = 0; r < local; r++) {
+    const rank_job *j = &jobs[r];
+    printf("rank %u: step time %.3f ms (median of %u), %zu rows per rank\n", j->rank, j->step_ms, o->steps,
+           o->batch / n);
+    printf("rank %u: memory limit %zu MiB (0: none), peak reserved %.1f MiB, swapped out %.1f MiB, in %.1f MiB, "
+           "tensors recomputed %llu, evictions %llu\n",
+           j->rank, o->memory_limit_mib, j->stats.peak_reserved_bytes / 1048576.0, j->stats.swap_out_bytes / 1048576.0,
+           j->stats.swap_in_bytes / 1048576.0, (unsigned long long)j->stats.tensors_recomputed,
+           (unsigned long long)j->stats.evictions);
+    printf("rank %u: fingerprint weights %016llx losses %016llx\n", j->rank,
+           (unsigned long long)fnv1a(j->w, o->nw.params * sizeof(float)),
+           (unsigned long long)fnv1a(j->losses, total * sizeof(double)));
+    if (o->trace_steps)
+      printf("rank %u: steps %u..%u traced: %s/trace_rank%u.json\n", j->rank, o->steps + 1, total, o->trace_dir,
+             j->rank);
+  }
+  for (uint32_t r = 0; r < local && ref_w; r++) {
+    double max_diff, max_abs;
+    compare(jobs[r].w, ref_w, o->nw.params, &max_diff, &max_abs);
+    int close = max_diff <= DP_TOL * max_abs;
+    printf("rank %u: weights vs the single runtime: max |diff| %.3g (tolerance %.3g = %.0e x max |w| %.3g) -> %s\n",
+           jobs[r].rank, max_diff, DP_TOL * max_abs, DP_TOL, max_abs, close ? "close" : "TOO FAR");
+    bad |= !close;
+  }
+  for (uint32_t r = 0; r < local; r++) {
+    /* ranks_identical already checked this across processes; threads can also compare directly. */
+    if (memcmp(jobs[r].w, jobs[0].w, o->nw.params * sizeof(float)) != 0) {
+      printf("rank %u: weights differ from rank %u's\n", jobs[r].rank, jobs[0].rank);
+      bad = 1;
+    }
+  }
+  return bad;
+}
+
 int main(int argc, char **argv) {
   options o;
   int rc = parse(argc, argv, &o);
   if (rc) return rc;
-  const uint32_t n = o.ranks ? o.ranks : o.nranks;
+  const uint32_t n = o.ranks ? o.ranks : o.nranks, total = o.steps + o.trace_steps;
+  const net *nw = &o.nw;
   problem p;
-  if (problem_make(&p, o.batch)) return 1;
-  float *ref_w = calloc(DP_PARAMS, sizeof(float));
-  double ref_loss[1000];
+  if (problem_make(&p, nw, o.batch)) return 1;
+  float *ref_w = calloc(nw->params, sizeof(float));
+  double ref_loss[DP_MAX_STEPS];
   /* This process's ranks: all of them as threads, or the one given. */
   const uint32_t local = o.ranks ? o.ranks : 1;
   rank_job jobs[DP_MAX_RANKS];
   int bad = !ref_w;
   for (uint32_t r = 0; r < local && !bad; r++) {
-    jobs[r] = (rank_job){&o, &p, {{0}}, o.ranks ? r : o.rank, n, calloc(DP_PARAMS, sizeof(float)),
-                         calloc(o.steps, sizeof(double)), 0, 0};
+    jobs[r] = (rank_job){&o, &p, {{0}}, o.ranks ? r : o.rank, n, calloc(nw->params, sizeof(float)),
+                         calloc(total, sizeof(double)), 0, {0}, 0};
     bad |= !jobs[r].w || !jobs[r].losses;
   }
   if (bad) {
     fprintf(stderr, "out of host memory\n");
     return 1;
   }
-  printf("gkrt %s: data-parallel MLP %d-%d-%d, batch %zu over %u ranks (%s), %u steps\n", gkrt_version(), DP_D, DP_H,
-         DP_O, o.batch, n, o.ranks ? "threads of one process" : "one process each", o.steps);
+  char shape[256];
+  int len = snprintf(shape, sizeof shape, "%zu", nw->dims[0]);
+  for (uint32_t k = 1; k <= nw->depth && len > 0 && (size_t)len < sizeof shape; k++)
+    len += snprintf(shape + len, sizeof shape - (size_t)len, "-%zu", nw->dims[k]);
+  printf("gkrt %s: data-parallel MLP %s (%zu weights in both layouts, %.1f MiB of gradients all-reduced per step), "
+         "batch %zu over %u ranks (%s), %u steps\n",
+         gkrt_version(), shape, nw->params, nw->params * 4.0 / 1048576.0, o.batch, n,
+         o.ranks ? "threads of one process" : "one process each", total);
 
   gkrt_unique_id id;
   if (o.ranks) {
@@ -569,35 +796,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "FAILED: a rank's training step failed\n");
     return 1;
   }
-  if (reference(&o, &p, ref_w, ref_loss)) {
+  if (!o.skip_reference && reference(&o, &p, ref_w, ref_loss)) {
     fprintf(stderr, "FAILED: the single-runtime reference failed\n");
     return 1;
   }
 
-  for (uint32_t k = 0; k < o.steps; k++) {
+  for (uint32_t k = 0; k < total; k++) {
     /* Threads: every shard's loss is here, and their mean is the batch's. A process sees its own. */
     double loss = 0;
     for (uint32_t r = 0; r < local; r++) loss += jobs[r].losses[k] / local;
-    printf("step %u  loss %.6f  (%s; one runtime on the combined batch: %.6f)\n", k + 1, loss,
-           o.ranks ? "mean over the ranks" : "this rank's shard", ref_loss[k]);
+    if (o.skip_reference)
+      printf("step %u  loss %.6f  (%s)\n", k + 1, loss, o.ranks ? "mean over the ranks" : "this rank's shard");
+    else
+      printf("step %u  loss %.6f  (%s; one runtime on the combined batch: %.6f)\n", k + 1, loss,
+             o.ranks ? "mean over the ranks" : "this rank's shard", ref_loss[k]);
   }
-  /* Scaling (run.sh mgpu): the per-rank batch is batch / ranks; throughput = batch / step time. */
-  for (uint32_t r = 0; r < local; r++)
-    printf("rank %u: step time %.3f ms (median of %u), %zu rows per rank\n", jobs[r].rank, jobs[r].step_ms, o.steps,
-           o.batch / n);
-  for (uint32_t r = 0; r < local; r++) {
-    double max_diff, max_abs;
-    compare(jobs[r].w, ref_w, &max_diff, &max_abs);
-    int close = max_diff <= DP_TOL * max_abs;
-    printf("rank %u: weights vs the single runtime: max |diff| %.3g (tolerance %.3g = %.0e x max |w| %.3g) -> %s\n",
-           jobs[r].rank, max_diff, DP_TOL * max_abs, DP_TOL, max_abs, close ? "close" : "TOO FAR");
-    bad |= !close;
-    /* ranks_identical already checked this across processes; threads can also compare directly. */
-    if (memcmp(jobs[r].w, jobs[0].w, DP_PARAMS * sizeof(float)) != 0) {
-      printf("rank %u: weights differ from rank %u's\n", jobs[r].rank, jobs[0].rank);
-      bad = 1;
-    }
-  }
+  bad = report(&o, jobs, local, n, o.skip_reference ? NULL : ref_w);
   for (uint32_t r = 0; r < local; r++) {
     free(jobs[r].w);
     free(jobs[r].losses);
@@ -608,6 +822,8 @@ int main(int argc, char **argv) {
     printf("FAILED\n");
     return 1;
   }
-  printf("every rank's weights identical bit for bit; equal to the single runtime's within tolerance\nOK\n");
+  printf("every rank's weights identical bit for bit; %s\nOK\n",
+         o.skip_reference ? "the single-runtime reference not run (--reference 0)"
+                          : "equal to the single runtime's within tolerance");
   return 0;
 }

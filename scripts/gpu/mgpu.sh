@@ -2,9 +2,18 @@
 # scaling on every count of visible GPUs in 1 2 4 8, one process per GPU (rank = device).
 #   1. benches/collective_bandwidth.c per n, twice: NCCL_LOCAL_REGISTER=1 (gkrt's pool and the
 #      plain buffers registered with the communicator) and =0 (NCCL ignores the registrations).
-#   2. examples_c/data_parallel.c at MGPU_PER_RANK rows per rank, MGPU_STEPS steps: rank 0's median
-#      step time; scaling efficiency = throughput / (n x the one-GPU throughput).
-#   3. benches/ddp_compare.py: the same network and per-rank rows in PyTorch DDP, per n.
+#   2. benches/ddp_compare.py: PyTorch DDP (default buckets) on the network below, per n: median
+#      step, the ranks' weights' largest difference, and its peak memory (max over ranks of
+#      torch.cuda.max_memory_allocated / reserved).
+#   3. examples_c/data_parallel.c on the same network, MGPU_PER_RANK rows per rank: MGPU_STEPS
+#      timed steps (rank 0's median; scaling efficiency = throughput / (n x the one-GPU
+#      throughput)), then MGPU_TRACE_STEPS traced ones (each rank's trace in dp_nN_trace/, read by
+#      scripts/gpu/mgpu_overlap.py: the communication not overlapped by compute). Every rank
+#      checks the ranks' weights bit-identical and equal to one runtime on the combined batch.
+#      Then the same run with the ranks' memory limit at half of DDP's peak allocated bytes at
+#      that n (dp_half_nN: its step / the unconstrained step, and its fingerprint — final weights
+#      and losses — against the unconstrained run's; its reference check is skipped, the
+#      fingerprint stands in). Buckets: the library's defaults, which are DDP's.
 #   4. Fault: n = every visible GPU (needs >= 2), the bandwidth bench's --hold mode with the
 #      communicator timeout MGPU_TIMEOUT_MS; the last rank is killed (SIGKILL) once all hold; each
 #      other rank, still running at the kill, must exit 3 with a FAULT line (GKRT_STATUS_PEER_FAILED
@@ -12,9 +21,11 @@
 #      MGPU_FAULT_SLACK_S seconds of the kill. With one GPU it is skipped and the
 #      summary says "not run" (not a pass).
 # Logs and $OUT/mgpu/summary.md (scripts/gpu/mgpu_summary.py). Exit status 1 when a run failed.
-# Knobs: MGPU_MAX_MIB (1024) MGPU_REPS (20) MGPU_STEPS (200) MGPU_PER_RANK (64; times the GPU count
-#        at most 512, the example's batch limit)
-#        MGPU_TIMEOUT_MS (20000) MGPU_FAULT_SLACK_S (10)
+# Knobs: MGPU_PARTS ("bw dp fault": which of 1, 2-3, 4 run) MGPU_MAX_MIB (1024) MGPU_REPS (20)
+#        MGPU_STEPS (20) MGPU_TRACE_STEPS (5) MGPU_PER_RANK (256) and the network: MGPU_IN (1024)
+#        MGPU_WIDTH (4096) MGPU_OUT (1024) MGPU_DEPTH (4 weight layers) MGPU_LR (0.01): 168 MiB of
+#        weights (DDP's gradients; gkrt all-reduces both layouts, 336 MiB), a step of ~125 GFLOP per
+#        rank in gkrt's built-in matmuls. MGPU_TIMEOUT_MS (20000) MGPU_FAULT_SLACK_S (10)
 
 # Starts `n` ranks of a command (its flags after the first two arguments, "RANK" replaced by the
 # rank), logs to $o/NAME_rankR.log; sets the array `mgpu_pids`.
@@ -42,7 +53,7 @@ run_mgpu() {
   export NCCL_NVLS_ENABLE=0
   local b=/tmp/gkrt-mgpu o="$OUT/mgpu" ok=1 n reg gpus counts=()
   mkdir -p "$b" "$o"
-  rm -f "$b"/id* "$o"/fault.txt
+  rm -f "$b"/id* "$o"/fault.txt "$o"/dp_half_n*.txt
   cc -O2 benches/collective_bandwidth.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt \
     -L"$CUDA_HOME/lib64/stubs" -lcuda -ldl -o "$b/collective_bandwidth" || return 1
   cc -O2 -ffp-contract=off examples_c/data_parallel.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread \
@@ -51,32 +62,57 @@ run_mgpu() {
   gpus=$(nvidia-smi -L | wc -l)
   for n in 1 2 4 8; do [ "$n" -le "$gpus" ] && counts+=("$n"); done
   echo "mgpu: $gpus visible GPU(s): ranks ${counts[*]}; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE" | tee "$o/gpus.txt"
-  local max=${MGPU_MAX_MIB:-1024} reps=${MGPU_REPS:-20} steps=${MGPU_STEPS:-200} per=${MGPU_PER_RANK:-64}
+  local max=${MGPU_MAX_MIB:-1024} reps=${MGPU_REPS:-20} parts=${MGPU_PARTS:-bw dp fault}
 
-  for n in "${counts[@]}"; do
-    for reg in 1 0; do
-      echo "--- bandwidth: $n rank(s), NCCL_LOCAL_REGISTER=$reg"
-      NCCL_LOCAL_REGISTER=$reg mgpu_launch "bw_n${n}_reg$reg" "$n" timeout 600 "$b/collective_bandwidth" \
-        --rank RANK --nranks "$n" --id-file "$b/id_bw_${n}_$reg" --max-mib "$max" --reps "$reps"
-      mgpu_wait "bw_n${n}_reg$reg" || ok=0
-      grep -vE '^\[gkrt' "$o/bw_n${n}_reg${reg}_rank0.log"
+  if [[ " $parts " == *" bw "* ]]; then
+    for n in "${counts[@]}"; do
+      for reg in 1 0; do
+        echo "--- bandwidth: $n rank(s), NCCL_LOCAL_REGISTER=$reg"
+        NCCL_LOCAL_REGISTER=$reg mgpu_launch "bw_n${n}_reg$reg" "$n" timeout 600 "$b/collective_bandwidth" \
+          --rank RANK --nranks "$n" --id-file "$b/id_bw_${n}_$reg" --max-mib "$max" --reps "$reps"
+        mgpu_wait "bw_n${n}_reg$reg" || ok=0
+        grep -vE '^\[gkrt' "$o/bw_n${n}_reg${reg}_rank0.log"
+      done
     done
-  done
-
-  for n in "${counts[@]}"; do
-    echo "--- data-parallel example: $n rank(s), $per rows each, $steps steps"
-    GKRT_DEVICE=cuda mgpu_launch "dp_n$n" "$n" timeout 300 "$b/gkrt_data_parallel" --rank RANK --nranks "$n" \
-      --id-file "$b/id_dp_$n" --steps "$steps" --batch $((n * per))
-    mgpu_wait "dp_n$n" || ok=0
-  done
-  echo "--- PyTorch DDP, the same network"
-  timeout 600 python3 benches/ddp_compare.py --n "${counts[@]}" --steps "$steps" --per-rank "$per" 2>&1 |
-    tee "$o/ddp.log" | grep -E '^ddp'
-  [ "${PIPESTATUS[0]}" -eq 0 ] || ok=0
-
-  mgpu_fault "$gpus" || ok=0
+  fi
+  if [[ " $parts " == *" dp "* ]]; then mgpu_dp || ok=0; fi
+  if [[ " $parts " == *" fault "* ]]; then mgpu_fault "$gpus" || ok=0; fi
   python3 scripts/gpu/mgpu_summary.py "$o" | tee "$o/summary.md"
   [ $ok -eq 1 ]
+}
+
+# Parts 2 and 3 (see the top of this file) on every count in `counts`.
+mgpu_dp() {
+  local per=${MGPU_PER_RANK:-256} steps=${MGPU_STEPS:-20} tsteps=${MGPU_TRACE_STEPS:-5} n r half all=0
+  local net=(--in "${MGPU_IN:-1024}" --width "${MGPU_WIDTH:-4096}" --out "${MGPU_OUT:-1024}"
+    --depth "${MGPU_DEPTH:-4}" --lr "${MGPU_LR:-0.01}")
+  echo "--- PyTorch DDP, the same network (${net[*]}), $per rows per rank"
+  timeout 900 python3 benches/ddp_compare.py --n "${counts[@]}" --steps "$steps" --per-rank "$per" "${net[@]}" 2>&1 |
+    tee "$o/ddp.log" | grep -E '^ddp'
+  [ "${PIPESTATUS[0]}" -eq 0 ] || all=1
+  for n in "${counts[@]}"; do
+    local dp=(timeout 600 "$b/gkrt_data_parallel" --rank RANK --nranks "$n" --steps "$steps" --batch $((n * per))
+      "${net[@]}" --bucket-kib 0 --trace-steps "$tsteps")
+    echo "--- data-parallel example: $n rank(s), $per rows each, $steps timed and $tsteps traced steps"
+    rm -rf "$o/dp_n${n}_trace" "$o/dp_half_n${n}_trace"
+    mkdir -p "$o/dp_n${n}_trace" "$o/dp_half_n${n}_trace"
+    GKRT_DEVICE=cuda mgpu_launch "dp_n$n" "$n" "${dp[@]}" --id-file "$b/id_dp_$n" --trace "$o/dp_n${n}_trace"
+    mgpu_wait "dp_n$n" || all=1
+    grep -E '^rank 0: (step time|memory|fingerprint)' "$o/dp_n${n}_rank0.log"
+    python3 scripts/gpu/mgpu_overlap.py "$o/dp_n${n}_trace"/trace_rank*.json
+    # Half of DDP's peak allocated bytes at this n, in whole MiB (rounded down).
+    half=$(sed -nE "s/^ddp n=$n: .* peak allocated ([0-9.]+) MiB.*/\1/p" "$o/ddp.log" | awk '{ printf "%d", $1 / 2 }')
+    if [ -z "$half" ] || [ "$half" -eq 0 ]; then
+      echo "half memory: not run at n=$n: no DDP peak in ddp.log (NOT a pass)" | tee "$o/dp_half_n${n}.txt"
+      all=1; continue
+    fi
+    echo "--- the same at half of DDP's memory: $half MiB per rank"
+    GKRT_DEVICE=cuda mgpu_launch "dp_half_n$n" "$n" "${dp[@]}" --id-file "$b/id_dp_half_$n" \
+      --trace "$o/dp_half_n${n}_trace" --memory-limit "$half" --reference 0
+    mgpu_wait "dp_half_n$n" || all=1
+    grep -E '^rank 0: (step time|memory|fingerprint)' "$o/dp_half_n${n}_rank0.log"
+  done
+  return $all
 }
 
 # The killed-rank check on all `gpus` GPUs (see the top of this file); writes $o/fault.txt. The

@@ -110,10 +110,13 @@
 #           NCCL_NVLS_ENABLE=0: benches/collective_bandwidth.c (all-reduce, all-gather,
 #           reduce-scatter and a fused all-reduce as gkrt nodes against plain NCCL through the same
 #           communicator, 1 MiB..MGPU_MAX_MIB (1024), busbw and ratio = plain_us / gkrt_us) with
-#           NCCL_LOCAL_REGISTER=1 and =0; the dp example at MGPU_PER_RANK (64) rows per rank
-#           (scaling efficiency) beside benches/ddp_compare.py (PyTorch DDP, the same network); a
-#           rank killed mid-run (all GPUs; skipped, and said not run, with one). scripts/gpu/mgpu.sh
-#           has the details; logs and summary.md in $OUT/mgpu/.
+#           NCCL_LOCAL_REGISTER=1 and =0; the dp example on a 1024-4096-4096-4096-1024 MLP at
+#           MGPU_PER_RANK (256) rows per rank (scaling efficiency; exposed communication from each
+#           rank's trace; the same at half of DDP's peak memory: step ratio, identical training)
+#           beside benches/ddp_compare.py (PyTorch DDP, the same network and weights); a rank
+#           killed mid-run (all GPUs; skipped, and said not run, with one). MGPU_PARTS="bw dp
+#           fault" picks parts. scripts/gpu/mgpu.sh has the details; logs and summary.md (ending
+#           with the figures for BENCHMARKS.md) in $OUT/mgpu/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}

@@ -6,9 +6,10 @@ bias), loss = 1/2 * mean over rows of |y - t|^2 with t = x @ Wt for a fixed rand
 --lr, every rank on its own shard of rows (--per-rank rows each, the example's batch / ranks).
 The inputs and initial weights come from the example's generator (the same LCG, seeds and float32
 arithmetic, computed with tensors), so the initial weights are bit for bit the example's and the
-first step's loss matches it. gkrt's graph also keeps every weight transposed (twice the matmuls
-and twice the gradients to all-reduce); PyTorch needs no such copy — a difference in gkrt's
-disfavour, said here. fp32 throughout (PyTorch's default: no TF32 in matmuls), as gkrt's.
+first step's loss matches it. Both store each weight and gradient once and run the same three
+products per layer (forward, the weight's gradient, the input's gradient) in cuBLAS sgemm
+(gkrt's example calls it from host-callback nodes, examples_c/gemm_node.h). fp32 throughout
+(PyTorch's default: no TF32 in matmuls), as gkrt's.
 
 DDP with its default buckets (bucket_cap_mb 25, the first bucket 1 MiB), the NCCL backend,
 NCCL_NVLS_ENABLE=0, one process per GPU spawned by torch.multiprocessing (no torchrun). A step is

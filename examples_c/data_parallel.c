@@ -46,14 +46,14 @@
  * needs N GPUs: NCCL refuses two ranks on one).
  *
  * The network: a_0 = x, a_k = relu(a_{k-1}·W_k) for the hidden layers, y = a_{L-1}·W_L (no bias),
- * loss = ½·mean over rows of |y − t|², t = x·Wt for a fixed random "teacher" Wt. gkrt's built-ins
- * have no transpose, and the weight gradients need the transposed activations (dW_k =
- * a_{k-1}ᵀ·dz_k) and weights (da_{k-1} = dz_k·W_kᵀ), so the graph keeps every weight in both
- * layouts (W and Wᵀ) and runs forward and backward in both. Each transposed product sums the same
- * products in the same order, so Wᵀ stays the exact transpose of W — checked too. The host
- * supplies x and t in both layouts. The SGD step updates the parameters in place on the device,
- * last layer first, so the updates of layers already reduced run while the first layer's
- * gradients are still being all-reduced.
+ * loss = ½·mean over rows of |y − t|², t = x·Wt for a fixed random "teacher" Wt; W_k is row-major
+ * [in × out]. The matrix products are host-callback nodes (gemm_node.h): cuBLAS on the node's
+ * stream on CUDA, a CPU loop on the host backend (so CI runs the same graph). The backward
+ * products take their transposes as flags (dW_k = a_{k-1}ᵀ·dz_k, da_{k-1} = dz_k·W_kᵀ), so
+ * every weight and every gradient exists once. Before training each rank checks the product
+ * kernel against plain C in those three forms. The SGD step updates the parameters in place on
+ * the device, last layer first, so the updates of layers already reduced run while the first
+ * layer's gradient is still being all-reduced.
  */
 #include <gkrt.h>
 
@@ -66,6 +66,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "gemm_node.h"
 
 enum { DP_MAX_RANKS = 64, DP_MAX_DEPTH = 16, DP_MAX_STEPS = 1000 };
 #define DP_TOL 1e-5
@@ -85,12 +87,12 @@ static int check(gkrt_status st, const char *what) {
   } while (0)
 
 /* The network's shape: layer k (0-based) maps dims[k] to dims[k+1]. The weights live in one flat
- * array, layer by layer, W_k then W_kᵀ (both dims[k]·dims[k+1] floats). */
+ * array, layer by layer, W_k row-major [dims[k] × dims[k+1]]. */
 typedef struct net {
   uint32_t depth;
   size_t dims[DP_MAX_DEPTH + 1];
-  size_t off[DP_MAX_DEPTH]; /* offset of W_k; W_kᵀ follows it */
-  size_t params;            /* floats, both layouts */
+  size_t off[DP_MAX_DEPTH]; /* offset of W_k */
+  size_t params;            /* floats */
   float lr;
 } net;
 
@@ -103,7 +105,7 @@ static void net_make(net *nw, uint32_t depth, size_t in, size_t width, size_t ou
   nw->params = 0;
   for (uint32_t k = 0; k < depth; k++) {
     nw->off[k] = nw->params;
-    nw->params += 2 * layer_floats(nw, k);
+    nw->params += layer_floats(nw, k);
   }
 }
 
@@ -116,17 +118,12 @@ static void fill_random(float *v, size_t n, uint32_t seed, float scale) {
   }
 }
 
-static void transpose(const float *a, float *at, size_t rows, size_t cols) {
-  for (size_t i = 0; i < rows; i++)
-    for (size_t j = 0; j < cols; j++) at[j * rows + i] = a[i * cols + j];
-}
-
 /* The combined batch and the initial weights, the same for every rank and the reference. */
 typedef struct problem {
   const net *nw;
   size_t batch;
   float *x, *t; /* [batch, D], [batch, O] */
-  float *w;     /* initial weights, both layouts (nw->params floats) */
+  float *w;     /* initial weights (nw->params floats) */
 } problem;
 
 static int problem_make(problem *p, const net *nw, size_t batch) {
@@ -156,11 +153,8 @@ static int problem_make(problem *p, const net *nw, size_t batch) {
   }
   free(teacher);
   free(acc);
-  for (uint32_t k = 0; k < nw->depth; k++) {
-    float *w = p->w + nw->off[k];
-    fill_random(w, layer_floats(nw, k), 3 + k, 1.0f / sqrtf((float)nw->dims[k]));
-    transpose(w, w + layer_floats(nw, k), nw->dims[k], nw->dims[k + 1]);
-  }
+  for (uint32_t k = 0; k < nw->depth; k++)
+    fill_random(p->w + nw->off[k], layer_floats(nw, k), 3 + k, 1.0f / sqrtf((float)nw->dims[k]));
   return 0;
 }
 
@@ -173,9 +167,9 @@ static void problem_free(problem *p) {
 /* One rank's training step as a graph. */
 typedef struct step_graph {
   gkrt_graph *graph;
-  size_t rows; /* this rank's shard */
-  gkrt_tensor x, xt, nt, ntt; /* inputs: the shard and −t, both layouts */
-  gkrt_tensor w[DP_MAX_DEPTH], wt[DP_MAX_DEPTH], y;
+  size_t rows;        /* this rank's shard */
+  gkrt_tensor x, nt;  /* inputs: the shard and −t */
+  gkrt_tensor w[DP_MAX_DEPTH], y;
 } step_graph;
 
 static int node(gkrt_graph *g, gkrt_kernel *k, const gkrt_tensor *in, size_t nin, gkrt_tensor out,
@@ -185,11 +179,11 @@ static int node(gkrt_graph *g, gkrt_kernel *k, const gkrt_tensor *in, size_t nin
   return 0;
 }
 
-static int matmul_node(gkrt_graph *g, gkrt_kernel *mm, gkrt_tensor a, gkrt_tensor b, gkrt_tensor c, size_t m,
-                       size_t n, size_t k) {
-  const uint32_t mnk[3] = {(uint32_t)m, (uint32_t)n, (uint32_t)k};
-  gkrt_tensor in[2] = {a, b};
-  return node(g, mm, in, 2, c, mnk, sizeof mnk, NULL);
+/* c[m×n] = op(a)·op(b) (gemm_node.h: a is [k×m] with ta, b is [n×k] with tb). */
+static int gemm_node(gkrt_graph *g, gkrt_kernel *gemm, gkrt_tensor a, gkrt_tensor b, gkrt_tensor c, size_t m,
+                     size_t n, size_t k, int ta, int tb) {
+  TRY(gemm_add(g, gemm, a, b, c, (uint32_t)m, (uint32_t)n, (uint32_t)k, ta, tb, NULL));
+  return 0;
 }
 
 static int tensor(gkrt_graph *g, size_t floats, gkrt_tensor_kind kind, const char *name, gkrt_tensor *out) {
@@ -207,25 +201,37 @@ static int relu_node(gkrt_graph *g, gkrt_kernel *relu, gkrt_tensor z, gkrt_tenso
 }
 
 typedef struct kernels {
-  gkrt_kernel *add, *relu, *relu_grad, *scale, *mm;
+  gkrt_kernel *add, *relu, *relu_grad, *scale, *gemm;
 } kernels;
 
-/* Forward in both layouts: the hidden layers' pre-activations z, zt and activations a, at, then
- * y (an output) and yt. */
-static int forward(gkrt_graph *g, const kernels *K, const net *nw, step_graph *s, gkrt_tensor *z, gkrt_tensor *zt,
-                   gkrt_tensor *a, gkrt_tensor *at, gkrt_tensor yt) {
-  const size_t b = s->rows;
-  gkrt_tensor in = s->x, int_ = s->xt;
+static void kernels_release(kernels *K) {
+  gkrt_kernel *ks[] = {K->add, K->relu, K->relu_grad, K->scale, K->gemm};
+  for (int i = 0; i < 5; i++)
+    if (ks[i] && gkrt_kernel_release(ks[i]) != GKRT_STATUS_OK) fprintf(stderr, "kernel release failed\n");
+  memset(K, 0, sizeof *K);
+}
+
+/* The built-ins for the element-wise nodes and the product kernel (cuBLAS or the CPU loop). */
+static int kernels_make(gkrt_runtime *rt, kernels *K) {
+  memset(K, 0, sizeof *K);
+  int bad = check(gkrt_kernel_builtin(rt, GKRT_BUILTIN_ADD, &K->add), "add kernel") ||
+            check(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU, &K->relu), "relu kernel") ||
+            check(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU_GRAD, &K->relu_grad), "relu_grad kernel") ||
+            check(gkrt_kernel_builtin(rt, GKRT_BUILTIN_SCALE, &K->scale), "scale kernel") || gemm_kernel(rt, &K->gemm);
+  if (bad) kernels_release(K);
+  return bad;
+}
+
+/* Forward: the hidden layers' pre-activations z = a_in·W and activations a = relu(z), then y (an
+ * output). */
+static int forward(gkrt_graph *g, const kernels *K, const net *nw, step_graph *s, gkrt_tensor *z, gkrt_tensor *a) {
+  gkrt_tensor in = s->x;
   for (uint32_t k = 0; k < nw->depth; k++) {
-    const size_t di = nw->dims[k], dout = nw->dims[k + 1];
     const int last = k + 1 == nw->depth;
-    gkrt_tensor out = last ? s->y : z[k], outt = last ? yt : zt[k];
-    if (matmul_node(g, K->mm, in, s->w[k], out, b, dout, di) || matmul_node(g, K->mm, s->wt[k], int_, outt, dout, b, di))
-      return 1;
+    if (gemm_node(g, K->gemm, in, s->w[k], last ? s->y : z[k], s->rows, nw->dims[k + 1], nw->dims[k], 0, 0)) return 1;
     if (last) break;
-    if (relu_node(g, K->relu, z[k], a[k]) || relu_node(g, K->relu, zt[k], at[k])) return 1;
+    if (relu_node(g, K->relu, z[k], a[k])) return 1;
     in = a[k];
-    int_ = at[k];
   }
   return 0;
 }
@@ -233,31 +239,21 @@ static int forward(gkrt_graph *g, const kernels *K, const net *nw, step_graph *s
 /* Builds the step for `rows` rows. With `comm`, each weight gradient is all-reduced (average) in
  * place right after it is computed, last layer first, as DDP does; finalize fuses consecutive
  * all-reduces into buckets. Without, it is the single-runtime reference. */
-static int step_build(gkrt_runtime *rt, gkrt_comm *comm, const net *nw, size_t rows, uint32_t bucket_kib,
-                      step_graph *s) {
-  kernels K;
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_ADD, &K.add));
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU, &K.relu));
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU_GRAD, &K.relu_grad));
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_SCALE, &K.scale));
-  TRY(gkrt_kernel_builtin(rt, GKRT_BUILTIN_MATMUL, &K.mm));
-  gkrt_graph *g;
-  TRY(gkrt_graph_create(rt, &g));
+static int step_build_graph(gkrt_graph *g, const kernels *K, gkrt_comm *comm, const net *nw, size_t rows,
+                            uint32_t bucket_kib, step_graph *s) {
   s->graph = g;
   s->rows = rows;
   const uint32_t L = nw->depth;
   const size_t b = rows, D = nw->dims[0], O = nw->dims[L];
   const gkrt_tensor_kind I = GKRT_TENSOR_INTERMEDIATE;
   int e = 0;
-  e |= tensor(g, b * D, GKRT_TENSOR_INPUT, "x", &s->x) | tensor(g, D * b, GKRT_TENSOR_INPUT, "xT", &s->xt);
-  e |= tensor(g, b * O, GKRT_TENSOR_INPUT, "minus_t", &s->nt) | tensor(g, O * b, GKRT_TENSOR_INPUT, "minus_tT", &s->ntt);
+  e |= tensor(g, b * D, GKRT_TENSOR_INPUT, "x", &s->x) | tensor(g, b * O, GKRT_TENSOR_INPUT, "minus_t", &s->nt);
   e |= tensor(g, b * O, GKRT_TENSOR_OUTPUT, "y", &s->y);
   char name[48];
-  /* Per layer: weights, their gradients and SGD steps; per hidden layer: z, a and their
-   * gradients dz, da — each in both layouts. */
-  gkrt_tensor z[DP_MAX_DEPTH], zt[DP_MAX_DEPTH], a[DP_MAX_DEPTH], at[DP_MAX_DEPTH];
-  gkrt_tensor dz[DP_MAX_DEPTH], dzt[DP_MAX_DEPTH], da[DP_MAX_DEPTH], dat[DP_MAX_DEPTH];
-  gkrt_tensor grad[DP_MAX_DEPTH], gradt[DP_MAX_DEPTH], stepv[DP_MAX_DEPTH], stepvt[DP_MAX_DEPTH];
+  /* Per layer: the weight, its gradient and SGD step; per hidden layer: z, a and their
+   * gradients dz, da. */
+  gkrt_tensor z[DP_MAX_DEPTH], a[DP_MAX_DEPTH], dz[DP_MAX_DEPTH], da[DP_MAX_DEPTH];
+  gkrt_tensor grad[DP_MAX_DEPTH], stepv[DP_MAX_DEPTH];
   for (uint32_t k = 0; k < L && !e; k++) {
     const size_t n = layer_floats(nw, k), h = b * nw->dims[k + 1];
     const struct {
@@ -265,55 +261,41 @@ static int step_build(gkrt_runtime *rt, gkrt_comm *comm, const net *nw, size_t r
       size_t floats;
       gkrt_tensor_kind kind;
       gkrt_tensor *t;
-    } ts[] = {{"W%u", n, GKRT_TENSOR_PARAMETER, &s->w[k]}, {"W%uT", n, GKRT_TENSOR_PARAMETER, &s->wt[k]},
-              {"grad_W%u", n, I, &grad[k]},                {"grad_W%uT", n, I, &gradt[k]},
-              {"step_W%u", n, I, &stepv[k]},               {"step_W%uT", n, I, &stepvt[k]},
-              {"z%u", h, I, &z[k]},                        {"z%uT", h, I, &zt[k]},
-              {"a%u", h, I, &a[k]},                        {"a%uT", h, I, &at[k]},
-              {"dz%u", h, I, &dz[k]},                      {"dz%uT", h, I, &dzt[k]},
-              {"da%u", h, I, &da[k]},                      {"da%uT", h, I, &dat[k]}};
+    } ts[] = {{"W%u", n, GKRT_TENSOR_PARAMETER, &s->w[k]}, {"grad_W%u", n, I, &grad[k]}, {"step_W%u", n, I, &stepv[k]},
+              {"z%u", h, I, &z[k]}, {"a%u", h, I, &a[k]}, {"dz%u", h, I, &dz[k]}, {"da%u", h, I, &da[k]}};
     /* The last layer has no z, a (y is its output) and its dz is dy (below). */
-    const size_t count = k + 1 == L ? 6 : sizeof ts / sizeof ts[0];
+    const size_t count = k + 1 == L ? 3 : sizeof ts / sizeof ts[0];
     for (size_t i = 0; i < count && !e; i++) {
       snprintf(name, sizeof name, ts[i].fmt, k + 1);
       e |= tensor(g, ts[i].floats, ts[i].kind, name, ts[i].t);
     }
   }
-  gkrt_tensor yt, err, errt, dy, dyt;
-  e |= tensor(g, O * b, I, "yT", &yt) | tensor(g, b * O, I, "err", &err) | tensor(g, O * b, I, "errT", &errt);
-  e |= tensor(g, b * O, I, "dy", &dy) | tensor(g, O * b, I, "dyT", &dyt);
-  if (e || forward(g, &K, nw, s, z, zt, a, at, yt)) return 1;
+  gkrt_tensor err, dy;
+  e |= tensor(g, b * O, I, "err", &err) | tensor(g, b * O, I, "dy", &dy);
+  if (e || forward(g, K, nw, s, z, a)) return 1;
 
   /* dLoss/dy = (y − t) / rows: this rank's mean. Averaging the ranks' means is the batch mean. */
   const float inv_rows = 1.0f / (float)rows;
-  gkrt_tensor in_err[2] = {s->y, s->nt}, in_errt[2] = {yt, s->ntt};
-  e |= node(g, K.add, in_err, 2, err, NULL, 0, NULL) | node(g, K.scale, &err, 1, dy, &inv_rows, sizeof inv_rows, NULL);
-  e |= node(g, K.add, in_errt, 2, errt, NULL, 0, NULL) |
-       node(g, K.scale, &errt, 1, dyt, &inv_rows, sizeof inv_rows, NULL);
+  gkrt_tensor in_err[2] = {s->y, s->nt};
+  e |= node(g, K->add, in_err, 2, err, NULL, 0, NULL);
+  e |= node(g, K->scale, &err, 1, dy, &inv_rows, sizeof inv_rows, NULL);
   if (e) return 1;
 
-  /* Backward, last layer first: each layer's two gradients all-reduced as soon as they exist,
-   * while the layers below compute. */
+  /* Backward, last layer first: each layer's gradient all-reduced as soon as it exists, while
+   * the layers below compute. */
   for (uint32_t kk = L; kk-- > 0;) {
     const size_t di = nw->dims[kk], dout = nw->dims[kk + 1];
-    const gkrt_tensor d = kk + 1 == L ? dy : dz[kk], dt = kk + 1 == L ? dyt : dzt[kk];
-    const gkrt_tensor ain = kk == 0 ? s->x : a[kk - 1], aint = kk == 0 ? s->xt : at[kk - 1];
-    /* dW = a_inᵀ·dz (di × dout), dWᵀ = dzᵀ·a_in (dout × di). */
-    if (matmul_node(g, K.mm, aint, d, grad[kk], di, dout, b)) return 1;
+    const gkrt_tensor d = kk + 1 == L ? dy : dz[kk], ain = kk == 0 ? s->x : a[kk - 1];
+    /* dW = a_inᵀ·dz (di × dout; a_in is [b × di]). */
+    if (gemm_node(g, K->gemm, ain, d, grad[kk], di, dout, b, 1, 0)) return 1;
     if (comm)
       TRY(gkrt_graph_add_collective(g, comm, GKRT_COLLECTIVE_ALL_REDUCE, GKRT_REDUCE_AVG, 0, GKRT_DTYPE_F32,
                                     &grad[kk], 1, &grad[kk], 1, NULL));
-    if (matmul_node(g, K.mm, dt, ain, gradt[kk], dout, di, b)) return 1;
-    if (comm)
-      TRY(gkrt_graph_add_collective(g, comm, GKRT_COLLECTIVE_ALL_REDUCE, GKRT_REDUCE_AVG, 0, GKRT_DTYPE_F32,
-                                    &gradt[kk], 1, &gradt[kk], 1, NULL));
     if (kk == 0) break;
-    /* da_{k-1} = dz·Wᵀ (b × di), da_{k-1}ᵀ = W·dzᵀ (di × b); dz_{k-1} = relu'(z_{k-1})·da. */
-    gkrt_tensor in_g[2] = {da[kk - 1], z[kk - 1]}, in_gt[2] = {dat[kk - 1], zt[kk - 1]};
-    e |= matmul_node(g, K.mm, d, s->wt[kk], da[kk - 1], b, di, dout);
-    e |= node(g, K.relu_grad, in_g, 2, dz[kk - 1], NULL, 0, NULL);
-    e |= matmul_node(g, K.mm, s->w[kk], dt, dat[kk - 1], di, b, dout);
-    e |= node(g, K.relu_grad, in_gt, 2, dzt[kk - 1], NULL, 0, NULL);
+    /* da_{k-1} = dz·Wᵀ (b × di; W is [di × dout]); dz_{k-1} = relu'(z_{k-1})·da. */
+    gkrt_tensor in_g[2] = {da[kk - 1], z[kk - 1]};
+    e |= gemm_node(g, K->gemm, d, s->w[kk], da[kk - 1], b, di, dout, 0, 1);
+    e |= node(g, K->relu_grad, in_g, 2, dz[kk - 1], NULL, 0, NULL);
     if (e) return 1;
   }
 
@@ -321,53 +303,100 @@ static int step_build(gkrt_runtime *rt, gkrt_comm *comm, const net *nw, size_t r
    * the last all-reduce, comes last, so the others run while that all-reduce is in flight. */
   const float neg_lr = -nw->lr;
   for (uint32_t kk = L; kk-- > 0;) {
-    gkrt_tensor in_upd[2] = {s->w[kk], stepv[kk]}, in_updt[2] = {s->wt[kk], stepvt[kk]};
-    e |= node(g, K.scale, &grad[kk], 1, stepv[kk], &neg_lr, sizeof neg_lr, NULL);
-    e |= node(g, K.add, in_upd, 2, s->w[kk], NULL, 0, NULL);
-    e |= node(g, K.scale, &gradt[kk], 1, stepvt[kk], &neg_lr, sizeof neg_lr, NULL);
-    e |= node(g, K.add, in_updt, 2, s->wt[kk], NULL, 0, NULL);
+    gkrt_tensor in_upd[2] = {s->w[kk], stepv[kk]};
+    e |= node(g, K->scale, &grad[kk], 1, stepv[kk], &neg_lr, sizeof neg_lr, NULL);
+    e |= node(g, K->add, in_upd, 2, s->w[kk], NULL, 0, NULL);
   }
   if (e) return 1;
-  /* The default small network: the library's defaults (DDP's 1 MiB first bucket) would put all
-   * four gradients (24 KiB) in one call. 16 KiB buckets make two calls, as the info log says ("2
-   * all-reduce nodes fused"): grad_W2, grad_W2T and grad_W1 (4 + 4 + 8 KiB) issued together at
-   * grad_W1's node, then grad_W1T. */
+  /* The default small network: 16 KiB buckets (as the library's defaults, DDP's 1 MiB first
+   * bucket, would) fuse its two gradients (4 + 8 KiB) into one call, issued at grad_W1's node (the
+   * info log: "1 all-reduce nodes fused"). Larger networks pass --bucket-kib 0 (DDP's sizes) or
+   * their own. */
   if (comm && bucket_kib)
     TRY(gkrt_graph_set_collective_buckets(g, (uint64_t)bucket_kib << 10, (uint64_t)bucket_kib << 10));
   TRY(gkrt_graph_finalize(g));
-  gkrt_kernel *ks[] = {K.add, K.relu, K.relu_grad, K.scale, K.mm};
-  for (int i = 0; i < 5; i++) TRY(gkrt_kernel_release(ks[i]));
   return 0;
+}
+
+/* step_build_graph on a new graph of `rt` with this runtime's kernels (released here: the graph
+ * keeps what its nodes use). On failure the graph, if made, is in s->graph for the caller. */
+static int step_build(gkrt_runtime *rt, gkrt_comm *comm, const net *nw, size_t rows, uint32_t bucket_kib,
+                      step_graph *s) {
+  kernels K;
+  if (kernels_make(rt, &K)) return 1;
+  gkrt_graph *g;
+  int bad = check(gkrt_graph_create(rt, &g), "graph create");
+  if (!bad) bad = step_build_graph(g, &K, comm, nw, rows, bucket_kib, s);
+  kernels_release(&K);
+  return bad;
+}
+
+/* The product kernel against plain C on small odd sizes, in the three forms the step uses (a·b,
+ * aᵀ·b, a·bᵀ), so a mistake in the flags or the operand order shows here rather than as a
+ * network that trains wrongly on every rank alike. On CUDA it checks the cuBLAS call. Relative
+ * tolerance 1e-5 (sums of 7 products; exact on the host loop, which adds in the same order). */
+static int gemm_selftest(gkrt_runtime *rt) {
+  enum { M = 5, N = 3, K = 7 };
+  float A[M * K], B[K * N], At[K * M], Bt[N * K], want[M * N], got[3][M * N];
+  fill_random(A, M * K, 11, 1.0f);
+  fill_random(B, K * N, 12, 1.0f);
+  for (int i = 0; i < M; i++)
+    for (int q = 0; q < K; q++) At[q * M + i] = A[i * K + q];
+  for (int q = 0; q < K; q++)
+    for (int j = 0; j < N; j++) Bt[j * K + q] = B[q * N + j];
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float acc = 0.0f;
+      for (int q = 0; q < K; q++) acc = acc + A[i * K + q] * B[q * N + j];
+      want[i * N + j] = acc;
+    }
+  kernels ks;
+  if (kernels_make(rt, &ks)) return 1;
+  gkrt_graph *g = NULL;
+  gkrt_tensor a, b, at, bt, c[3];
+  int bad = check(gkrt_graph_create(rt, &g), "self-test graph");
+  bad = bad || tensor(g, M * K, GKRT_TENSOR_INPUT, "A", &a) || tensor(g, K * N, GKRT_TENSOR_INPUT, "B", &b) ||
+        tensor(g, K * M, GKRT_TENSOR_INPUT, "At", &at) || tensor(g, N * K, GKRT_TENSOR_INPUT, "Bt", &bt) ||
+        tensor(g, M * N, GKRT_TENSOR_OUTPUT, "AB", &c[0]) || tensor(g, M * N, GKRT_TENSOR_OUTPUT, "AtB", &c[1]) ||
+        tensor(g, M * N, GKRT_TENSOR_OUTPUT, "ABt", &c[2]);
+  bad = bad || gemm_node(g, ks.gemm, a, b, c[0], M, N, K, 0, 0) || gemm_node(g, ks.gemm, at, b, c[1], M, N, K, 1, 0) ||
+        gemm_node(g, ks.gemm, a, bt, c[2], M, N, K, 0, 1);
+  bad = bad || check(gkrt_graph_finalize(g), "self-test finalize") ||
+        check(gkrt_graph_write_tensor(g, a, A, sizeof A), "write A") ||
+        check(gkrt_graph_write_tensor(g, b, B, sizeof B), "write B") ||
+        check(gkrt_graph_write_tensor(g, at, At, sizeof At), "write At") ||
+        check(gkrt_graph_write_tensor(g, bt, Bt, sizeof Bt), "write Bt") ||
+        check(gkrt_runtime_run(rt, g), "self-test run");
+  for (int v = 0; v < 3 && !bad; v++) bad = check(gkrt_graph_read_tensor(g, c[v], got[v], sizeof got[v]), "read C");
+  const char *form[3] = {"a*b", "aT*b", "a*bT"};
+  for (int v = 0; v < 3 && !bad; v++)
+    for (int i = 0; i < M * N; i++)
+      if (!(fabsf(got[v][i] - want[i]) <= 1e-5f * (1.0f + fabsf(want[i])))) {
+        fprintf(stderr, "gemm self-test: %s element %d is %.9g, plain C %.9g\n", form[v], i, got[v][i], want[i]);
+        bad = 1;
+        break;
+      }
+  if (g && check(gkrt_graph_release(g), "self-test release")) bad = 1;
+  kernels_release(&ks);
+  return bad;
 }
 
 /* Writes the shard (rows first..first+rows of the batch) and the initial weights. */
 static int step_load(step_graph *s, const problem *p, size_t first) {
   const net *nw = p->nw;
   const size_t n = s->rows, D = nw->dims[0], O = nw->dims[nw->depth];
-  float *x = malloc(n * D * sizeof(float)), *xt = malloc(n * D * sizeof(float));
-  float *nt = malloc(n * O * sizeof(float)), *ntt = malloc(n * O * sizeof(float));
-  int bad = !x || !xt || !nt || !ntt;
-  if (bad) fprintf(stderr, "out of host memory\n");
-  if (!bad) {
-    memcpy(x, p->x + first * D, n * D * sizeof(float));
-    for (size_t i = 0; i < n * O; i++) nt[i] = -p->t[first * O + i];
-    transpose(x, xt, n, D);
-    transpose(nt, ntt, n, O);
-    bad |= check(gkrt_graph_write_tensor(s->graph, s->x, x, n * D * sizeof(float)), "write x");
-    bad |= check(gkrt_graph_write_tensor(s->graph, s->xt, xt, n * D * sizeof(float)), "write xT");
-    bad |= check(gkrt_graph_write_tensor(s->graph, s->nt, nt, n * O * sizeof(float)), "write -t");
-    bad |= check(gkrt_graph_write_tensor(s->graph, s->ntt, ntt, n * O * sizeof(float)), "write -tT");
-    for (uint32_t k = 0; k < nw->depth && !bad; k++) {
-      const size_t bytes = layer_floats(nw, k) * sizeof(float);
-      const float *w = p->w + nw->off[k];
-      bad |= check(gkrt_graph_write_tensor(s->graph, s->w[k], w, bytes), "write weight");
-      bad |= check(gkrt_graph_write_tensor(s->graph, s->wt[k], w + layer_floats(nw, k), bytes), "write weight");
-    }
+  float *nt = malloc(n * O * sizeof(float));
+  if (!nt) {
+    fprintf(stderr, "out of host memory\n");
+    return 1;
   }
-  free(x);
-  free(xt);
+  for (size_t i = 0; i < n * O; i++) nt[i] = -p->t[first * O + i];
+  int bad = check(gkrt_graph_write_tensor(s->graph, s->x, p->x + first * D, n * D * sizeof(float)), "write x");
+  bad |= check(gkrt_graph_write_tensor(s->graph, s->nt, nt, n * O * sizeof(float)), "write -t");
+  for (uint32_t k = 0; k < nw->depth && !bad; k++)
+    bad |= check(gkrt_graph_write_tensor(s->graph, s->w[k], p->w + nw->off[k], layer_floats(nw, k) * sizeof(float)),
+                 "write weight");
   free(nt);
-  free(ntt);
   return bad;
 }
 
@@ -388,25 +417,9 @@ static int step_run(gkrt_runtime *rt, step_graph *s, const problem *p, size_t fi
 
 /* The weights after the steps, from the parameter tensors into `w` (nw->params floats). */
 static int step_weights(step_graph *s, const net *nw, float *w) {
-  for (uint32_t k = 0; k < nw->depth; k++) {
-    const size_t bytes = layer_floats(nw, k) * sizeof(float);
-    TRY(gkrt_graph_read_tensor(s->graph, s->w[k], w + nw->off[k], bytes));
-    TRY(gkrt_graph_read_tensor(s->graph, s->wt[k], w + nw->off[k] + layer_floats(nw, k), bytes));
-  }
+  for (uint32_t k = 0; k < nw->depth; k++)
+    TRY(gkrt_graph_read_tensor(s->graph, s->w[k], w + nw->off[k], layer_floats(nw, k) * sizeof(float)));
   return 0;
-}
-
-/* 0 when every Wᵀ block is the exact transpose of its W. */
-static int transposes_exact(const net *nw, const float *w, const char *who) {
-  size_t bad = 0;
-  for (uint32_t k = 0; k < nw->depth; k++) {
-    const size_t r = nw->dims[k], c = nw->dims[k + 1];
-    const float *m = w + nw->off[k], *mt = m + r * c;
-    for (size_t i = 0; i < r; i++)
-      for (size_t j = 0; j < c; j++) bad += memcmp(&m[i * c + j], &mt[j * r + i], sizeof(float)) != 0;
-  }
-  if (bad) fprintf(stderr, "%s: %zu weights differ from their transposed copy\n", who, bad);
-  return bad != 0;
 }
 
 /* Every rank's weights bit for bit equal: an all-reduce MIN and MAX of them equals each own
@@ -499,7 +512,7 @@ static int reference(const options *o, const problem *p, float *w, double *losse
   if (step_weights(&s, &o->nw, w)) return 1;
   TRY(gkrt_graph_release(s.graph));
   TRY(gkrt_runtime_release(rt));
-  return transposes_exact(&o->nw, w, "reference");
+  return 0;
 }
 
 static double now_ms(void) {
@@ -579,13 +592,14 @@ static int rank_body(rank_job *j) {
   TRY(gkrt_comm_init_rank(rt, &j->id, j->rank, j->nranks, 0, &comm));
   const size_t rows = j->p->batch / j->nranks, first = j->rank * rows;
   step_graph s = {0};
-  int bad = step_build(rt, comm, &o->nw, rows, o->bucket_kib, &s) || step_load(&s, j->p, first);
+  int bad = gemm_selftest(rt);
+  if (bad) fprintf(stderr, "rank %u: the product kernel disagrees with plain C\n", j->rank);
+  if (!bad) bad = step_build(rt, comm, &o->nw, rows, o->bucket_kib, &s) || step_load(&s, j->p, first);
   if (!bad) bad = rank_steps(rt, j, &s, first);
   if (!bad) bad = step_weights(&s, &o->nw, j->w);
   if (!bad) bad = check(gkrt_runtime_stats(rt, &j->stats), "stats");
   /* The step's memory goes back before the identity check's graph needs its own. */
   if (s.graph && check(gkrt_graph_release(s.graph), "release the step")) bad = 1;
-  if (!bad) bad = transposes_exact(&o->nw, j->w, "rank");
   if (!bad) bad = ranks_identical(rt, comm, j->w, o->nw.params, o->memory_limit_mib, j->rank);
   /* A rank that failed aborts, so the others' collectives fail instead of waiting for it. */
   if (bad && gkrt_comm_abort(comm) != GKRT_STATUS_OK) fprintf(stderr, "rank %u: abort failed\n", j->rank);
@@ -765,7 +779,7 @@ int main(int argc, char **argv) {
   int len = snprintf(shape, sizeof shape, "%zu", nw->dims[0]);
   for (uint32_t k = 1; k <= nw->depth && len > 0 && (size_t)len < sizeof shape; k++)
     len += snprintf(shape + len, sizeof shape - (size_t)len, "-%zu", nw->dims[k]);
-  printf("gkrt %s: data-parallel MLP %s (%zu weights in both layouts, %.1f MiB of gradients all-reduced per step), "
+  printf("gkrt %s: data-parallel MLP %s (%zu weights, %.1f MiB of gradients all-reduced per step), "
          "batch %zu over %u ranks (%s), %u steps\n",
          gkrt_version(), shape, nw->params, nw->params * 4.0 / 1048576.0, o.batch, n,
          o.ranks ? "threads of one process" : "one process each", total);

@@ -24,8 +24,9 @@
 # Knobs: MGPU_PARTS ("bw dp fault": which of 1, 2-3, 4 run) MGPU_MAX_MIB (1024) MGPU_REPS (20)
 #        MGPU_STEPS (20) MGPU_TRACE_STEPS (5) MGPU_PER_RANK (256) and the network: MGPU_IN (1024)
 #        MGPU_WIDTH (4096) MGPU_OUT (1024) MGPU_DEPTH (4 weight layers) MGPU_LR (0.01): 168 MiB of
-#        weights (DDP's gradients; gkrt all-reduces both layouts, 336 MiB), a step of ~125 GFLOP per
-#        rank in gkrt's built-in matmuls. MGPU_TIMEOUT_MS (20000) MGPU_FAULT_SLACK_S (10)
+#        weights and of gradients all-reduced per step (gkrt's and DDP's alike), a step of ~65
+#        GFLOP per rank (cuBLAS sgemm in gkrt's host-callback nodes, examples_c/gemm_node.h).
+#        MGPU_TIMEOUT_MS (20000) MGPU_FAULT_SLACK_S (10)
 
 # Starts `n` ranks of a command (its flags after the first two arguments, "RANK" replaced by the
 # rank), logs to $o/NAME_rankR.log; sets the array `mgpu_pids`.
@@ -56,7 +57,7 @@ run_mgpu() {
   rm -f "$b"/id* "$o"/fault.txt "$o"/dp_half_n*.txt
   cc -O2 benches/collective_bandwidth.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt \
     -L"$CUDA_HOME/lib64/stubs" -lcuda -ldl -o "$b/collective_bandwidth" || return 1
-  cc -O2 -ffp-contract=off examples_c/data_parallel.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread \
+  cc -O2 -ffp-contract=off examples_c/data_parallel.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread -ldl \
     -o "$b/gkrt_data_parallel" || return 1
   use_nccl || return 1
   gpus=$(nvidia-smi -L | wc -l)

@@ -227,8 +227,8 @@ def scaling_section(d, ns, out, overlap=None):
                    f"| {fmt(r0.get('first_loss'), '.6f')} / {fmt(dd.get('first_loss'), '.6f')} |")
     out.append("\nefficiency = throughput / (n x the one-GPU throughput); goal >= 0.90 at 8 GPUs. params equal: every "
                "rank's final weights fingerprint (FNV-1a of their bytes) the same — besides the example's own check "
-               "(an all-reduce MIN and MAX of the weights equal to each rank's). gkrt's graph keeps every weight in "
-               "both layouts (twice DDP's matmuls and gradients). The first losses agree when both ran the same "
+               "(an all-reduce MIN and MAX of the weights equal to each rank's). gkrt's products are cuBLAS calls "
+               "in host-callback nodes, each weight and gradient stored once, as DDP's. The first losses agree when both ran the same "
                "network from the same weights (rounding apart: the teacher's targets are summed in another order).\n")
 
 

@@ -393,7 +393,7 @@ use_nccl() {
 run_dp() {
   local b=/tmp/gkrt-dp o="$OUT/dp" ok=1 n r rc
   mkdir -p "$b" "$o"
-  cc -O2 -ffp-contract=off examples_c/data_parallel.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread \
+  cc -O2 -ffp-contract=off examples_c/data_parallel.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread -ldl \
     -o "$b/gkrt_data_parallel" || return 1
   use_nccl || return 1
   GKRT_DEVICE=host timeout 300 "$b/gkrt_data_parallel" --ranks 4 >"$o/host_threads4.log" 2>&1

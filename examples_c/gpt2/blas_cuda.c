@@ -2,24 +2,20 @@
  * The GPT-2 example's matrix products on CUDA (OP_GEMM, ops.h): a host callback that runs the
  * node's list of column-major products through cuBLAS on the stream gkrt gives it — cublasSgemm
  * for f32, cublasGemmEx with bf16 A, B and C and f32 compute (CUBLAS_COMPUTE_32F) for bf16. cuBLAS
- * is opened with dlopen at run time, so building needs no CUDA toolkit.
+ * is opened with dlopen at run time (../cublas_dl.h, shared with the data-parallel example), so
+ * building needs no CUDA toolkit.
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cublas_dl.h"
 #include "ops.h"
 
-/* --- cuBLAS, opened at run time. Only the few entry points used, declared by hand. --- */
-typedef int (*blas_create_fn)(void **handle);
-typedef int (*blas_destroy_fn)(void *handle);
-typedef int (*blas_set_stream_fn)(void *handle, void *stream);
+/* --- The entry points beyond cublas_dl.h's, declared by hand. --- */
 typedef int (*blas_sgemm_batched_fn)(void *handle, int ta, int tb, int m, int n, int k, const float *alpha,
                                      const float *a, int lda, long long sa, const float *b, int ldb, long long sb,
                                      const float *beta, float *c, int ldc, long long sc, int batch);
-typedef int (*blas_sgemm_fn)(void *handle, int ta, int tb, int m, int n, int k, const float *alpha, const float *a,
-                             int lda, const float *b, int ldb, const float *beta, float *c, int ldc);
 typedef int (*blas_gemm_ex_fn)(void *handle, int ta, int tb, int m, int n, int k, const void *alpha, const void *a,
                                int a_type, int lda, const void *b, int b_type, int ldb, const void *beta, void *c,
                                int c_type, int ldc, int compute, int algo);
@@ -31,10 +27,7 @@ typedef int (*blas_gemm_ex_batched_fn)(void *handle, int ta, int tb, int m, int 
 enum { CUDA_R_16BF_ = 14, CUBLAS_COMPUTE_32F_ = 68, CUBLAS_GEMM_DEFAULT_ = -1 };
 
 typedef struct {
-  void *lib, *handle;
-  blas_destroy_fn destroy;
-  blas_set_stream_fn set_stream;
-  blas_sgemm_fn sgemm;
+  cublas_dl dl; /* the library, its handle, create/destroy/set_stream/sgemm */
   blas_sgemm_batched_fn sgemm_batched;
   blas_gemm_ex_fn gemm_ex;                 /* bf16 only */
   blas_gemm_ex_batched_fn gemm_ex_batched; /* bf16 only */
@@ -46,10 +39,10 @@ static int gemm_bf16(const blas *b, const gemm_op *o, const void *a_base, const 
   const char *A = (const char *)a_base + o->a_off * 2, *B = (const char *)b_base + o->b_off * 2;
   char *C = (char *)c_base + o->c_off * 2;
   if (o->batch == 1)
-    return b->gemm_ex(b->handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k, &o->alpha, A,
+    return b->gemm_ex(b->dl.handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k, &o->alpha, A,
                       CUDA_R_16BF_, (int)o->lda, B, CUDA_R_16BF_, (int)o->ldb, &o->beta, C, CUDA_R_16BF_, (int)o->ldc,
                       CUBLAS_COMPUTE_32F_, CUBLAS_GEMM_DEFAULT_);
-  return b->gemm_ex_batched(b->handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k, &o->alpha,
+  return b->gemm_ex_batched(b->dl.handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k, &o->alpha,
                             A, CUDA_R_16BF_, (int)o->lda, (long long)o->stride_a, B, CUDA_R_16BF_, (int)o->ldb,
                             (long long)o->stride_b, &o->beta, C, CUDA_R_16BF_, (int)o->ldc, (long long)o->stride_c,
                             (int)o->batch, CUBLAS_COMPUTE_32F_, CUBLAS_GEMM_DEFAULT_);
@@ -61,7 +54,7 @@ static int32_t gemm_cb(const gkrt_callback_args *a, void *user) {
   if (a->params_size != sizeof p || a->num_outputs != 1) return 1;
   memcpy(&p, a->params, sizeof p);
   if (p.count > GEMM_MAX_OPS) return 1;
-  if (b->set_stream(b->handle, a->stream) != 0) return 2;
+  if (b->dl.set_stream(b->dl.handle, a->stream) != 0) return 2;
   for (uint32_t i = 0; i < p.count; i++) {
     const gemm_op *o = &p.ops[i];
     if (o->a_in >= a->num_inputs || o->b_in >= a->num_inputs) return 1;
@@ -77,9 +70,9 @@ static int32_t gemm_cb(const gkrt_callback_args *a, void *user) {
     const float *B = (const float *)a->inputs[o->b_in].ptr + o->b_off;
     float *C = (float *)a->outputs[0].ptr + o->c_off;
     int st = o->batch == 1
-                 ? b->sgemm(b->handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k, &o->alpha, A,
+                 ? b->dl.sgemm(b->dl.handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k, &o->alpha, A,
                             (int)o->lda, B, (int)o->ldb, &o->beta, C, (int)o->ldc)
-                 : b->sgemm_batched(b->handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k,
+                 : b->sgemm_batched(b->dl.handle, (int)o->trans_a, (int)o->trans_b, (int)o->m, (int)o->n, (int)o->k,
                                     &o->alpha, A, (int)o->lda, (long long)o->stride_a, B, (int)o->ldb,
                                     (long long)o->stride_b, &o->beta, C, (int)o->ldc, (long long)o->stride_c,
                                     (int)o->batch);
@@ -93,50 +86,31 @@ static int32_t gemm_cb(const gkrt_callback_args *a, void *user) {
 
 static void blas_free(void *user) {
   blas *b = user;
-  if (b->handle) b->destroy(b->handle);
-  /* The library stays loaded: cuBLAS registers process-exit work that needs it. */
+  cublas_dl_close(&b->dl);
   free(b);
 }
 
-static void *sym(void *lib, const char *name) {
-  void *p = dlsym(lib, name);
-  if (!p) fprintf(stderr, "libcublas has no %s\n", name);
-  return p;
-}
-
 static blas *blas_open(gpt2_dtype dtype) {
-  /* The loader's path first, then the toolkit's usual home ($CUDA_HOME, /usr/local/cuda). */
-  const char *names[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12"};
-  void *lib = NULL;
-  for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-  const char *home = getenv("CUDA_HOME");
-  char path[1024];
-  for (int i = 0; i < 2 && !lib; i++) {
-    snprintf(path, sizeof path, "%s/lib64/libcublas.so", i == 0 && home ? home : "/usr/local/cuda");
-    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!lib) {
-    fprintf(stderr, "cannot open libcublas (put CUDA's lib64 on LD_LIBRARY_PATH): %s\n", dlerror());
-    return NULL;
-  }
   blas *b = calloc(1, sizeof *b);
   if (!b) return NULL;
-  b->lib = lib;
-  blas_create_fn create = (blas_create_fn)sym(lib, "cublasCreate_v2");
-  b->destroy = (blas_destroy_fn)sym(lib, "cublasDestroy_v2");
-  b->set_stream = (blas_set_stream_fn)sym(lib, "cublasSetStream_v2");
-  b->sgemm = (blas_sgemm_fn)sym(lib, "cublasSgemm_v2");
-  b->sgemm_batched = (blas_sgemm_batched_fn)sym(lib, "cublasSgemmStridedBatched");
+  if (cublas_dl_open(&b->dl)) {
+    fprintf(stderr, "cuBLAS could not be set up\n");
+    free(b);
+    return NULL;
+  }
+  void *lib = b->dl.lib;
+  b->sgemm_batched = (blas_sgemm_batched_fn)cublas_dl_sym(lib, "cublasSgemmStridedBatched");
   b->dtype = dtype;
   int ex_ok = 1;
   if (dtype == GPT2_BF16) {
-    b->gemm_ex = (blas_gemm_ex_fn)sym(lib, "cublasGemmEx");
-    b->gemm_ex_batched = (blas_gemm_ex_batched_fn)sym(lib, "cublasGemmStridedBatchedEx");
+    b->gemm_ex = (blas_gemm_ex_fn)cublas_dl_sym(lib, "cublasGemmEx");
+    b->gemm_ex_batched = (blas_gemm_ex_batched_fn)cublas_dl_sym(lib, "cublasGemmStridedBatchedEx");
     ex_ok = b->gemm_ex && b->gemm_ex_batched;
   }
-  if (!create || !b->destroy || !b->set_stream || !b->sgemm || !b->sgemm_batched || !ex_ok ||
-      create(&b->handle) != 0) {
+  /* The handle now (the runtime just made its device current on this thread). */
+  if (!b->sgemm_batched || !ex_ok || b->dl.create(&b->dl.handle) != 0) {
     fprintf(stderr, "cuBLAS could not be set up\n");
+    b->dl.handle = NULL;
     free(b);
     return NULL;
   }

@@ -594,6 +594,9 @@ static int rank_body(rank_job *j) {
   step_graph s = {0};
   int bad = gemm_selftest(rt);
   if (bad) fprintf(stderr, "rank %u: the product kernel disagrees with plain C\n", j->rank);
+  else if (j->rank == 0)
+    printf("rank 0: products: %s, checked against plain C\n",
+           dev == GKRT_DEVICE_CUDA ? "cuBLAS sgemm in host-callback nodes" : "a CPU loop in host-callback nodes");
   if (!bad) bad = step_build(rt, comm, &o->nw, rows, o->bucket_kib, &s) || step_load(&s, j->p, first);
   if (!bad) bad = rank_steps(rt, j, &s, first);
   if (!bad) bad = step_weights(&s, &o->nw, j->w);

@@ -92,14 +92,17 @@ mgpu_dp() {
     tee "$o/ddp.log" | grep -E '^ddp'
   [ "${PIPESTATUS[0]}" -eq 0 ] || all=1
   for n in "${counts[@]}"; do
-    local dp=(timeout 600 "$b/gkrt_data_parallel" --rank RANK --nranks "$n" --steps "$steps" --batch $((n * per))
-      "${net[@]}" --bucket-kib 0 --trace-steps "$tsteps")
+    # Its products call cuBLAS, opened with dlopen: CUDA's lib64 on its path only (last, after the
+    # NCCL use_nccl found), so PyTorch keeps its own cuBLAS.
+    local dp=(timeout 600 env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$CUDA_HOME/lib64" "$b/gkrt_data_parallel"
+      --rank RANK --nranks "$n" --steps "$steps" --batch $((n * per)) "${net[@]}" --bucket-kib 0
+      --trace-steps "$tsteps")
     echo "--- data-parallel example: $n rank(s), $per rows each, $steps timed and $tsteps traced steps"
     rm -rf "$o/dp_n${n}_trace" "$o/dp_half_n${n}_trace"
     mkdir -p "$o/dp_n${n}_trace" "$o/dp_half_n${n}_trace"
     GKRT_DEVICE=cuda mgpu_launch "dp_n$n" "$n" "${dp[@]}" --id-file "$b/id_dp_$n" --trace "$o/dp_n${n}_trace"
     mgpu_wait "dp_n$n" || all=1
-    grep -E '^rank 0: (step time|memory|fingerprint)' "$o/dp_n${n}_rank0.log"
+    grep -E '^rank 0: (products|step time|memory|fingerprint)' "$o/dp_n${n}_rank0.log"
     python3 scripts/gpu/mgpu_overlap.py "$o/dp_n${n}_trace"/trace_rank*.json
     # Half of DDP's peak allocated bytes at this n, in whole MiB (rounded down).
     half=$(sed -nE "s/^ddp n=$n: .* peak allocated ([0-9.]+) MiB.*/\1/p" "$o/ddp.log" | awk '{ printf "%d", $1 / 2 }')

@@ -401,13 +401,15 @@ run_dp() {
   [ $rc -eq 0 ] || ok=0
   local gpus
   gpus=$(nvidia-smi -L | wc -l)
+  # Its products call cuBLAS, opened with dlopen: CUDA's lib64 last, after the NCCL found above.
+  local cublas_path="$LD_LIBRARY_PATH:$CUDA_HOME/lib64"
   export NCCL_NVLS_ENABLE=0
   for n in $(printf '%s\n' 1 2 "$gpus" | sort -nu); do
     [ "$n" -le "$gpus" ] || continue
     rm -f "$b/id$n"
     local pids=()
     for ((r = 0; r < n; r++)); do
-      GKRT_DEVICE=cuda timeout 300 "$b/gkrt_data_parallel" --rank $r --nranks $n --id-file "$b/id$n" \
+      LD_LIBRARY_PATH="$cublas_path" GKRT_DEVICE=cuda timeout 300 "$b/gkrt_data_parallel" --rank $r --nranks $n --id-file "$b/id$n" \
         >"$o/cuda_procs${n}_rank$r.log" 2>&1 &
       pids+=($!)
     done
@@ -419,7 +421,7 @@ run_dp() {
     grep -E '^(step|rank)' "$o/cuda_procs${n}_rank0.log"
   done
   if [ "$gpus" -ge 2 ]; then
-    GKRT_DEVICE=cuda timeout 300 "$b/gkrt_data_parallel" --ranks 2 >"$o/cuda_threads2.log" 2>&1
+    LD_LIBRARY_PATH="$cublas_path" GKRT_DEVICE=cuda timeout 300 "$b/gkrt_data_parallel" --ranks 2 >"$o/cuda_threads2.log" 2>&1
     rc=$?; echo "dp: CUDA, 2 threads: exit $rc, last line: $(tail -n 1 "$o/cuda_threads2.log")"
     [ $rc -eq 0 ] || ok=0
   fi

@@ -8,7 +8,7 @@ The inputs and initial weights come from the example's generator (the same LCG, 
 arithmetic, computed with tensors), so the initial weights are bit for bit the example's and the
 first step's loss matches it. Both store each weight and gradient once and run the same three
 products per layer (forward, the weight's gradient, the input's gradient) in cuBLAS sgemm
-(gkrt's example calls it from host-callback nodes, examples_c/gemm_node.h). fp32 throughout
+(gkrt's example calls it from host-callback nodes, examples_c/blas_nodes.h). fp32 throughout
 (PyTorch's default: no TF32 in matmuls), as gkrt's.
 
 DDP with its default buckets (bucket_cap_mb 25, the first bucket 1 MiB), the NCCL backend,

@@ -25,6 +25,8 @@ typedef int (*cublas_dl_set_stream_fn)(void *handle, void *stream);
 typedef int (*cublas_dl_sgemm_fn)(void *handle, int ta, int tb, int m, int n, int k, const float *alpha,
                                   const float *a, int lda, const float *b, int ldb, const float *beta, float *c,
                                   int ldc);
+typedef int (*cublas_dl_saxpy_fn)(void *handle, int n, const float *alpha, const float *x, int incx, float *y,
+                                  int incy);
 
 typedef struct cublas_dl {
   void *lib, *handle;
@@ -32,6 +34,7 @@ typedef struct cublas_dl {
   cublas_dl_destroy_fn destroy;
   cublas_dl_set_stream_fn set_stream;
   cublas_dl_sgemm_fn sgemm;
+  cublas_dl_saxpy_fn saxpy;
 } cublas_dl;
 
 static inline void *cublas_dl_sym(void *lib, const char *name) {
@@ -62,7 +65,8 @@ static inline int cublas_dl_open(cublas_dl *b) {
   b->destroy = (cublas_dl_destroy_fn)cublas_dl_sym(lib, "cublasDestroy_v2");
   b->set_stream = (cublas_dl_set_stream_fn)cublas_dl_sym(lib, "cublasSetStream_v2");
   b->sgemm = (cublas_dl_sgemm_fn)cublas_dl_sym(lib, "cublasSgemm_v2");
-  return !b->create || !b->destroy || !b->set_stream || !b->sgemm;
+  b->saxpy = (cublas_dl_saxpy_fn)cublas_dl_sym(lib, "cublasSaxpy_v2");
+  return !b->create || !b->destroy || !b->set_stream || !b->sgemm || !b->saxpy;
 }
 
 /* The handle, made on first use (see the top), bound to `stream`. 0 on success. */

@@ -47,8 +47,9 @@
  *
  * The network: a_0 = x, a_k = relu(a_{k-1}·W_k) for the hidden layers, y = a_{L-1}·W_L (no bias),
  * loss = ½·mean over rows of |y − t|², t = x·Wt for a fixed random "teacher" Wt; W_k is row-major
- * [in × out]. The matrix products are host-callback nodes (gemm_node.h): cuBLAS on the node's
- * stream on CUDA, a CPU loop on the host backend (so CI runs the same graph). The backward
+ * [in × out]. The matrix products and the SGD step (an axpy) are host-callback nodes
+ * (blas_nodes.h): cuBLAS on the node's stream on CUDA, CPU loops on the host backend (so CI runs
+ * the same graph). The backward
  * products take their transposes as flags (dW_k = a_{k-1}ᵀ·dz_k, da_{k-1} = dz_k·W_kᵀ), so
  * every weight and every gradient exists once. Before training each rank checks the product
  * kernel against plain C in those three forms. The SGD step updates the parameters in place on
@@ -67,7 +68,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gemm_node.h"
+#include "blas_nodes.h"
 
 enum { DP_MAX_RANKS = 64, DP_MAX_DEPTH = 16, DP_MAX_STEPS = 1000 };
 #define DP_TOL 1e-5
@@ -179,10 +180,10 @@ static int node(gkrt_graph *g, gkrt_kernel *k, const gkrt_tensor *in, size_t nin
   return 0;
 }
 
-/* c[m×n] = op(a)·op(b) (gemm_node.h: a is [k×m] with ta, b is [n×k] with tb). */
-static int gemm_node(gkrt_graph *g, gkrt_kernel *gemm, gkrt_tensor a, gkrt_tensor b, gkrt_tensor c, size_t m,
+/* c[m×n] = op(a)·op(b) (blas_nodes.h: a is [k×m] with ta, b is [n×k] with tb). */
+static int gemm_node(gkrt_graph *g, gkrt_kernel *blas, gkrt_tensor a, gkrt_tensor b, gkrt_tensor c, size_t m,
                      size_t n, size_t k, int ta, int tb) {
-  TRY(gemm_add(g, gemm, a, b, c, (uint32_t)m, (uint32_t)n, (uint32_t)k, ta, tb, NULL));
+  TRY(gemm_add(g, blas, a, b, c, (uint32_t)m, (uint32_t)n, (uint32_t)k, ta, tb, NULL));
   return 0;
 }
 
@@ -201,23 +202,24 @@ static int relu_node(gkrt_graph *g, gkrt_kernel *relu, gkrt_tensor z, gkrt_tenso
 }
 
 typedef struct kernels {
-  gkrt_kernel *add, *relu, *relu_grad, *scale, *gemm;
+  gkrt_kernel *add, *relu, *relu_grad, *scale, *blas;
 } kernels;
 
 static void kernels_release(kernels *K) {
-  gkrt_kernel *ks[] = {K->add, K->relu, K->relu_grad, K->scale, K->gemm};
+  gkrt_kernel *ks[] = {K->add, K->relu, K->relu_grad, K->scale, K->blas};
   for (int i = 0; i < 5; i++)
     if (ks[i] && gkrt_kernel_release(ks[i]) != GKRT_STATUS_OK) fprintf(stderr, "kernel release failed\n");
   memset(K, 0, sizeof *K);
 }
 
-/* The built-ins for the element-wise nodes and the product kernel (cuBLAS or the CPU loop). */
+/* The built-ins for the element-wise nodes and the BLAS kernel (products and the SGD step: cuBLAS
+ * or the CPU loops). */
 static int kernels_make(gkrt_runtime *rt, kernels *K) {
   memset(K, 0, sizeof *K);
   int bad = check(gkrt_kernel_builtin(rt, GKRT_BUILTIN_ADD, &K->add), "add kernel") ||
             check(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU, &K->relu), "relu kernel") ||
             check(gkrt_kernel_builtin(rt, GKRT_BUILTIN_RELU_GRAD, &K->relu_grad), "relu_grad kernel") ||
-            check(gkrt_kernel_builtin(rt, GKRT_BUILTIN_SCALE, &K->scale), "scale kernel") || gemm_kernel(rt, &K->gemm);
+            check(gkrt_kernel_builtin(rt, GKRT_BUILTIN_SCALE, &K->scale), "scale kernel") || blas_kernel(rt, &K->blas);
   if (bad) kernels_release(K);
   return bad;
 }
@@ -228,7 +230,7 @@ static int forward(gkrt_graph *g, const kernels *K, const net *nw, step_graph *s
   gkrt_tensor in = s->x;
   for (uint32_t k = 0; k < nw->depth; k++) {
     const int last = k + 1 == nw->depth;
-    if (gemm_node(g, K->gemm, in, s->w[k], last ? s->y : z[k], s->rows, nw->dims[k + 1], nw->dims[k], 0, 0)) return 1;
+    if (gemm_node(g, K->blas, in, s->w[k], last ? s->y : z[k], s->rows, nw->dims[k + 1], nw->dims[k], 0, 0)) return 1;
     if (last) break;
     if (relu_node(g, K->relu, z[k], a[k])) return 1;
     in = a[k];
@@ -250,10 +252,9 @@ static int step_build_graph(gkrt_graph *g, const kernels *K, gkrt_comm *comm, co
   e |= tensor(g, b * D, GKRT_TENSOR_INPUT, "x", &s->x) | tensor(g, b * O, GKRT_TENSOR_INPUT, "minus_t", &s->nt);
   e |= tensor(g, b * O, GKRT_TENSOR_OUTPUT, "y", &s->y);
   char name[48];
-  /* Per layer: the weight, its gradient and SGD step; per hidden layer: z, a and their
-   * gradients dz, da. */
+  /* Per layer: the weight and its gradient; per hidden layer: z, a and their gradients dz, da. */
   gkrt_tensor z[DP_MAX_DEPTH], a[DP_MAX_DEPTH], dz[DP_MAX_DEPTH], da[DP_MAX_DEPTH];
-  gkrt_tensor grad[DP_MAX_DEPTH], stepv[DP_MAX_DEPTH];
+  gkrt_tensor grad[DP_MAX_DEPTH];
   for (uint32_t k = 0; k < L && !e; k++) {
     const size_t n = layer_floats(nw, k), h = b * nw->dims[k + 1];
     const struct {
@@ -261,10 +262,10 @@ static int step_build_graph(gkrt_graph *g, const kernels *K, gkrt_comm *comm, co
       size_t floats;
       gkrt_tensor_kind kind;
       gkrt_tensor *t;
-    } ts[] = {{"W%u", n, GKRT_TENSOR_PARAMETER, &s->w[k]}, {"grad_W%u", n, I, &grad[k]}, {"step_W%u", n, I, &stepv[k]},
-              {"z%u", h, I, &z[k]}, {"a%u", h, I, &a[k]}, {"dz%u", h, I, &dz[k]}, {"da%u", h, I, &da[k]}};
+    } ts[] = {{"W%u", n, GKRT_TENSOR_PARAMETER, &s->w[k]}, {"grad_W%u", n, I, &grad[k]}, {"z%u", h, I, &z[k]},
+              {"a%u", h, I, &a[k]}, {"dz%u", h, I, &dz[k]}, {"da%u", h, I, &da[k]}};
     /* The last layer has no z, a (y is its output) and its dz is dy (below). */
-    const size_t count = k + 1 == L ? 3 : sizeof ts / sizeof ts[0];
+    const size_t count = k + 1 == L ? 2 : sizeof ts / sizeof ts[0];
     for (size_t i = 0; i < count && !e; i++) {
       snprintf(name, sizeof name, ts[i].fmt, k + 1);
       e |= tensor(g, ts[i].floats, ts[i].kind, name, ts[i].t);
@@ -287,27 +288,23 @@ static int step_build_graph(gkrt_graph *g, const kernels *K, gkrt_comm *comm, co
     const size_t di = nw->dims[kk], dout = nw->dims[kk + 1];
     const gkrt_tensor d = kk + 1 == L ? dy : dz[kk], ain = kk == 0 ? s->x : a[kk - 1];
     /* dW = a_inᵀ·dz (di × dout; a_in is [b × di]). */
-    if (gemm_node(g, K->gemm, ain, d, grad[kk], di, dout, b, 1, 0)) return 1;
+    if (gemm_node(g, K->blas, ain, d, grad[kk], di, dout, b, 1, 0)) return 1;
     if (comm)
       TRY(gkrt_graph_add_collective(g, comm, GKRT_COLLECTIVE_ALL_REDUCE, GKRT_REDUCE_AVG, 0, GKRT_DTYPE_F32,
                                     &grad[kk], 1, &grad[kk], 1, NULL));
     if (kk == 0) break;
     /* da_{k-1} = dz·Wᵀ (b × di; W is [di × dout]); dz_{k-1} = relu'(z_{k-1})·da. */
     gkrt_tensor in_g[2] = {da[kk - 1], z[kk - 1]};
-    e |= gemm_node(g, K->gemm, d, s->w[kk], da[kk - 1], b, di, dout, 0, 1);
+    e |= gemm_node(g, K->blas, d, s->w[kk], da[kk - 1], b, di, dout, 0, 1);
     e |= node(g, K->relu_grad, in_g, 2, dz[kk - 1], NULL, 0, NULL);
     if (e) return 1;
   }
 
-  /* SGD in place, W += (−lr)·grad, last layer first: the first layer's update, which waits for
-   * the last all-reduce, comes last, so the others run while that all-reduce is in flight. */
-  const float neg_lr = -nw->lr;
-  for (uint32_t kk = L; kk-- > 0;) {
-    gkrt_tensor in_upd[2] = {s->w[kk], stepv[kk]};
-    e |= node(g, K->scale, &grad[kk], 1, stepv[kk], &neg_lr, sizeof neg_lr, NULL);
-    e |= node(g, K->add, in_upd, 2, s->w[kk], NULL, 0, NULL);
-  }
-  if (e) return 1;
+  /* SGD in place, W += (−lr)·grad (one axpy node a layer: a single pass over W, as PyTorch's
+   * SGD), last layer first: the first layer's update, which waits for the last all-reduce, comes
+   * last, so the others run while that all-reduce is in flight. */
+  for (uint32_t kk = L; kk-- > 0;)
+    TRY(axpy_add(g, K->blas, grad[kk], s->w[kk], (uint32_t)layer_floats(nw, kk), -nw->lr, NULL));
   /* The default small network: 16 KiB buckets (as the library's defaults, DDP's 1 MiB first
    * bucket, would) fuse its two gradients (4 + 8 KiB) into one call, issued at grad_W1's node (the
    * info log: "1 all-reduce nodes fused"). Larger networks pass --bucket-kib 0 (DDP's sizes) or
@@ -359,8 +356,8 @@ static int gemm_selftest(gkrt_runtime *rt) {
         tensor(g, K * M, GKRT_TENSOR_INPUT, "At", &at) || tensor(g, N * K, GKRT_TENSOR_INPUT, "Bt", &bt) ||
         tensor(g, M * N, GKRT_TENSOR_OUTPUT, "AB", &c[0]) || tensor(g, M * N, GKRT_TENSOR_OUTPUT, "AtB", &c[1]) ||
         tensor(g, M * N, GKRT_TENSOR_OUTPUT, "ABt", &c[2]);
-  bad = bad || gemm_node(g, ks.gemm, a, b, c[0], M, N, K, 0, 0) || gemm_node(g, ks.gemm, at, b, c[1], M, N, K, 1, 0) ||
-        gemm_node(g, ks.gemm, a, bt, c[2], M, N, K, 0, 1);
+  bad = bad || gemm_node(g, ks.blas, a, b, c[0], M, N, K, 0, 0) || gemm_node(g, ks.blas, at, b, c[1], M, N, K, 1, 0) ||
+        gemm_node(g, ks.blas, a, bt, c[2], M, N, K, 0, 1);
   bad = bad || check(gkrt_graph_finalize(g), "self-test finalize") ||
         check(gkrt_graph_write_tensor(g, a, A, sizeof A), "write A") ||
         check(gkrt_graph_write_tensor(g, b, B, sizeof B), "write B") ||
@@ -596,7 +593,7 @@ static int rank_body(rank_job *j) {
   if (bad) fprintf(stderr, "rank %u: the product kernel disagrees with plain C\n", j->rank);
   else if (j->rank == 0)
     printf("rank 0: products: %s, checked against plain C\n",
-           dev == GKRT_DEVICE_CUDA ? "cuBLAS sgemm in host-callback nodes" : "a CPU loop in host-callback nodes");
+           dev == GKRT_DEVICE_CUDA ? "cuBLAS sgemm and saxpy in host-callback nodes" : "CPU loops in host-callback nodes");
   if (!bad) bad = step_build(rt, comm, &o->nw, rows, o->bucket_kib, &s) || step_load(&s, j->p, first);
   if (!bad) bad = rank_steps(rt, j, &s, first);
   if (!bad) bad = step_weights(&s, &o->nw, j->w);
@@ -675,6 +672,9 @@ static int parse(int argc, char **argv, options *o) {
   if (depth < 2 || depth > DP_MAX_DEPTH) return usage("--depth must be 2..16 (weight layers)");
   /* Matmul dimensions are 32-bit, and every tensor stays below 2^40 bytes. */
   if (!in || !width || !out || in > 65536 || width > 65536 || out > 65536) return usage("--in, --width and --out must be 1..65536");
+  /* cuBLAS counts a layer's floats (the SGD step's axpy) in an int. */
+  if (in * width > INT32_MAX || width * width > INT32_MAX || width * out > INT32_MAX)
+    return usage("a layer (--in x --width, --width x --width, --width x --out) must have under 2^31 weights");
   if (o->batch == 0 || o->batch > (1ul << 20) || o->batch % n) return usage("--batch must be 1..2^20 and a multiple of the ranks");
   if (o->bucket_kib > (1u << 22)) return usage("--bucket-kib must be at most 4194304 (4 GiB)");
   if (o->memory_limit_mib > (1ul << 24)) return usage("--memory-limit is in MiB, at most 2^24");

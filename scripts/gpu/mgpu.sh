@@ -25,7 +25,8 @@
 #        MGPU_STEPS (20) MGPU_TRACE_STEPS (5) MGPU_PER_RANK (256) and the network: MGPU_IN (1024)
 #        MGPU_WIDTH (4096) MGPU_OUT (1024) MGPU_DEPTH (4 weight layers) MGPU_LR (0.01): 168 MiB of
 #        weights and of gradients all-reduced per step (gkrt's and DDP's alike), a step of ~65
-#        GFLOP per rank (cuBLAS sgemm in gkrt's host-callback nodes, examples_c/gemm_node.h).
+#        GFLOP per rank (cuBLAS sgemm, and saxpy for SGD, in gkrt's host-callback nodes,
+#        examples_c/blas_nodes.h).
 #        MGPU_TIMEOUT_MS (20000) MGPU_FAULT_SLACK_S (10)
 
 # Starts `n` ranks of a command (its flags after the first two arguments, "RANK" replaced by the

@@ -10,6 +10,7 @@ pub mod swap_candidates;
 pub mod swap_fit;
 pub(crate) mod swap_holds;
 pub mod swap_model;
+pub mod swap_placements;
 mod swap_sim;
 
 #[cfg(test)]

@@ -8,7 +8,8 @@ use crate::plan::program::Program;
 use crate::plan::swap::{Policy, SwapPlan, Timings};
 use crate::plan::swap_candidates::fitted_timed_candidates;
 use crate::plan::swap_fit::{fits_pool, pool_moves, PoolMoves};
-use crate::plan::swap_model::{choose, estimate, Estimate, Link};
+use crate::plan::swap_model::{choose, estimate_with_copy_waits, Estimate, Link};
+use crate::plan::swap_placements::{placements, Start};
 use crate::runtime::{Error, Result, ALIGNMENT};
 
 /// The chosen plan's predicted run: the timeline model's estimate on the timed runs' timings,
@@ -111,12 +112,24 @@ impl RuntimeGraph {
         let candidates = &self.swap_candidates;
         let lv = self.graph.liveness().expect("finalized");
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        // Runs that take their dry run's placements wait for the copy-outs whose ranges they
+        // take (`swap_placements`): each candidate is estimated with those waits.
+        let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
+        let stream = self.runtime.compute;
         let estimates: Vec<_> = candidates
             .iter()
             .map(|(_, p)| {
                 let fused = self.graph.fused_groups();
                 let program = Program::compile_fused(tensors, nodes, lv, Some(p), None, fused);
-                estimate(tensors, nodes, &program, &cost, link, ALIGNMENT)
+                let waits = if self.placements.on {
+                    let start = Start::Fresh { freed: &freed };
+                    placements(tensors, nodes, &program, pool, stream, start, 2)
+                        .map(|p| p.copy_waits().to_vec())
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                estimate_with_copy_waits(tensors, nodes, &program, &cost, link, ALIGNMENT, &waits)
             })
             .collect();
         let best = choose(&estimates);

@@ -16,6 +16,8 @@ mod swap_sim;
 #[cfg(test)]
 mod gpt2_shape_tests;
 #[cfg(test)]
+mod swap_placements_tests;
+#[cfg(test)]
 mod test_graph;
 
 use crate::graph::liveness::round_up;

@@ -23,11 +23,15 @@ use crate::device::{EventId, StreamId};
 /// (the layout has drifted) is a miss, not a scan.
 const WALK: usize = 16;
 
-/// Where an allocation of a dry run landed, and how to find that place again.
+/// Where an allocation of a dry run landed, and how to find that place again: from below, or
+/// from the allocated block just above it (a small request takes the high end of a hole, whose
+/// low part may hold many blocks pending on copies in the real pool).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
     pub addr: u64,
     pub anchor: Anchor,
+    /// The nearest allocated block above, if any.
+    pub above: Option<u64>,
 }
 
 /// Where the walk to a placement starts.
@@ -56,7 +60,17 @@ impl Pool {
         } else {
             return None;
         };
-        Some(Placement { addr, anchor })
+        let mut n = self.blocks[i].next;
+        if n != NIL && self.blocks[n].state == State::Free {
+            n = self.blocks[n].next;
+        }
+        let above =
+            (n != NIL && self.blocks[n].state == State::Allocated).then(|| self.blocks[n].addr);
+        Some(Placement {
+            addr,
+            anchor,
+            above,
+        })
     }
 
     /// Allocates `bytes` on `stream` at exactly `at.addr` when every byte of the range lies in
@@ -135,18 +149,10 @@ impl Pool {
         Some(self.hand_out(start, bytes, 0))
     }
 
-    /// The first and last blocks covering `[at.addr, end)`, each of stream `si`, free and warm
-    /// or pending; `None` when the range is not so (or too far from its anchor).
+    /// The first and last blocks covering `[at.addr, end)`, each of stream `si`, free (its pages
+    /// there mapped) or pending; `None` when the range is not so, or not within `WALK` blocks of
+    /// the nearer of its anchors.
     fn range_blocks(&self, at: Placement, end: u64, si: u32) -> Option<(u32, u32)> {
-        let mut cur = match at.anchor {
-            Anchor::Block(a) => self.blocks[self.live.get(a)?].next,
-            Anchor::SegmentBase(base) => {
-                self.segs
-                    .iter()
-                    .find(|s| s.live && s.base == base && s.first != NIL)?
-                    .first
-            }
-        };
         // Pending blocks are mapped; a free block is usable where the range's pages in it are
         // (the range's last block holds mapped memory and the unreserved tail alike).
         let usable = |i: u32| {
@@ -161,31 +167,85 @@ impl Pool {
             };
             b.owner == si && (b.state == State::Pending || b.state == State::Free && mapped())
         };
+        let below = match at.anchor {
+            Anchor::Block(a) => self.live.get(a).map(|i| {
+                let b = &self.blocks[i];
+                (b.next, at.addr.saturating_sub(b.addr + b.size))
+            }),
+            Anchor::SegmentBase(base) => self
+                .segs
+                .iter()
+                .find(|s| s.live && s.base == base && s.first != NIL)
+                .map(|s| (s.first, at.addr.saturating_sub(base))),
+        };
+        let above = at.above.and_then(|a| self.live.get(a)).map(|i| {
+            let b = &self.blocks[i];
+            (b.prev, b.addr.saturating_sub(end))
+        });
+        let from_above = match (below, above) {
+            (Some((_, gap_below)), Some((_, gap_above))) => gap_above < gap_below,
+            (None, Some(_)) => true,
+            (_, None) => false,
+        };
+        let (start, _) = if from_above { above? } else { below? };
+        let step = |i: u32| {
+            if from_above {
+                self.blocks[i].prev
+            } else {
+                self.blocks[i].next
+            }
+        };
+        // Walk to the block holding the range's first byte (from above: its last byte).
+        let outside = |i: u32| {
+            let b = &self.blocks[i];
+            if from_above {
+                b.addr >= end
+            } else {
+                b.addr + b.size <= at.addr
+            }
+        };
+        let mut cur = start;
         let mut walked = 0;
-        while cur != NIL && self.blocks[cur].addr + self.blocks[cur].size <= at.addr {
+        while cur != NIL && outside(cur) {
             walked += 1;
             if walked > WALK {
                 return None;
             }
-            cur = self.blocks[cur].next;
+            cur = step(cur);
         }
-        if cur == NIL || self.blocks[cur].addr > at.addr {
+        if cur == NIL {
             return None;
         }
-        let first = cur;
+        let holds_end = |i: u32| {
+            let b = &self.blocks[i];
+            if from_above {
+                b.addr <= at.addr
+            } else {
+                b.addr + b.size >= end
+            }
+        };
+        let b = &self.blocks[cur];
+        if (from_above && b.addr + b.size < end) || (!from_above && b.addr > at.addr) {
+            return None;
+        }
+        let entry = cur;
         loop {
             if !usable(cur) {
                 return None;
             }
-            let b = &self.blocks[cur];
-            if b.addr + b.size >= end {
-                return Some((first, cur));
+            if holds_end(cur) {
+                return Some(if from_above {
+                    (cur, entry)
+                } else {
+                    (entry, cur)
+                });
             }
             walked += 1;
-            if walked > WALK || b.next == NIL {
+            let next = step(cur);
+            if walked > WALK || next == NIL {
                 return None;
             }
-            cur = b.next;
+            cur = next;
         }
     }
 

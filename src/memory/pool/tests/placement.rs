@@ -32,6 +32,7 @@ fn a_range_over_free_and_pending_blocks_is_taken_and_their_rest_keeps_its_state(
     let at = Placement {
         addr: a + 3 * MIB,
         anchor: Anchor::SegmentBase(a),
+        above: None,
     };
     let mut events = Vec::new();
     let got = p.take_at(&f, at, 6 * MIB, st(0), &mut events);
@@ -67,17 +68,20 @@ fn a_range_that_is_not_free_is_refused_and_nothing_changes() {
     let at = Placement {
         addr: a + MIB,
         anchor: Anchor::SegmentBase(a),
+        above: None,
     };
     assert_eq!(p.take_at(&f, at, 4 * MIB, st(0), &mut events), None);
     // An anchor that is not a live block, another stream, zero bytes.
     let lost = Placement {
         addr: a,
         anchor: Anchor::Block(a + 123 * 256),
+        above: None,
     };
     assert_eq!(p.take_at(&f, lost, MIB, st(0), &mut events), None);
     let at = Placement {
         addr: a,
         anchor: Anchor::SegmentBase(a),
+        above: None,
     };
     assert_eq!(p.take_at(&f, at, MIB, st(1), &mut events), None);
     assert_eq!(p.take_at(&f, at, 0, st(0), &mut events), None);
@@ -91,6 +95,7 @@ fn a_range_that_is_not_free_is_refused_and_nothing_changes() {
     let top = Placement {
         addr: b + 200 * MIB,
         anchor: Anchor::Block(b),
+        above: None,
     };
     assert_eq!(p.take_at(&f, top, MIB, st(0), &mut events), None);
     check(&p);
@@ -113,6 +118,7 @@ fn plain_segments_keep_their_busy_counts() {
     let at = Placement {
         addr: a + MIB,
         anchor: Anchor::SegmentBase(a),
+        above: None,
     };
     assert_eq!(
         p.take_at(&f, at, 2 * MIB, st(0), &mut events),

@@ -285,7 +285,7 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
         emu.live.insert(Buf::Tensor(t), a);
     }
     let mut figures = Vec::new();
-    for _ in 0..4 {
+    for run in 0..4 {
         let placed = follow.then(|| {
             let start = emu.start();
             placements(
@@ -299,6 +299,11 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
             )
             .expect("the plan fits from where the last run left the pool")
         });
+        if let Some(p) = &placed {
+            // From the second run on each ends with the kept tensors where it started, so the
+            // runtime's placements hold for the next run (`refresh_placements` reuses them).
+            assert!(run == 0 || p.start == p.end, "run {run} ends elsewhere");
+        }
         figures.push(emu.run(placed.as_ref()));
     }
     (figures, dry_maps)

@@ -116,6 +116,7 @@ impl RuntimeGraph {
         // take (`swap_placements`): each candidate is estimated with those waits.
         let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
         let stream = self.runtime.compute;
+        let mut copy_waits = Vec::with_capacity(candidates.len());
         let estimates: Vec<_> = candidates
             .iter()
             .map(|(_, p)| {
@@ -129,6 +130,7 @@ impl RuntimeGraph {
                 } else {
                     Vec::new()
                 };
+                copy_waits.push(waits.len());
                 estimate_with_copy_waits(tensors, nodes, &program, &cost, link, ALIGNMENT, &waits)
             })
             .collect();
@@ -151,7 +153,7 @@ impl RuntimeGraph {
             "swap plan tuned on the first {TUNING_RUNS} runs' warmest timings (nodes {:.2} ms, link in {:.1} / out {:.1} GB/s): {:?}, estimated \
              step {:.2} ms (compute {:.2} ms of which rebuilds {:.2}, compute waits {:.2}) against {:.2} ms for the \
              default plan; per run {} bytes out, {} in; the pool's dry run maps {maps} pages and waits for the \
-             device {waits} times a run",
+             device {waits} times a run; its blocks wait {} times for copy-outs whose ranges they take",
             cost.iter().sum::<f64>(),
             link.in_gbps,
             link.out_gbps,
@@ -162,7 +164,8 @@ impl RuntimeGraph {
             e.compute_waited_ms,
             estimates[0].step_ms,
             candidates[best].1.bytes_out,
-            candidates[best].1.bytes_in
+            candidates[best].1.bytes_in,
+            copy_waits[best]
         );
         self.swap_prediction = Some(SwapPrediction {
             estimate: estimates[best].clone(),

@@ -18,6 +18,7 @@ use super::block::{Kind, State};
 use super::tlsf::NIL;
 use super::{pages32, round_up, Pool, PoolBacking};
 use crate::device::{EventId, StreamId};
+use crate::memory::history::Action;
 
 /// Blocks walked from the anchor to the end of the range, at most: a placement further away
 /// (the layout has drifted) is a miss, not a scan.
@@ -257,6 +258,8 @@ impl Pool {
         match state {
             State::Free => self.unlink(i),
             State::Pending => {
+                // (Its free completes here for the history, as `assume_complete` would.)
+                self.note_block(Action::FreeCompleted, i);
                 if let Some(list) = self.pending.get_mut(&event) {
                     if let Some(pos) = list.iter().position(|&j| j == i) {
                         list.swap_remove(pos);

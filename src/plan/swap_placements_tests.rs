@@ -286,6 +286,7 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
     }
     let mut figures = Vec::new();
     for run in 0..4 {
+        let made = std::time::Instant::now();
         let placed = follow.then(|| {
             let start = emu.start();
             placements(
@@ -304,7 +305,14 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
             // runtime's placements hold for the next run (`refresh_placements` reuses them).
             assert!(run == 0 || p.start == p.end, "run {run} ends elsewhere");
         }
+        let made = made.elapsed();
+        let queued = std::time::Instant::now();
         figures.push(emu.run(placed.as_ref()));
+        println!(
+            "  run {run}: placements made in {:.2} ms, the run's pool calls took {:.2} ms",
+            made.as_secs_f64() * 1e3,
+            queued.elapsed().as_secs_f64() * 1e3
+        );
     }
     (figures, dry_maps)
 }

@@ -57,9 +57,6 @@
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
-// `PoolWalk::call_step` of the calls that make the canonical start.
-#define START_STEP UINT32_MAX
-
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   // The call succeeded.

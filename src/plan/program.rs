@@ -401,7 +401,7 @@ pub struct PoolWalk {
 }
 
 /// `PoolWalk::call_step` of the calls that make the canonical start.
-pub const START_STEP: u32 = u32::MAX;
+pub(crate) const START_STEP: u32 = u32::MAX;
 
 impl PoolWalk {
     pub fn new(tensors: &[Tensor], nodes: &[Node], program: &Program) -> PoolWalk {

@@ -98,7 +98,7 @@ impl Executor<'_> {
                     });
                 }
                 self.own(graph, e.buf);
-                match self.alloc(graph, e.bytes) {
+                match self.alloc_at(graph, e.buf, e.bytes, self.step_at) {
                     Ok(ptr) => taken.push(ptr),
                     Err(err) => {
                         let what = match e.buf {
@@ -214,6 +214,55 @@ impl Executor<'_> {
         } else {
             self.pool.alloc_no_wait(&backing, bytes, stream)
         }
+    }
+
+    /// The range the pool's dry run placed `buf`'s allocation of step `step` in, when the run
+    /// follows placements and the range is free or pending on copies (`Pool::take_at`): the
+    /// caller makes the stream that will use the block wait for `placed_events`. `None`: no
+    /// placement, or it is taken (counted in `misplaced`); allocate as the pool chooses.
+    pub(super) fn take_placed(&mut self, buf: Buf, bytes: u64, step: usize) -> Option<DevPtr> {
+        let at = self.placements?.get(step, buf)?;
+        self.placed_events.clear();
+        let backing = DeviceBacking(self.device);
+        let stream = self.streams.compute;
+        match self
+            .pool
+            .take_at(&backing, at, bytes, stream, &mut self.placed_events)
+        {
+            Some(ptr) => {
+                self.counters.placed += 1;
+                self.counters.pool_allocs += 1;
+                Some(ptr)
+            }
+            None => {
+                self.counters.misplaced += 1;
+                None
+            }
+        }
+    }
+
+    /// Device memory for `buf` (for the compute stream) at step `step`: its dry-run placement
+    /// (`take_placed`; the compute stream waits for the copies it takes the range of), else
+    /// `alloc`.
+    pub(super) fn alloc_at(
+        &mut self,
+        graph: &Graph,
+        buf: Buf,
+        bytes: u64,
+        step: usize,
+    ) -> Result<DevPtr> {
+        let Some(ptr) = self.take_placed(buf, bytes, step) else {
+            return self.alloc(graph, bytes);
+        };
+        for i in 0..self.placed_events.len() {
+            if let Err(e) = self.compute_waits(self.placed_events[i]) {
+                if let Err(back) = self.pool.free(&DeviceBacking(self.device), ptr) {
+                    log::error!("returning a transient buffer to the pool: {back}");
+                }
+                return Err(e);
+            }
+        }
+        Ok(ptr)
     }
 
     /// Device memory (for the compute stream): first, where the pool's config allows, a block

@@ -17,7 +17,7 @@ impl Executor<'_> {
             Residency::OnDevice => return Ok(()),
             Residency::CopyingToDevice => {}
             Residency::OnHost | Residency::CopyingToHost => {
-                self.swap_in(graph, t, true).map(|_| ())?
+                self.swap_in(graph, t, true, self.step_at).map(|_| ())?
             }
             Residency::Unallocated => {
                 return Err(Error::InvalidState(format!(
@@ -35,15 +35,15 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// Starts bringing `t` back as the plan says, if memory allows without evicting anything.
-    /// Returns false when it does not (yet): the caller tries again before the next node, and
-    /// the read at the node that needs it brings it in at the latest.
-    pub(super) fn prefetch(&mut self, graph: &Graph, t: u32) -> Result<bool> {
+    /// Starts bringing `t` back as the plan says at step `from`, if memory allows without
+    /// evicting anything. Returns false when it does not (yet): the caller tries again before
+    /// the next node, and the read at the node that needs it brings it in at the latest.
+    pub(super) fn prefetch(&mut self, graph: &Graph, t: u32, from: usize) -> Result<bool> {
         if matches!(
             self.mem[t as usize].state(),
             Residency::OnHost | Residency::CopyingToHost
         ) {
-            return self.swap_in(graph, t, false);
+            return self.swap_in(graph, t, false, from);
         }
         Ok(true)
     }
@@ -82,9 +82,9 @@ impl Executor<'_> {
         Ok(None)
     }
 
-    /// Queues the host→device copy of `t`; returns false when `may_evict` is off and no memory
-    /// is free.
-    fn swap_in(&mut self, graph: &Graph, t: u32, may_evict: bool) -> Result<bool> {
+    /// Queues the host→device copy of `t` for step `step`; returns false when `may_evict` is off
+    /// and no memory is free.
+    fn swap_in(&mut self, graph: &Graph, t: u32, may_evict: bool, step: usize) -> Result<bool> {
         let tensor = &graph.tensors()[t as usize];
         if !self.mem[t as usize].host_valid() {
             return Err(Error::Internal(format!(
@@ -99,10 +99,18 @@ impl Executor<'_> {
             });
         }
         self.own(graph, Buf::Tensor(t));
+        let copy_in = self.streams.copy_in;
         let (ptr, block_copy) = if may_evict {
             let ptr = self
-                .alloc(graph, tensor.size)
+                .alloc_at(graph, Buf::Tensor(t), tensor.size, step)
                 .map_err(|e| e.context(format!("bringing back {}", tensor.describe(t))))?;
+            (ptr, None)
+        } else if let Some(ptr) = self.take_placed(Buf::Tensor(t), tensor.size, step) {
+            // The copy waits for the copies out of the range it takes, not compute.
+            for i in 0..self.placed_events.len() {
+                self.device
+                    .stream_wait_event(copy_in, self.placed_events[i])?;
+            }
             (ptr, None)
         } else {
             match self.alloc_without_evicting(tensor.size)? {
@@ -116,7 +124,6 @@ impl Executor<'_> {
             }
         };
         self.pool.note_live(Action::SwapIn, ptr);
-        let copy_in = self.streams.copy_in;
         // The block's previous users are on the compute stream, or the copy-out still reading
         // it; the source is written by the tensor's own copy-out, if one is still in flight.
         self.copy_stream_waits_compute(copy_in)?;

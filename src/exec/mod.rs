@@ -29,6 +29,7 @@ use crate::memory::pool::Pool;
 use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
+use crate::plan::swap_placements::Placements;
 
 pub use eager::{launch_eager, EagerKernel};
 pub use profile::{Anchor, RunProfile};
@@ -68,6 +69,10 @@ pub struct RunCounters {
     /// One past the last node whose kernel or collective was queued: the nodes before it ran
     /// (or were absorbed into a later collective's bucket). Traces read this many nodes' events.
     pub reached: u64,
+    /// Allocations that took the range the pool's dry run placed them in (`Pool::take_at`),
+    /// and those that had such a placement but found it taken (allocated as the pool chose).
+    pub placed: u64,
+    pub misplaced: u64,
 }
 
 pub struct Executor<'a> {
@@ -86,8 +91,15 @@ pub struct Executor<'a> {
     /// program's dry run).
     trace: Option<&'a mut Vec<PoolCall>>,
     pub counters: RunCounters,
-    /// Returns that found no room yet; retried at the next `RetryDeferred`.
-    deferred: Vec<u32>,
+    /// Returns that found no room yet, with the step that deferred them; retried at the next
+    /// `RetryDeferred`.
+    deferred: Vec<(u32, usize)>,
+    /// Where the pool's dry run placed each allocation of this run (`alloc.rs`: `take_placed`).
+    placements: Option<&'a Placements>,
+    /// The step being performed (placements are found by it).
+    step_at: usize,
+    /// The events of the pending blocks the last placed allocation took.
+    placed_events: Vec<EventId>,
     /// The blocks of the batch being taken.
     scratch_taken: Vec<DevPtr>,
     /// The workspaces of the node (or recompute) being queued.
@@ -121,6 +133,9 @@ pub struct ExecTarget<'a> {
     pub stall_pairs: &'a mut Vec<(EventId, EventId)>,
     /// Per node: a collective node's event (empty when the graph has none).
     pub collective_events: &'a [Option<EventId>],
+    /// Where the pool's dry run placed this run's allocations, for the run to take the same
+    /// ranges (`swap_placements`); `None`: the pool chooses.
+    pub placements: Option<&'a Placements>,
 }
 
 impl<'a> Executor<'a> {
@@ -155,6 +170,9 @@ impl<'a> Executor<'a> {
             trace,
             counters: RunCounters::default(),
             deferred: Vec::new(),
+            placements: target.placements,
+            step_at: 0,
+            placed_events: Vec::new(),
             scratch_taken: Vec::new(),
             workspaces: Vec::new(),
             buffers: Vec::new(),
@@ -201,6 +219,7 @@ impl<'a> Executor<'a> {
         for i in range {
             let n = program.step_node[i] as usize;
             self.node = n;
+            self.step_at = i;
             if let Err(e) = self.step(graph, program.steps[i]) {
                 return Err(match nodes.get(n) {
                     Some(node) => e.context(node.describe(n as u32)),
@@ -220,11 +239,11 @@ impl<'a> Executor<'a> {
             }
             Step::RetryDeferred => {
                 let waiting = std::mem::take(&mut self.deferred);
-                for t in waiting {
-                    self.copy_in_ahead(graph, t)?;
+                for (t, from) in waiting {
+                    self.copy_in_ahead(graph, t, from)?;
                 }
             }
-            Step::CopyIn(t) => self.copy_in_ahead(graph, t)?,
+            Step::CopyIn(t) => self.copy_in_ahead(graph, t, self.step_at)?,
             Step::Recompute {
                 tensor,
                 producer,
@@ -274,11 +293,12 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
-    /// A return the plan starts ahead of its reader: deferred when there is no room yet.
-    fn copy_in_ahead(&mut self, graph: &Graph, t: u32) -> Result<()> {
-        if !self.prefetch(graph, t)? {
+    /// A return the plan starts ahead of its reader at step `from`: deferred when there is no
+    /// room yet.
+    fn copy_in_ahead(&mut self, graph: &Graph, t: u32, from: usize) -> Result<()> {
+        if !self.prefetch(graph, t, from)? {
             self.counters.fallbacks += 1;
-            self.deferred.push(t);
+            self.deferred.push((t, from));
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ const ALIGN: u64 = 256;
 const GEMM_TFLOPS: f64 = 48.0;
 const MEM_TBPS: f64 = 2.4;
 /// The pinned link each way (ANCHORS.md: 54–55 GB/s one way, ~47 each when both run).
-const LINK: Link = Link {
+pub(super) const LINK: Link = Link {
     in_gbps: 50.0,
     out_gbps: 50.0,
 };

@@ -10,10 +10,13 @@ pub mod swap_candidates;
 pub mod swap_fit;
 pub(crate) mod swap_holds;
 pub mod swap_model;
+pub mod swap_placements;
 mod swap_sim;
 
 #[cfg(test)]
 mod gpt2_shape_tests;
+#[cfg(test)]
+mod swap_placements_tests;
 #[cfg(test)]
 mod test_graph;
 

@@ -394,7 +394,14 @@ pub struct PoolWalk {
     pub start_calls: usize,
     /// Per call: the node of its step.
     pub call_node: Vec<u32>,
+    /// Per call: the index of its step in `Program::steps` (`START_STEP` for the start calls).
+    pub call_step: Vec<u32>,
+    /// The step being walked (`push` tags calls with it).
+    step: u32,
 }
+
+/// `PoolWalk::call_step` of the calls that make the canonical start.
+pub(crate) const START_STEP: u32 = u32::MAX;
 
 impl PoolWalk {
     pub fn new(tensors: &[Tensor], nodes: &[Node], program: &Program) -> PoolWalk {
@@ -409,6 +416,8 @@ impl PoolWalk {
             calls: Vec::new(),
             start_calls: program.keep.len(),
             call_node: Vec::new(),
+            call_step: Vec::new(),
+            step: START_STEP,
         };
         let start = nodes.len() as u32;
         for &t in &program.keep {
@@ -438,6 +447,7 @@ impl PoolWalk {
         }
         for (i, &step) in program.steps.iter().enumerate() {
             let n = program.step_node[i];
+            w.step = i as u32;
             let fetch = |w: &mut PoolWalk, has: &mut [bool], t: u32| {
                 if !has[t as usize] && !in_arena[t as usize] {
                     has[t as usize] = true;
@@ -501,6 +511,7 @@ impl PoolWalk {
     fn push(&mut self, node: u32, call: PoolCall) {
         self.calls.push(call);
         self.call_node.push(node);
+        self.call_step.push(self.step);
     }
 
     fn batch(&mut self, n: u32, entries: &[AllocEntry], has: &mut [bool], fused: &[FusedGroup]) {

@@ -68,6 +68,7 @@ pub use crate::plan::swap::Link;
 /// `cost_ms`. It walks the program's steps as the executor does: an allocation that finds no
 /// free memory takes one pending block (only its user waits for its copy), else waits for every
 /// pending copy-out on the compute stream.
+#[cfg_attr(not(test), allow(dead_code))] // (the runtime estimates with copy waits)
 pub fn estimate(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -75,6 +76,22 @@ pub fn estimate(
     cost_ms: &[f64],
     link: Link,
     align: u64,
+) -> Estimate {
+    estimate_with_copy_waits(tensors, nodes, program, cost_ms, link, align, &[])
+}
+
+/// `estimate` of a run that places its blocks where the pool's dry run did
+/// (`swap_placements`): an allocation of step `s` that takes the range tensor `t`'s copy-out
+/// freed earlier in the run waits for that copy, for each `(s, t)` of `copy_waits` (sorted by
+/// step) — the compute stream for a node's memory, the copy-in stream for a return's.
+pub fn estimate_with_copy_waits(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    program: &Program,
+    cost_ms: &[f64],
+    link: Link,
+    align: u64,
+    copy_waits: &[(u32, u32)],
 ) -> Estimate {
     let ms_in = |bytes: u64| bytes as f64 / (link.in_gbps * 1e6);
     let ms_out = |bytes: u64| bytes as f64 / (link.out_gbps * 1e6);
@@ -93,6 +110,17 @@ pub fn estimate(
         host_valid[t as usize] &= !written[t as usize];
     }
     let mut out_done = vec![0.0f64; tensors.len()];
+    // Per tensor: when its block, freed by a copy-out this run, is free of the copy (0: none).
+    let mut freed_after = vec![0.0f64; tensors.len()];
+    // When the allocations of step `i` may use the copy-out ranges they take.
+    let copies_done = |i: usize, freed_after: &[f64]| {
+        let from = copy_waits.partition_point(|&(s, _)| (s as usize) < i);
+        copy_waits[from..]
+            .iter()
+            .take_while(|&&(s, _)| s as usize == i)
+            .map(|&(_, t)| freed_after[t as usize])
+            .fold(0.0, f64::max)
+    };
     let mut m = Model {
         e: Estimate::default(),
         budget: program.budget,
@@ -112,31 +140,36 @@ pub fn estimate(
         at[t as usize] = Where::Device;
         m.allocated += size(t);
     }
-    let mut deferred: Vec<u32> = Vec::new();
+    // Returns that found no room, with the step that deferred them (its copy waits).
+    let mut deferred: Vec<(u32, usize)> = Vec::new();
     let mut waited_until_last = 0.0f64;
     let n_nodes = nodes.len() as u32;
     let start_len = program.start_len(nodes.len());
     // A tensor the compute stream reads: wait for its copy-in, or copy it in now.
-    let ready =
-        |t: u32, m: &mut Model, at: &mut [Where], copy_in: &mut f64, out_done: &[f64]| match at
-            [t as usize]
-        {
-            Where::Device => {}
-            Where::In(done) => {
-                m.wait(done);
-                at[t as usize] = Where::Device;
-            }
-            Where::Host => {
-                // The model has no fallback eviction: count the bytes, wait for the link.
-                let s = size(t);
-                m.allocated += s;
-                let start = copy_in.max(m.compute).max(out_done[t as usize]);
-                *copy_in = start + ms_in(s);
-                m.e.bytes_in += s;
-                m.wait(*copy_in);
-                at[t as usize] = Where::Device;
-            }
-        };
+    // (`taken`: when the copy-out ranges its block takes are free of their copies.)
+    let ready = |t: u32,
+                 m: &mut Model,
+                 at: &mut [Where],
+                 copy_in: &mut f64,
+                 out_done: &[f64],
+                 taken: f64| match at[t as usize] {
+        Where::Device => {}
+        Where::In(done) => {
+            m.wait(done);
+            at[t as usize] = Where::Device;
+        }
+        Where::Host => {
+            // The model has no fallback eviction: count the bytes, wait for the link.
+            m.wait(taken);
+            let s = size(t);
+            m.allocated += s;
+            let start = copy_in.max(m.compute).max(out_done[t as usize]);
+            *copy_in = start + ms_in(s);
+            m.e.bytes_in += s;
+            m.wait(*copy_in);
+            at[t as usize] = Where::Device;
+        }
+    };
     for (i, &step) in program.steps.iter().enumerate() {
         let node = program.step_node[i];
         match step {
@@ -156,10 +189,12 @@ pub fn estimate(
                     continue;
                 }
                 m.allocated -= s;
+                freed_after[t as usize] = 0.0;
                 if !host_valid[t as usize] {
                     let start = copy_out.max(m.compute).max(comm_busy[t as usize]);
                     copy_out = start + ms_out(s);
                     out_done[t as usize] = copy_out;
+                    freed_after[t as usize] = copy_out;
                     m.pending.push(Pending {
                         bytes: s,
                         done: copy_out,
@@ -170,10 +205,10 @@ pub fn estimate(
             }
             Step::RetryDeferred | Step::CopyIn(_) => {
                 let waiting = match step {
-                    Step::CopyIn(t) => vec![t],
+                    Step::CopyIn(t) => vec![(t, i)],
                     _ => std::mem::take(&mut deferred),
                 };
-                for t in waiting {
+                for (t, from) in waiting {
                     if at[t as usize] != Where::Host {
                         continue;
                     }
@@ -183,12 +218,13 @@ pub fn estimate(
                             let start = copy_in
                                 .max(m.compute)
                                 .max(out_done[t as usize])
-                                .max(ready_at);
+                                .max(ready_at)
+                                .max(copies_done(from, &freed_after));
                             copy_in = start + ms_in(s);
                             at[t as usize] = Where::In(copy_in);
                             m.e.bytes_in += s;
                         }
-                        None => deferred.push(t),
+                        None => deferred.push((t, from)),
                     }
                 }
             }
@@ -198,9 +234,11 @@ pub fn estimate(
                 if at[tensor as usize] != Where::Host {
                     continue;
                 }
+                let taken = copies_done(i, &freed_after);
                 for &t in &nodes[producer as usize].inputs {
-                    ready(t, &mut m, &mut at, &mut copy_in, &out_done);
+                    ready(t, &mut m, &mut at, &mut copy_in, &out_done, taken);
                 }
+                m.wait(taken);
                 m.output(size(tensor));
                 at[tensor as usize] = Where::Device;
                 host_valid[tensor as usize] = false;
@@ -211,9 +249,11 @@ pub fn estimate(
                 if matches!(step, Step::Settle(_)) && !matches!(at[t as usize], Where::In(_)) {
                     continue;
                 }
-                ready(t, &mut m, &mut at, &mut copy_in, &out_done);
+                let taken = copies_done(i, &freed_after);
+                ready(t, &mut m, &mut at, &mut copy_in, &out_done, taken);
             }
             Step::Alloc { node: n, .. } => {
+                m.wait(copies_done(i, &freed_after));
                 for &t in &nodes[n as usize].outputs {
                     if let Some((g, _)) = fused_slot(&program.fused, t) {
                         // The whole block, at the first producer of any member.
@@ -514,6 +554,39 @@ mod tests {
         // a, then b and y (sent home at the end: [4, 5], [5, 6]).
         assert_eq!((e.bytes_out, e.bytes_in), (3 * MB, 0));
         assert!((e.step_ms - 6.0).abs() < 1e-9, "{}", e.step_ms);
+    }
+
+    /// A block that takes the range a copy-out freed waits for that copy (`copy_waits`, from
+    /// the dry run's placements): the node whose output takes it starts when the copy ends.
+    #[test]
+    fn a_block_taking_a_copy_outs_range_waits_for_the_copy() {
+        let mut c = Chain::default();
+        let x = c.tensor(MB, TensorKind::Input, "x".into());
+        let a = c.tensor(MB, TensorKind::Output, "a".into());
+        let b = c.tensor(MB, TensorKind::Output, "b".into());
+        c.node(&[x], a, 1.0);
+        c.node(&[x], b, 1.0);
+        let lv = Liveness::analyse(&c.tensors, &c.nodes, 1);
+        // a is copied out after node 0, over [1, 2]; room is plenty.
+        let mut plan = empty_plan(2, 10 * MB);
+        plan.keep.push(x);
+        plan.swap_out_after[0].push(a);
+        let program = Program::compile(&c.tensors, &c.nodes, &lv, Some(&plan), None);
+        let alloc_b = program
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::Alloc { node: 1, .. }))
+            .unwrap() as u32;
+        let free = estimate(&c.tensors, &c.nodes, &program, &c.cost, SLOW, 1);
+        assert_eq!(free.starts[1], (1.0, 0.0));
+        let waits = [(alloc_b, a)];
+        let e = estimate_with_copy_waits(&c.tensors, &c.nodes, &program, &c.cost, SLOW, 1, &waits);
+        assert_eq!(e.starts[1], (2.0, 1.0));
+        // A wait listed for another step, or for a tensor that left without a copy, costs nothing.
+        let elsewhere = [(alloc_b + 1, a), (alloc_b, x)];
+        let e =
+            estimate_with_copy_waits(&c.tensors, &c.nodes, &program, &c.cost, SLOW, 1, &elsewhere);
+        assert_eq!(e.starts[1], (1.0, 0.0));
     }
 
     /// A collective runs on the communication stream: compute that does not read its tensors

@@ -22,6 +22,7 @@
 //! | `GKRT_MEMORY_LIMIT` | the PyTorch entry points' runtime: cap on the device memory its pool takes, bytes with an optional suffix `K`/`M`/`G`/`T` (powers of 1024, `KiB`…`TiB` too) or a fraction of the device's memory such as `0.9` | the device's memory |
 //! | `GKRT_SWAP_TIMELINE` | a file to which every run of a swapping graph (or any dynamic-mode graph: the unconstrained baseline) appends its measured timeline (a diagnostic: such runs are timed with events) | none |
 //! | `GKRT_SWAP_BUDGET_PERMILLE` | thousandths of what the memory limit leaves a graph that its swap plans may use (1..1000; an experiment knob: the rest is headroom for the pool) | 1000 |
+//! | `GKRT_SWAP_PLACEMENTS` | `0`: a swapping graph's runs allocate where the pool chooses instead of taking the ranges the plan's dry run placed each block in (`plan::swap_placements`), and the timeline model charges no waits for copy-outs whose ranges blocks take; for side-by-side measurements. Read at finalize | 1 |
 //!
 //! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
 //! not parse are ignored with a warning. `GKRT_DEVICE`, `GKRT_POOL_VMM` and `GKRT_HOST_JITTER_US`
@@ -138,6 +139,22 @@ pub(crate) fn log_level() -> std::result::Result<u32, String> {
 /// `GKRT_MEMORY_LIMIT`, unparsed (`process::parse_limit` reads it once the device is known).
 pub(crate) fn memory_limit() -> Option<String> {
     var("GKRT_MEMORY_LIMIT")
+}
+
+/// `GKRT_SWAP_PLACEMENTS`: whether a swapping graph's runs take the ranges the pool's dry run
+/// placed their blocks in (default on; `0` turns it off, other values are ignored with a warning).
+pub(crate) fn swap_placements() -> bool {
+    let Some(v) = var("GKRT_SWAP_PLACEMENTS") else {
+        return true;
+    };
+    match v.trim() {
+        "1" => true,
+        "0" => false,
+        _ => {
+            log::warn!("ignoring GKRT_SWAP_PLACEMENTS='{v}' (not 0 or 1)");
+            true
+        }
+    }
 }
 
 /// `GKRT_SWAP_BUDGET_PERMILLE`: the thousandths (1..=1000) of what the memory limit leaves a

@@ -89,6 +89,10 @@ pub struct RuntimeCounters {
     pub copy_wait_ns: u64,
     /// Tensors rebuilt by running their (recomputable) producer again instead of swapping.
     pub tensors_recomputed: u64,
+    /// Swapping runs' allocations that took the range the plan's dry run placed them in, and
+    /// those that found it taken (`plan::swap_placements`), cumulative.
+    pub placed_allocs: u64,
+    pub misplaced_allocs: u64,
 }
 
 impl RuntimeCounters {
@@ -103,6 +107,8 @@ impl RuntimeCounters {
         self.evictions += run.evictions;
         self.copy_wait_ns += copy_wait_ns;
         self.tensors_recomputed += run.recomputes;
+        self.placed_allocs += run.placed;
+        self.misplaced_allocs += run.misplaced;
     }
 }
 

@@ -37,6 +37,17 @@ impl Pool {
         steps: &[DryRunStep],
         mut after: impl FnMut(usize, &PoolStats),
     ) -> Result<PoolStats, (usize, PoolError)> {
+        self.dry_run_placed(steps, |i, sim, _| after(i, &sim.stats))
+    }
+
+    /// `dry_run`, calling `after(i, pool, addr)` after each step `i` with the simulated pool
+    /// and, for an allocation, its address: `Pool::placement_of` there says where it landed,
+    /// for the real run to take the same range (`Pool::take_at`).
+    pub fn dry_run_placed(
+        &self,
+        steps: &[DryRunStep],
+        mut after: impl FnMut(usize, &Pool, Option<u64>),
+    ) -> Result<PoolStats, (usize, PoolError)> {
         let mut sim = self.clone();
         let base = self
             .segs
@@ -52,9 +63,12 @@ impl Pool {
         };
         let mut addrs: Vec<Option<u64>> = vec![None; steps.len()];
         for (i, step) in steps.iter().enumerate() {
+            let mut placed = None;
             match *step {
                 DryRunStep::Alloc { bytes, stream } => {
-                    addrs[i] = Some(sim.alloc(&backing, bytes, stream).map_err(|e| (i, e))?);
+                    let addr = sim.alloc(&backing, bytes, stream).map_err(|e| (i, e))?;
+                    addrs[i] = Some(addr);
+                    placed = Some(addr);
                 }
                 DryRunStep::Free { step } => {
                     let addr = addrs
@@ -65,7 +79,7 @@ impl Pool {
                 }
                 DryRunStep::FreeLive { addr } => sim.free(&backing, addr).map_err(|e| (i, e))?,
             }
-            after(i, &sim.stats);
+            after(i, &sim, placed);
         }
         Ok(sim.stats)
     }

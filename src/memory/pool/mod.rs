@@ -20,7 +20,8 @@
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
 //! - `move_budget.rs` the time budget of the slack rule's moves;
 //! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
-//!   blocks together (a pending block that fits closer than any free one); `dry_run.rs` dry runs; `check.rs` validation;
+//!   blocks together (a pending block that fits closer than any free one); `dry_run.rs` dry runs;
+//!   `placement.rs` allocation at the range a dry run placed it in; `check.rs` validation;
 //!   `snapshot.rs` the segments and blocks listed for memory snapshots;
 //!   `tests/` the tests, over one configurable fake backing.
 //!
@@ -138,6 +139,7 @@ mod move_budget;
 mod pages;
 mod pending;
 mod pending_fit;
+mod placement;
 mod ranges;
 mod recycle;
 mod report;
@@ -163,6 +165,7 @@ pub use config::PoolConfig;
 #[cfg(test)]
 use config::MIB;
 pub use dry_run::DryRunStep;
+pub use placement::Placement;
 pub use report::{BlockInfo, PoolError, PoolStats};
 pub use snapshot::{BlockView, ViewState};
 /// What the pool needs from below: segments, event completion and, optionally, virtual memory.

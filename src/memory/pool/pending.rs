@@ -96,6 +96,12 @@ impl Pool {
         Some((self.hand_out(idx, bytes, 0), event))
     }
 
+    /// Frees the blocks whose events have completed (polled, never waited on): before a dry run
+    /// from the pool as it is, which counts every pending block as busy for good.
+    pub fn poll_pending(&mut self, backing: &dyn PoolBacking) {
+        self.process_events(backing);
+    }
+
     /// Events that blocks are pending on (each once).
     pub fn pending_events(&self) -> Vec<EventId> {
         self.pending.keys().copied().collect()

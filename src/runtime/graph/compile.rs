@@ -42,6 +42,8 @@ impl RuntimeGraph {
 
     /// Compiles the step program for the current liveness, arena and swap plan.
     pub(super) fn recompile(&mut self) {
+        // (Placements belong to a program: the next run makes its own.)
+        self.placements.current = None;
         let lv = self.graph.liveness().expect("finalized");
         self.program = Program::compile_fused(
             self.graph.tensors(),
@@ -66,6 +68,7 @@ impl RuntimeGraph {
 
     pub(super) fn compile(&mut self) -> Result<()> {
         let rt = Arc::clone(&self.runtime);
+        self.placements.on = crate::runtime::env::swap_placements();
         let limit = rt.lock_for_call()?.pool.memory_limit();
         let (first, cap) = self.bucket_bytes;
         let absorbed = self.graph.fuse_all_reduces(first, cap);

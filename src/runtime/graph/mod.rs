@@ -6,6 +6,7 @@
 //! - `io.rs`: tensor writes and reads from the host, and the one check of such a copy.
 //! - `tune.rs`: choosing among swap plans by the first two runs' warm timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
+//! - `placements.rs`: a swapping graph's runs take the ranges its plan's dry run placed blocks in.
 //! - `trace_run.rs`: a run's slices, counters and instants in the runtime's trace.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
 //! - `binding.rs`: persistent tensors bound to the host's device memory.
@@ -22,6 +23,7 @@ mod compile;
 mod digest;
 mod drop;
 mod io;
+mod placements;
 mod queue_pop;
 mod run;
 mod trace_run;
@@ -112,6 +114,8 @@ pub struct RuntimeGraph {
     collective_events: Vec<Option<crate::device::EventId>>,
     /// Set by a traced run's `enqueue`, taken by its `finish_run` (`trace_run.rs`).
     trace_mark: Option<TraceMark>,
+    /// The dry-run placements a swapping graph's runs follow (`placements.rs`).
+    placements: placements::FollowPlacements,
 }
 
 impl RuntimeGraph {
@@ -164,6 +168,7 @@ impl RuntimeGraph {
             pops: Vec::new(),
             collective_events: Vec::new(),
             trace_mark: None,
+            placements: placements::FollowPlacements::default(),
         }
     }
 

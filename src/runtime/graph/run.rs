@@ -258,7 +258,11 @@ impl RuntimeGraph {
             || self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen
             || self.writes_timeline();
         self.profile.share_boundaries(traced);
-        self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled)
+        let backing = crate::memory::DeviceBacking(rt.device());
+        self.refresh_placements(&mut st.pool, &backing, rt.compute);
+        let (r, counters) = self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled);
+        self.placements_after_run(&counters);
+        (r, counters)
     }
 
     /// `what` through an executor over this graph's state (the state lock is held by the caller).
@@ -282,6 +286,7 @@ impl RuntimeGraph {
                 store: &mut self.store,
                 stall_pairs: &mut st.stall_pairs,
                 collective_events: &self.collective_events,
+                placements: self.placements.current.as_ref(),
             },
             profiled.then_some(&mut self.profile),
             self.pool_calls.as_mut(),

@@ -8,7 +8,8 @@ use crate::plan::program::Program;
 use crate::plan::swap::{Policy, SwapPlan, Timings};
 use crate::plan::swap_candidates::fitted_timed_candidates;
 use crate::plan::swap_fit::{fits_pool, pool_moves, PoolMoves};
-use crate::plan::swap_model::{choose, estimate, Estimate, Link};
+use crate::plan::swap_model::{choose, estimate_with_copy_waits, Estimate, Link};
+use crate::plan::swap_placements::{placements, Start};
 use crate::runtime::{Error, Result, ALIGNMENT};
 
 /// The chosen plan's predicted run: the timeline model's estimate on the timed runs' timings,
@@ -111,12 +112,26 @@ impl RuntimeGraph {
         let candidates = &self.swap_candidates;
         let lv = self.graph.liveness().expect("finalized");
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        // Runs that take their dry run's placements wait for the copy-outs whose ranges they
+        // take (`swap_placements`): each candidate is estimated with those waits.
+        let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
+        let stream = self.runtime.compute;
+        let mut copy_waits = Vec::with_capacity(candidates.len());
         let estimates: Vec<_> = candidates
             .iter()
             .map(|(_, p)| {
                 let fused = self.graph.fused_groups();
                 let program = Program::compile_fused(tensors, nodes, lv, Some(p), None, fused);
-                estimate(tensors, nodes, &program, &cost, link, ALIGNMENT)
+                let waits = if self.placements.on {
+                    let start = Start::Fresh { freed: &freed };
+                    placements(tensors, nodes, &program, pool, stream, start, 2)
+                        .map(|p| p.copy_waits().to_vec())
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                copy_waits.push(waits.len());
+                estimate_with_copy_waits(tensors, nodes, &program, &cost, link, ALIGNMENT, &waits)
             })
             .collect();
         let best = choose(&estimates);
@@ -138,7 +153,7 @@ impl RuntimeGraph {
             "swap plan tuned on the first {TUNING_RUNS} runs' warmest timings (nodes {:.2} ms, link in {:.1} / out {:.1} GB/s): {:?}, estimated \
              step {:.2} ms (compute {:.2} ms of which rebuilds {:.2}, compute waits {:.2}) against {:.2} ms for the \
              default plan; per run {} bytes out, {} in; the pool's dry run maps {maps} pages and waits for the \
-             device {waits} times a run",
+             device {waits} times a run; its blocks wait {} times for copy-outs whose ranges they take",
             cost.iter().sum::<f64>(),
             link.in_gbps,
             link.out_gbps,
@@ -149,7 +164,8 @@ impl RuntimeGraph {
             e.compute_waited_ms,
             estimates[0].step_ms,
             candidates[best].1.bytes_out,
-            candidates[best].1.bytes_in
+            candidates[best].1.bytes_in,
+            copy_waits[best]
         );
         self.swap_prediction = Some(SwapPrediction {
             estimate: estimates[best].clone(),

@@ -6,6 +6,7 @@
 mod fake;
 mod granularity;
 mod pending_fit;
+mod placement;
 mod plain;
 mod random;
 mod replay;

@@ -102,6 +102,9 @@ struct Figures {
     per_pass_ns: Vec<f64>,
     /// The modelled driver time of each pass (map and unmap calls), ns per event.
     driver_ns: Vec<f64>,
+    /// Requests of each pass placed by the cold path (`alloc_virtual`: no mapped free block
+    /// fits), per event: the pool's own cost of a layout with unmapped pages among mapped ones.
+    cold_per_op: Vec<f64>,
     unmaps_after_first: u64,
     maps: u64,
     map_calls: u64,
@@ -120,6 +123,9 @@ struct CostModel {
     call_ns: u64,
     alloc_ns: u64,
     gap_ns: u64,
+    /// Time before every event (`GKRT_REPLAY_WORK_NS`, default 0): a program's compute between
+    /// its calls, as in the PyTorch lockstep runs (`benches/traces/*_run_train`).
+    work_ns: u64,
 }
 
 impl CostModel {
@@ -134,6 +140,7 @@ impl CostModel {
             call_ns: var("GKRT_REPLAY_MOVE_US", CALL_US) * 1000,
             alloc_ns: var("GKRT_REPLAY_ALLOC_US", ALLOC_US) * 1000,
             gap_ns: var("GKRT_REPLAY_GAP_NS", GAP_NS),
+            work_ns: var("GKRT_REPLAY_WORK_NS", 0),
         }
     }
 
@@ -171,6 +178,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     {
         cfg.recycle_slack_permille = v;
     }
+    // GKRT_REPLAY_MAJORITY=1: `PoolConfig::recycle_majority_moves` on.
+    if std::env::var("GKRT_REPLAY_MAJORITY").is_ok_and(|v| v == "1") {
+        cfg.recycle_majority_moves = true;
+    }
     // GKRT_REPLAY_TAIL_FIRST=1: `PoolConfig::tail_prefix_first` on.
     if std::env::var("GKRT_REPLAY_TAIL_FIRST").is_ok_and(|v| v == "1") {
         cfg.tail_prefix_first = true;
@@ -191,6 +202,7 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     let mut sizes = vec![0u64; n];
     let mut per_pass = Vec::new();
     let mut driver_ns = Vec::new();
+    let mut cold_per_op = Vec::new();
     let (mut first_map_calls, mut first_maps) = (0, 0);
     let mut unmaps_after_first = 0;
     let thrash_mb: usize = std::env::var("GKRT_REPLAY_THRASH")
@@ -211,6 +223,7 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         }
         let u0 = b.unmaps();
         let calls0 = b.map_calls() + b.unmap_calls();
+        let cold0 = p.cold_placements;
         let allocs0 = b.maps() + u0;
         for k in (0..junk.len()).step_by(64) {
             junk[k] = junk[k].wrapping_add(pass as u8);
@@ -218,6 +231,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         std::hint::black_box(&junk);
         let t = std::time::Instant::now();
         for (k, e) in evs.iter().enumerate() {
+            if cost.work_ns > 0 {
+                // A program's work between two of its pool calls.
+                b.advance(cost.work_ns);
+            }
             match *e {
                 Ev::A(i, bytes, s) => {
                     let before = p.stats().peak_reserved_bytes;
@@ -256,6 +273,7 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         let calls = b.map_calls() + b.unmap_calls() - calls0;
         let allocs = b.maps() + b.unmaps() - allocs0;
         driver_ns.push(cost.driver_ns(calls, allocs) as f64 / evs.len() as f64);
+        cold_per_op.push((p.cold_placements - cold0) as f64 / evs.len() as f64);
         if pass == 0 {
             (first_map_calls, first_maps) = (b.map_calls(), b.maps());
         }
@@ -268,10 +286,11 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         }
         if std::env::var("GKRT_REPLAY_VERBOSE").is_ok() {
             println!(
-                "pass {pass}: unmapped {} mapped {} reserved {}",
+                "pass {pass}: unmapped {} mapped {} reserved {} cold placements {}",
                 b.unmaps() - u0,
                 b.maps(),
-                p.stats().reserved_bytes
+                p.stats().reserved_bytes,
+                p.cold_placements - cold0,
             );
         }
         if pass > 0 {
@@ -285,6 +304,7 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         peak_reserved: p.stats().peak_reserved_bytes,
         per_pass_ns: per_pass,
         driver_ns,
+        cold_per_op,
         unmaps_after_first,
         first_map_calls,
         first_maps,
@@ -357,8 +377,8 @@ fn replay_traces_through_the_pool() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let passes = 1 + 2 * rounds;
-    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for path in trace_paths() {
         let (evs, unfreed) = load_trace(&path);
         let name = path
@@ -385,7 +405,7 @@ fn replay_traces_through_the_pool() {
             let g = goal(name, f.peak_live);
             let mib = |x: u64| x as f64 / MIB as f64;
             println!(
-                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {} | {}, {} | {} | {} | {} | {} |",
+                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} |",
                 mib(f.peak_live),
                 mib(f.peak_reserved),
                 f.peak_reserved as f64 / f.peak_live as f64,
@@ -393,6 +413,7 @@ fn replay_traces_through_the_pool() {
                 if f.peak_reserved <= g { "yes" } else { "**no**" },
                 median(&f.per_pass_ns[1.min(passes - 1)..]),
                 median(&f.driver_ns[1.min(passes - 1)..]),
+                median(&f.cold_per_op[1.min(passes - 1)..]),
                 evs.len(),
                 f.first_map_calls,
                 f.first_maps,
@@ -411,6 +432,7 @@ fn the_cost_model_charges_each_physical_allocation_and_the_gap() {
         call_ns: 5_000,
         alloc_ns: 46_000,
         gap_ns: 1_600,
+        work_ns: 0,
     };
     assert_eq!(cost.driver_ns(2, 9), 2 * 5_000 + 9 * 46_000);
     // The fake's clock: one call mapping four allocations, one unmapping one, then a gap.

@@ -235,6 +235,9 @@ pub struct Pool {
     park_seq: u64,
     /// What the slack rule's page moves may still cost.
     moves: move_budget::MoveBudget,
+    /// Requests placed by the cold path (`alloc_virtual`), for the host replay: the pool's own
+    /// cost of unmapped pages left among mapped ones (off the hot path, which never counts).
+    pub(super) cold_placements: u64,
     /// Set only during `alloc_no_wait`: recycling may not wait for the device.
     no_device_waits: bool,
     stats: PoolStats,
@@ -267,6 +270,7 @@ impl Pool {
             epoch: 1,
             park_seq: 0,
             moves: move_budget::MoveBudget::default(),
+            cold_placements: 0,
             no_device_waits: false,
             stats: PoolStats::default(),
             owner: 0,

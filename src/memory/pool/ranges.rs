@@ -114,6 +114,7 @@ impl Pool {
         if let Some(i) = self.take_tail_prefix(si, r, rounded) {
             return Ok(Some(i));
         }
+        self.cold_placements += 1;
         let Some((cand, pos)) = self.place_cold(si, r, rounded) else {
             return Ok(None);
         };

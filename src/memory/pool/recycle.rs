@@ -58,6 +58,58 @@ impl Pool {
         Ok(done)
     }
 
+    /// The mapped chunks `(first page, pages)` lying wholly inside the free block `i`, from its
+    /// high end; of the block being placed, not those under its pages `[k0, k1)`.
+    fn victim_chunks(&self, i: u32, placing: Option<(u32, u64, u64)>) -> Vec<(u64, u64)> {
+        let b = &self.blocks[i];
+        let r = self.streams[b.owner as usize].range;
+        let (q0, q1) = self.interior(r, b.addr, b.size);
+        // The placed block's pages `[k0, k1)` stay: its chunks are not victims.
+        let keep = placing
+            .filter(|&(j, _, _)| j == i)
+            .map_or((q1, q1), |(_, k0, k1)| (k0, k1));
+        let mut chunks = Vec::new();
+        let pages = self.pages_of(r);
+        for (lo, hi) in [(keep.1.max(q0), q1), (q0, keep.0.min(q1))] {
+            if lo < hi {
+                pages.each_chunk_down(lo, hi, |c| {
+                    chunks.push(c);
+                    true
+                });
+            }
+        }
+        chunks
+    }
+
+    /// `recycle_majority_moves`: whether the pages the slack rule could move now — from victims
+    /// the device is done with (any, when it may wait), not placed by an earlier move unless
+    /// `repeat` — are fewer than half of the `soft` pages over the cap. The peak then still
+    /// grows by more than the move saves.
+    fn majority_short(
+        &self,
+        victims: &[(bool, u64, u32)],
+        soft: u64,
+        placing: Option<(u32, u64, u64)>,
+        repeat: bool,
+    ) -> bool {
+        let mut movable = 0u64;
+        for &(idle, _, i) in victims {
+            if !idle && !self.config.recycle_waits {
+                continue;
+            }
+            let r = self.streams[self.blocks[i].owner as usize].range;
+            for (start, k) in self.victim_chunks(i, placing) {
+                if repeat || !self.pages_of(r).any_moved(start, start + k) {
+                    movable += k;
+                }
+            }
+            if 2 * movable >= soft {
+                return false;
+            }
+        }
+        true
+    }
+
     pub(super) fn recycle_victims(
         &mut self,
         vm: &dyn VirtualMemory,
@@ -135,6 +187,15 @@ impl Pool {
             );
         }
         let page = self.page;
+        let mut want = want;
+        if want > must
+            && self.config.recycle_majority_moves
+            && self.majority_short(&victims, want - must, placing, repeat)
+        {
+            // The soft part would save less than the peak still grows: map instead.
+            want = must;
+            self.moves.declined += 1;
+        }
         let mut done = 0u64;
         let mut quiet = false;
         let mut skipped = false;
@@ -146,25 +207,8 @@ impl Pool {
                 // Only the soft goal is left, and it may not wait for the device.
                 break;
             }
-            let (r, addr, size) = {
-                let b = &self.blocks[i];
-                (self.streams[b.owner as usize].range, b.addr, b.size)
-            };
-            let (q0, q1) = self.interior(r, addr, size);
-            // The placed block's pages `[k0, k1)` stay: its chunks are not victims.
-            let keep = placing
-                .filter(|&(j, _, _)| j == i)
-                .map_or((q1, q1), |(_, k0, k1)| (k0, k1));
-            let mut chunks = Vec::new();
-            let pages = self.pages_of(r);
-            for (lo, hi) in [(keep.1.max(q0), q1), (q0, keep.0.min(q1))] {
-                if lo < hi {
-                    pages.each_chunk_down(lo, hi, |c| {
-                        chunks.push(c);
-                        true
-                    });
-                }
-            }
+            let r = self.streams[self.blocks[i].owner as usize].range;
+            let chunks = self.victim_chunks(i, placing);
             let base = self.segs[r].base;
             let mut took = 0;
             let mut failed = None;

@@ -42,6 +42,10 @@ pub(super) struct FakeConfig {
     /// `map` or `unmap` call (default 0): what a driver call costs. With `real_clock`, readings
     /// are real elapsed time plus the driver calls' costs (the trace replay).
     pub(super) move_cost_ns: u64,
+    /// Added per physical allocation a `map` or `unmap` call creates or releases (default 0):
+    /// the driver's `cuMemCreate` + `cuMemMap` (or `cuMemUnmap` + `cuMemRelease`) per
+    /// allocation, beside the call's one `cuMemSetAccess` in `move_cost_ns`.
+    pub(super) alloc_cost_ns: u64,
     pub(super) real_clock: bool,
 }
 
@@ -58,6 +62,7 @@ impl FakeConfig {
             range_base: 1 << 44,
             record: true,
             move_cost_ns: 0,
+            alloc_cost_ns: 0,
             real_clock: false,
         }
     }
@@ -110,6 +115,7 @@ impl FakeConfig {
             state: RefCell::new(FakeState {
                 clock: 0,
                 map_calls: 0,
+                unmap_calls: 0,
                 next_segment: self.segment_base,
                 skew: self.skew,
                 segments: BTreeMap::new(),
@@ -143,8 +149,9 @@ impl FakeConfig {
 pub(super) struct FakeState {
     /// The fake clock, ns (see `FakeConfig::move_cost_ns`).
     clock: u64,
-    /// `map` calls (each maps `count` physical allocations).
+    /// `map` calls (each maps `count` physical allocations), and `unmap` calls.
     map_calls: u64,
+    unmap_calls: u64,
     next_segment: u64,
     /// Added to every (aligned) segment address.
     pub(super) skew: u64,
@@ -239,6 +246,10 @@ impl Fake {
 
     pub(super) fn map_calls(&self) -> u64 {
         self.state().map_calls
+    }
+
+    pub(super) fn unmap_calls(&self) -> u64 {
+        self.state().unmap_calls
     }
 
     /// Moves the clock on by `ns` (time spent outside the pool).
@@ -452,7 +463,7 @@ impl VirtualMemory for Fake {
     fn map(&self, addr: u64, page: u64, count: u64) -> Result<(), DeviceError> {
         let mut guard = self.state_mut();
         let s = &mut *guard;
-        s.clock += self.config.move_cost_ns;
+        s.clock += self.config.move_cost_ns + count * self.config.alloc_cost_ns;
         s.map_calls += 1;
         if !self.config.record {
             s.maps += count;
@@ -484,7 +495,8 @@ impl VirtualMemory for Fake {
     fn unmap(&self, addr: u64, page: u64, count: u64) -> Result<(), DeviceError> {
         let mut guard = self.state_mut();
         let s = &mut *guard;
-        s.clock += self.config.move_cost_ns;
+        s.clock += self.config.move_cost_ns + count * self.config.alloc_cost_ns;
+        s.unmap_calls += 1;
         if !self.config.record {
             s.unmaps += count;
             return Ok(());

@@ -5,6 +5,7 @@
 
 mod fake;
 mod granularity;
+mod majority_moves;
 mod pending_fit;
 mod placement;
 mod plain;

@@ -21,6 +21,7 @@
 //! | `GKRT_LOG_LEVEL` | the PyTorch entry points' runtime: 0 off … 5 trace | 2 (warnings) |
 //! | `GKRT_MEMORY_LIMIT` | the PyTorch entry points' runtime: cap on the device memory its pool takes, bytes with an optional suffix `K`/`M`/`G`/`T` (powers of 1024, `KiB`…`TiB` too) or a fraction of the device's memory such as `0.9` | the device's memory |
 //! | `GKRT_SWAP_TIMELINE` | a file to which every run of a swapping graph (or any dynamic-mode graph: the unconstrained baseline) appends its measured timeline (a diagnostic: such runs are timed with events) | none |
+//! | `GKRT_SWAP_REFINE` | `0` keeps a swapping graph's tuned plan as the timed runs chose it among the policies' candidates; `1`: refined move by move on the timeline model (`plan::swap_refine`; an experiment knob, to compare both in one run) | 1 |
 //! | `GKRT_SWAP_BUDGET_PERMILLE` | thousandths of what the memory limit leaves a graph that its swap plans may use (1..1000; an experiment knob: the rest is headroom for the pool) | 1000 |
 //!
 //! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
@@ -138,6 +139,19 @@ pub(crate) fn log_level() -> std::result::Result<u32, String> {
 /// `GKRT_MEMORY_LIMIT`, unparsed (`process::parse_limit` reads it once the device is known).
 pub(crate) fn memory_limit() -> Option<String> {
     var("GKRT_MEMORY_LIMIT")
+}
+
+/// `GKRT_SWAP_REFINE`: whether a swapping graph's tuned plan is refined (`plan::swap_refine`);
+/// on unless `0` (anything else but `1` is ignored with a warning).
+pub(crate) fn swap_refine() -> bool {
+    match var("GKRT_SWAP_REFINE").as_deref().map(str::trim) {
+        None | Some("1") => true,
+        Some("0") => false,
+        Some(v) => {
+            log::warn!("ignoring GKRT_SWAP_REFINE='{v}' (not 0 or 1)");
+            true
+        }
+    }
 }
 
 /// `GKRT_SWAP_BUDGET_PERMILLE`: the thousandths (1..=1000) of what the memory limit leaves a

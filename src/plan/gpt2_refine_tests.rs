@@ -102,3 +102,79 @@ fn the_refinement_at_a_third_of_the_gpt2_shapes() {
         );
     }
 }
+
+/// The same on the H200 run's measured node times and link speeds (session 10's small shape at
+/// a third, `testdata/gpt2_small_third_r2_h200.csv`'s last run): the estimate of the plan gkrt
+/// would choose there, before and after the refinement, against that run's 82.2 ms unconstrained
+/// step (`--nocapture` prints them).
+#[test]
+fn the_refinement_on_the_h200_small_runs_costs() {
+    let text = include_str!("testdata/gpt2_small_third_r2_h200.csv");
+    let rows: Vec<(u64, &str, f64, f64, f64)> = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let n = |i: usize| f[i].parse::<f64>().expect("a number");
+            (n(0) as u64, f[1], n(2), n(3), n(4))
+        })
+        .collect();
+    let last = rows.iter().map(|r| r.0).max().expect("rows");
+    let mut s = build(Config {
+        recompute: 2,
+        ..SMALL
+    });
+    let (mut moved, mut timed) = ([0.0f64; 2], [0.0f64; 2]);
+    for &(run, kind, k, a, b) in rows.iter().filter(|r| r.0 == last) {
+        let _ = run;
+        match kind {
+            "node" => s.cost_ms[k as usize] = b - a,
+            "in" | "out" => {
+                let d = (kind == "in") as usize;
+                moved[d] += k;
+                timed[d] += b - a;
+            }
+            _ => {}
+        }
+    }
+    let link = crate::plan::swap::Link {
+        in_gbps: moved[1] / (timed[1] * 1e6),
+        out_gbps: moved[0] / (timed[0] * 1e6),
+    };
+    let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
+    let limit = (0.333 * (s.persistent_bytes() + transient_peak(&s, &lv)) as f64) as u64;
+    let (all, best, policies) = finalize_at(&s, limit, true, true, true, true);
+    let (plan, _) = &all[best];
+    let pool = pool_for(limit, true);
+    let fits = |p: &SwapPlan| {
+        let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(p), None);
+        fits_pool(&s.tensors, &s.nodes, &program, &pool, StreamId(0), &[])
+    };
+    let input = RefineInput {
+        tensors: &s.tensors,
+        nodes: &s.nodes,
+        lv: &lv,
+        fused: &[],
+        align: ALIGN,
+        timings: Timings {
+            node_ms: &s.cost_ms,
+            link,
+        },
+    };
+    let base = crate::plan::swap_refine::estimate_plan(&input, plan);
+    let r = refine(&input, policies[best], plan, &base, fits);
+    let nodes: f64 = s.cost_ms.iter().sum();
+    for (what, e) in [("chosen", &base), ("refined", &r.estimate)] {
+        println!(
+            "H200 small costs, {what}: {:.2} ms = {:.3}x of the unconstrained 82.2 ms (nodes {nodes:.2}, rebuilds {:.2}, compute waits {:.2}); {} plans tried, {} kept",
+            e.step_ms,
+            e.step_ms / 82.155,
+            e.compute_ms - nodes,
+            e.compute_waited_ms,
+            r.tried,
+            r.kept
+        );
+    }
+    assert!(r.estimate.step_ms <= base.step_ms);
+    assert!(fits(&r.plan).is_ok() && r.plan.infeasible_nodes.is_empty());
+    assert_no_idle_rebuilds(&s, &r.plan);
+}

@@ -256,9 +256,10 @@ fn run_and_stats(
         g.write(id, &to_bytes(&param_values(spec, p))).unwrap();
     }
     let mut outs = Vec::new();
-    // With several swap plans, the runs after the timed ones (two: the plan is chosen on the
-    // warmer of them) go through each in turn (switching between plans must be seamless too),
-    // those the timed runs added among them.
+    // With several swap plans, the first run after the timed ones (two: the plan is chosen on
+    // the warmer of them) runs the plan tuning left (refined on the model: `swap_refine`), the
+    // next ones go through each candidate in turn (switching between plans must be seamless
+    // too), those the timed runs added among them.
     const TIMED: usize = 2;
     let mut policies = Vec::new();
     for r in 0.. {
@@ -268,13 +269,13 @@ fn run_and_stats(
         let cycled = if policies.is_empty() {
             0
         } else {
-            TIMED + policies.len()
+            TIMED + 1 + policies.len()
         };
         if r >= runs.max(cycled) {
             break;
         }
-        if r >= TIMED && !policies.is_empty() {
-            g.use_swap_policy(policies[(r - TIMED) % policies.len()])
+        if r > TIMED && !policies.is_empty() {
+            g.use_swap_policy(policies[(r - TIMED - 1) % policies.len()])
                 .unwrap();
         }
         g.run().unwrap();

@@ -54,12 +54,15 @@
 #           headroom for the pool): files and ratio lines get _bNNN. GPT2SWAP_PENDING=1 also runs
 #           --recompute 2 with GKRT_POOL_PENDING_BEST_FIT=1 (a block pending on a copy-out that fits
 #           closer than any free one is taken, as the plan's dry run places it): files get _p1.
-#           GPT2SWAP_PLACEMENTS=1 also runs --recompute 2 with GKRT_SWAP_PLACEMENTS=0 (the pool
-#           places every block itself instead of taking the range the plan's dry run placed it in:
-#           the side-by-side of issue 23's execution fidelity): files get _np. Compare the
-#           SWAPSTATS lines (page_maps, pool_device_waits per step: 0 and 0 expected with
+#           GPT2SWAP_PLACEMENTS=1 also runs --recompute 2 with GKRT_SWAP_PLACEMENTS=1 (every block
+#           takes the range the plan's dry run placed it in, instead of the pool placing it: the
+#           side-by-side of issue 23's execution fidelity; off by default): files get _pl. Compare
+#           the SWAPSTATS lines (page_maps, pool_device_waits per step: 0 and 0 expected with
 #           placements in the steady state) and timeline.py's "pool:" and "measured / predicted";
 #           a run whose blocks found their placement taken logs "placed where ... elsewhere".
+#           GPT2SWAP_NOREFINE=1 also runs --recompute 2 with GKRT_SWAP_REFINE=0 (the tuned plan as
+#           the timed runs chose it, not refined on the model: the refinement's A/B): files get _nr.
+#           The 'swap plan refined in X ms' log line gives the refinement's time and estimates.
 #           A swapping graph picks its plan after two timed runs (the warm node times): the
 #           timed run's steps 3 and 4 carry the prediction.
 #           Limited runs log at level 3: the 'swap plan tuned' line gives the chosen policy and the
@@ -578,15 +581,16 @@ run_gpt2swap() {
       [ "$pm" = 1000 ] || runs="$runs 2_b$pm"
     done
     [ "${GPT2SWAP_PENDING:-0}" = 1 ] && runs="$runs 2_p1"
-    [ "${GPT2SWAP_PLACEMENTS:-0}" = 1 ] && runs="$runs 2_np"
+    [ "${GPT2SWAP_PLACEMENTS:-0}" = 1 ] && runs="$runs 2_pl"
+    [ "${GPT2SWAP_NOREFINE:-0}" = 1 ] && runs="$runs 2_nr"
     for r in $runs; do
-      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=1
-      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_np) placements=0 ;; esac
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1
+      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 ;; *_nr) refine=0 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.
       local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget
-        GKRT_POOL_PENDING_BEST_FIT=$pending GKRT_SWAP_PLACEMENTS=$placements)
+        GKRT_POOL_PENDING_BEST_FIT=$pending GKRT_SWAP_PLACEMENTS=$placements GKRT_SWAP_REFINE=$refine)
       "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
         --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
       "${run_it[@]}" GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]/--steps $steps/--steps 4} \
@@ -594,7 +598,7 @@ run_gpt2swap() {
       grep -E 'RESULT|SWAPSTATS|swap plan|placed where' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
       local bopt=()
       [ -f "$base_tl" ] && bopt=(--base "$base_tl")

@@ -315,7 +315,7 @@ pub fn plans(s: &Step, budget: u64) -> (Vec<(SwapPlan, Estimate)>, usize) {
 
 /// Each plan of `cands` with the model's estimate of its compiled program, and the index
 /// `choose` takes.
-fn estimated(
+pub(super) fn estimated(
     s: &Step,
     lv: &Liveness,
     cands: Vec<(Policy, SwapPlan)>,
@@ -449,23 +449,9 @@ impl VirtualMemory for VirtualBacking {
     }
 }
 
-/// What finalize does at `limit` on a fresh runtime (`make_swap_plan`): the pool's dry run
-/// decides each policy's budget; returns the candidates with their estimates and the index
-/// `choose` takes. `primed`: the pool has its virtual range (as `prime_virtual_range` gives it
-/// on a device with virtual memory); otherwise it is fresh and its dry run simulates plain
-/// segments. `per_policy` off: the earlier finalize, which lowered the default plan's budget
-/// and dropped every other policy's plan that failed the dry run at it. `no_waits`: a plan whose
-/// dry run waits for the device does not fit (`fits_pool`). `timed`: with the
-/// candidates the first run adds, which weigh rebuilds against copies on the shape's costs.
-fn finalize_at(
-    s: &Step,
-    limit: u64,
-    primed: bool,
-    per_policy: bool,
-    no_waits: bool,
-    timed: bool,
-) -> (Vec<(SwapPlan, Estimate)>, usize) {
-    let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
+/// A pool under `limit` on a device with virtual memory, as finalize meets it; `primed`: with
+/// its virtual range (as `prime_virtual_range` gives it).
+pub(super) fn pool_for(limit: u64, primed: bool) -> Pool {
     let mut pool = Pool::new(PoolConfig {
         alignment: ALIGN,
         memory_limit: limit,
@@ -478,6 +464,27 @@ fn finalize_at(
         let block = pool.alloc(&backing, ALIGN, StreamId(0)).expect("room");
         pool.free(&backing, block).expect("ours");
     }
+    pool
+}
+
+/// What finalize does at `limit` on a fresh runtime (`make_swap_plan`): the pool's dry run
+/// decides each policy's budget; returns the candidates with their estimates and the index
+/// `choose` takes. `primed`: the pool has its virtual range (as `prime_virtual_range` gives it
+/// on a device with virtual memory); otherwise it is fresh and its dry run simulates plain
+/// segments. `per_policy` off: the earlier finalize, which lowered the default plan's budget
+/// and dropped every other policy's plan that failed the dry run at it. `no_waits`: a plan whose
+/// dry run waits for the device does not fit (`fits_pool`). `timed`: with the
+/// candidates the first run adds, which weigh rebuilds against copies on the shape's costs.
+pub(super) fn finalize_at(
+    s: &Step,
+    limit: u64,
+    primed: bool,
+    per_policy: bool,
+    no_waits: bool,
+    timed: bool,
+) -> (Vec<(SwapPlan, Estimate)>, usize, Vec<Policy>) {
+    let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
+    let pool = pool_for(limit, primed);
     let check = |plan: &SwapPlan| {
         let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
         if no_waits {
@@ -521,6 +528,7 @@ fn finalize_at(
             check,
         ));
     }
+    let policies: Vec<Policy> = cands.iter().map(|(p, _)| *p).collect();
     let (all, best) = estimated(s, &lv, cands);
     if timed {
         // The chosen plan's page maps in the steady state (`pool_moves`) are the second run's:
@@ -543,7 +551,7 @@ fn finalize_at(
             moves.iter().map(|m| m.node).collect::<Vec<_>>()
         );
     }
-    (all, best)
+    (all, best, policies)
 }
 
 /// At a third of the working set, through finalize's dry runs of the pool: the budget a plan
@@ -579,7 +587,7 @@ fn finalize_at_a_third_gives_plans_most_of_the_limit() {
             (true, true, true, true),
         ];
         for (primed, per_policy, no_waits, timed) in modes {
-            let (all, best) = finalize_at(&s, limit, primed, per_policy, no_waits, timed);
+            let (all, best, _) = finalize_at(&s, limit, primed, per_policy, no_waits, timed);
             let (plan, e) = &all[best];
             println!(
                 "{name}: pool range {primed}, per-policy budgets {per_policy}, no waits {no_waits}, timed {timed}: {} candidates, chosen planned for {:.3} of the limit, {:.1} ms = {:.3}x of {step:.1} (waited {:.1}), {:.2} GB out, {:.2} GB in, {} recomputes",
@@ -682,7 +690,7 @@ fn the_model_against_the_h200_timeline_of_the_small_shape() {
     };
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let limit = (0.333 * (s.persistent_bytes() + transient_peak(&s, &lv)) as f64) as u64;
-    let (all, best) = finalize_at(&s, limit, true, true, true, true);
+    let (all, best, _) = finalize_at(&s, limit, true, true, true, true);
     for (i, (p, e)) in all.iter().enumerate() {
         println!(
             "  candidate {i}{}: {:.2} ms, {} recomputes, {:.2} GB in, planned for {:.3} of the limit",
@@ -694,8 +702,10 @@ fn the_model_against_the_h200_timeline_of_the_small_shape() {
         );
     }
     let (plan, _) = &all[best];
-    // The plan the H200 ran: the same bytes each way (within 1%).
-    let near = |a: f64, b: f64| (a - b).abs() <= 0.01 * b;
+    // The plan the H200 ran: the same bytes each way (within 2%: since that run the planner no
+    // longer rebuilds a layer's scores twice (`swap_sim`, moved rebuilds), which let the plan
+    // fit a larger budget and moved 1% fewer bytes in).
+    let near = |a: f64, b: f64| (a - b).abs() <= 0.02 * b;
     assert!(
         near(plan.bytes_in as f64, bytes_in) && near(plan.bytes_out as f64, bytes_out),
         "plan {} in / {} out, measured {bytes_in} / {bytes_out}",

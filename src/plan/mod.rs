@@ -11,10 +11,13 @@ pub mod swap_fit;
 pub(crate) mod swap_holds;
 pub mod swap_model;
 pub mod swap_placements;
+pub mod swap_refine;
 mod swap_sim;
 
 #[cfg(test)]
-mod gpt2_shape_tests;
+mod gpt2_refine_tests;
+#[cfg(test)]
+pub(crate) mod gpt2_shape_tests;
 #[cfg(test)]
 mod swap_placements_tests;
 #[cfg(test)]

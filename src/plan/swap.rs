@@ -219,12 +219,59 @@ pub(crate) fn plan_timed(
     policy: Policy,
     timings: Option<Timings>,
 ) -> SwapPlan {
+    plan_masked(
+        tensors,
+        nodes,
+        lv,
+        holds,
+        budget,
+        align,
+        policy,
+        timings,
+        Overrides::default(),
+    )
+}
+
+/// What a refinement (`swap_refine`) overrides of a policy's rules for one tensor as a victim.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Victim {
+    /// As the policy says.
+    #[default]
+    Policy,
+    /// Copied out and back, never dropped for a rebuild.
+    Copy,
+    /// Dropped and rebuilt wherever the rematerialisation rule can, whatever the policy's cap
+    /// (`Policy::recompute_cap_pct`) says.
+    Rebuild,
+}
+
+/// Per-tensor overrides of a policy (`Victim`; empty: none) and of its slack in bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Overrides<'a> {
+    pub victims: &'a [Victim],
+    pub slack: Option<u64>,
+}
+
+/// `plan_timed` with `overrides`: `swap_refine` turns rebuilds into copies and back with them,
+/// one group of tensors at a time.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_masked(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    holds: &CommHolds,
+    budget: u64,
+    align: u64,
+    policy: Policy,
+    timings: Option<Timings>,
+    overrides: Overrides,
+) -> SwapPlan {
     let largest = tensors
         .iter()
         .map(|t| round_up(t.size, align))
         .max()
         .unwrap_or(0);
-    let slack = policy.slack_tensors * largest;
+    let slack = overrides.slack.unwrap_or(policy.slack_tensors * largest);
     let pass = Pass {
         tensors,
         nodes,
@@ -235,6 +282,7 @@ pub(crate) fn plan_timed(
         policy,
         slack,
         timings,
+        victims: overrides.victims,
     };
     let sim = |keep: &[u32]| simulate(&pass, keep);
     let (cold, end_state) = sim(&[]);

@@ -6,7 +6,7 @@
 
 use crate::graph::liveness::{round_up, NEVER};
 use crate::graph::{Liveness, Node, Tensor};
-use crate::plan::swap::{node_tensors, Policy, SwapPlan, Timings};
+use crate::plan::swap::{node_tensors, Policy, SwapPlan, Timings, Victim};
 use crate::plan::swap_holds::CommHolds;
 use std::collections::BTreeSet;
 
@@ -295,6 +295,8 @@ pub(super) struct Pass<'a> {
     pub policy: Policy,
     pub slack: u64,
     pub timings: Option<Timings<'a>>,
+    /// Per tensor (empty: none): what overrides the policy for it as a victim (`plan_masked`).
+    pub victims: &'a [Victim],
 }
 
 /// One planning pass; `keep` are resident when the run starts and must be again when it ends.
@@ -310,6 +312,7 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         policy,
         slack,
         timings,
+        victims,
     } = pass;
     let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
@@ -417,8 +420,8 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
             // in this run leaves as the run starts.
             let last = sim.last_use_before(lv, victim, n32);
             let next = key; // its next use: the eviction order's key
-            let source = policy
-                .recompute
+            let rule = victims.get(victim as usize).copied().unwrap_or_default();
+            let source = (rule == Victim::Rebuild || (policy.recompute && rule != Victim::Copy))
                 .then(|| {
                     let rebuilt = &plan.recompute_before;
                     recompute_source(
@@ -427,7 +430,8 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                 })
                 .flatten()
                 .filter(|(chain, _)| {
-                    worth_rebuilding(tensors, &sim, policy, timings, victim, chain)
+                    rule == Victim::Rebuild
+                        || worth_rebuilding(tensors, &sim, policy, timings, victim, chain)
                 });
             if let (Some((chain, moved)), Some(last)) = (source, last) {
                 // Dropped without a copy; its producer (after those of the freed tensors it
@@ -442,9 +446,22 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                     at_k.retain(|&x| x != y);
                     let producer_of =
                         |x: u32| &nodes[tensors[x as usize].producer.expect("a link") as usize];
-                    for &z in &producer_of(y).inputs {
-                        if !at_k.iter().any(|&x| producer_of(x).inputs.contains(&z)) {
-                            sim.extra_uses[z as usize].retain(|&u| u != k);
+                    // So do the freed links rebuilt at k only for y (the scores under a moved
+                    // softmax output) that this chain rebuilds at `next` too: left at k, they
+                    // would be rebuilt for nothing.
+                    let mut gone = vec![y];
+                    while let Some(i) = at_k.iter().position(|&x| {
+                        chain.contains(&x)
+                            && lv.last_use[x as usize].is_none_or(|l| l < k)
+                            && !at_k.iter().any(|&r| producer_of(r).inputs.contains(&x))
+                    }) {
+                        gone.push(at_k.remove(i));
+                    }
+                    for x in gone {
+                        for &z in &producer_of(x).inputs {
+                            if !at_k.iter().any(|&r| producer_of(r).inputs.contains(&z)) {
+                                sim.extra_uses[z as usize].retain(|&u| u != k);
+                            }
                         }
                     }
                 }

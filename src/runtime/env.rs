@@ -22,8 +22,9 @@
 //! | `GKRT_LOG_LEVEL` | the PyTorch entry points' runtime: 0 off … 5 trace | 2 (warnings) |
 //! | `GKRT_MEMORY_LIMIT` | the PyTorch entry points' runtime: cap on the device memory its pool takes, bytes with an optional suffix `K`/`M`/`G`/`T` (powers of 1024, `KiB`…`TiB` too) or a fraction of the device's memory such as `0.9` | the device's memory |
 //! | `GKRT_SWAP_TIMELINE` | a file to which every run of a swapping graph (or any dynamic-mode graph: the unconstrained baseline) appends its measured timeline (a diagnostic: such runs are timed with events) | none |
+//! | `GKRT_SWAP_REFINE` | `0` keeps a swapping graph's tuned plan as the timed runs chose it among the policies' candidates; `1`: refined move by move on the timeline model (`plan::swap_refine`; an experiment knob, to compare both in one run) | 1 |
 //! | `GKRT_SWAP_BUDGET_PERMILLE` | thousandths of what the memory limit leaves a graph that its swap plans may use (1..1000; an experiment knob: the rest is headroom for the pool) | 1000 |
-//! | `GKRT_SWAP_PLACEMENTS` | `0`: a swapping graph's runs allocate where the pool chooses instead of taking the ranges the plan's dry run placed each block in (`plan::swap_placements`), and the timeline model charges no waits for copy-outs whose ranges blocks take; for side-by-side measurements. Read at finalize | 1 |
+//! | `GKRT_SWAP_PLACEMENTS` | `1`: a swapping graph's runs take the ranges the plan's dry run placed each block in (`plan::swap_placements`), waiting for the copy-outs still reading them, and the timeline model charges those waits; `0`: the pool places every block. An experiment knob (slower on the H200: session 11, run 2). Read at finalize | 0 |
 //!
 //! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
 //! not parse are ignored with a warning. `GKRT_DEVICE`, `GKRT_POOL_VMM` and `GKRT_HOST_JITTER_US`
@@ -146,16 +147,31 @@ pub(crate) fn memory_limit() -> Option<String> {
 }
 
 /// `GKRT_SWAP_PLACEMENTS`: whether a swapping graph's runs take the ranges the pool's dry run
-/// placed their blocks in (default on; `0` turns it off, other values are ignored with a warning).
+/// placed their blocks in (default off: on the H200 the waits for copy-outs still reading those
+/// ranges cost more than the page moves they save; `1` turns it on, other values are ignored with
+/// a warning).
 pub(crate) fn swap_placements() -> bool {
     let Some(v) = var("GKRT_SWAP_PLACEMENTS") else {
-        return true;
+        return false;
     };
     match v.trim() {
         "1" => true,
         "0" => false,
         _ => {
             log::warn!("ignoring GKRT_SWAP_PLACEMENTS='{v}' (not 0 or 1)");
+            false
+        }
+    }
+}
+
+/// `GKRT_SWAP_REFINE`: whether a swapping graph's tuned plan is refined (`plan::swap_refine`);
+/// on unless `0` (anything else but `1` is ignored with a warning).
+pub(crate) fn swap_refine() -> bool {
+    match var("GKRT_SWAP_REFINE").as_deref().map(str::trim) {
+        None | Some("1") => true,
+        Some("0") => false,
+        Some(v) => {
+            log::warn!("ignoring GKRT_SWAP_REFINE='{v}' (not 0 or 1)");
             true
         }
     }

@@ -37,8 +37,8 @@ fn pool_stamp(pool: &Pool) -> [u64; 5] {
 }
 
 impl RuntimeGraph {
-    /// Whether runs take the ranges the plan's dry run placed their blocks in (on by default,
-    /// `GKRT_SWAP_PLACEMENTS=0` off): for tests and side-by-side measurements.
+    /// Whether runs take the ranges the plan's dry run placed their blocks in (off by default,
+    /// `GKRT_SWAP_PLACEMENTS=1` on): for tests and side-by-side measurements.
     pub fn follow_placements(&mut self, on: bool) {
         self.placements.on = on;
         self.placements.current = None;

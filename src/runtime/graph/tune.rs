@@ -10,6 +10,7 @@ use crate::plan::swap_candidates::fitted_timed_candidates;
 use crate::plan::swap_fit::{fits_pool, pool_moves, PoolMoves};
 use crate::plan::swap_model::{choose, estimate_with_copy_waits, Estimate, Link};
 use crate::plan::swap_placements::{placements, Start};
+use crate::plan::swap_refine::{estimate_plan, refine, RefineInput, Refined};
 use crate::runtime::{Error, Result, ALIGNMENT};
 
 /// The chosen plan's predicted run: the timeline model's estimate on the timed runs' timings,
@@ -135,7 +136,13 @@ impl RuntimeGraph {
             })
             .collect();
         let best = choose(&estimates);
-        let moves = self.dry_run_moves(&candidates[best].1, pool);
+        let refined = self.refine_swap_plan(best, &estimates[best], &cost, link, pool);
+        let candidates = &self.swap_candidates;
+        let (chosen, chosen_estimate) = match &refined {
+            Some(r) => (&r.plan, &r.estimate),
+            None => (&candidates[best].1, &estimates[best]),
+        };
+        let moves = self.dry_run_moves(chosen, pool);
         for ((policy, plan), e) in candidates.iter().zip(&estimates) {
             log::debug!(
                 "swap candidate {policy:?}: estimated step {:.2} ms (compute waits {:.2} ms), {} bytes out, {} in",
@@ -145,7 +152,7 @@ impl RuntimeGraph {
                 plan.bytes_in
             );
         }
-        let e = &estimates[best];
+        let e = chosen_estimate;
         let (maps, waits) = moves
             .iter()
             .fold((0, 0), |(m, w), p| (m + p.maps, w + p.waits));
@@ -163,19 +170,80 @@ impl RuntimeGraph {
             e.compute_ms - cost.iter().sum::<f64>(),
             e.compute_waited_ms,
             estimates[0].step_ms,
-            candidates[best].1.bytes_out,
-            candidates[best].1.bytes_in,
+            chosen.bytes_out,
+            chosen.bytes_in,
             copy_waits[best]
         );
+        let plan = (refined.is_some() || best != 0).then(|| chosen.clone());
         self.swap_prediction = Some(SwapPrediction {
-            estimate: estimates[best].clone(),
+            estimate: chosen_estimate.clone(),
             cost: cost.clone(),
             moves,
         });
-        if best != 0 {
-            self.set_swap_plan(candidates[best].1.clone());
+        if let Some(plan) = plan {
+            self.set_swap_plan(plan);
         }
         true
+    }
+
+    /// The chosen candidate `best` (estimated `base`) refined on the timed runs' figures
+    /// (`swap_refine::refine`), each change fitted to the pool as the timed candidates are;
+    /// `None` when no change shortened its estimate or `GKRT_SWAP_REFINE` is 0. The refinement
+    /// judges plans on the model without waits for copy-outs whose ranges placed blocks take
+    /// (`GKRT_SWAP_PLACEMENTS=1`), so `base` is estimated again that way: like with like.
+    fn refine_swap_plan(
+        &self,
+        best: usize,
+        base: &Estimate,
+        cost: &[f64],
+        link: Link,
+        pool: &Pool,
+    ) -> Option<Refined> {
+        if !crate::runtime::env::swap_refine() {
+            return None;
+        }
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let fused = self.graph.fused_groups();
+        let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
+        let stream = self.runtime.compute;
+        let fits = |plan: &SwapPlan| {
+            let program = Program::compile_fused(tensors, nodes, lv, Some(plan), None, fused);
+            fits_pool(tensors, nodes, &program, pool, stream, &freed)
+        };
+        let input = RefineInput {
+            tensors,
+            nodes,
+            lv,
+            fused,
+            align: ALIGNMENT,
+            timings: Timings {
+                node_ms: cost,
+                link,
+            },
+        };
+        let (policy, plan) = &self.swap_candidates[best];
+        let started = std::time::Instant::now();
+        let unwaited;
+        let base = if self.placements.on {
+            unwaited = estimate_plan(&input, plan);
+            &unwaited
+        } else {
+            base
+        };
+        let r = refine(&input, *policy, plan, base, fits);
+        log::info!(
+            "swap plan refined in {:.1} ms: {} plans tried, {} changes kept; estimated step {:.2} -> {:.2} ms \
+             (rebuilds {:.2} -> {:.2} ms)",
+            started.elapsed().as_secs_f64() * 1e3,
+            r.tried,
+            r.kept,
+            base.step_ms,
+            r.estimate.step_ms,
+            base.compute_ms - cost.iter().sum::<f64>(),
+            r.estimate.compute_ms - cost.iter().sum::<f64>()
+        );
+        (r.kept > 0).then_some(r)
     }
 
     /// The last profiled run's node times and per-direction copy totals; `None` (logged) when

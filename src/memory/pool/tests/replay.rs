@@ -285,8 +285,13 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
             live = 0;
         }
         if std::env::var("GKRT_REPLAY_VERBOSE").is_ok() {
+            // The addresses the pass handed out, hashed (FNV-1a): equal between two builds
+            // only if every placement was the same.
+            let placed = addr.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &a| {
+                (h ^ a).wrapping_mul(0x100_0000_01b3)
+            });
             println!(
-                "pass {pass}: unmapped {} mapped {} reserved {} cold placements {}",
+                "pass {pass}: unmapped {} mapped {} reserved {} cold placements {} addresses {placed:016x}",
                 b.unmaps() - u0,
                 b.maps(),
                 p.stats().reserved_bytes,

@@ -234,7 +234,7 @@ impl Pool {
         let tail = self.blocks[tail].cold.then_some(tail);
         let candidates = || {
             st.cold
-                .range((size, 0, 0)..)
+                .at_least(size)
                 .take(COLD_SCAN)
                 .map(|&(_, _, i)| i)
                 .chain(tail)

@@ -232,21 +232,43 @@ impl Pool {
         };
         let tail = self.segs[r].tail;
         let tail = self.blocks[tail].cold.then_some(tail);
-        let candidates = || {
+        let fits = |&i: &u32| {
+            let b = &self.blocks[i];
+            b.state == State::Free && b.size >= size
+        };
+        let in_set = || {
             st.cold
                 .at_least(size)
                 .take(COLD_SCAN)
                 .map(|&(_, _, i)| i)
-                .chain(tail)
-                .filter(|&i| {
-                    let b = &self.blocks[i];
-                    b.state == State::Free && b.size >= size
-                })
+                .filter(fits)
         };
-        for i in candidates() {
+        let candidates = || in_set().chain(tail.filter(fits));
+        let ends = |best: &mut Best, i: u32| {
             let b = &self.blocks[i];
-            try_at(&mut best, i, b.addr, b.size);
-            try_at(&mut best, i, b.addr + b.size - size, b.size);
+            try_at(best, i, b.addr, b.size);
+            try_at(best, i, b.addr + b.size - size, b.size);
+        };
+        for i in in_set() {
+            ends(&mut best, i);
+            // The set comes in (size, addr) order: once an end needs no new page, every later
+            // entry loses to it (a larger block on size, an equal one on address, lying above),
+            // so the rest is not looked at; only the tail, out of that order, still may win.
+            if best.is_some_and(|((unmapped, _, _), _)| unmapped == 0) {
+                break;
+            }
+        }
+        if let Some(t) = tail.filter(fits) {
+            ends(&mut best, t);
+        }
+        #[cfg(all(test, debug_assertions))]
+        {
+            // Unit tests check the early stop against looking at every candidate.
+            let mut all: Best = None;
+            for i in candidates() {
+                ends(&mut all, i);
+            }
+            assert_eq!(best, all, "place_cold's early stop changed the choice");
         }
         if best.is_some_and(|((unmapped, _, _), _)| unmapped > 0) {
             // No end of a block avoids new pages: try the ends of the runs of mapped pages

@@ -224,6 +224,10 @@ impl Pool {
         type Best = Option<((u64, u64, u64), u32)>;
         let mut best: Best = None;
         let try_at = |best: &mut Best, i: u32, pos: u64, bsize: u64| {
+            // Against a best needing no new page only a smaller (size, pos) can win: no count.
+            if best.is_some_and(|((u, s, p), _)| u == 0 && (bsize, pos) > (s, p)) {
+                return;
+            }
             let (p0, p1) = self.touched(r, pos, size);
             let key = (pages.count_unmapped(p0, p1), bsize, pos);
             if best.is_none_or(|(k, _)| key < k) {
@@ -263,12 +267,20 @@ impl Pool {
         }
         #[cfg(all(test, debug_assertions))]
         {
-            // Unit tests check the early stop against looking at every candidate.
+            // Unit tests check the early stop and the skipped counts against counting every
+            // end of every candidate.
             let mut all: Best = None;
             for i in candidates() {
-                ends(&mut all, i);
+                let b = &self.blocks[i];
+                for pos in [b.addr, b.addr + b.size - size] {
+                    let (p0, p1) = self.touched(r, pos, size);
+                    let key = (pages.count_unmapped(p0, p1), b.size, pos);
+                    if all.is_none_or(|(k, _)| key < k) {
+                        all = Some((key, i));
+                    }
+                }
             }
-            assert_eq!(best, all, "place_cold's early stop changed the choice");
+            assert_eq!(best, all, "place_cold's shortcuts changed the choice");
         }
         if best.is_some_and(|((unmapped, _, _), _)| unmapped > 0) {
             // No end of a block avoids new pages: try the ends of the runs of mapped pages

@@ -25,6 +25,8 @@
 //! after event K of the first pass, when that event is an allocation, with the reserved and
 //! allocated bytes then: the peak lines say only the peak, which may lie inside the event). `GKRT_REPLAY_PAGE_MIB` overrides `vmm_page_bytes`, the
 //! largest physical allocation (chunk). Blocks a trace never frees are freed after every pass.
+//! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
+//! hash of the addresses it handed out: a change meant to keep every placement keeps them all.
 
 use super::*;
 use std::collections::HashMap;

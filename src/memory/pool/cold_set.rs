@@ -1,10 +1,11 @@
 //! The cold blocks of one stream (free blocks of its virtual range with unmapped pages, the
 //! range's last block excepted) ordered by `(size, addr, block)`: a sorted vector searched by
 //! binary search. It replaced a `BTreeSet` with the same order, so placement sees the same
-//! candidates in the same order. The set holds few entries (holes left by recycling), and on
-//! inference traces it changes on most cold placements: an insert or remove here is a binary
-//! search and a short `memmove`, where the B-tree's node walks, splits and merges cost most of
-//! the cold path (perf on resnet_infer_sizes: BENCHMARKS.md §3).
+//! candidates in the same order. The set holds few entries (holes left by recycling; on the
+//! inference traces it is empty at most inserts) and changes on most cold placements there: a
+//! binary search and a short `memmove` cost less than the B-tree's generic node handling (host
+//! replay, session 11: the virtual-range pool's time per operation 0.74 of the B-tree's on
+//! infer_batches and resnet_infer_sizes, 0.9 on vit_infer_batches, with `place_cold`'s shortcuts).
 
 /// One cold block: its size, its address, its index in the block slab.
 pub(super) type ColdKey = (u64, u64, u32);

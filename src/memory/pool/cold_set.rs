@@ -5,7 +5,7 @@
 //! inference traces it is empty at most inserts) and changes on most cold placements there: a
 //! binary search and a short `memmove` cost less than the B-tree's generic node handling (host
 //! replay, session 11: the virtual-range pool's time per operation 0.74 of the B-tree's on
-//! infer_batches and resnet_infer_sizes, 0.9 on vit_infer_batches, with `place_cold`'s shortcuts).
+//! infer_batches and resnet_infer_sizes, 0.87 on vit_infer_batches, with `place_cold`'s shortcuts).
 
 /// One cold block: its size, its address, its index in the block slab.
 pub(super) type ColdKey = (u64, u64, u32);

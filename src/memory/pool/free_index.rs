@@ -1,6 +1,6 @@
 //! The free indexes of a stream: warm free blocks (every page mapped) in segregated size-class
 //! lists (`tlsf.rs`), one index per kind (small, large, virtual), and cold blocks (a virtual
-//! range's free blocks with unmapped pages) in an ordered set. Linking, unlinking, best fit.
+//! range's free blocks with unmapped pages) in an ordered set (`cold_set.rs`). Linking, unlinking, best fit.
 
 use super::block::Kind;
 use super::tlsf::{class_of, NIL};

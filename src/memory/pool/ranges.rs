@@ -224,6 +224,10 @@ impl Pool {
         type Best = Option<((u64, u64, u64), u32)>;
         let mut best: Best = None;
         let try_at = |best: &mut Best, i: u32, pos: u64, bsize: u64| {
+            // Against a best needing no new page only a smaller (size, pos) can win: no count.
+            if best.is_some_and(|((u, s, p), _)| u == 0 && (bsize, pos) > (s, p)) {
+                return;
+            }
             let (p0, p1) = self.touched(r, pos, size);
             let key = (pages.count_unmapped(p0, p1), bsize, pos);
             if best.is_none_or(|(k, _)| key < k) {
@@ -232,21 +236,51 @@ impl Pool {
         };
         let tail = self.segs[r].tail;
         let tail = self.blocks[tail].cold.then_some(tail);
-        let candidates = || {
+        let fits = |&i: &u32| {
+            let b = &self.blocks[i];
+            b.state == State::Free && b.size >= size
+        };
+        let in_set = || {
             st.cold
-                .range((size, 0, 0)..)
+                .at_least(size)
                 .take(COLD_SCAN)
                 .map(|&(_, _, i)| i)
-                .chain(tail)
-                .filter(|&i| {
-                    let b = &self.blocks[i];
-                    b.state == State::Free && b.size >= size
-                })
+                .filter(fits)
         };
-        for i in candidates() {
+        let candidates = || in_set().chain(tail.filter(fits));
+        let ends = |best: &mut Best, i: u32| {
             let b = &self.blocks[i];
-            try_at(&mut best, i, b.addr, b.size);
-            try_at(&mut best, i, b.addr + b.size - size, b.size);
+            try_at(best, i, b.addr, b.size);
+            try_at(best, i, b.addr + b.size - size, b.size);
+        };
+        for i in in_set() {
+            ends(&mut best, i);
+            // The set comes in (size, addr) order: once an end needs no new page, every later
+            // entry loses to it (a larger block on size, an equal one on address, lying above),
+            // so the rest is not looked at; only the tail, out of that order, still may win.
+            if best.is_some_and(|((unmapped, _, _), _)| unmapped == 0) {
+                break;
+            }
+        }
+        if let Some(t) = tail.filter(fits) {
+            ends(&mut best, t);
+        }
+        #[cfg(all(test, debug_assertions))]
+        {
+            // Unit tests check the early stop and the skipped counts against counting every
+            // end of every candidate.
+            let mut all: Best = None;
+            for i in candidates() {
+                let b = &self.blocks[i];
+                for pos in [b.addr, b.addr + b.size - size] {
+                    let (p0, p1) = self.touched(r, pos, size);
+                    let key = (pages.count_unmapped(p0, p1), b.size, pos);
+                    if all.is_none_or(|(k, _)| key < k) {
+                        all = Some((key, i));
+                    }
+                }
+            }
+            assert_eq!(best, all, "place_cold's shortcuts changed the choice");
         }
         if best.is_some_and(|((unmapped, _, _), _)| unmapped > 0) {
             // No end of a block avoids new pages: try the ends of the runs of mapped pages

@@ -2,9 +2,9 @@
 //! its virtual range, its marker events), found from the stream id through a fast hash map and
 //! a one-entry cache of the latest allocation's stream.
 
-use std::collections::BTreeSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::cold_set::ColdSet;
 use super::tlsf::{Classes, NIL};
 use super::Pool;
 use crate::device::{EventId, StreamId};
@@ -45,8 +45,8 @@ pub(super) type FastHash = BuildHasherDefault<AddrHasher>;
 pub(super) struct StreamState {
     pub(super) stream: StreamId,
     pub(super) warm: [Classes; 3],
-    /// Free blocks of the range with unmapped pages: (size, addr, block).
-    pub(super) cold: BTreeSet<(u64, u64, u32)>,
+    /// Free blocks of the range with unmapped pages: (size, addr, block), in that order.
+    pub(super) cold: ColdSet,
     /// Segment index of the stream's virtual range, or NIL.
     pub(super) range: u32,
     /// Reserving a range failed: use plain segments from now on.
@@ -103,7 +103,7 @@ impl Pool {
         self.streams.push(StreamState {
             stream,
             warm: Default::default(),
-            cold: BTreeSet::new(),
+            cold: ColdSet::new(),
             range: NIL,
             range_failed: false,
             virtual_growth: self.config.vmm,

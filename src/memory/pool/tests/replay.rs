@@ -25,6 +25,8 @@
 //! after event K of the first pass, when that event is an allocation, with the reserved and
 //! allocated bytes then: the peak lines say only the peak, which may lie inside the event). `GKRT_REPLAY_PAGE_MIB` overrides `vmm_page_bytes`, the
 //! largest physical allocation (chunk). Blocks a trace never frees are freed after every pass.
+//! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
+//! hash of the addresses it handed out: a change meant to keep every placement keeps them all.
 
 use super::*;
 use std::collections::HashMap;
@@ -285,8 +287,13 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
             live = 0;
         }
         if std::env::var("GKRT_REPLAY_VERBOSE").is_ok() {
+            // The addresses the pass handed out, hashed (FNV-1a): equal between two builds
+            // only if every placement was the same.
+            let placed = addr.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &a| {
+                (h ^ a).wrapping_mul(0x100_0000_01b3)
+            });
             println!(
-                "pass {pass}: unmapped {} mapped {} reserved {} cold placements {}",
+                "pass {pass}: unmapped {} mapped {} reserved {} cold placements {} addresses {placed:016x}",
                 b.unmaps() - u0,
                 b.maps(),
                 p.stats().reserved_bytes,

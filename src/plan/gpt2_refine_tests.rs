@@ -15,30 +15,13 @@ use crate::plan::swap_refine::{refine, RefineInput};
 
 const ALIGN: u64 = 256;
 
-/// Every tensor a plan rebuilds before node k is read there, by node k or by the producer of
-/// another tensor rebuilt there: none is rebuilt for nothing.
-fn assert_no_idle_rebuilds(s: &Step, plan: &SwapPlan) {
-    for (k, xs) in plan.recompute_before.iter().enumerate() {
-        for &x in xs {
-            let read = s.nodes[k].inputs.contains(&x)
-                || xs.iter().any(|&y| {
-                    let p = s.tensors[y as usize].producer.expect("rebuilt") as usize;
-                    y != x && s.nodes[p].inputs.contains(&x)
-                });
-            assert!(read, "t{x} rebuilt before node {k} for nothing");
-        }
-    }
-}
-
-/// Before the refinement, a softmax output dropped for a rebuild before its last reader and
-/// then rebuilt earlier for another chain left its scores rebuilt at the first place too: twice
-/// a layer (GPT-2 small: 24 score products a step where 12 do, 0.8 ms on the shape's costs).
-/// Before/after on the shape's costs, planning time on this (shared, 2-core) machine:
-/// small 1.160x -> (idle rebuilds gone) 1.142x, refinement none kept;
-/// medium 1.089x -> 1.097x (another candidate chosen) -> refined 1.064x.
+/// Before/after on the shape's costs, planning time on this (shared, 2-core) machine: small
+/// 1.160x, refinement none kept; medium 1.089x refined to 1.084x. Dropping the idle score
+/// rebuilds too (session 11: small 1.142x on the shape) measured slower on the H200, so the
+/// planner keeps them (`swap_sim.rs`) and the bounds below are today's figures.
 #[test]
 fn the_refinement_at_a_third_of_the_gpt2_shapes() {
-    for (name, config, most) in [("small", SMALL, 1.15), ("medium", MEDIUM, 1.08)] {
+    for (name, config, most) in [("small", SMALL, 1.17), ("medium", MEDIUM, 1.09)] {
         let s = build(Config {
             recompute: 2,
             ..config
@@ -46,9 +29,6 @@ fn the_refinement_at_a_third_of_the_gpt2_shapes() {
         let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
         let limit = (0.333 * (s.persistent_bytes() + transient_peak(&s, &lv)) as f64) as u64;
         let (all, best, policies) = finalize_at(&s, limit, true, true, true, true);
-        for (plan, _) in &all {
-            assert_no_idle_rebuilds(&s, plan);
-        }
         let (plan, e) = &all[best];
         let nodes: f64 = s.cost_ms.iter().sum();
         let pool = pool_for(limit, true);
@@ -94,7 +74,6 @@ fn the_refinement_at_a_third_of_the_gpt2_shapes() {
         assert!(r.estimate.step_ms <= e.step_ms);
         assert!(r.plan.infeasible_nodes.is_empty());
         assert!(fits(&r.plan).is_ok());
-        assert_no_idle_rebuilds(&s, &r.plan);
         assert!(
             r.estimate.step_ms <= most * nodes,
             "{name}: {:.3}x",
@@ -176,5 +155,4 @@ fn the_refinement_on_the_h200_small_runs_costs() {
     }
     assert!(r.estimate.step_ms <= base.step_ms);
     assert!(fits(&r.plan).is_ok() && r.plan.infeasible_nodes.is_empty());
-    assert_no_idle_rebuilds(&s, &r.plan);
 }

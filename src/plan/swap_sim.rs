@@ -446,22 +446,14 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                     at_k.retain(|&x| x != y);
                     let producer_of =
                         |x: u32| &nodes[tensors[x as usize].producer.expect("a link") as usize];
-                    // So do the freed links rebuilt at k only for y (the scores under a moved
-                    // softmax output) that this chain rebuilds at `next` too: left at k, they
-                    // would be rebuilt for nothing.
-                    let mut gone = vec![y];
-                    while let Some(i) = at_k.iter().position(|&x| {
-                        chain.contains(&x)
-                            && lv.last_use[x as usize].is_none_or(|l| l < k)
-                            && !at_k.iter().any(|&r| producer_of(r).inputs.contains(&x))
-                    }) {
-                        gone.push(at_k.remove(i));
-                    }
-                    for x in gone {
-                        for &z in &producer_of(x).inputs {
-                            if !at_k.iter().any(|&r| producer_of(r).inputs.contains(&z)) {
-                                sim.extra_uses[z as usize].retain(|&u| u != k);
-                            }
+                    // (A freed link rebuilt at k only for y — the scores under a moved softmax
+                    // output — stays rebuilt at k, for nothing: dropping it too shortened the
+                    // model's step but lengthened the H200's, small 1.33 -> 1.40 and medium 1.30
+                    // -> 1.33 side by side (session 11, run 5): the real pool, mapping those
+                    // pages earlier, drifted less from the dry run.)
+                    for &z in &producer_of(y).inputs {
+                        if !at_k.iter().any(|&x| producer_of(x).inputs.contains(&z)) {
+                            sim.extra_uses[z as usize].retain(|&u| u != k);
                         }
                     }
                 }

@@ -3,7 +3,10 @@
 caching allocator on the GPU machine. Models are built from their configurations with random
 weights and fed random data: nothing is downloaded.
 
-    python3 record_traces.py OUT_DIR [--only NAME,...] [--list]
+    python3 record_traces.py OUT_DIR [--only NAME,...] [--list] [--heldout]
+
+`--heldout` records heldout_workloads.py's set instead: programs whose traces only check the
+pool's rules, never choose them.
 
 Per workload: warm-up steps, then PyTorch's memory history is recorded over the measured steps
 (torch.cuda.memory._record_memory_history). The trace starts with the blocks already live when
@@ -397,16 +400,21 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--only", default="")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--heldout", action="store_true")
     a = ap.parse_args()
+    if a.heldout:
+        from heldout_workloads import HELDOUT as workloads
+    else:
+        workloads = WORKLOADS
     if a.list:
-        for k, (f, n) in WORKLOADS.items():
+        for k, (f, n) in workloads.items():
             print(k, "-", f.__doc__.strip().splitlines()[0])
         return
     os.makedirs(a.out_dir, exist_ok=True)
     only = set(filter(None, a.only.split(",")))
     print("| trace | events | peak live MiB | PyTorch peak reserved / peak allocated | step ms |")
     print("|---|---|---|---|---|")
-    for name, (make, steps) in WORKLOADS.items():
+    for name, (make, steps) in workloads.items():
         if only and name not in only:
             continue
         try:

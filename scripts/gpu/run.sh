@@ -11,6 +11,9 @@
 #           idle, and each swapping plan's predicted step beside the measured (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3)
+#   heldout records benches/heldout_workloads.py's traces (PyTorch programs that only check the
+#           pool's rules, never choose them) into $OUT/heldout_traces/; the pool mode, when given
+#           after it, replays those too (benches/traces_heldout/ keeps the committed ones)
 #   workloads  GPT-2 / ResNet-50 training in PyTorch on each allocator, in lockstep (section 3);
 #           first each run's whole allocation sequence recorded to $OUT/workload_traces/ (the
 #           pool mode, when given after it, replays those too); WORKLOAD_GPT2_VARIANTS="SPEC ..."
@@ -224,12 +227,19 @@ run_pool() {
   # narrows the allocators (trace_replay --only; default: all, with the variants).
   local traces
   traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz \
-    "$OUT"/workload_traces/*.trace.gz)
+    "$OUT"/workload_traces/*.trace.gz benches/traces_heldout/*.trace.gz "$OUT"/heldout_traces/*.trace.gz)
   [ -n "$(ls .gpu/pool/*.trace.gz 2>/dev/null)" ] || echo "# no shared traces staged in .gpu/pool/ (copy ../shared/traces/*.trace.gz there)"
   # shellcheck disable=SC2086  # trace paths have no spaces
   timeout 560 "$b/trace_replay" --passes "${POOL_PASSES:-30}" ${POOL_ONLY:+--only "$POOL_ONLY"} \
     $traces 2>&1 | tee "$OUT/pool_replay.md"
   timeout 120 "$b/pool_micro" 2>&1 | tee "$OUT/pool_micro.md"
+}
+
+# The held-out programs' traces (benches/heldout_workloads.py), recorded afresh on this machine.
+run_heldout() {
+  mkdir -p "$OUT/heldout_traces"
+  timeout 500 python3 benches/record_traces.py "$OUT/heldout_traces" --heldout ${HELDOUT_ONLY:+--only "$HELDOUT_ONLY"} \
+    2>"$OUT/heldout.err" | tee "$OUT/heldout.md"
 }
 
 # GPT-2 and ResNet-50 training steps in PyTorch on PyTorch's allocator and on gkrt's, in lockstep
@@ -657,6 +667,7 @@ for w in "${what[@]}"; do
     pool) run_pool ;;
     swap) run_swap ;;
     workloads) run_workloads ;;
+    heldout) run_heldout ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
     hostint) run_hostint ;;
@@ -668,7 +679,7 @@ for w in "${what[@]}"; do
     nccl) run_nccl ;;
     dp) run_dp ;;
     mgpu) source scripts/gpu/mgpu.sh && run_mgpu ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, heldout, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

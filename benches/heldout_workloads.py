@@ -1,0 +1,166 @@
+"""Held-out workloads for the pool: recorded like record_traces.py's own, but never used to choose
+the pool's rules — their traces (benches/traces_heldout/) check that a rule chosen on the other
+traces holds on programs it was not chosen on. Same conventions: models built from their
+configurations with random weights, random data, nothing downloaded; each function returns
+step(i), which runs one iteration.
+
+    python3 record_traces.py OUT_DIR --heldout [--only NAME,...]
+"""
+import random
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DEV = "cuda"
+
+
+def llama_train():
+    """A LLaMA-style decoder's training step (8 layers, width 1024, SwiGLU, RoPE), batch 8,
+    sequence length varying 256-1024 per step, bf16 autocast, AdamW."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+        num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=1024,
+    )
+    model = LlamaForCausalLM(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(11)
+
+    def step(i):
+        n = rng.choice([256, 384, 512, 768, 1024])
+        ids = torch.randint(0, 32000, (8, n), device=DEV)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def t5_train():
+    """An encoder-decoder's training step: T5-small-like (6 + 6 layers, width 512), batch 16,
+    source 64-512 and target 16-128 tokens varying per step, AdamW, fp32."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(
+        vocab_size=32128, d_model=512, d_ff=2048, num_layers=6, num_heads=8,
+        decoder_start_token_id=0, pad_token_id=0,
+    )
+    model = T5ForConditionalGeneration(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(12)
+
+    def step(i):
+        s, t = rng.choice([64, 128, 256, 512]), rng.choice([16, 32, 64, 128])
+        src = torch.randint(0, 32128, (16, s), device=DEV)
+        tgt = torch.randint(0, 32128, (16, t), device=DEV)
+        loss = model(input_ids=src, labels=tgt).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def convnext_train():
+    """An image model's training step: timm's ConvNeXt-Tiny, batch 32 at 224, channels-last,
+    bf16 autocast, AdamW."""
+    import timm
+
+    model = timm.create_model("convnext_tiny", pretrained=False).to(DEV).to(memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(i):
+        x = torch.randn(32, 3, 224, 224, device=DEV).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (32,), device=DEV)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def swin_infer_batches():
+    """A windowed-attention image model's inference at varying batch (1-48): timm's
+    Swin-Tiny, fp16."""
+    import timm
+
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False).to(DEV).half().eval()
+    rng = random.Random(13)
+
+    def step(i):
+        x = torch.randn(rng.randint(1, 48), 3, 224, 224, device=DEV, dtype=torch.half)
+        with torch.no_grad():
+            model(x)
+
+    return step
+
+
+def lstm_train():
+    """A recurrent network's training step: a 2-layer LSTM (width 1024, cuDNN) over sequences of
+    50-200 steps, batch 64, a different length every step, Adam."""
+    rnn = nn.LSTM(256, 1024, num_layers=2, batch_first=True).to(DEV)
+    head = nn.Linear(1024, 256).to(DEV)
+    opt = torch.optim.Adam(list(rnn.parameters()) + list(head.parameters()), lr=1e-3)
+    rng = random.Random(14)
+
+    def step(i):
+        x = torch.randn(64, rng.randint(50, 200), 256, device=DEV)
+        loss = F.mse_loss(head(rnn(x)[0]), x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def gpt2_generate_batches():
+    """A decoder generating greedily with a key/value cache at varying batch: HF GPT-2 (12 layers,
+    width 768), batch 1-16, prompts of 16-128 tokens, 48 new tokens."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config()).to(DEV).half().eval()
+    rng = random.Random(15)
+
+    def step(i):
+        ids = torch.randint(0, 50257, (rng.randint(1, 16), rng.randint(16, 128)), device=DEV)
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=48, min_new_tokens=48, do_sample=False, pad_token_id=0)
+
+    return step
+
+
+def cnn_tiny_train():
+    """A heap under 64 MiB: a small convolutional classifier's training step on 28 x 28 images,
+    batch 64, SGD with momentum."""
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10),
+    ).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(i):
+        x = torch.randn(64, 1, 28, 28, device=DEV)
+        loss = F.cross_entropy(model(x), torch.randint(0, 10, (64,), device=DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+HELDOUT = {
+    "llama_train": (llama_train, 4),
+    "t5_train": (t5_train, 4),
+    "convnext_train": (convnext_train, 4),
+    "swin_infer_batches": (swin_infer_batches, 12),
+    "lstm_train": (lstm_train, 6),
+    "gpt2_generate_batches": (gpt2_generate_batches, 3),
+    "cnn_tiny_train": (cnn_tiny_train, 20),
+}

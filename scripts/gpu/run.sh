@@ -158,7 +158,7 @@ run_tests() {
     echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" | tr '\n' ' ' || echo 'no result line')"
     grep -E 'FAILED|panicked' "$OUT/rust_gpu_tests.log" | head -20
     # The test that faults the context on purpose runs alone, in its own process.
-    GKRT_CUDA_POISON_TEST=1 .gpu/bin/gkrt_unit_tests --ignored --exact device::cuda::tests::gpu_alone_kernel_fault_surfaces_at_sync \
+    GKRT_CUDA_POISON_TEST=1 .gpu/bin/gkrt_unit_tests --ignored --exact device::cuda::tests::fault::gpu_alone_kernel_fault_surfaces_at_sync \
       >>"$OUT/rust_gpu_tests.log" 2>&1
     echo "kernel fault surfaces at synchronisation: $(grep -E '^test .*gpu_alone_kernel_fault_surfaces_at_sync' "$OUT/rust_gpu_tests.log" | tail -n 1)"
   fi

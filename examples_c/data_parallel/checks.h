@@ -10,6 +10,7 @@
 #include "options.h"
 #include "rank.h"
 
+/* Check 2's tolerance, relative to the largest weight (main.c's top comment says why 1e-5). */
 #define DP_TOL 1e-5
 
 int ranks_identical(gkrt_runtime *rt, gkrt_comm *comm, const float *w, size_t floats, size_t limit_mib, uint32_t rank);

@@ -1,6 +1,6 @@
 """PyTorch DistributedDataParallel beside gkrt's data-parallel example (issue 16).
 
-The network, data and step of examples_c/data_parallel.c: a_0 = x, a_k = relu(a_{k-1} @ W_k) for
+The network, data and step of examples_c/data_parallel/: a_0 = x, a_k = relu(a_{k-1} @ W_k) for
 the hidden layers, y = a_{L-1} @ W_L (--in D, --width H, --out O, --depth L weight layers, no
 bias), loss = 1/2 * mean over rows of |y - t|^2 with t = x @ Wt for a fixed random teacher, SGD at
 --lr, every rank on its own shard of rows (--per-rank rows each, the example's batch / ranks).
@@ -48,7 +48,7 @@ def _mulmod(x, a):
 
 
 def lcg_states(n, seed):
-    """The n successive states of data_parallel.c's fill_random for `seed`, as an int64 tensor.
+    """The n successive states of data_parallel/net.c's fill_random for `seed`, as an int64 tensor.
     s_{i+k} = A_k s_i + C_k (mod 2^32): from k known states the next k follow in one step, so
     the sequence doubles each time."""
     import torch
@@ -68,7 +68,7 @@ def lcg_states(n, seed):
 
 
 def fill_random(n, seed, scale):
-    """data_parallel.c's fill_random as a float32 tensor: scale * ((s >> 8 & 0xFFFF) / 32768 - 1),
+    """data_parallel/net.c's fill_random as a float32 tensor: scale * ((s >> 8 & 0xFFFF) / 32768 - 1),
     every operation in float32 as the C code does it."""
     import torch
 
@@ -88,7 +88,7 @@ def dims(a):
 
 
 def problem(a, batch):
-    """The combined batch (x, t) and the initial weights, as data_parallel.c makes them."""
+    """The combined batch (x, t) and the initial weights, as data_parallel/net.c makes them."""
     ds = dims(a)
     x = fill_random(batch * ds[0], 1, 1.0).view(batch, ds[0])
     teacher = fill_random(ds[0] * ds[-1], 2, inv_sqrt(ds[0])).view(ds[0], ds[-1])

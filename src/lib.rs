@@ -12,7 +12,7 @@
 //! What Rust code outside the crate may use, deliberately:
 //! - [`capi`]: the C API (the `extern "C"` functions and C types of `include/gkrt.h`);
 //! - [`runtime`]: the Rust facade over the layers below — runtimes, graphs, kernels and the
-//!   vocabulary they take and give (used by `tests/random_graphs.rs`);
+//!   vocabulary they take and give (used by `tests/random_graphs/`);
 //! - [`planner`]: the offline arena planner (used by `src/bin/gkrt-plans.rs`).
 //!
 //! Every other layer is `pub(crate)`: an implementation detail, free to change.

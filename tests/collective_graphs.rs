@@ -1,6 +1,6 @@
 //! Collective nodes in graphs on the host backend's communicator model (2 and 4 ranks as
 //! threads, jitter on): results against a direct computation, the executor's pool calls equal
-//! to the program's dry run (as `random_graphs.rs` checks for graphs without collectives), and
+//! to the program's dry run (as `random_graphs/` checks for graphs without collectives), and
 //! nothing left allocated after a run — with tensors freed while their collective may still run;
 //! and the same graphs in planned mode (the arena holds a collective's tensors until its event).
 

@@ -1,5 +1,5 @@
 """scripts/gpu/mgpu_summary.py (run.sh mgpu's Markdown summary) on logs written in the formats
-benches/collective_bandwidth.c, examples_c/data_parallel.c and benches/ddp_compare.py print, and
+benches/collective_bandwidth.c, examples_c/data_parallel/ and benches/ddp_compare.py print, and
 scripts/gpu/mgpu_overlap.py (exposed communication) on constructed timelines."""
 
 import importlib.util
@@ -138,7 +138,7 @@ class MgpuSummary(unittest.TestCase):
 
     def dp_log(self, name, n, r, ms, weights="aaaa", losses="bbbb", limit=0, peak=900.0, out=0.0, recomputed=0,
                ok=True):
-        """A rank's log as examples_c/data_parallel.c prints it."""
+        """A rank's log as examples_c/data_parallel/ prints it."""
         self.write(f"{name}_rank{r}.log",
                    f"step 1  loss 2.500000  (this rank's shard; one runtime on the combined batch: 2.5)\n"
                    f"rank {r}: step time {ms:.3f} ms (median of 20), 64 rows per rank\n"

@@ -5,7 +5,7 @@
 #   2. benches/ddp_compare.py: PyTorch DDP (default buckets) on the network below, per n: median
 #      step, the ranks' weights' largest difference, and its peak memory (max over ranks of
 #      torch.cuda.max_memory_allocated / reserved).
-#   3. examples_c/data_parallel.c on the same network, MGPU_PER_RANK rows per rank: MGPU_STEPS
+#   3. examples_c/data_parallel/ on the same network, MGPU_PER_RANK rows per rank: MGPU_STEPS
 #      timed steps (rank 0's median; scaling efficiency = throughput / (n x the one-GPU
 #      throughput)), then MGPU_TRACE_STEPS traced ones (each rank's trace in dp_nN_trace/, read by
 #      scripts/gpu/mgpu_overlap.py: the communication not overlapped by compute). Every rank
@@ -58,7 +58,7 @@ run_mgpu() {
   rm -f "$b"/id* "$o"/fault.txt "$o"/dp_half_n*.txt
   cc -O2 benches/collective_bandwidth.c -Iinclude -I"$CUDA_HOME/include" -L.gpu/lib -lgkrt \
     -L"$CUDA_HOME/lib64/stubs" -lcuda -ldl -o "$b/collective_bandwidth" || return 1
-  cc -O2 -ffp-contract=off examples_c/data_parallel.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread -ldl \
+  cc -O2 -ffp-contract=off examples_c/data_parallel/*.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread -ldl \
     -o "$b/gkrt_data_parallel" || return 1
   use_nccl || return 1
   gpus=$(nvidia-smi -L | wc -l)

@@ -2,7 +2,7 @@
 that no compute overlaps.
 
 Reads one rank's trace (gkrt_runtime_trace_end's Chrome trace-event JSON, as
-examples_c/data_parallel.c --trace writes it). Communication is the union of the slices on the
+examples_c/data_parallel/ --trace writes it). Communication is the union of the slices on the
 "communication" track (collective calls, timed on the communication stream by device events);
 compute is the union of the slices on the compute stream's track (nodes and recomputes). Swap
 copies count as neither. Then, over every run in the trace:

@@ -1,7 +1,7 @@
 """Markdown summary of scripts/gpu/run.sh mgpu (issue 16) from the logs in its folder.
 
 Reads bw_n{N}_reg{1,0}_rank0.log (benches/collective_bandwidth.c), every rank's
-dp_n{N}_rank{R}.log and dp_half_n{N}_rank{R}.log (examples_c/data_parallel.c: step time, memory,
+dp_n{N}_rank{R}.log and dp_half_n{N}_rank{R}.log (examples_c/data_parallel/: step time, memory,
 fingerprint), the traces dp_n{N}_trace/trace_rank{R}.json (exposed communication, through
 scripts/gpu/mgpu_overlap.py), ddp.log (benches/ddp_compare.py: step, weights, peak memory) and
 fault.txt; ends with the figures for BENCHMARKS.md's issue-16 row. A figure that is missing is printed as "missing", never

@@ -113,7 +113,7 @@
 #           "planned (captured and replayed)" table: planned_us of the replayed graph against raw,
 #           and captures, which must be 1 per size). NCCL_NVLS_ENABLE=0 is exported. Logs
 #           $OUT/nccl*.log.
-#   dp      examples_c/data_parallel.c (built here): 4 threads on the host backend, then on CUDA
+#   dp      examples_c/data_parallel/ (built here): 4 threads on the host backend, then on CUDA
 #           with NCCL 1, 2 and all GPUs' processes (--rank R --nranks N --id-file, device = rank),
 #           and 2 threads on 2 GPUs. Each must exit 0, its last line "OK" (ranks bit-identical,
 #           within tolerance of one runtime on the whole batch); rank 0's loss per step and max
@@ -161,7 +161,7 @@ run_tests() {
     echo "Rust GPU tests: $(grep -E '^test result' "$OUT/rust_gpu_tests.log" | tr '\n' ' ' || echo 'no result line')"
     grep -E 'FAILED|panicked' "$OUT/rust_gpu_tests.log" | head -20
     # The test that faults the context on purpose runs alone, in its own process.
-    GKRT_CUDA_POISON_TEST=1 .gpu/bin/gkrt_unit_tests --ignored --exact device::cuda::tests::gpu_alone_kernel_fault_surfaces_at_sync \
+    GKRT_CUDA_POISON_TEST=1 .gpu/bin/gkrt_unit_tests --ignored --exact device::cuda::tests::fault::gpu_alone_kernel_fault_surfaces_at_sync \
       >>"$OUT/rust_gpu_tests.log" 2>&1
     echo "kernel fault surfaces at synchronisation: $(grep -E '^test .*gpu_alone_kernel_fault_surfaces_at_sync' "$OUT/rust_gpu_tests.log" | tail -n 1)"
   fi
@@ -412,7 +412,7 @@ use_nccl() {
 run_dp() {
   local b=/tmp/gkrt-dp o="$OUT/dp" ok=1 n r rc
   mkdir -p "$b" "$o"
-  cc -O2 -ffp-contract=off examples_c/data_parallel.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread -ldl \
+  cc -O2 -ffp-contract=off examples_c/data_parallel/*.c -Iinclude -L.gpu/lib -lgkrt -lm -lpthread -ldl \
     -o "$b/gkrt_data_parallel" || return 1
   use_nccl || return 1
   GKRT_DEVICE=host timeout 300 "$b/gkrt_data_parallel" --ranks 4 >"$o/host_threads4.log" 2>&1

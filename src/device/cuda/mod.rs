@@ -33,8 +33,8 @@
 //! modules; `params.rs` reads a kernel's parameter count from the image it was loaded from (so
 //! its layout is asked of the driver without a failing call); `nvrtc.rs` compiles CUDA C++;
 //! `launch.rs` launches; `builtins.rs` is the built-in kernels' CUDA source and their launcher;
-//! `vmm.rs` the virtual-memory ranges and pages the pool grows by; `tests.rs` the tests (GPU
-//! ones are `#[ignore]`d).
+//! `vmm.rs` the virtual-memory ranges and pages the pool grows by; `tests/` the tests, a file per
+//! part (GPU ones are `#[ignore]`d).
 
 mod builtins;
 mod handles;
@@ -223,7 +223,7 @@ impl CudaDevice {
     }
 
     /// Compute capability (major, minor), e.g. (9, 0) on an H200.
-    #[cfg_attr(not(test), allow(dead_code))] // used by device/cuda/tests.rs only
+    #[cfg_attr(not(test), allow(dead_code))] // used by device/cuda/tests/ only
     pub fn compute_capability(&self) -> (i32, i32) {
         self.cc
     }

@@ -1,6 +1,7 @@
 //! The parameter layouts of kernels: counted from images without a GPU (NVRTC 13.0 output in
 //! ../testdata/), and checked against the driver and real launches on one.
 
+use super::user_kernels::AXPB_PTX;
 use super::*;
 
 // ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 //! schedule. `cargo test --release --lib swap_release -- --nocapture` prints the figures.
 
 use super::gpt2_shape_tests::{
-    build, estimated, finalize_at, pool_for, transient_peak, Config, LINK, MEDIUM, SMALL,
+    build, finalize_at, pool_for, transient_peak, Config, LINK, MEDIUM, SMALL,
 };
 use super::swap_placements_tests::{Device, Emulator, RunFigures};
 use super::swap_release::{
@@ -15,7 +15,7 @@ use crate::plan::program::{Buf, Program, Step};
 use crate::plan::swap::{SwapPlan, Timings};
 use crate::plan::swap_candidates::{fitted_candidates, fitted_timed_candidates};
 use crate::plan::swap_fit::pool_moves;
-use crate::plan::swap_model::{dirty_at_end, Estimate};
+use crate::plan::swap_model::{choose, dirty_at_end, estimate, Estimate, Link};
 use std::collections::HashMap;
 
 const ALIGN: u64 = 256;
@@ -141,12 +141,13 @@ fn the_plain_dry_run_hides_the_moves_that_pending_blocks_cause() {
 fn released_candidates(
     s: &super::gpt2_shape_tests::Step,
     limit: u64,
+    link: Link,
 ) -> (Vec<(SwapPlan, Estimate)>, usize) {
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let pool = pool_for(limit, true);
     let check = |plan: &SwapPlan| {
         let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
-        let rates = (&s.cost_ms[..], LINK, ALIGN);
+        let rates = (&s.cost_ms[..], link, ALIGN);
         fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates).map(|_| ())
     };
     let mut cands = fitted_candidates(&s.tensors, &s.nodes, &lv, &[], limit, ALIGN, check).1;
@@ -154,7 +155,7 @@ fn released_candidates(
     let available = known.iter().map(|p| p.budget).max().unwrap_or(0);
     let timings = Timings {
         node_ms: &s.cost_ms,
-        link: LINK,
+        link,
     };
     let most = known[0].infeasible_nodes.len();
     cands.extend(fitted_timed_candidates(
@@ -169,7 +170,16 @@ fn released_candidates(
         most,
         check,
     ));
-    estimated(s, &lv, cands)
+    let all: Vec<(SwapPlan, Estimate)> = cands
+        .into_iter()
+        .map(|(_, plan)| {
+            let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(&plan), None);
+            let e = estimate(&s.tensors, &s.nodes, &program, &s.cost_ms, link, ALIGN);
+            (plan, e)
+        })
+        .collect();
+    let best = choose(&all.iter().map(|(_, e)| e.clone()).collect::<Vec<_>>());
+    (all, best)
 }
 
 /// At a third of the working set (`--recompute 2`), plans fitted with their copy-outs' blocks
@@ -187,7 +197,21 @@ fn plans_fitted_with_pending_blocks_run_without_page_moves() {
         let limit = (0.333 * (s.persistent_bytes() + transient_peak(&s, &lv)) as f64) as u64;
         let nodes: f64 = s.cost_ms.iter().sum();
         let (plain, plain_best, _) = finalize_at(&s, limit, true, true, true, true);
-        let (all, best) = released_candidates(&s, limit);
+        let started = std::time::Instant::now();
+        let (all, best) = released_candidates(&s, limit, LINK);
+        let fitting = started.elapsed().as_secs_f64();
+        let mut order: Vec<usize> = (0..all.len()).collect();
+        order.sort_by(|&a, &b| all[a].1.step_ms.total_cmp(&all[b].1.step_ms));
+        for &i in order.iter().take(4) {
+            let (p, e) = &all[i];
+            println!(
+                "  {name} candidate {i}: {:.2} ms at {:.3} of the limit, {:.2} GB out, {} recomputes",
+                e.step_ms,
+                p.budget as f64 / limit as f64,
+                p.bytes_out as f64 / 1e9,
+                p.recomputes()
+            );
+        }
         let (plan, e) = &all[best];
         let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
         let releases = Releases::from_estimate(&program, e, RELEASE_MARGIN_MS);
@@ -196,7 +220,7 @@ fn plans_fitted_with_pending_blocks_run_without_page_moves() {
             steady_run(&s.tensors, &s.nodes, &program, &releases, &pool, S, &[]).expect("fits");
         let runs = emulate(&s, &program, limit, Some(&releases));
         println!(
-            "{name}: plain fit {:.2} ms = {:.3}x at {:.3} of the limit; pending-aware fit {:.2} ms = {:.3}x at {:.3} of the limit ({} candidates); steady dry runs {steady:?}; emulated {runs:?}",
+            "{name}: plain fit {:.2} ms = {:.3}x at {:.3} of the limit; pending-aware fit {:.2} ms = {:.3}x at {:.3} of the limit ({} candidates, fitted in {fitting:.1} s); steady dry runs {steady:?}; emulated {runs:?}",
             plain[plain_best].1.step_ms,
             plain[plain_best].1.step_ms / nodes,
             plain[plain_best].0.budget as f64 / limit as f64,
@@ -213,5 +237,63 @@ fn plans_fitted_with_pending_blocks_run_without_page_moves() {
         let (all, one) = takes.fold((0, 0), |(a, o), (x, y)| (a + x, o + y));
         assert_eq!((all, one), (steady.takes.all, steady.takes.one), "{name}");
         {}
+    }
+}
+
+/// The same on the H200's measured node times and link rates (the small shape at a third,
+/// session 10 run 5: `gpt2_shape_tests::the_model_against_the_h200_timeline_of_the_small_shape`'s
+/// file): the model's step of the plan the runtime chooses today and of the one fitted with
+/// pending blocks, which must run without page moves. `--nocapture` prints both.
+#[test]
+fn on_the_h200s_timings_the_pending_aware_plan_runs_without_page_moves() {
+    let text = include_str!("testdata/gpt2_small_third_r2_h200.csv");
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(',').collect()).collect();
+    let last = rows.iter().map(|r| r[0]).max().expect("rows");
+    let num = |x: &str| x.parse::<f64>().expect("a number");
+    let mut s = build(Config {
+        recompute: 2,
+        ..SMALL
+    });
+    let (mut moved_in, mut moved_out) = ((0.0, 0.0), (0.0, 0.0));
+    for r in rows.iter().filter(|r| r[0] == last) {
+        let (a, b) = (num(r[3]), num(r[4]));
+        match r[1] {
+            "node" => s.cost_ms[num(r[2]) as usize] = b - a,
+            "in" => moved_in = (moved_in.0 + num(r[2]), moved_in.1 + b - a),
+            "out" => moved_out = (moved_out.0 + num(r[2]), moved_out.1 + b - a),
+            _ => {}
+        }
+    }
+    let link = Link {
+        in_gbps: moved_in.0 / (moved_in.1 * 1e6),
+        out_gbps: moved_out.0 / (moved_out.1 * 1e6),
+    };
+    let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
+    let limit = (0.333 * (s.persistent_bytes() + transient_peak(&s, &lv)) as f64) as u64;
+    let nodes: f64 = s.cost_ms.iter().sum();
+    let (plain, plain_best, _) = finalize_at(&s, limit, true, true, true, true);
+    let (all, best) = released_candidates(&s, limit, link);
+    let (plan, e) = &all[best];
+    let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
+    let releases = Releases::from_estimate(&program, e, RELEASE_MARGIN_MS);
+    let pool = pool_for(limit, true);
+    let steady =
+        steady_run(&s.tensors, &s.nodes, &program, &releases, &pool, S, &[]).expect("fits");
+    let runs = emulate(&s, &program, limit, Some(&releases));
+    println!(
+        "H200 timings (nodes {nodes:.2} ms, link in {:.1} / out {:.1} GB/s): plain fit {:.2} ms at {:.3} of the limit; pending-aware fit {:.2} ms = {:.3}x at {:.3} of the limit, {} recomputes, {} blocks released; steady {steady:?}",
+        link.in_gbps,
+        link.out_gbps,
+        plain[plain_best].1.step_ms,
+        plain[plain_best].0.budget as f64 / limit as f64,
+        e.step_ms,
+        e.step_ms / nodes,
+        plan.budget as f64 / limit as f64,
+        plan.recomputes(),
+        releases.count()
+    );
+    assert_eq!((steady.page_maps, steady.device_waits), (0, 0));
+    for f in &runs {
+        assert_eq!((f.maps, f.device_waits, f.take_backs), (0, 0, 0), "{f:?}");
     }
 }

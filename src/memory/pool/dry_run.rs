@@ -72,7 +72,9 @@ impl Pool {
         steps: &[DryRunStep],
         after: impl FnMut(usize, &Pool, Option<u64>),
     ) -> Result<PoolStats, (usize, PoolError)> {
-        self.dry_run_pending(steps, after).map(|(stats, _)| stats)
+        let mut after = after;
+        self.dry_run_pending(steps, |i, sim, addr, _| after(i, sim, addr))
+            .map(|(stats, _)| stats)
     }
 
     /// `dry_run_placed`, also counting the pending blocks taken. Without `FreePending` steps an
@@ -81,11 +83,11 @@ impl Pool {
     /// allocation goes the executor's way (`Executor::alloc`): without waiting for the device,
     /// else one pending block that fits closely, else every pending block taken back, else
     /// waiting for the device. Copy ids are mapped to events no pending block of this pool
-    /// uses.
+    /// uses. `after` also gets the pending blocks taken so far.
     pub fn dry_run_pending(
         &self,
         steps: &[DryRunStep],
-        mut after: impl FnMut(usize, &Pool, Option<u64>),
+        mut after: impl FnMut(usize, &Pool, Option<u64>, PendingTakes),
     ) -> Result<(PoolStats, PendingTakes), (usize, PoolError)> {
         let mut sim = self.clone();
         let pending_aware = steps
@@ -156,7 +158,7 @@ impl Pool {
                 }
                 DryRunStep::FreeLive { addr } => sim.free(&backing, addr).map_err(|e| (i, e))?,
             }
-            after(i, &sim, placed);
+            after(i, &sim, placed, takes);
         }
         Ok((sim.stats, takes))
     }

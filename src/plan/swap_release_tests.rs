@@ -292,6 +292,21 @@ fn on_the_h200s_timings_the_pending_aware_plan_runs_without_page_moves() {
         plan.recomputes(),
         releases.count()
     );
+    // Where the time goes: rebuilds, compute waits, the link each way.
+    for (what, p, e) in [
+        ("plain", &plain[plain_best].0, &plain[plain_best].1),
+        ("pending-aware", plan, e),
+    ] {
+        println!(
+            "  {what}: rebuilds {:.2} ms, compute waits {:.2} ms, {:.2} GB out ({:.1} ms of link), {:.2} GB in ({:.1} ms)",
+            e.compute_ms - nodes,
+            e.compute_waited_ms,
+            p.bytes_out as f64 / 1e9,
+            e.bytes_out as f64 / (link.out_gbps * 1e6),
+            p.bytes_in as f64 / 1e9,
+            e.bytes_in as f64 / (link.in_gbps * 1e6)
+        );
+    }
     assert_eq!((steady.page_maps, steady.device_waits), (0, 0));
     for f in &runs {
         assert_eq!((f.maps, f.device_waits, f.take_backs), (0, 0, 0), "{f:?}");

@@ -66,6 +66,12 @@
 #           GPT2SWAP_NOREFINE=1 also runs --recompute 2 with GKRT_SWAP_REFINE=0 (the tuned plan as
 #           the timed runs chose it, not refined on the model: the refinement's A/B): files get _nr.
 #           The 'swap plan refined in X ms' log line gives the refinement's time and estimates.
+#           GPT2SWAP_RELEASE=1 also runs --recompute 2 with GKRT_SWAP_RELEASE=1 (the tuned plan fitted
+#           with each copy-out's block pending until the model's copy end, and the runs giving those
+#           blocks back there: issue 23's pending-aware dry run; off by default): files get _rl. Read
+#           its ratio line beside the default's, SWAPSTATS (page_maps and pool_device_waits per step:
+#           0 and 0 expected in the steady state) and the 'GKRT_SWAP_RELEASE:' log lines (candidates
+#           fitted, blocks given back, the dry run's steady figures).
 #           A swapping graph picks its plan after two timed runs (the warm node times): the
 #           timed run's steps 3 and 4 carry the prediction.
 #           Limited runs log at level 3: the 'swap plan tuned' line gives the chosen policy and the
@@ -593,22 +599,24 @@ run_gpt2swap() {
     [ "${GPT2SWAP_PENDING:-0}" = 1 ] && runs="$runs 2_p1"
     [ "${GPT2SWAP_PLACEMENTS:-0}" = 1 ] && runs="$runs 2_pl"
     [ "${GPT2SWAP_NOREFINE:-0}" = 1 ] && runs="$runs 2_nr"
+    [ "${GPT2SWAP_RELEASE:-0}" = 1 ] && runs="$runs 2_rl"
     for r in $runs; do
-      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1
-      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 ;; *_nr) refine=0 ;; esac
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=0
+      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 ;; *_nr) refine=0 ;; *_rl) release=1 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.
       local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget
-        GKRT_POOL_PENDING_BEST_FIT=$pending GKRT_SWAP_PLACEMENTS=$placements GKRT_SWAP_REFINE=$refine)
+        GKRT_POOL_PENDING_BEST_FIT=$pending GKRT_SWAP_PLACEMENTS=$placements GKRT_SWAP_REFINE=$refine
+        GKRT_SWAP_RELEASE=$release)
       "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
         --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
       "${run_it[@]}" GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]/--steps $steps/--steps 4} \
         --recompute "${r%%_*}" --limit-frac 0.333 --log-level 3 >"$o/${pre}third_r${r}_timed.log" 2>&1
-      grep -E 'RESULT|SWAPSTATS|swap plan|placed where' "$o/${pre}third_r$r.log"
+      grep -E 'RESULT|SWAPSTATS|swap plan|placed where|GKRT_SWAP_RELEASE' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
       local bopt=()
       [ -f "$base_tl" ] && bopt=(--base "$base_tl")

@@ -214,6 +214,26 @@ impl Executor<'_> {
         Ok(())
     }
 
+    /// Before step `step`: the blocks of the copy-outs the release schedule says have ended go
+    /// back to the pool, the compute stream waiting for each copy (free when the copy is done,
+    /// as the schedule's model expects), so that the pool sees what its dry run saw.
+    pub(super) fn release_copies(&mut self, step: usize) -> Result<()> {
+        let Some(releases) = self.releases else {
+            return Ok(());
+        };
+        for &t in releases.at(step) {
+            let Some(event) = self.mem[t as usize].event(false) else {
+                continue;
+            };
+            if self.pool.is_pending_on(event) {
+                self.compute_waits(event)?;
+                self.pool.assume_complete(event);
+                self.counters.released += 1;
+            }
+        }
+        Ok(())
+    }
+
     /// Makes every block pending on a copy free again for the compute stream, which waits for
     /// those copies. False when there was none.
     pub(super) fn take_back_all_pending(&mut self) -> Result<bool> {

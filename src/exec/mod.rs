@@ -30,6 +30,7 @@ use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
 use crate::plan::swap_placements::Placements;
+use crate::plan::swap_release::Releases;
 
 pub use eager::{launch_eager, EagerKernel};
 pub use profile::{Anchor, RunProfile};
@@ -73,6 +74,8 @@ pub struct RunCounters {
     /// and those that had such a placement but found it taken (allocated as the pool chose).
     pub placed: u64,
     pub misplaced: u64,
+    /// Copy-outs whose blocks the release schedule gave back while still pending.
+    pub released: u64,
 }
 
 pub struct Executor<'a> {
@@ -96,6 +99,8 @@ pub struct Executor<'a> {
     deferred: Vec<(u32, usize)>,
     /// Where the pool's dry run placed each allocation of this run (`alloc.rs`: `take_placed`).
     placements: Option<&'a Placements>,
+    /// When copy-outs' blocks go back (`copies.rs`: `release_copies`); `None`: when taken.
+    releases: Option<&'a Releases>,
     /// The step being performed (placements are found by it).
     step_at: usize,
     /// The events of the pending blocks the last placed allocation took.
@@ -136,6 +141,9 @@ pub struct ExecTarget<'a> {
     /// Where the pool's dry run placed this run's allocations, for the run to take the same
     /// ranges (`swap_placements`); `None`: the pool chooses.
     pub placements: Option<&'a Placements>,
+    /// Per step, the copy-outs whose blocks go back before it, their copies waited for
+    /// (`swap_release`); `None`: blocks stay pending until taken.
+    pub releases: Option<&'a Releases>,
 }
 
 impl<'a> Executor<'a> {
@@ -171,6 +179,7 @@ impl<'a> Executor<'a> {
             counters: RunCounters::default(),
             deferred: Vec::new(),
             placements: target.placements,
+            releases: target.releases,
             step_at: 0,
             placed_events: Vec::new(),
             scratch_taken: Vec::new(),
@@ -220,7 +229,10 @@ impl<'a> Executor<'a> {
             let n = program.step_node[i] as usize;
             self.node = n;
             self.step_at = i;
-            if let Err(e) = self.step(graph, program.steps[i]) {
+            if let Err(e) = self
+                .release_copies(i)
+                .and_then(|()| self.step(graph, program.steps[i]))
+            {
                 return Err(match nodes.get(n) {
                     Some(node) => e.context(node.describe(n as u32)),
                     None => e,

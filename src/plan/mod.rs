@@ -12,6 +12,7 @@ pub(crate) mod swap_holds;
 pub mod swap_model;
 pub mod swap_placements;
 pub mod swap_refine;
+pub mod swap_release;
 mod swap_sim;
 
 #[cfg(test)]
@@ -20,6 +21,8 @@ mod gpt2_refine_tests;
 pub(crate) mod gpt2_shape_tests;
 #[cfg(test)]
 mod swap_placements_tests;
+#[cfg(test)]
+mod swap_release_tests;
 #[cfg(test)]
 mod test_graph;
 

@@ -109,6 +109,9 @@ pub enum PoolMisfit {
     Fails { node: u32 },
     /// Every call succeeds, but only by waiting for the device this many times (two runs).
     Waits { count: u64 },
+    /// With its copy-outs' blocks pending until the model's copies end (`swap_release`), its
+    /// steady runs map pages or wait for the device.
+    PendingMoves { maps: u64, waits: u64 },
 }
 
 impl std::fmt::Display for PoolMisfit {
@@ -118,6 +121,11 @@ impl std::fmt::Display for PoolMisfit {
             PoolMisfit::Waits { count } => write!(
                 f,
                 "passes the pool's dry run only by waiting for the device {count} times"
+            ),
+            PoolMisfit::PendingMoves { maps, waits } => write!(
+                f,
+                "with its copy-outs' blocks pending until their copies end, maps {maps} pages and \
+                 waits for the device {waits} times in its steady runs"
             ),
         }
     }

@@ -48,6 +48,12 @@ pub struct Estimate {
     pub compute_waited_ms: f64,
     pub bytes_out: u64,
     pub bytes_in: u64,
+    /// Per program step: the compute stream's clock when the executor performs it (the end of
+    /// the work queued before it), non-decreasing.
+    pub step_clock: Vec<f64>,
+    /// Per copy-out that copies (the block goes back pending on the copy): (step, tensor, when
+    /// the copy ends). The sends home after the last node included.
+    pub copy_ends: Vec<(u32, u32, f64)>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -63,6 +69,26 @@ struct Pending {
 }
 
 pub use crate::plan::swap::Link;
+
+/// Per tensor: whether a run of `program` leaves it newer on the device than on the host — written
+/// (by a node or a rebuild) and not copied out since. A kept tensor copied out after its last
+/// write and brought back is clean, as the executor finds it at the next run's start.
+pub fn dirty_at_end(tensor_count: usize, nodes: &[Node], program: &Program) -> Vec<bool> {
+    let mut dirty = vec![false; tensor_count];
+    for &step in &program.steps {
+        match step {
+            Step::Launch(n) => {
+                for &t in &nodes[n as usize].outputs {
+                    dirty[t as usize] = true;
+                }
+            }
+            Step::Recompute { tensor, .. } => dirty[tensor as usize] = true,
+            Step::CopyOut(t) | Step::SendHome(t) => dirty[t as usize] = false,
+            _ => {}
+        }
+    }
+    dirty
+}
 
 /// Estimates the step time of one run of `program` (compiled for a swap plan), nodes costing
 /// `cost_ms`. It walks the program's steps as the executor does: an allocation that finds no
@@ -97,17 +123,12 @@ pub fn estimate_with_copy_waits(
     let ms_out = |bytes: u64| bytes as f64 / (link.out_gbps * 1e6);
     let size = |t: u32| round_up(tensors[t as usize].size, align);
     let mut at = vec![Where::Host; tensors.len()];
-    // A kept tensor that the run writes starts the run newer on the device than on the host
-    // (the previous run wrote it and kept it): leaving, it is copied.
-    let mut written = vec![false; tensors.len()];
-    for node in nodes {
-        for &t in &node.outputs {
-            written[t as usize] = true;
-        }
-    }
+    // A kept tensor the run leaves newer on the device than on the host starts the next run so:
+    // leaving, it is copied.
+    let dirty_at_end = dirty_at_end(tensors.len(), nodes, program);
     let mut host_valid: Vec<bool> = tensors.iter().map(|t| t.kind.persists()).collect();
     for &t in &program.keep {
-        host_valid[t as usize] &= !written[t as usize];
+        host_valid[t as usize] &= !dirty_at_end[t as usize];
     }
     let mut out_done = vec![0.0f64; tensors.len()];
     // Per tensor: when its block, freed by a copy-out this run, is free of the copy (0: none).
@@ -172,6 +193,7 @@ pub fn estimate_with_copy_waits(
     };
     for (i, &step) in program.steps.iter().enumerate() {
         let node = program.step_node[i];
+        m.e.step_clock.push(m.compute);
         match step {
             Step::SendHome(t) | Step::CopyOut(t) => {
                 if at[t as usize] != Where::Device {
@@ -183,6 +205,7 @@ pub fn estimate_with_copy_waits(
                     // End of run: the copies home run after the last node.
                     if !host_valid[t as usize] {
                         copy_out = copy_out.max(m.compute).max(comm_busy[t as usize]) + ms_out(s);
+                        m.e.copy_ends.push((i as u32, t, copy_out));
                         m.e.bytes_out += s;
                         host_valid[t as usize] = true;
                     }
@@ -195,6 +218,7 @@ pub fn estimate_with_copy_waits(
                     copy_out = start + ms_out(s);
                     out_done[t as usize] = copy_out;
                     freed_after[t as usize] = copy_out;
+                    m.e.copy_ends.push((i as u32, t, copy_out));
                     m.pending.push(Pending {
                         bytes: s,
                         done: copy_out,

@@ -9,6 +9,7 @@
 
 use super::gpt2_shape_tests::{build, Step as Shape, SMALL};
 use super::swap_placements::{placements, Placements, Start};
+use super::swap_release::Releases;
 use crate::device::{DeviceError, EventId, StreamId, VirtualMemory};
 use crate::graph::Liveness;
 use crate::memory::pool::{Pool, PoolBacking, PoolConfig, PoolError};
@@ -25,7 +26,7 @@ const S: StreamId = StreamId(0);
 
 /// A device with virtual memory that grants everything, whose events complete when told.
 #[derive(Default)]
-struct Device {
+pub(super) struct Device {
     next: Cell<u64>,
     done: RefCell<HashSet<EventId>>,
 }
@@ -73,29 +74,35 @@ impl VirtualMemory for Device {
 
 /// What one run did beside the plan's allocations.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-struct RunFigures {
-    maps: u64,
-    device_waits: u64,
+pub(super) struct RunFigures {
+    pub(super) maps: u64,
+    pub(super) device_waits: u64,
     /// Allocations that found their placement taken.
-    misplaced: u64,
+    pub(super) misplaced: u64,
     /// Times every pending block was taken back (the compute stream waiting for every copy).
-    take_backs: u64,
+    pub(super) take_backs: u64,
+    /// Pending blocks taken one at a time (`Pool::take_pending`).
+    pub(super) pending_takes: u64,
 }
 
 /// The executor's run of `program` over `pool`, queued far ahead of the device: copy-outs of
 /// tensors newer on the device than on the host park their blocks on an event that completes
-/// only after the run; allocations as `Executor::alloc` makes them (without evictions: the
-/// plan fits), first at their placement when given one.
-struct Emulator<'a> {
-    s: &'a Shape,
-    program: &'a Program,
-    dev: Device,
-    pool: Pool,
+/// only after the run, unless a release schedule gives them back earlier (as the executor does
+/// with one: `swap_release`); allocations as `Executor::alloc` makes them (without evictions:
+/// the plan fits), first at their placement when given one.
+pub(super) struct Emulator<'a> {
+    pub(super) s: &'a Shape,
+    pub(super) program: &'a Program,
+    pub(super) dev: Device,
+    pub(super) pool: Pool,
     /// Where each buffer the graph holds is.
-    live: HashMap<Buf, u64>,
+    pub(super) live: HashMap<Buf, u64>,
     /// Per tensor: newer on the device than on the host (leaving, it is copied).
-    newer: Vec<bool>,
-    next_event: u32,
+    pub(super) newer: Vec<bool>,
+    pub(super) next_event: u32,
+    pub(super) releases: Option<&'a Releases>,
+    /// Per tensor: the events of its copy-outs whose blocks may still be pending.
+    pub(super) copy_events: HashMap<u32, Vec<EventId>>,
 }
 
 impl Emulator<'_> {
@@ -107,6 +114,7 @@ impl Emulator<'_> {
             Err(e) => panic!("{e}"),
         }
         if let Some((a, _)) = self.pool.take_pending(bytes, S) {
+            f.pending_takes += 1;
             return a;
         }
         let pending = self.pool.pending_events();
@@ -122,13 +130,19 @@ impl Emulator<'_> {
         self.pool.alloc(dev, bytes, S).expect("the plan fits")
     }
 
-    fn run(&mut self, placed: Option<&Placements>) -> RunFigures {
+    pub(super) fn run(&mut self, placed: Option<&Placements>) -> RunFigures {
         let (s, program) = (self.s, self.program);
         let before = self.pool.stats();
         let mut f = RunFigures::default();
         let walk = PoolWalk::new(&s.tensors, &s.nodes, program);
         let mut c = walk.start_calls;
         for (i, step) in program.steps.iter().enumerate() {
+            // The copies the schedule says have ended by now: their blocks go back.
+            for &t in self.releases.map_or(&[][..], |r| r.at(i)) {
+                for e in self.copy_events.remove(&t).unwrap_or_default() {
+                    self.pool.assume_complete(e);
+                }
+            }
             while c < walk.calls.len() && walk.call_step[c] as usize == i {
                 match walk.calls[c] {
                     PoolCall::Alloc { buf, bytes } => {
@@ -151,10 +165,21 @@ impl Emulator<'_> {
                             }
                             _ => false,
                         };
+                        if let (Some(r), Buf::Tensor(t)) = (self.releases, buf) {
+                            // The schedule knows which copy-outs copy, from the model.
+                            assert_eq!(
+                                r.copies(i as u32, t),
+                                copied,
+                                "step {i} {step:?}, tensor {t}"
+                            );
+                        }
                         if copied {
                             self.next_event += 1;
                             let e = EventId(self.next_event);
                             self.pool.free_after_event(&self.dev, addr, e).unwrap();
+                            if let Buf::Tensor(t) = buf {
+                                self.copy_events.entry(t).or_default().push(e);
+                            }
                         } else {
                             self.pool.free(&self.dev, addr).unwrap();
                         }
@@ -178,6 +203,7 @@ impl Emulator<'_> {
             .borrow_mut()
             .extend((1..=self.next_event).map(EventId));
         self.pool.poll_pending(&self.dev);
+        self.copy_events.clear();
         let after = self.pool.stats();
         f.maps = after.page_map_count - before.page_map_count;
         f.device_waits = after.device_wait_count - before.device_wait_count;
@@ -186,7 +212,7 @@ impl Emulator<'_> {
 
     /// The kept tensors where the last run left them, as `RuntimeGraph::refresh_placements`
     /// reads them.
-    fn start(&self) -> Vec<(u32, u64)> {
+    pub(super) fn start(&self) -> Vec<(u32, u64)> {
         self.program
             .keep
             .iter()
@@ -275,6 +301,8 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
         live: HashMap::new(),
         newer: vec![false; s.tensors.len()],
         next_event: 0,
+        releases: None,
+        copy_events: HashMap::new(),
     };
     // The canonical start: the kept tensors on the device.
     for &t in &program.keep {

@@ -19,6 +19,30 @@ pub enum DryRunStep {
     FreeLive {
         addr: u64,
     },
+    /// Free the block allocated by the `Alloc` at index `step`, pending on copy `copy` (a
+    /// copy-out still reading it; one id per tensor, as the executor records one copy-out event
+    /// per tensor) until a `Complete` of that copy or a `CompleteAll`. A list with such steps
+    /// allocates as the executor does when blocks are pending (`Pool::dry_run_pending`).
+    FreePending {
+        step: usize,
+        copy: u32,
+    },
+    /// Copy `copy` has ended (the executor's stream waits for it): its pending blocks are free.
+    Complete {
+        copy: u32,
+    },
+    /// Every copy has ended: a run's end, after which the host synchronises.
+    CompleteAll,
+}
+
+/// How often a pending-aware dry run (`Pool::dry_run_pending`) took pending blocks, as the
+/// executor's `alloc` does when the free memory does not hold a request: one block whose copy
+/// the stream then waits for (`Pool::take_pending`), or every one (the compute stream waiting
+/// for every copy in flight).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingTakes {
+    pub one: u64,
+    pub all: u64,
 }
 
 impl Pool {
@@ -46,9 +70,43 @@ impl Pool {
     pub fn dry_run_placed(
         &self,
         steps: &[DryRunStep],
-        mut after: impl FnMut(usize, &Pool, Option<u64>),
+        after: impl FnMut(usize, &Pool, Option<u64>),
     ) -> Result<PoolStats, (usize, PoolError)> {
+        let mut after = after;
+        self.dry_run_pending(steps, |i, sim, addr, _| after(i, sim, addr))
+            .map(|(stats, _)| stats)
+    }
+
+    /// `dry_run_placed`, also counting the pending blocks taken. Without `FreePending` steps an
+    /// allocation is `Pool::alloc` (which may wait for the device to move pages). With them,
+    /// blocks freed pending on a copy stay out of reach until their copy is `Complete`d, and an
+    /// allocation goes the executor's way (`Executor::alloc`): without waiting for the device,
+    /// else one pending block that fits closely, else every pending block taken back, else
+    /// waiting for the device. Copy ids are mapped to events no pending block of this pool
+    /// uses. `after` also gets the pending blocks taken so far.
+    pub fn dry_run_pending(
+        &self,
+        steps: &[DryRunStep],
+        mut after: impl FnMut(usize, &Pool, Option<u64>, PendingTakes),
+    ) -> Result<(PoolStats, PendingTakes), (usize, PoolError)> {
         let mut sim = self.clone();
+        let pending_aware = steps
+            .iter()
+            .any(|s| matches!(s, DryRunStep::FreePending { .. }));
+        // Events above every event the real pool's blocks are pending on.
+        let first_event = self
+            .pending_events()
+            .iter()
+            .map(|e| e.0.saturating_add(1))
+            .max()
+            .unwrap_or(1);
+        let event = |copy: u32| {
+            first_event
+                .checked_add(copy)
+                .map(EventId)
+                .ok_or((0, PoolError::UnknownPointer(0)))
+        };
+        let mut takes = PendingTakes::default();
         let base = self
             .segs
             .iter()
@@ -66,9 +124,30 @@ impl Pool {
             let mut placed = None;
             match *step {
                 DryRunStep::Alloc { bytes, stream } => {
-                    let addr = sim.alloc(&backing, bytes, stream).map_err(|e| (i, e))?;
+                    let addr = if pending_aware {
+                        sim.alloc_as_executor(&backing, bytes, stream, &mut takes)
+                    } else {
+                        sim.alloc(&backing, bytes, stream)
+                    }
+                    .map_err(|e| (i, e))?;
                     addrs[i] = Some(addr);
                     placed = Some(addr);
+                }
+                DryRunStep::FreePending { step, copy } => {
+                    let addr = addrs
+                        .get_mut(step)
+                        .and_then(Option::take)
+                        .ok_or((i, PoolError::UnknownPointer(0)))?;
+                    let e = event(copy).map_err(|(_, e)| (i, e))?;
+                    sim.park(addr, e).map_err(|e| (i, e))?;
+                }
+                DryRunStep::Complete { copy } => {
+                    sim.assume_complete(event(copy).map_err(|(_, e)| (i, e))?)
+                }
+                DryRunStep::CompleteAll => {
+                    for e in sim.pending_events() {
+                        sim.assume_complete(e);
+                    }
                 }
                 DryRunStep::Free { step } => {
                     let addr = addrs
@@ -79,9 +158,45 @@ impl Pool {
                 }
                 DryRunStep::FreeLive { addr } => sim.free(&backing, addr).map_err(|e| (i, e))?,
             }
-            after(i, &sim, placed);
+            after(i, &sim, placed, takes);
         }
-        Ok(sim.stats)
+        Ok((sim.stats, takes))
+    }
+
+    /// An allocation as `Executor::alloc` makes it when blocks are pending on copies (its
+    /// first try, a pending block fitting more closely than any free one, is off by default:
+    /// `PoolConfig::pending_best_fit`).
+    fn alloc_as_executor(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+        takes: &mut PendingTakes,
+    ) -> Result<u64, PoolError> {
+        if let Some((addr, _)) = self.take_pending_if_closer(backing, bytes, stream) {
+            takes.one += 1;
+            return Ok(addr);
+        }
+        match self.alloc_no_wait(backing, bytes, stream) {
+            Err(PoolError::OutOfMemory { .. }) => {}
+            other => return other,
+        }
+        if let Some((addr, _)) = self.take_pending(bytes, stream) {
+            takes.one += 1;
+            return Ok(addr);
+        }
+        let pending = self.pending_events();
+        if !pending.is_empty() {
+            takes.all += 1;
+            for e in pending {
+                self.assume_complete(e);
+            }
+            match self.alloc_no_wait(backing, bytes, stream) {
+                Err(PoolError::OutOfMemory { .. }) => {}
+                other => return other,
+            }
+        }
+        self.alloc(backing, bytes, stream)
     }
 }
 

@@ -165,7 +165,7 @@ use tlsf::NIL;
 pub use config::PoolConfig;
 #[cfg(test)]
 use config::MIB;
-pub use dry_run::DryRunStep;
+pub use dry_run::{DryRunStep, PendingTakes};
 pub use placement::Placement;
 pub use report::{BlockInfo, PoolError, PoolStats};
 pub use snapshot::{BlockView, ViewState};
@@ -241,6 +241,8 @@ pub struct Pool {
     pub(super) cold_placements: u64,
     /// Set only during `alloc_no_wait`: recycling may not wait for the device.
     no_device_waits: bool,
+    /// Pending blocks go back only when the caller says (`hold_events`), never by polling.
+    hold_events: bool,
     stats: PoolStats,
     /// The label the next allocations carry (`set_owner`), kept in their blocks for snapshots.
     owner: u32,
@@ -273,6 +275,7 @@ impl Pool {
             moves: move_budget::MoveBudget::default(),
             cold_placements: 0,
             no_device_waits: false,
+            hold_events: false,
             stats: PoolStats::default(),
             owner: 0,
             history: HistorySlot::default(),

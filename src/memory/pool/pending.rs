@@ -97,9 +97,23 @@ impl Pool {
     }
 
     /// Frees the blocks whose events have completed (polled, never waited on): before a dry run
-    /// from the pool as it is, which counts every pending block as busy for good.
+    /// from the pool as it is, which counts every pending block as busy for good. Also while
+    /// events are held.
     pub fn poll_pending(&mut self, backing: &dyn PoolBacking) {
-        self.process_events(backing);
+        self.complete_polled(backing);
+    }
+
+    /// While `on`, the pool's own calls never poll events: a pending block goes back only when
+    /// its caller says (`assume_complete`, `take_pending`, `poll_pending`). A run following a
+    /// release schedule (`plan::swap_release`) holds them so that the pool sees the pending
+    /// blocks its dry run saw, whatever the device has finished.
+    pub fn hold_events(&mut self, on: bool) {
+        self.hold_events = on;
+    }
+
+    /// Whether some block is pending on `event`.
+    pub fn is_pending_on(&self, event: EventId) -> bool {
+        self.pending.contains_key(&event)
     }
 
     /// Events that blocks are pending on (each once).
@@ -120,6 +134,12 @@ impl Pool {
     }
 
     pub(super) fn process_events(&mut self, backing: &dyn PoolBacking) {
+        if !self.hold_events {
+            self.complete_polled(backing);
+        }
+    }
+
+    fn complete_polled(&mut self, backing: &dyn PoolBacking) {
         if self.pending.is_empty() {
             return;
         }

@@ -42,8 +42,9 @@ impl RuntimeGraph {
 
     /// Compiles the step program for the current liveness, arena and swap plan.
     pub(super) fn recompile(&mut self) {
-        // (Placements belong to a program: the next run makes its own.)
+        // (Placements and release schedules belong to a program: the next run makes its own.)
         self.placements.current = None;
+        self.releases.current = None;
         let lv = self.graph.liveness().expect("finalized");
         self.program = Program::compile_fused(
             self.graph.tensors(),
@@ -68,7 +69,9 @@ impl RuntimeGraph {
 
     pub(super) fn compile(&mut self) -> Result<()> {
         let rt = Arc::clone(&self.runtime);
-        self.placements.on = crate::runtime::env::swap_placements();
+        // (Runs that give copy-outs' blocks back as scheduled find the dry run's placements.)
+        self.releases.on = crate::runtime::env::swap_release();
+        self.placements.on = crate::runtime::env::swap_placements() && !self.releases.on;
         let limit = rt.lock_for_call()?.pool.memory_limit();
         let (first, cap) = self.bucket_bytes;
         let absorbed = self.graph.fuse_all_reduces(first, cap);

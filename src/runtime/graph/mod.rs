@@ -7,6 +7,8 @@
 //! - `tune.rs`: choosing among swap plans by the first two runs' warm timings; the timeline file.
 //! - `run.rs`: runs — execute, replay capture.
 //! - `placements.rs`: a swapping graph's runs take the ranges its plan's dry run placed blocks in.
+//! - `releases.rs`: a tuned swapping graph's runs give copy-outs' blocks back at the model's copy
+//!   ends (`GKRT_SWAP_RELEASE`).
 //! - `trace_run.rs`: a run's slices, counters and instants in the runtime's trace.
 //! - `drop.rs`: teardown: the graph's memory back to the pools.
 //! - `binding.rs`: persistent tensors bound to the host's device memory.
@@ -25,6 +27,7 @@ mod drop;
 mod io;
 mod placements;
 mod queue_pop;
+mod releases;
 mod run;
 mod trace_run;
 mod tune;
@@ -116,6 +119,8 @@ pub struct RuntimeGraph {
     trace_mark: Option<TraceMark>,
     /// The dry-run placements a swapping graph's runs follow (`placements.rs`).
     placements: placements::FollowPlacements,
+    /// When a tuned swapping graph's runs give copy-outs' blocks back (`releases.rs`).
+    releases: releases::ReleaseCopies,
 }
 
 impl RuntimeGraph {
@@ -169,6 +174,7 @@ impl RuntimeGraph {
             collective_events: Vec::new(),
             trace_mark: None,
             placements: placements::FollowPlacements::default(),
+            releases: releases::ReleaseCopies::default(),
         }
     }
 

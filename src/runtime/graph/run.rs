@@ -260,7 +260,19 @@ impl RuntimeGraph {
         self.profile.share_boundaries(traced);
         let backing = crate::memory::DeviceBacking(rt.device());
         self.refresh_placements(&mut st.pool, &backing, rt.compute);
+        // A run with a release schedule meets the pool as its dry run did: the last run's copies
+        // done (the host synchronised), and no block given back by polling until the schedule
+        // or a take does.
+        let releasing = self.releases.current.is_some();
+        if releasing {
+            st.pool.poll_pending(&backing);
+            st.pool.hold_events(true);
+        }
         let (r, counters) = self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled);
+        if releasing {
+            st.pool.hold_events(false);
+        }
+        self.releases.last_released = counters.released;
         self.placements_after_run(&counters);
         (r, counters)
     }
@@ -287,6 +299,7 @@ impl RuntimeGraph {
                 stall_pairs: &mut st.stall_pairs,
                 collective_events: &self.collective_events,
                 placements: self.placements.current.as_ref(),
+                releases: self.releases.current.as_ref(),
             },
             profiled.then_some(&mut self.profile),
             self.pool_calls.as_mut(),

@@ -109,7 +109,14 @@ impl RuntimeGraph {
             return true; // nothing moved: every plan is as good
         };
         self.swap_timings.clear();
-        self.add_timed_candidates(&cost, link, pool);
+        // With a release schedule, every candidate is fitted again with blocks pending until
+        // their copies end (`releases.rs`), the timed ones included.
+        let released = self.releases.on && self.refit_released(&cost, link, pool);
+        if !released {
+            // (No plan fits so: this graph's runs keep blocks pending until taken.)
+            self.releases.on = false;
+            self.add_timed_candidates(&cost, link, pool);
+        }
         let candidates = &self.swap_candidates;
         let lv = self.graph.liveness().expect("finalized");
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
@@ -183,6 +190,9 @@ impl RuntimeGraph {
         if let Some(plan) = plan {
             self.set_swap_plan(plan);
         }
+        if released {
+            self.schedule_releases(&cost, link, pool);
+        }
         true
     }
 
@@ -207,7 +217,11 @@ impl RuntimeGraph {
         let fused = self.graph.fused_groups();
         let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
         let stream = self.runtime.compute;
+        let released = self.releases.on;
         let fits = |plan: &SwapPlan| {
+            if released {
+                return self.fits_released(plan, pool, (cost, link));
+            }
             let program = Program::compile_fused(tensors, nodes, lv, Some(plan), None, fused);
             fits_pool(tensors, nodes, &program, pool, stream, &freed)
         };

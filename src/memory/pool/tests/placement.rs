@@ -229,7 +229,10 @@ fn replay(follow: bool, seed: u64) -> (usize, usize) {
                     p.free(&f, addrs[step]).unwrap();
                 }
             }
-            DryRunStep::FreeLive { .. } => unreachable!(),
+            DryRunStep::FreeLive { .. }
+            | DryRunStep::FreePending { .. }
+            | DryRunStep::Complete { .. }
+            | DryRunStep::CompleteAll => unreachable!(),
         }
         check(&p);
     }

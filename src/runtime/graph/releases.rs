@@ -1,0 +1,155 @@
+//! A swapping graph's copy-outs given back when the timeline model says their copies end
+//! (`GKRT_SWAP_RELEASE`, `plan::swap_release`). Once the first runs have timed the nodes and the
+//! link, the candidates are fitted again with the pool's dry run holding each copy-out's block
+//! pending until then (their steady runs must map no page and never wait for the device), and
+//! the chosen plan's runs give those blocks back at the same steps, the pool holding every other
+//! pending block as its dry run did: it then places each block where the dry run placed it.
+
+use super::RuntimeGraph;
+use crate::memory::pool::Pool;
+use crate::plan::program::Program;
+use crate::plan::swap::{SwapPlan, Timings};
+use crate::plan::swap_candidates::{fitted_candidates, fitted_timed_candidates};
+use crate::plan::swap_fit::PoolMisfit;
+use crate::plan::swap_model::{estimate, Link};
+use crate::plan::swap_release::{fits_pool_released, steady_run, Releases, RELEASE_MARGIN_MS};
+use crate::runtime::ALIGNMENT;
+
+/// Whether runs follow a release schedule, and the current program's.
+#[derive(Default)]
+pub(super) struct ReleaseCopies {
+    /// `GKRT_SWAP_RELEASE` (read at finalize; `release_copies`).
+    pub(super) on: bool,
+    /// The schedule of the current program; `None` before the plan is tuned (and for a plan
+    /// chosen by hand, `use_swap_policy`).
+    pub(super) current: Option<Releases>,
+    /// Blocks the last run gave back while still pending, as its schedule said.
+    pub(super) last_released: u64,
+}
+
+impl RuntimeGraph {
+    /// Whether a tuned swapping graph's plan is fitted and run with its copy-outs' blocks given
+    /// back at the model's copy ends (off by default, `GKRT_SWAP_RELEASE=1` on): for tests and
+    /// side-by-side measurements. Takes effect at the next tuning; on, runs do not take the
+    /// dry run's placements (`follow_placements`): the pool finds them itself.
+    pub fn release_copies(&mut self, on: bool) {
+        self.releases.on = on;
+        self.releases.current = None;
+        if on {
+            self.follow_placements(false);
+        }
+    }
+
+    /// Copy-outs' blocks the last run gave back while still pending, as its release schedule
+    /// said (0 without one).
+    pub fn last_run_released(&self) -> u64 {
+        self.releases.last_released
+    }
+
+    /// Blocks the current release schedule gives back in a run (`None`: no schedule).
+    pub fn release_schedule_len(&self) -> Option<usize> {
+        self.releases.current.as_ref().map(Releases::count)
+    }
+
+    /// Whether `plan` fits `pool` with its copy-outs' blocks pending until the model's copy
+    /// ends on `cost` and `link` (from the graph's blocks given back, as the timed candidates
+    /// are fitted).
+    pub(super) fn fits_released(
+        &self,
+        plan: &SwapPlan,
+        pool: &Pool,
+        (cost, link): (&[f64], Link),
+    ) -> Result<(), PoolMisfit> {
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let fused = self.graph.fused_groups();
+        let program = Program::compile_fused(tensors, nodes, lv, Some(plan), None, fused);
+        let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
+        let stream = self.runtime.compute;
+        let rates = (cost, link, ALIGNMENT);
+        fits_pool_released(tensors, nodes, &program, pool, stream, &freed, rates).map(|_| ())
+    }
+
+    /// Replaces the candidates with the same policies' plans (and the timed ones) fitted by
+    /// `fits_released`, from the largest budget a candidate got. False, the candidates left as
+    /// they were, when no plan fits so.
+    pub(super) fn refit_released(&mut self, cost: &[f64], link: Link, pool: &Pool) -> bool {
+        let lv = self.graph.liveness().expect("finalized");
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let fused = self.graph.fused_groups();
+        let available = self
+            .swap_candidates
+            .iter()
+            .map(|(_, p)| p.budget)
+            .max()
+            .unwrap_or(0);
+        let started = std::time::Instant::now();
+        let fits = |plan: &SwapPlan| self.fits_released(plan, pool, (cost, link));
+        let (default, mut candidates) =
+            fitted_candidates(tensors, nodes, lv, fused, available, ALIGNMENT, fits);
+        if fits(&default).is_err() {
+            log::warn!(
+                "GKRT_SWAP_RELEASE: no plan fits with copy-outs' blocks pending until their copies \
+                 end; the runs keep the plans fitted with blocks free at once"
+            );
+            return false;
+        }
+        let known: Vec<SwapPlan> = candidates.iter().map(|(_, p)| p.clone()).collect();
+        let most_infeasible = known[0].infeasible_nodes.len();
+        let timings = Timings {
+            node_ms: cost,
+            link,
+        };
+        candidates.extend(fitted_timed_candidates(
+            tensors,
+            nodes,
+            lv,
+            fused,
+            available,
+            ALIGNMENT,
+            timings,
+            &known,
+            most_infeasible,
+            fits,
+        ));
+        log::info!(
+            "GKRT_SWAP_RELEASE: {} candidates fitted with copy-outs' blocks pending until their \
+             copies end in {:.1} ms (the default plan at {} of {available} bytes)",
+            candidates.len(),
+            started.elapsed().as_secs_f64() * 1e3,
+            default.budget
+        );
+        self.swap_candidates = candidates;
+        true
+    }
+
+    /// The current program's release schedule from the model on `cost` and `link`, logged with
+    /// what the pool's dry run does in its steady runs.
+    pub(super) fn schedule_releases(&mut self, cost: &[f64], link: Link, pool: &Pool) {
+        let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
+        let program = &self.program;
+        let e = estimate(tensors, nodes, program, cost, link, ALIGNMENT);
+        let releases = Releases::from_estimate(program, &e, RELEASE_MARGIN_MS);
+        let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
+        let stream = self.runtime.compute;
+        match steady_run(tensors, nodes, program, &releases, pool, stream, &freed) {
+            Ok(s) => log::info!(
+                "GKRT_SWAP_RELEASE: {} of {} copy-outs' blocks given back at the model's copy \
+                 ends (+{RELEASE_MARGIN_MS} ms); the pool's dry run over {} steady runs maps {} \
+                 pages, waits for the device {} times, takes {} pending blocks and takes back \
+                 every one {} times",
+                releases.count(),
+                e.copy_ends.len(),
+                crate::plan::swap_release::STEADY_RUNS,
+                s.page_maps,
+                s.device_waits,
+                s.takes.one,
+                s.takes.all
+            ),
+            Err(node) => log::warn!(
+                "GKRT_SWAP_RELEASE: the chosen plan's pending-aware dry run fails at node {node}"
+            ),
+        }
+        self.releases.current = Some(releases);
+    }
+}

@@ -73,9 +73,9 @@ impl<'a> ColdSearch<'a> {
         self.best
     }
 
-    /// The chosen block and position.
-    pub(super) fn chosen(&self) -> Option<(u32, u64)> {
-        self.best.map(|((_, _, pos), i)| (i, pos))
+    /// The chosen block and position, and the unmapped pages the request touches there.
+    pub(super) fn chosen(&self) -> Option<(u32, u64, u64)> {
+        self.best.map(|((unmapped, _, pos), i)| (i, pos, unmapped))
     }
 }
 
@@ -125,7 +125,10 @@ mod tests {
             let zero = naive.is_some_and(|((u, _, _), _)| u == 0);
             assert_eq!(search.needs_no_page(), zero);
             assert_eq!(search.needs_pages(), !zero);
-            assert_eq!(search.chosen(), naive.map(|((_, _, pos), i)| (i, pos)));
+            assert_eq!(
+                search.chosen(),
+                naive.map(|((unmapped, _, pos), i)| (i, pos, unmapped))
+            );
         }
     }
 }

@@ -114,12 +114,12 @@ impl Pool {
             return Ok(None);
         };
         self.cold_placements += 1;
-        let Some((cand, pos)) = self.place_cold(si, r, rounded) else {
+        let Some((cand, pos, need)) = self.place_cold(si, r, rounded) else {
             return Ok(None);
         };
         self.unlink(cand);
         let (p0, p1) = self.touched(r, pos, rounded);
-        let need = self.pages_of(r).count_unmapped(p0, p1);
+        debug_assert_eq!(need, self.pages_of(r).count_unmapped(p0, p1));
         if need > 0 {
             if let Err(e) = self.map_pages(backing, vm, r, cand, (p0, p1), need, (bytes, rounded)) {
                 // Pages mapped before the failure stay mapped inside the (still free) block.
@@ -216,8 +216,9 @@ impl Pool {
 
     /// Where to put `size` bytes among the cold blocks of `si` (and the range's tail): the
     /// low or high end of a block, fewest unmapped pages first, then best fit, then lowest
-    /// address.
-    pub(super) fn place_cold(&self, si: u32, r: u32, size: u64) -> Option<(u32, u64)> {
+    /// address. Returns the block, the position and the unmapped pages the request touches
+    /// there (counted already: the caller maps them).
+    pub(super) fn place_cold(&self, si: u32, r: u32, size: u64) -> Option<(u32, u64, u64)> {
         let st = &self.streams[si as usize];
         let pages = self.pages_of(r);
         let base = self.segs[r].base;

@@ -367,7 +367,8 @@ impl Pool {
                 return Ok(i);
             }
             let r = self.streams[si as usize].range;
-            if r != NIL {
+            // The tail prefix needs an empty cold set: checked here, saving the call.
+            if r != NIL && self.streams[si as usize].cold.is_empty() {
                 if let Some(i) = self.take_tail_prefix(si, r, rounded) {
                     return Ok(i);
                 }

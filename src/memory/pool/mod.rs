@@ -37,7 +37,8 @@
 //! - live blocks are found by address in an open-addressing table (`addr_map.rs`);
 //! - free blocks of a virtual range that contain unmapped pages ("cold" blocks, few: the
 //!   unreserved tail of the range and holes whose pages were recycled) sit in an ordered set per
-//!   stream (a sorted vector, `cold_set.rs`), searched only when no mapped free block fits; the range's last block is not in it
+//!   stream (a sorted vector, `cold_set.rs`), searched only when no mapped free block fits
+//!   (`cold_search.rs`: the best position so far); the range's last block is not in it
 //!   (placement and recycling look at it directly: it changes with nearly every allocation at the
 //!   top of the used memory).
 //!
@@ -131,6 +132,7 @@
 mod addr_map;
 mod block;
 mod check;
+mod cold_search;
 mod cold_set;
 mod config;
 mod dry_run;
@@ -368,7 +370,8 @@ impl Pool {
                 return Ok(i);
             }
             let r = self.streams[si as usize].range;
-            if r != NIL {
+            // The tail prefix needs an empty cold set: checked here, saving the call.
+            if r != NIL && self.streams[si as usize].cold.is_empty() {
                 if let Some(i) = self.take_tail_prefix(si, r, rounded) {
                     return Ok(i);
                 }

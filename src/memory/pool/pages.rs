@@ -78,7 +78,17 @@ impl PageMap {
         let low = u64::MAX << (p0 % 64);
         let high = u64::MAX >> (63 - (p1 - 1) % 64);
         if w0 == w1 {
-            return (self.bits[w0] & low & high).count_ones() as u64;
+            // All or none mapped (most placements) without counting bits: `count_ones` is a
+            // software loop on baseline x86-64 (callgrind, infer_batches: session 12).
+            let m = low & high;
+            let w = self.bits[w0] & m;
+            if w == m {
+                return p1 - p0;
+            }
+            if w == 0 {
+                return 0;
+            }
+            return w.count_ones() as u64;
         }
         let mut n = (self.bits[w0] & low).count_ones() + (self.bits[w1] & high).count_ones();
         for w in &self.bits[w0 + 1..w1] {

@@ -27,6 +27,9 @@
 //! largest physical allocation (chunk). Blocks a trace never frees are freed after every pass.
 //! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
 //! hash of the addresses it handed out: a change meant to keep every placement keeps them all.
+//! `GKRT_REPLAY_FIXED_CLOCK=1` takes real time out of the clock (the cost model and
+//! `GKRT_REPLAY_WORK_NS` alone): real time decides some page moves, and callgrind runs ~50×
+//! slower, so without it callgrind profiles other placements than a native run makes.
 
 use super::*;
 use std::collections::HashMap;
@@ -155,7 +158,11 @@ impl CostModel {
 fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize) -> Figures {
     let cost = CostModel::from_env();
     let b = FakeConfig {
-        real_clock: true,
+        // GKRT_REPLAY_FIXED_CLOCK=1: the clock is the cost model alone (with
+        // GKRT_REPLAY_WORK_NS for the pool's own time per event), so the move budget, and with
+        // it every placement, is the same under callgrind as natively and between builds of
+        // different speed.
+        real_clock: std::env::var("GKRT_REPLAY_FIXED_CLOCK").map_or(true, |v| v != "1"),
         alloc_cost_ns: cost.alloc_ns,
         ..FakeConfig::counting(vmm).move_cost(cost.call_ns)
     }

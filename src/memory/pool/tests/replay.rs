@@ -27,6 +27,10 @@
 //! largest physical allocation (chunk). Blocks a trace never frees are freed after every pass.
 //! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
 //! hash of the addresses it handed out: a change meant to keep every placement keeps them all.
+//! The last column says which pass last raised the peak of reserved bytes: on every trace it is
+//! the first (the program's first step, where the footprint is made) unless page moves of the
+//! first pass left a layout whose later passes need more pages at the same event (bert_train
+//! with the H200's timing: pass 8; ARCHITECTURE.md, "The pool's fragmentation").
 
 use super::*;
 use std::collections::HashMap;
@@ -114,6 +118,9 @@ struct Figures {
     first_map_calls: u64,
     first_maps: u64,
     declined: u64,
+    /// The last pass in which the peak of reserved bytes grew (0: the first pass set it; later:
+    /// a steady pass needed pages the first pass's layout had moved away).
+    peak_pass: usize,
 }
 
 /// The H200's costs as the replay models them (BENCHMARKS.md §3, "the host replay's cost
@@ -207,6 +214,7 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     let mut cold_per_op = Vec::new();
     let (mut first_map_calls, mut first_maps) = (0, 0);
     let mut unmaps_after_first = 0;
+    let mut peak_pass = 0;
     let thrash_mb: usize = std::env::var("GKRT_REPLAY_THRASH")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -231,6 +239,7 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
             junk[k] = junk[k].wrapping_add(pass as u8);
         }
         std::hint::black_box(&junk);
+        let peak_before = p.stats().peak_reserved_bytes;
         let t = std::time::Instant::now();
         for (k, e) in evs.iter().enumerate() {
             if cost.work_ns > 0 {
@@ -272,6 +281,9 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
             }
         }
         per_pass.push(t.elapsed().as_secs_f64() * 1e9 / evs.len() as f64);
+        if pass > 0 && p.stats().peak_reserved_bytes > peak_before {
+            peak_pass = pass;
+        }
         let calls = b.map_calls() + b.unmap_calls() - calls0;
         let allocs = b.maps() + b.unmaps() - allocs0;
         driver_ns.push(cost.driver_ns(calls, allocs) as f64 / evs.len() as f64);
@@ -318,6 +330,7 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         maps: b.maps(),
         map_calls: b.map_calls(),
         declined: p.recycle_declined_count(),
+        peak_pass,
     }
 }
 
@@ -414,8 +427,8 @@ fn replay_traces_through_the_pool() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let passes = 1 + 2 * rounds;
-    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined | peak set in pass |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for path in trace_paths() {
         let (evs, unfreed) = load_trace(&path);
         let name = path
@@ -442,7 +455,7 @@ fn replay_traces_through_the_pool() {
             let g = goal(name, f.peak_live);
             let mib = |x: u64| x as f64 / MIB as f64;
             println!(
-                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} |",
+                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} | {} |",
                 mib(f.peak_live),
                 mib(f.peak_reserved),
                 f.peak_reserved as f64 / f.peak_live as f64,
@@ -457,7 +470,8 @@ fn replay_traces_through_the_pool() {
                 f.maps,
                 f.map_calls,
                 f.unmaps_after_first,
-                f.declined
+                f.declined,
+                f.peak_pass
             );
         }
     }

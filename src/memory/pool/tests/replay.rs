@@ -25,6 +25,11 @@
 //! after event K of the first pass, when that event is an allocation, with the reserved and
 //! allocated bytes then: the peak lines say only the peak, which may lie inside the event). `GKRT_REPLAY_PAGE_MIB` overrides `vmm_page_bytes`, the
 //! largest physical allocation (chunk). Blocks a trace never frees are freed after every pass.
+//! The real clock makes the move budget, and so the figures of traces whose first pass runs
+//! it dry, depend on this machine's speed and load (bert_train 1.074 or 1.133, kv_growth with
+//! majority moves 1.084 or 1.117, from one run to the next): `GKRT_REPLAY_MODEL_CLOCK=1` uses the
+//! modelled costs alone, with `GKRT_REPLAY_WORK_NS` as the time of each operation, so a policy
+//! can be compared at several speeds with the same result every run.
 //! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
 //! hash of the addresses it handed out: a change meant to keep every placement keeps them all.
 //! The last column says which pass last raised the peak of reserved bytes: on every trace it is
@@ -162,7 +167,9 @@ impl CostModel {
 fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize) -> Figures {
     let cost = CostModel::from_env();
     let b = FakeConfig {
-        real_clock: true,
+        // GKRT_REPLAY_MODEL_CLOCK=1: the modelled costs alone (driver, gap, `GKRT_REPLAY_WORK_NS`
+        // per event), no wall time — the same figures on every machine and run.
+        real_clock: !std::env::var("GKRT_REPLAY_MODEL_CLOCK").is_ok_and(|v| v == "1"),
         alloc_cost_ns: cost.alloc_ns,
         ..FakeConfig::counting(vmm).move_cost(cost.call_ns)
     }
@@ -187,9 +194,9 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     {
         cfg.recycle_slack_permille = v;
     }
-    // GKRT_REPLAY_MAJORITY=1: `PoolConfig::recycle_majority_moves` on.
-    if std::env::var("GKRT_REPLAY_MAJORITY").is_ok_and(|v| v == "1") {
-        cfg.recycle_majority_moves = true;
+    // GKRT_REPLAY_MAJORITY=0 or 1: `PoolConfig::recycle_majority_moves` (default on).
+    if let Ok(v) = std::env::var("GKRT_REPLAY_MAJORITY") {
+        cfg.recycle_majority_moves = v != "0";
     }
     // GKRT_REPLAY_TAIL_FIRST=1: `PoolConfig::tail_prefix_first` on.
     if std::env::var("GKRT_REPLAY_TAIL_FIRST").is_ok_and(|v| v == "1") {

@@ -60,13 +60,18 @@ pub struct PoolConfig {
     /// spans at most `vmm_page_bytes` (`tail_first.rs`), keeping the warm hole whole for the
     /// large block that left it. Default false: an experiment knob until the H200 measures it.
     pub tail_prefix_first: bool,
-    /// Whether a slack-rule move that cannot bring mapping under the cap goes ahead only when
-    /// the pages it can move are at least half of the pages over the cap — it saves at least
-    /// as much as the peak still grows (`recycle.rs`, `majority_short`). A smaller move lowers
-    /// the peak by a few pages while the rest of the growth is mapped anyway, and leaves holes
-    /// unmapped that the layout later pays for (bert_train, host replay with the H200's costs:
-    /// 1.1325 with such moves, 1.0727 without). Default false: an experiment knob until the
-    /// H200 measures it (`GKRT_POOL_MAJORITY_MOVES`).
+    /// Whether a slack-rule move that cannot bring mapping under the cap, when the growth over
+    /// the cap is more than one physical allocation, goes ahead only when the pages it can move
+    /// are at least half of the pages over the cap — it saves at least as much as the peak
+    /// still grows (`recycle.rs`, `majority_short`). A smaller move lowers the peak by a few
+    /// pages while the rest of the growth is mapped anyway, and leaves holes unmapped that
+    /// later steps need again: bert_train's later passes then set higher peaks at the same
+    /// event (ARCHITECTURE.md, "The pool's fragmentation"; H200 run 6: 1.1268 with such moves,
+    /// 1.0727 without, and 0.267 of PyTorch's time per operation against 0.190). Default true
+    /// (session 12: in the host replay on the model clock it changes three of 22 traces at four
+    /// speeds — bert 1.074–1.133 to 1.0727, gpt2_run_train 1.0743 to 1.0694–1.0754 — and GPT-2
+    /// in PyTorch on the pool reserves the same 7.927 GB with it); `GKRT_POOL_MAJORITY_MOVES=0`
+    /// makes every such move as before.
     pub recycle_majority_moves: bool,
     /// Before the slack rule picks pages to move, it records a marker after the latest frees
     /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
@@ -107,7 +112,7 @@ impl Default for PoolConfig {
             recycle_waits: false,
             pending_best_fit: false,
             tail_prefix_first: false,
-            recycle_majority_moves: false,
+            recycle_majority_moves: true,
             recycle_spin_ns: 200_000,
             recycle_time_permille: 10,
             marker_every: 256,

@@ -86,7 +86,11 @@
 //!   pool first mapped memory, with no bucket (any move may also draw on that lifetime share
 //!   when the bucket is empty): a page moved once stays (amortised over the program), one
 //!   moved back and forth between steps costs at most that share. Large transient tensors then reuse the physical memory of holes
-//!   instead of growing the footprint (the effect on fragmentation: BENCHMARKS.md §3). Victims
+//!   instead of growing the footprint (the effect on fragmentation: BENCHMARKS.md §3). A move
+//!   that cannot keep mapping under the cap, with more than one physical allocation over it, is
+//!   made only when it can move at least half of the pages over the cap
+//!   (`recycle_majority_moves`): smaller ones leave holes later steps need again, and the peak
+//!   rises there instead (ARCHITECTURE.md, "The pool's fragmentation"). Victims
 //!   are the free blocks with the most mapped pages, their whole chunks unmapped from the high
 //!   end.
 //!   Stream-ordered frees may still have work queued on those pages, so a page is unmapped only

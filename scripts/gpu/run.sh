@@ -66,12 +66,13 @@
 #           GPT2SWAP_NOREFINE=1 also runs --recompute 2 with GKRT_SWAP_REFINE=0 (the tuned plan as
 #           the timed runs chose it, not refined on the model: the refinement's A/B): files get _nr.
 #           The 'swap plan refined in X ms' log line gives the refinement's time and estimates.
-#           GPT2SWAP_RELEASE=1 also runs --recompute 2 with GKRT_SWAP_RELEASE=1 (the tuned plan fitted
-#           with each copy-out's block pending until the model's copy end, and the runs giving those
-#           blocks back there: issue 23's pending-aware dry run; off by default): files get _rl. Read
-#           its ratio line beside the default's, SWAPSTATS (page_maps and pool_device_waits per step:
-#           0 and 0 expected in the steady state) and the 'GKRT_SWAP_RELEASE:' log lines (candidates
-#           fitted, blocks given back, the dry run's steady figures).
+#           The runs release copy-outs' blocks at the model's copy ends (GKRT_SWAP_RELEASE, on by
+#           default since session 12: the plan fitted with each copy-out's block pending until the
+#           model's copy end, the pool placing every block where its dry run did); the 'GKRT_SWAP_RELEASE:'
+#           log lines give the candidates fitted and the blocks given back, and the steady step's
+#           'pool:' line in timeline.py's summary is absent when it mapped 0 pages and waited 0 times.
+#           GPT2SWAP_NORELEASE=1 also runs --recompute 2 with GKRT_SWAP_RELEASE=0 (the plan fitted
+#           with blocks free at once, the behaviour before): files get _r0.
 #           A swapping graph picks its plan after two timed runs (the warm node times): the
 #           timed run's steps 3 and 4 carry the prediction.
 #           Limited runs log at level 3: the 'swap plan tuned' line gives the chosen policy and the
@@ -599,10 +600,10 @@ run_gpt2swap() {
     [ "${GPT2SWAP_PENDING:-0}" = 1 ] && runs="$runs 2_p1"
     [ "${GPT2SWAP_PLACEMENTS:-0}" = 1 ] && runs="$runs 2_pl"
     [ "${GPT2SWAP_NOREFINE:-0}" = 1 ] && runs="$runs 2_nr"
-    [ "${GPT2SWAP_RELEASE:-0}" = 1 ] && runs="$runs 2_rl"
+    [ "${GPT2SWAP_NORELEASE:-0}" = 1 ] && runs="$runs 2_r0"
     for r in $runs; do
-      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=0
-      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 ;; *_nr) refine=0 ;; *_rl) release=1 ;; esac
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1
+      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 release=0 ;; *_nr) refine=0 ;; *_r0) release=0 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.

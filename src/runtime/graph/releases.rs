@@ -29,7 +29,7 @@ pub(super) struct ReleaseCopies {
 
 impl RuntimeGraph {
     /// Whether a tuned swapping graph's plan is fitted and run with its copy-outs' blocks given
-    /// back at the model's copy ends (off by default, `GKRT_SWAP_RELEASE=1` on): for tests and
+    /// back at the model's copy ends (on by default, `GKRT_SWAP_RELEASE=0` off): for tests and
     /// side-by-side measurements. Takes effect at the next tuning; on, runs do not take the
     /// dry run's placements (`follow_placements`): the pool finds them itself.
     pub fn release_copies(&mut self, on: bool) {

@@ -2,15 +2,16 @@
 //! recomputable declarations) with H200-like node costs, for judging swap plans on the host:
 //! the timeline model's estimate of the plan gkrt would choose at a third of the working set.
 
-use crate::device::{DeviceError, EventId, StreamId, VirtualMemory};
+use crate::device::StreamId;
 use crate::graph::liveness::round_up;
 use crate::graph::{Liveness, Node, Tensor, TensorKind};
-use crate::memory::pool::{Pool, PoolBacking, PoolConfig};
+use crate::memory::pool::{Pool, PoolConfig};
 use crate::plan::program::Program;
 use crate::plan::swap::{Policy, SwapPlan, Timings};
 use crate::plan::swap_candidates::{candidates, fitted_candidates, fitted_timed_candidates};
 use crate::plan::swap_fit::{check_with_pool, fits_pool, pool_moves, PoolMisfit};
 use crate::plan::swap_model::{choose, estimate, Estimate, Link};
+use crate::plan::test_vmm::Device;
 
 const ALIGN: u64 = 256;
 /// H200-like rates: f32 products (cuBLAS) and element-wise memory traffic; with these the small
@@ -400,55 +401,6 @@ pub const DEEP: Config = Config {
     ..SMALL
 };
 
-/// A device with virtual memory (2 MiB pages) that grants everything: the pool's dry runs
-/// then simulate the virtual range, as on the H200.
-struct VirtualBacking {
-    next: std::cell::Cell<u64>,
-}
-
-const PAGE: u64 = 2 << 20;
-
-impl PoolBacking for VirtualBacking {
-    fn alloc_segment(&self, bytes: u64) -> Result<u64, DeviceError> {
-        let at = self.next.get();
-        self.next.set(at + bytes.div_ceil(PAGE) * PAGE + PAGE);
-        Ok(at)
-    }
-    fn free_segment(&self, _: u64, _: u64) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn event_complete(&self, _: EventId) -> bool {
-        false
-    }
-    fn vmm(&self) -> Option<&dyn VirtualMemory> {
-        Some(self)
-    }
-}
-
-impl VirtualMemory for VirtualBacking {
-    fn granularity(&self) -> u64 {
-        PAGE
-    }
-    fn reserve(&self, bytes: u64) -> Result<u64, DeviceError> {
-        self.alloc_segment(bytes)
-    }
-    fn unreserve(&self, _: u64, _: u64) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn map(&self, _: u64, _: u64, _: u64) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn unmap(&self, _: u64, _: u64, _: u64) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn quiesce(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn trim(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-}
-
 /// A pool under `limit` on a device with virtual memory, as finalize meets it; `primed`: with
 /// its virtual range (as `prime_virtual_range` gives it).
 pub(super) fn pool_for(limit: u64, primed: bool) -> Pool {
@@ -457,9 +409,7 @@ pub(super) fn pool_for(limit: u64, primed: bool) -> Pool {
         memory_limit: limit,
         ..PoolConfig::default()
     });
-    let backing = VirtualBacking {
-        next: std::cell::Cell::new(1 << 40),
-    };
+    let backing = Device::default();
     if primed {
         let block = pool.alloc(&backing, ALIGN, StreamId(0)).expect("room");
         pool.free(&backing, block).expect("ours");

@@ -25,6 +25,8 @@ mod swap_placements_tests;
 mod swap_release_tests;
 #[cfg(test)]
 mod test_graph;
+#[cfg(test)]
+mod test_vmm;
 
 use crate::graph::liveness::round_up;
 use crate::graph::{Graph, TensorKind};

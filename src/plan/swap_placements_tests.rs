@@ -10,67 +10,18 @@
 use super::gpt2_shape_tests::{build, Step as Shape, SMALL};
 use super::swap_placements::{placements, Placements, Start};
 use super::swap_release::Releases;
-use crate::device::{DeviceError, EventId, StreamId, VirtualMemory};
+use super::test_vmm::Device;
+use crate::device::{EventId, StreamId};
 use crate::graph::Liveness;
-use crate::memory::pool::{Pool, PoolBacking, PoolConfig, PoolError};
+use crate::memory::pool::{Pool, PoolConfig, PoolError};
 use crate::plan::program::{Buf, PoolCall, PoolWalk, Program, Step};
 use crate::plan::swap_candidates::fitted_candidates;
 use crate::plan::swap_fit::{fits_pool, pool_moves};
 use crate::plan::swap_model::{estimate, estimate_with_copy_waits};
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 const ALIGN: u64 = 256;
-const PAGE: u64 = 2 << 20;
 const S: StreamId = StreamId(0);
-
-/// A device with virtual memory that grants everything, whose events complete when told.
-#[derive(Default)]
-pub(super) struct Device {
-    next: Cell<u64>,
-    done: RefCell<HashSet<EventId>>,
-}
-
-impl PoolBacking for Device {
-    fn alloc_segment(&self, bytes: u64) -> Result<u64, DeviceError> {
-        let at = self.next.get().max(1 << 40);
-        self.next.set(at + bytes.div_ceil(PAGE) * PAGE + PAGE);
-        Ok(at)
-    }
-    fn free_segment(&self, _: u64, _: u64) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn event_complete(&self, e: EventId) -> bool {
-        self.done.borrow().contains(&e)
-    }
-    fn vmm(&self) -> Option<&dyn VirtualMemory> {
-        Some(self)
-    }
-}
-
-impl VirtualMemory for Device {
-    fn granularity(&self) -> u64 {
-        PAGE
-    }
-    fn reserve(&self, bytes: u64) -> Result<u64, DeviceError> {
-        self.alloc_segment(bytes)
-    }
-    fn unreserve(&self, _: u64, _: u64) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn map(&self, _: u64, _: u64, _: u64) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn unmap(&self, _: u64, _: u64, _: u64) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn quiesce(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn trim(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-}
 
 /// What one run did beside the plan's allocations.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -198,10 +149,7 @@ impl Emulator<'_> {
             }
         }
         // The run's end: every copy is done.
-        self.dev
-            .done
-            .borrow_mut()
-            .extend((1..=self.next_event).map(EventId));
+        self.dev.complete((1..=self.next_event).map(EventId));
         self.pool.poll_pending(&self.dev);
         self.copy_events.clear();
         let after = self.pool.stats();

@@ -5,10 +5,11 @@
 use super::gpt2_shape_tests::{
     build, finalize_at, pool_for, transient_peak, Config, LINK, MEDIUM, SMALL,
 };
-use super::swap_placements_tests::{Device, Emulator, RunFigures};
+use super::swap_placements_tests::{Emulator, RunFigures};
 use super::swap_release::{
     fits_pool_released, steady_run, Releases, RELEASE_MARGIN_MS, STEADY_RUNS,
 };
+use super::test_vmm::Device;
 use crate::device::StreamId;
 use crate::graph::Liveness;
 use crate::plan::program::{Buf, Program, Step};

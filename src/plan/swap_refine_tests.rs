@@ -15,6 +15,21 @@ const SLOW: Link = Link {
     out_gbps: 1.0,
 };
 
+/// What `refine` reads of `g`, with `cost` per node and the slow link.
+fn input<'a>(g: &'a G, lv: &'a Liveness, cost: &'a [f64]) -> RefineInput<'a> {
+    RefineInput {
+        tensors: &g.tensors,
+        nodes: &g.nodes,
+        lv,
+        fused: &[],
+        align: 1,
+        timings: Timings {
+            node_ms: cost,
+            link: SLOW,
+        },
+    }
+}
+
 /// `a` (1 MB) is written from `x` by a recomputable node that takes 10 ms, then read with `x`
 /// again at the end,
 /// past two 1 ms nodes that need its room: rebuilding it costs 10 ms of compute, copying it
@@ -62,17 +77,7 @@ fn a_dear_rebuild_becomes_a_copy_when_the_model_says_so() {
         plan.drop_after.iter().flatten().any(|&t| t == a),
         "{plan:?}"
     );
-    let input = RefineInput {
-        tensors: &g.tensors,
-        nodes: &g.nodes,
-        lv: &lv,
-        fused: &[],
-        align: 1,
-        timings: Timings {
-            node_ms: &cost,
-            link: SLOW,
-        },
-    };
+    let input = input(&g, &lv, &cost);
     let base = estimate_plan(&input, &plan);
     // (Room over the budget: the copy-out's block is pending while node 1 allocates, and a
     // dry run that would wait for the device does not fit.)
@@ -112,17 +117,7 @@ fn plans_the_pool_rejects_are_never_taken() {
     let (g, cost, _) = dear_rebuild();
     let lv = Liveness::analyse(&g.tensors, &g.nodes, 1);
     let plan = plan_swaps(&g.tensors, &g.nodes, &lv, 7 * MB, 1);
-    let input = RefineInput {
-        tensors: &g.tensors,
-        nodes: &g.nodes,
-        lv: &lv,
-        fused: &[],
-        align: 1,
-        timings: Timings {
-            node_ms: &cost,
-            link: SLOW,
-        },
-    };
+    let input = input(&g, &lv, &cost);
     let base = estimate_plan(&input, &plan);
     let rejected = std::cell::Cell::new(0);
     let r = refine(&input, Policy::default(), &plan, &base, |_: &SwapPlan| {

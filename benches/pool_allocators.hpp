@@ -237,6 +237,9 @@ static inline std::vector<std::unique_ptr<Allocator>> make_allocators(const std:
     // (when more than one physical allocation is over it); "all moves" makes every one, the
     // default before session 12 (ARCHITECTURE.md, "The pool's fragmentation").
     out.emplace_back(new GkrtRaw("gkrt_malloc all moves", "GKRT_POOL_MAJORITY_MOVES=0"));
+    // Page moves keep the moved chunk's old address mapped as an alias, so moving it back is
+    // bookkeeping (ARCHITECTURE.md, "Alias mappings").
+    out.emplace_back(new GkrtRaw("gkrt_malloc aliases", "GKRT_POOL_ALIASES=1"));
   }
   return out;
 }

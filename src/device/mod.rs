@@ -191,11 +191,28 @@ pub trait VirtualMemory {
     /// reservation, unmapped) with one physical allocation each, readable and writable by the
     /// device; all or nothing (`OutOfMemory` when the device has no memory left).
     fn map(&self, addr: DevPtr, page: u64, count: u64) -> DeviceResult<()>;
-    /// Unmaps `count` consecutive pages of `page` bytes from `addr`, each mapped by `map` with
-    /// the same page size. The caller has made sure that no queued work still uses them (with
-    /// `quiesce`, or an event recorded after their last use that has completed). Their memory is kept as spares that a later `map` of that page size reuses without a
-    /// new allocation, until `trim`.
+    /// Unmaps `count` consecutive pages of `page` bytes from `addr`, each mapped by `map` (or
+    /// `map_alias`) with the same page size. The caller has made sure that no queued work still
+    /// uses them (with `quiesce`, or an event recorded after their last use that has
+    /// completed). Memory no longer mapped at any address is kept as spares that a later `map`
+    /// of that page size reuses without a new allocation, until `trim`; memory still mapped at
+    /// another address (`map_alias`) stays there.
     fn unmap(&self, addr: DevPtr, page: u64, count: u64) -> DeviceResult<()>;
+    /// Whether `map_alias` works on this device.
+    fn supports_aliases(&self) -> bool {
+        false
+    }
+    /// Maps the physical allocation of `page` bytes mapped at `from` at `addr` as well
+    /// (granularity-aligned, inside a reservation, unmapped), readable and writable by the
+    /// device: one allocation at two addresses, the same bytes through either (CUDA maps one
+    /// `cuMemCreate` handle at several addresses). Its memory is counted once, and becomes a
+    /// spare only when its last address is unmapped.
+    fn map_alias(&self, addr: DevPtr, from: DevPtr, page: u64) -> DeviceResult<()> {
+        let _ = (addr, from, page);
+        Err(DeviceError::Unsupported(
+            "this device cannot map memory at a second address".into(),
+        ))
+    }
     /// Waits until the device has finished all work queued so far.
     fn quiesce(&self) -> DeviceResult<()>;
     /// Releases the memory of every spare left by `unmap`.

@@ -10,6 +10,11 @@
 //! every operation, so spares never outlive a pool call. `CudaDevice::disable_virtual_memory`
 //! (the runtime's `GKRT_VMM=0`) turns the facility off for a device (the pool then uses plain
 //! `cuMemAlloc` segments), for comparisons.
+//!
+//! An allocation may also be mapped at further addresses (`map_alias`: the pool keeps a moved
+//! chunk's old address as an alias, so moving it back is bookkeeping). Each address is its own
+//! `cuMemMap` + `cuMemSetAccess`; the handle is counted once, and goes to the spares (or is
+//! released at teardown) only when its last address is unmapped.
 
 use std::collections::HashMap;
 
@@ -26,6 +31,26 @@ pub(super) struct Handles {
     mapped: HashMap<DevPtr, (sys::CUmemGenericAllocationHandle, u64)>,
     /// Unmapped, not yet released: (handle, size).
     spare: Vec<(sys::CUmemGenericAllocationHandle, u64)>,
+    /// Handles mapped at more than one address: how many addresses beyond the first.
+    extra: HashMap<sys::CUmemGenericAllocationHandle, u32>,
+}
+
+impl Handles {
+    /// One address of `handle` was unmapped: true when it was its last (release it or keep it
+    /// as a spare), false when it is still mapped elsewhere.
+    fn last_address_gone(&mut self, handle: sys::CUmemGenericAllocationHandle) -> bool {
+        match self.extra.get_mut(&handle) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                self.extra.remove(&handle);
+                false
+            }
+            None => true,
+        }
+    }
 }
 
 impl CudaDevice {
@@ -68,10 +93,12 @@ impl CudaDevice {
     pub(super) fn release_vmm_handles(&self) {
         let mut h = lock(&self.vmm_handles);
         for (addr, (handle, size)) in std::mem::take(&mut h.mapped) {
-            // SAFETY: mapped by `map`; nothing runs on the device any more.
-            unsafe {
-                sys::cuMemUnmap(addr, size as usize);
-                sys::cuMemRelease(handle);
+            // SAFETY: mapped by `map` or `map_alias`; nothing runs on the device any more. A
+            // handle at several addresses is released with its last one, once.
+            unsafe { sys::cuMemUnmap(addr, size as usize) };
+            if h.last_address_gone(handle) {
+                // SAFETY: its last address was unmapped just above.
+                unsafe { sys::cuMemRelease(handle) };
             }
         }
         for (handle, _) in std::mem::take(&mut h.spare) {
@@ -205,8 +232,56 @@ impl VirtualMemory for CudaDevice {
             // SAFETY: exactly the range one cuMemMap mapped; the caller quiesced the device.
             check("cuMemUnmap", unsafe { sys::cuMemUnmap(at, size as usize) })?;
             h.mapped.remove(&at);
-            h.spare.push((handle, size));
+            if h.last_address_gone(handle) {
+                h.spare.push((handle, size));
+            }
         }
+        Ok(())
+    }
+
+    fn supports_aliases(&self) -> bool {
+        true
+    }
+
+    fn map_alias(&self, addr: DevPtr, from: DevPtr, page: u64) -> DeviceResult<()> {
+        let size = to_usize(page)?;
+        self.bind()?;
+        let mut h = lock(&self.vmm_handles);
+        let Some(&(handle, n)) = h.mapped.get(&from) else {
+            return Err(DeviceError::Invalid(format!(
+                "alias of {from:#x}: nothing mapped there"
+            )));
+        };
+        if n != page {
+            return Err(DeviceError::Invalid(format!(
+                "alias of {page} bytes of {from:#x}, but {n} are mapped there"
+            )));
+        }
+        if h.mapped.contains_key(&addr) {
+            return Err(DeviceError::Invalid(format!(
+                "alias at {addr:#x}: already mapped"
+            )));
+        }
+        // SAFETY: handle holds `size` bytes (mapped at `from`); `addr` lies unmapped inside a
+        // reservation (the pool's bookkeeping, checked by the driver).
+        check("cuMemMap", unsafe {
+            sys::cuMemMap(addr, size, 0, handle, 0)
+        })?;
+        let desc = sys::CUmemAccessDesc {
+            location: self.allocation_prop().location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: mapped just above; one descriptor.
+        let r = unsafe { sys::cuMemSetAccess(addr, size, &desc, 1) };
+        if r != CUresult::CUDA_SUCCESS {
+            // SAFETY: mapped above by this call, never used.
+            unsafe { sys::cuMemUnmap(addr, size) };
+            return Err(driver_error("cuMemSetAccess", r));
+        }
+        h.mapped.insert(addr, (handle, page));
+        *h.extra.entry(handle).or_insert(0) += 1;
+        drop(h);
+        self.registrations.added(addr, page);
         Ok(())
     }
 

@@ -190,7 +190,7 @@ impl Pool {
         {
             return Err("index sizes disagree with blocks".into());
         }
-        Ok(())
+        self.check_aliases()
     }
 
     /// Free blocks of the small (`true`) or large pool, as `(stream, size, addr)` in order.

@@ -73,6 +73,15 @@ pub struct PoolConfig {
     /// in PyTorch on the pool reserves the same 7.927 GB with it); `GKRT_POOL_MAJORITY_MOVES=0`
     /// makes every such move as before.
     pub recycle_majority_moves: bool,
+    /// Whether a page move keeps the moved chunk's old address mapped to the same memory as an
+    /// alias (its "shadow", which no block may use while the chunk is live elsewhere), so that
+    /// moving it back there later — training steps that move the same chunks back and forth —
+    /// needs no driver call and no device wait, and costs the move budget nothing; a first move
+    /// maps once instead of unmapping and mapping (`alias.rs`; ARCHITECTURE.md, "Alias
+    /// mappings"). Needs a device that can map one allocation at two addresses (CUDA can);
+    /// reserved bytes still count each physical allocation once. Default false;
+    /// `GKRT_POOL_ALIASES=1` turns it on.
+    pub page_aliases: bool,
     /// Before the slack rule picks pages to move, it records a marker after the latest frees
     /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
     /// it, and the pages freed before it can move without a stall; a busy one does not, and new
@@ -113,6 +122,7 @@ impl Default for PoolConfig {
             pending_best_fit: false,
             tail_prefix_first: false,
             recycle_majority_moves: true,
+            page_aliases: false,
             recycle_spin_ns: 200_000,
             recycle_time_permille: 10,
             marker_every: 256,

@@ -18,7 +18,8 @@
 //!   the live blocks by address;
 //! - `segments.rs` plain segments and what all segments share; `ranges.rs` virtual ranges and
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
-//! - `move_budget.rs` the time budget of the slack rule's moves;
+//! - `move_budget.rs` the time budget of the slack rule's moves; `alias.rs` a moved chunk's old
+//!   address kept mapped as its shadow, so moving it back is bookkeeping (`page_aliases`);
 //! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
 //!   blocks together (a pending block that fits closer than any free one); `dry_run.rs` dry runs;
 //!   `placement.rs` allocation at the range a dry run placed it in; `check.rs` validation;
@@ -134,6 +135,7 @@
 //!   device error (not zero-size requests). `free_count` counts `free` and `free_after_event`.
 
 mod addr_map;
+mod alias;
 mod block;
 mod check;
 mod cold_search;
@@ -242,6 +244,8 @@ pub struct Pool {
     park_seq: u64,
     /// What the slack rule's page moves may still cost.
     moves: move_budget::MoveBudget,
+    /// Moved chunks' old addresses still mapped (`page_aliases`).
+    aliases: alias::Aliases,
     /// Requests placed by the cold path (`alloc_virtual`), for the host replay: the pool's own
     /// cost of unmapped pages left among mapped ones (off the hot path, which never counts).
     pub(super) cold_placements: u64,
@@ -279,6 +283,7 @@ impl Pool {
             epoch: 1,
             park_seq: 0,
             moves: move_budget::MoveBudget::default(),
+            aliases: alias::Aliases::default(),
             cold_placements: 0,
             no_device_waits: false,
             hold_events: false,
@@ -475,7 +480,10 @@ impl Pool {
         let mut released = 0;
         if let Some(vm) = backing.vmm() {
             if self.mapped_pages > 0 {
-                released += self.recycle(backing, vm, u64::MAX, u64::MAX, None, true)? * self.page;
+                released +=
+                    self.recycle(backing, vm, u64::MAX, u64::MAX, None, true, None)? * self.page;
+                // Every alias goes too (chunks still live keep their live address).
+                self.drop_all_shadows(vm)?;
                 vm.trim()?;
             }
         }
@@ -501,6 +509,12 @@ impl Pool {
             .collect();
         order.sort_unstable();
         let mut first_err = None;
+        if let Some(vm) = backing.vmm() {
+            // Shadows first: each chunk is then unmapped, and freed, once, at its live address.
+            if let Err(e) = self.drop_all_shadows(vm) {
+                first_err = Some(e);
+            }
+        }
         for (_, s) in order {
             match self.release_segment(backing, s) {
                 Ok(()) => self.forget_segment(s),

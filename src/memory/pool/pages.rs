@@ -164,6 +164,11 @@ impl PageMap {
         p == 0 || p >= self.pages || !self.bit(&self.bits, p) || self.bit(&self.starts, p)
     }
 
+    /// Whether a chunk starts at page `p`.
+    pub fn is_chunk_start(&self, p: u64) -> bool {
+        p < self.pages && self.bit(&self.starts, p)
+    }
+
     fn bit(&self, v: &[u64], p: u64) -> bool {
         v[(p / 64) as usize] >> (p % 64) & 1 == 1
     }

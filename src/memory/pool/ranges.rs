@@ -2,6 +2,7 @@
 //! blocks placed in it. Reserving the range, placing a request where it needs the fewest new
 //! pages, and mapping them (recycling free pages first when the budget or the slack rule says so).
 
+use super::alias::AliasMove;
 use super::block::{Block, Kind, State};
 use super::cold_search::ColdSearch;
 use super::pages::PageMap;
@@ -354,6 +355,13 @@ impl Pool {
         }
         let mut want = must;
         let mut repeat = false;
+        // With aliases, a move keeps the chunks it takes mapped until they are placed
+        // (`alias.rs`), and switching one back to its shadow here costs nothing.
+        let aliasing = self.aliasing(vm);
+        let mut alias = (aliasing && must > 0).then(|| AliasMove {
+            targets: self.switch_targets(r, p0, p1),
+            switch_only: false,
+        });
         let hw = self
             .high_water
             .max(self.stats.allocated_bytes + self.pending_bytes + rounded);
@@ -370,25 +378,54 @@ impl Pool {
             let slack = (self.mapped_pages + need).saturating_sub(cap);
             // Only while moves have paid for themselves (move_budget.rs).
             let (now, permille) = (backing.now_ns(), self.config.recycle_time_permille);
-            if slack > must && self.moves.allows(now, permille) {
-                want = slack;
-                repeat = self.moves.allows_repeat(now, permille);
+            if slack > must {
+                let targets = if aliasing {
+                    self.switch_targets(r, p0, p1)
+                } else {
+                    Vec::new()
+                };
+                if self.moves.allows(now, permille) {
+                    want = slack;
+                    repeat = self.moves.allows_repeat(now, permille);
+                    alias = aliasing.then_some(AliasMove {
+                        targets,
+                        switch_only: false,
+                    });
+                } else if !targets.is_empty() {
+                    // Chunks whose shadows lie here move back for free: the budget is not
+                    // asked, and nothing else moves.
+                    want = slack;
+                    alias = Some(AliasMove {
+                        targets,
+                        switch_only: true,
+                    });
+                }
             }
         }
         // A slack-rule move is timed from here to the end of the mapping.
         let started = (want > must).then(|| backing.now_ns());
         let mut moved = 0;
         if want > 0 {
-            moved = self
-                .recycle(backing, vm, want, must, placing, repeat)?
-                .saturating_sub(must);
+            match self.recycle(backing, vm, want, must, placing, repeat, alias.as_ref()) {
+                Ok(n) => moved = n.saturating_sub(must),
+                Err(e) => {
+                    let _ = self.release_donors(vm);
+                    return Err(e);
+                }
+            }
         }
         if over_limit(self) {
-            self.release_idle_segments(backing)?;
-            if over_limit(self) {
+            let released = self.release_idle_segments(backing);
+            if released.is_err() || over_limit(self) {
+                let _ = self.release_donors(vm);
+                released?;
                 return Err(self.oom(bytes));
             }
         }
+        // Donors switched or aliased into [p0, p1), shadows there unmapped, the rest unmapped
+        // (the budget counted the donors gone and these pages to map: what is left for
+        // `map_runs` is fewer).
+        self.place_donors(vm, r, (p0, p1))?;
         let base = self.segs[r].base;
         let runs = self.pages_of(r).runs(p0, p1, false);
         let mapped = self.map_runs(backing, vm, r, base, &runs, placing, bytes);
@@ -453,7 +490,7 @@ impl Pool {
                 let mut result = vm.map(addr, size * page, count);
                 if let Err(DeviceError::OutOfMemory { .. }) = result {
                     // Give the device every free page and idle segment we hold, then retry.
-                    self.recycle(backing, vm, u64::MAX, u64::MAX, placing, true)?;
+                    self.recycle(backing, vm, u64::MAX, u64::MAX, placing, true, None)?;
                     vm.trim()?;
                     self.release_idle_segments(backing)?;
                     result = vm.map(addr, size * page, count);
@@ -469,18 +506,25 @@ impl Pool {
                 }
                 let n = size * count;
                 at += n;
-                self.mapped_pages += n;
-                self.mapped_peak = self.mapped_peak.max(self.mapped_pages);
-                let s = &mut self.stats;
-                s.reserved_bytes += n * page;
-                s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
-                s.page_map_count += n;
-                let stream = self.streams[self.blocks[self.segs[r].first].owner as usize]
-                    .stream
-                    .0;
-                self.note(Action::SegmentMap, addr, n * page, stream);
+                self.count_mapped(r, addr, n);
             }
         }
         Ok(())
+    }
+
+    /// `n` pages from `addr` of range `r` were made usable (the page map says so already):
+    /// the mapped count, its peak, reserved bytes and their peak, the history.
+    pub(super) fn count_mapped(&mut self, r: u32, addr: u64, n: u64) {
+        let page = self.page;
+        self.mapped_pages += n;
+        self.mapped_peak = self.mapped_peak.max(self.mapped_pages);
+        let s = &mut self.stats;
+        s.reserved_bytes += n * page;
+        s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
+        s.page_map_count += n;
+        let stream = self.streams[self.blocks[self.segs[r].first].owner as usize]
+            .stream
+            .0;
+        self.note(Action::SegmentMap, addr, n * page, stream);
     }
 }

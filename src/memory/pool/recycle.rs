@@ -2,6 +2,7 @@
 //! be mapped where it is needed — for the budget, and for the slack rule (see the pool's module
 //! comment). Which blocks give up pages, and when that needs a wait for the device.
 
+use super::alias::AliasMove;
 use super::block::Kind;
 use super::markers::MARKERS_IN_FLIGHT;
 use super::tlsf::{CLASSES, NIL};
@@ -24,7 +25,10 @@ impl Pool {
     /// no wait; the others are unmapped only to reach `must` (the budget), after waiting for the
     /// device once (`quiesce`). `placing` is a block being placed (unlinked, so no list holds it)
     /// with the pages `[p0, p1)` it is about to use: its other pages are victims too. Beyond
-    /// `must`, pages an earlier slack-rule move placed are taken only with `repeat`.
+    /// `must`, pages an earlier slack-rule move placed are taken only with `repeat`. With
+    /// `alias` (`alias.rs`) the chunks taken stay mapped as donors for `map_pages` to place,
+    /// those whose shadows lie under the block being placed first.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn recycle(
         &mut self,
         backing: &dyn PoolBacking,
@@ -33,6 +37,7 @@ impl Pool {
         must: u64,
         placing: Option<(u32, u64, u64)>,
         repeat: bool,
+        alias: Option<&AliasMove>,
     ) -> Result<u64, PoolError> {
         let waits = self.config.recycle_waits;
         for si in 0..self.streams.len() as u32 {
@@ -47,7 +52,7 @@ impl Pool {
                 self.poll_markers(backing, si);
             }
         }
-        let done = self.recycle_victims(vm, want, must, placing, repeat)?;
+        let done = self.recycle_victims(vm, want, must, placing, repeat, alias)?;
         // Let the blocks skipped this time become known-idle for the next time.
         for si in 0..self.streams.len() as u32 {
             let st = &self.streams[si as usize];
@@ -87,12 +92,15 @@ impl Pool {
     /// one physical allocation (`chunk_pages`). The peak then still grows by more than the move
     /// saves, and the pages taken leave holes later steps need again (bert_train: ARCHITECTURE.md,
     /// "The pool's fragmentation").
+    /// Chunks whose shadows lie under the block being placed (`targets`) count whatever moved
+    /// them before: switching them back is free.
+    /// (`only_targets`: a switch-only move, where nothing else may move.)
     fn majority_short(
         &self,
         victims: &[(bool, u64, u32)],
         soft: u64,
         placing: Option<(u32, u64, u64)>,
-        repeat: bool,
+        (repeat, targets, only_targets): (bool, &[u64], bool),
     ) -> bool {
         if soft <= self.chunk_pages(soft) {
             // Growth of at most one physical allocation over the cap (a cache grown a row at a
@@ -106,8 +114,12 @@ impl Pool {
                 continue;
             }
             let r = self.streams[self.blocks[i].owner as usize].range;
+            let base = self.segs[r].base;
             for (start, k) in self.victim_chunks(i, placing) {
-                if repeat || !self.pages_of(r).any_moved(start, start + k) {
+                let target = targets.contains(&(base + start * self.page));
+                let other =
+                    !only_targets && (repeat || !self.pages_of(r).any_moved(start, start + k));
+                if target || other {
                     movable += k;
                 }
             }
@@ -125,9 +137,20 @@ impl Pool {
         must: u64,
         placing: Option<(u32, u64, u64)>,
         repeat: bool,
+        alias: Option<&AliasMove>,
     ) -> Result<u64, PoolError> {
         let mut victims: Vec<(u64, u32)> = Vec::new();
         let mut avail = 0u64;
+        let targets: &[u64] = alias.map_or(&[], |a| &a.targets);
+        // Free blocks holding a target chunk seen so far: the scan goes on until all are.
+        let mut found = 0usize;
+        let holds_target = |p: &Pool, i: u32| {
+            let b = &p.blocks[i];
+            targets
+                .iter()
+                .filter(|&&t| t >= b.addr && t < b.addr + b.size)
+                .count()
+        };
         if let Some((i, _, _)) = placing {
             victims.push((self.mapped_interior(i), i));
         }
@@ -142,6 +165,7 @@ impl Pool {
                 if mapped > 0 {
                     victims.push((mapped, i));
                     avail += mapped;
+                    found += holds_target(self, i);
                 }
             }
             let classes = &st.warm[Kind::Virtual as usize];
@@ -153,10 +177,11 @@ impl Pool {
                     if mapped > 0 {
                         victims.push((mapped, cur));
                         avail += mapped;
+                        found += holds_target(self, cur);
                     }
                     cur = self.blocks[cur].fnext;
                 }
-                if avail >= want.saturating_mul(2) && avail >= want {
+                if avail >= want.saturating_mul(2) && avail >= want && found >= targets.len() {
                     break;
                 }
                 c = if k == 0 {
@@ -196,15 +221,53 @@ impl Pool {
         }
         let page = self.page;
         let mut want = want;
-        if want > must
-            && self.config.recycle_majority_moves
-            && self.majority_short(&victims, want - must, placing, repeat)
-        {
-            // The soft part would save less than the peak still grows: map instead.
-            want = must;
-            self.moves.declined += 1;
+        let switch_only = alias.is_some_and(|a| a.switch_only);
+        if want > must && self.config.recycle_majority_moves {
+            // Switch-only: nothing but the targets may move.
+            let movable = (repeat, targets, switch_only);
+            if self.majority_short(&victims, want - must, placing, movable) {
+                // The soft part would save less than the peak still grows: map instead.
+                want = must;
+                self.moves.declined += 1;
+            }
         }
+        let keep = alias.is_some();
         let mut done = 0u64;
+        if !targets.is_empty() && want > 0 {
+            // First the chunks that go back to their shadows under the block being placed:
+            // free moves, from blocks idle on the device only (as any move without a wait).
+            for &(idle, _, i) in &victims {
+                if !idle || done >= want {
+                    continue;
+                }
+                let r = self.streams[self.blocks[i].owner as usize].range;
+                let base = self.segs[r].base;
+                let chunks: Vec<(u64, u64)> = self
+                    .victim_chunks(i, placing)
+                    .into_iter()
+                    .filter(|&(start, _)| targets.contains(&(base + start * page)))
+                    .collect();
+                let mut took = 0;
+                let mut failed = None;
+                for (start, k) in chunks {
+                    if let Err(e) = self.retire_chunk(vm, base + start * page, k, keep) {
+                        failed = Some(e);
+                        break;
+                    }
+                    self.count_unmapped(r, i, start, k);
+                    took += k;
+                }
+                done += took;
+                self.add_unmapped(i, took, placing);
+                if let Some(e) = failed {
+                    return Err(PoolError::Device(e));
+                }
+            }
+        }
+        if switch_only {
+            // The budget declined every other move: only what the budget itself needs.
+            want = must.max(done.min(want));
+        }
         let mut quiet = false;
         let mut skipped = false;
         for (idle, _, i) in victims {
@@ -244,31 +307,15 @@ impl Pool {
                     quiet = true;
                     self.stats.device_wait_count += 1;
                 }
-                if let Err(e) = vm.unmap(base + start * page, k * page, 1) {
+                if let Err(e) = self.retire_chunk(vm, base + start * page, k, keep) {
                     failed = Some(e);
                     break;
                 }
-                self.segs[r]
-                    .pages
-                    .as_mut()
-                    .expect("range")
-                    .unmap_chunks(start, start + k);
-                self.mapped_pages -= k;
-                let s = &mut self.stats;
-                s.reserved_bytes -= k * page;
-                s.page_unmap_count += k;
-                let stream = self.streams[self.blocks[i].owner as usize].stream.0;
-                self.note(Action::SegmentUnmap, base + start * page, k * page, stream);
+                self.count_unmapped(r, i, start, k);
                 done += k;
                 took += k;
             }
-            if took > 0 && placing.is_some_and(|(j, _, _)| j == i) {
-                self.blocks[i].unmapped += pages32(took);
-            } else if took > 0 {
-                self.unlink(i);
-                self.blocks[i].unmapped += pages32(took);
-                self.link(i);
-            }
+            self.add_unmapped(i, took, placing);
             if let Some(e) = failed {
                 return Err(PoolError::Device(e));
             }
@@ -280,5 +327,35 @@ impl Pool {
             self.moves.declined += 1;
         }
         Ok(done)
+    }
+
+    /// The chunk of `k` pages at page `start` of range `r`, inside free block `i`, left its
+    /// address: the page map and the statistics.
+    fn count_unmapped(&mut self, r: u32, i: u32, start: u64, k: u64) {
+        let page = self.page;
+        self.segs[r]
+            .pages
+            .as_mut()
+            .expect("range")
+            .unmap_chunks(start, start + k);
+        self.mapped_pages -= k;
+        let s = &mut self.stats;
+        s.reserved_bytes -= k * page;
+        s.page_unmap_count += k;
+        let stream = self.streams[self.blocks[i].owner as usize].stream.0;
+        let base = self.segs[r].base;
+        self.note(Action::SegmentUnmap, base + start * page, k * page, stream);
+    }
+
+    /// Free block `i` lost `took` mapped pages (relinked: it may turn cold), unless it is the
+    /// block being placed, which no index holds.
+    fn add_unmapped(&mut self, i: u32, took: u64, placing: Option<(u32, u64, u64)>) {
+        if took > 0 && placing.is_some_and(|(j, _, _)| j == i) {
+            self.blocks[i].unmapped += pages32(took);
+        } else if took > 0 {
+            self.unlink(i);
+            self.blocks[i].unmapped += pages32(took);
+            self.link(i);
+        }
     }
 }

@@ -2,10 +2,14 @@
 //! virtual memory, a device capacity, segment alignment and skew, an idle or busy device, and
 //! a count-only mode for the trace replay. By default it records every segment, range, page,
 //! marker and stream-ordered free, and asserts that the pool never frees what it was not given,
-//! maps a page twice, or unmaps a page that queued work may still use.
+//! maps a page twice, or unmaps a page that queued work may still use. Its virtual memory keeps
+//! physical allocations apart from the addresses they are mapped at (`map_alias` maps one at a
+//! second address), frees each with its last address (a second free is an assertion), and
+//! holds the words tests write through an address in the allocation behind it (`write`,
+//! `read`), so data is seen through every address of the same memory.
 
 use std::cell::{Ref, RefCell, RefMut};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::super::round_up;
 use super::super::PoolBacking;
@@ -130,6 +134,10 @@ impl FakeConfig {
                 ranges: BTreeMap::new(),
                 mapped: BTreeSet::new(),
                 allocations: BTreeMap::new(),
+                handles: BTreeMap::new(),
+                next_handle: 1,
+                words: HashMap::new(),
+                alias_maps: 0,
                 maps: 0,
                 unmaps: 0,
                 syncs: 0,
@@ -172,10 +180,19 @@ pub(super) struct FakeState {
     next_range: u64,
     /// Reserved ranges: base → size.
     pub(super) ranges: BTreeMap<u64, u64>,
-    /// Mapped pages, by address.
-    /// The physical allocations mapped, by address: their size (`unmap` must match, as on
-    /// CUDA, where one allocation is unmapped whole).
-    allocations: BTreeMap<u64, u64>,
+    /// Where physical allocations are mapped, by address: (size, allocation) (`unmap` must
+    /// match, as on CUDA, where one mapping is unmapped whole). An allocation mapped at two
+    /// addresses (`map_alias`) appears twice.
+    allocations: BTreeMap<u64, (u64, u64)>,
+    /// The physical allocations: id → (size, addresses it is mapped at). Freed with their last
+    /// address.
+    handles: BTreeMap<u64, (u64, u32)>,
+    next_handle: u64,
+    /// Words written through `Fake::write`: (allocation, offset) → value.
+    words: HashMap<(u64, u64), u64>,
+    /// `map_alias` calls.
+    pub(super) alias_maps: u64,
+    /// Mapped pages (addresses, aliases included).
     pub(super) mapped: BTreeSet<u64>,
     /// Pages mapped and unmapped, cumulative; device waits (`quiesce`).
     pub(super) maps: u64,
@@ -237,9 +254,10 @@ impl Fake {
         self.state().allocs
     }
 
-    /// Physical allocations mapped now, and their sizes (largest first).
+    /// Physical allocations held now, and their sizes (largest first; one mapped at two
+    /// addresses counts once).
     pub(super) fn allocation_sizes(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self.state().allocations.values().copied().collect();
+        let mut v: Vec<u64> = self.state().handles.values().map(|h| h.0).collect();
         v.sort_unstable_by(|a, b| b.cmp(a));
         v
     }
@@ -296,8 +314,42 @@ impl Fake {
         })
     }
 
+    /// Bytes of physical memory held for virtual memory (an allocation mapped at several
+    /// addresses counts once).
     pub(super) fn mapped_bytes(&self) -> u64 {
-        self.state().mapped.len() as u64 * self.config.page
+        Fake::physical(&self.state())
+    }
+
+    fn physical(s: &FakeState) -> u64 {
+        s.handles.values().map(|h| h.0).sum()
+    }
+
+    /// Pages mapped at some address (aliases included).
+    pub(super) fn mapped_addresses(&self) -> u64 {
+        self.state().mapped.len() as u64
+    }
+
+    /// The allocation mapped over `addr` and the offset of `addr` in it.
+    fn resolve(s: &FakeState, addr: u64) -> Option<(u64, u64)> {
+        let (&at, &(size, h)) = s.allocations.range(..=addr).next_back()?;
+        (addr < at + size).then_some((h, addr - at))
+    }
+
+    /// Writes the word `v` at `addr` into the memory mapped there; false if none is.
+    pub(super) fn write(&self, addr: u64, v: u64) -> bool {
+        let mut s = self.state_mut();
+        let Some(key) = Fake::resolve(&s, addr) else {
+            return false;
+        };
+        s.words.insert(key, v);
+        true
+    }
+
+    /// The word last written into the memory now mapped at `addr` (through any address);
+    /// `None` if nothing was, or nothing is mapped there.
+    pub(super) fn read(&self, addr: u64) -> Option<u64> {
+        let s = self.state();
+        Fake::resolve(&s, addr).and_then(|k| s.words.get(&k).copied())
     }
 
     /// Every page that `[addr, addr + size)` touches is mapped.
@@ -340,7 +392,7 @@ impl PoolBacking for Fake {
             return Err(e);
         }
         assert!(bytes > 0, "pool asked for an empty segment");
-        let mapped = s.mapped.len() as u64 * c.page;
+        let mapped = Fake::physical(&s);
         if s.reserved.saturating_add(mapped).saturating_add(bytes) > c.capacity {
             return Err(DeviceError::OutOfMemory {
                 requested: bytes,
@@ -475,7 +527,7 @@ impl VirtualMemory for Fake {
         let unit = self.config.page;
         let bytes = page * count;
         assert!(addr.is_multiple_of(unit) && count > 0 && page.is_multiple_of(unit));
-        if s.mapped.len() as u64 * unit + s.reserved + bytes > self.config.capacity {
+        if Fake::physical(s) + s.reserved + bytes > self.config.capacity {
             return Err(DeviceError::OutOfMemory {
                 requested: bytes,
                 message: "fake full".into(),
@@ -486,9 +538,50 @@ impl VirtualMemory for Fake {
             assert!(s.mapped.insert(p), "page {p:#x} mapped twice");
         }
         for k in 0..count {
-            s.allocations.insert(addr + k * page, page);
+            let h = s.next_handle;
+            s.next_handle += 1;
+            s.handles.insert(h, (page, 1));
+            s.allocations.insert(addr + k * page, (page, h));
         }
         s.maps += bytes / unit;
+        Ok(())
+    }
+
+    fn supports_aliases(&self) -> bool {
+        true
+    }
+
+    fn map_alias(&self, addr: u64, from: u64, page: u64) -> Result<(), DeviceError> {
+        let mut guard = self.state_mut();
+        let s = &mut *guard;
+        // One call mapping one allocation, as `map` charges (no new memory, but the driver's
+        // map and access calls).
+        s.clock += self.config.move_cost_ns + self.config.alloc_cost_ns;
+        s.map_calls += 1;
+        s.alias_maps += 1;
+        if !self.config.record {
+            s.maps += 1;
+            return Ok(());
+        }
+        let unit = self.config.page;
+        assert!(addr.is_multiple_of(unit) && page.is_multiple_of(unit) && page > 0);
+        let Some(&(size, h)) = s.allocations.get(&from) else {
+            panic!("alias of {from:#x}: no allocation mapped there");
+        };
+        assert_eq!(
+            size, page,
+            "alias of {page} bytes of a {size}-byte allocation"
+        );
+        for p in (addr..addr + page).step_by(unit as usize) {
+            assert!(
+                Fake::in_range(s, p),
+                "alias outside a reservation at {p:#x}"
+            );
+            assert!(s.mapped.insert(p), "page {p:#x} mapped twice (alias)");
+        }
+        s.allocations.insert(addr, (page, h));
+        s.handles.get_mut(&h).expect("mapped allocation").1 += 1;
+        s.maps += page / unit;
         Ok(())
     }
 
@@ -510,11 +603,23 @@ impl VirtualMemory for Fake {
         }
         for k in 0..count {
             let at = addr + k * page;
+            let m = s.allocations.remove(&at);
             assert_eq!(
-                s.allocations.remove(&at),
+                m.map(|m| m.0),
                 Some(page),
                 "unmap of {page} bytes at {at:#x} is not one whole allocation"
             );
+            let h = m.expect("checked").1;
+            let left = {
+                let e = s.handles.get_mut(&h).expect("a mapped allocation is held");
+                e.1 -= 1;
+                e.1
+            };
+            if left == 0 {
+                // Its last address: the memory goes back (exactly once).
+                s.handles.remove(&h);
+                s.words.retain(|&(x, _), _| x != h);
+            }
         }
         for p in (addr..addr + page * count).step_by(unit as usize) {
             assert!(s.mapped.remove(&p), "page {p:#x} unmapped but not mapped");

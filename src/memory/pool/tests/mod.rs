@@ -3,6 +3,7 @@
 //! page moves (`granularity.rs`), random sequences against a model (`random.rs`), the trace replay
 //! (`replay.rs`) — all over one configurable fake backing (`fake.rs`).
 
+mod aliases;
 mod dry_run_pending;
 mod fake;
 mod granularity;

@@ -3,10 +3,11 @@
 
 use super::*;
 use proptest::prelude::*;
+use std::collections::HashMap;
 
 // --- property test against a model ---
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Op {
     Alloc(u64, u32),
     Free(usize),
@@ -347,16 +348,23 @@ proptest! {
 
 /// Random operations on a pool with virtual memory: blocks never overlap, every page under a
 /// block in use is mapped, pages are unmapped only under free memory, other streams' blocks are
-/// reused only after their event, reserved bytes match the device and stay within the budget.
+/// reused only after their event, reserved bytes match the device's physical memory and stay
+/// within the budget, and the words written into each block (through the fake's memory) read
+/// back unchanged until it is freed — with page aliases (`aliases`), which a block handed out
+/// over a shadow, or a chunk switched from under a live block, would break; every physical
+/// allocation is freed once (the fake asserts) and none is left at the end.
 fn run_virtual_ops(
     limit: u64,
     capacity: u64,
     nstreams: u32,
-    waits: bool,
+    (waits, aliases, idle): (bool, bool, bool),
     chunk: u64,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
     let f = FakeConfig::virtual_memory().capacity(capacity).build();
+    // An idle device passes markers as they are polled: moves need no wait, and chunks switch
+    // back to their shadows.
+    f.state_mut().idle_device = idle;
     let mut p = Pool::new(PoolConfig {
         memory_limit: limit,
         vmm_reserve_bytes: 256 * MIB,
@@ -364,8 +372,22 @@ fn run_virtual_ops(
         recycle_time_permille: 1000,
         recycle_min_bytes: 4 * MIB,
         recycle_waits: waits,
+        page_aliases: aliases,
         ..PoolConfig::default()
     });
+    // Each live block's words: its first and last, and one at every page edge inside it.
+    let points = |addr: u64, size: u64| {
+        let mut v = vec![addr];
+        v.extend(
+            (addr.div_ceil(PAGE) * PAGE..addr + size)
+                .step_by(PAGE as usize)
+                .skip_while(|&x| x == addr),
+        );
+        v.push(addr + size - 8);
+        v
+    };
+    let mut stamps: HashMap<u64, u64> = HashMap::new();
+    let mut next_stamp = 0u64;
     let mut live: Vec<LiveBlock> = Vec::new();
     let mut retired: Vec<Retired> = Vec::new();
     let mut incomplete: Vec<EventId> = Vec::new();
@@ -395,6 +417,12 @@ fn run_virtual_ops(
                             requested: n,
                             stream: s,
                         });
+                        next_stamp += 1;
+                        stamps.insert(addr, next_stamp);
+                        for x in points(addr, r) {
+                            // (Blocks of the plain-segment fallback are outside its memory.)
+                            prop_assert!(f.write(x, next_stamp ^ x) || f.reserved() > 0);
+                        }
                     }
                     Err(PoolError::OutOfMemory { .. }) => {
                         // Memory in use (live, or pending on an incomplete event), each block
@@ -417,6 +445,7 @@ fn run_virtual_ops(
             }
             Op::Free(i) | Op::FreeAfterEvent(i, _) if !live.is_empty() => {
                 let b = live.swap_remove(i % live.len());
+                stamps.remove(&b.addr);
                 let event = if let Op::FreeAfterEvent(_, reuse) = *op {
                     let e = match incomplete.last() {
                         Some(&e) if reuse => e,
@@ -477,6 +506,19 @@ fn run_virtual_ops(
                 "pages unmapped under a block pending on an event"
             );
         }
+        // Every live block still holds what was written into it (blocks in plain segments,
+        // the fallback, are not in the fake's memory and read `None`).
+        for b in &live {
+            let stamp = stamps[&b.addr];
+            for x in points(b.addr, b.size) {
+                let got = f.read(x);
+                prop_assert!(
+                    got == Some(stamp ^ x) || (got.is_none() && f.reserved() > 0),
+                    "block {:#x}: word {x:#x} reads {got:?}, not its own",
+                    b.addr
+                );
+            }
+        }
     }
     for b in std::mem::take(&mut live) {
         prop_assert_eq!(p.free(&f, b.addr), Ok(()));
@@ -488,6 +530,7 @@ fn run_virtual_ops(
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
     prop_assert_eq!(p.stats().reserved_bytes, 0);
     prop_assert_eq!(f.mapped_bytes(), 0);
+    prop_assert_eq!(f.mapped_addresses(), 0, "an alias left mapped");
     prop_assert_eq!(p.release_all(&f), Ok(()));
     prop_assert!(f.state().ranges.is_empty());
     Ok(())
@@ -506,10 +549,15 @@ proptest! {
         limit in prop_oneof![Just(u64::MAX), 16 * MIB..=128 * MIB],
         capacity in prop_oneof![3 => Just(u64::MAX), 1 => 16 * MIB..=160 * MIB],
         waits in any::<bool>(),
+        aliases in any::<bool>(),
+        idle in any::<bool>(),
+        // The sequence run 1–3 times in a row, as training steps repeat (moves then repeat,
+        // and chunks go back to their shadows).
+        repeats in 1usize..=3,
         // Physical allocations of one page, or growing with the heap up to 16 pages.
         chunk in prop_oneof![Just(PAGE), Just(16 * PAGE)],
         ops in proptest::collection::vec(op_strategy(), 1..200),
     ) {
-        run_virtual_ops(limit, capacity, nstreams, waits, chunk, &ops)?;
+        run_virtual_ops(limit, capacity, nstreams, (waits, aliases, idle), chunk, &ops.repeat(repeats))?;
     }
 }

@@ -118,6 +118,13 @@ struct Figures {
     /// fits), per event: the pool's own cost of a layout with unmapped pages among mapped ones.
     cold_per_op: Vec<f64>,
     unmaps_after_first: u64,
+    /// Physical allocations mapped (aliases included) and unmapped in each pass after the
+    /// first.
+    steady_maps: Vec<u64>,
+    steady_unmaps: Vec<u64>,
+    /// Chunks moved back to a shadow (no driver call) and mapped as aliases, in all passes.
+    alias_switches: u64,
+    alias_maps: u64,
     maps: u64,
     map_calls: u64,
     /// Map calls and physical allocations mapped in the first pass.
@@ -194,6 +201,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     if let Ok(v) = std::env::var("GKRT_REPLAY_MAJORITY") {
         cfg.recycle_majority_moves = v != "0";
     }
+    // GKRT_REPLAY_ALIASES=0 or 1: `PoolConfig::page_aliases`.
+    if let Ok(v) = std::env::var("GKRT_REPLAY_ALIASES") {
+        cfg.page_aliases = v != "0";
+    }
     // GKRT_REPLAY_TAIL_FIRST=1: `PoolConfig::tail_prefix_first` on.
     if std::env::var("GKRT_REPLAY_TAIL_FIRST").is_ok_and(|v| v == "1") {
         cfg.tail_prefix_first = true;
@@ -242,6 +253,7 @@ fn replay_with(
     let mut cold_per_op = Vec::new();
     let (mut first_map_calls, mut first_maps) = (0, 0);
     let mut unmaps_after_first = 0;
+    let (mut steady_maps, mut steady_unmaps) = (Vec::new(), Vec::new());
     let mut peak_pass = 0;
     let thrash_mb: usize = std::env::var("GKRT_REPLAY_THRASH")
         .ok()
@@ -260,6 +272,7 @@ fn replay_with(
             b.advance(cost.gap_ns * evs.len() as u64);
         }
         let u0 = b.unmaps();
+        let m0 = b.maps();
         let calls0 = b.map_calls() + b.unmap_calls();
         let cold0 = p.cold_placements;
         let allocs0 = b.maps() + u0;
@@ -342,6 +355,8 @@ fn replay_with(
         }
         if pass > 0 {
             unmaps_after_first += b.unmaps() - u0;
+            steady_maps.push(b.maps() - m0);
+            steady_unmaps.push(b.unmaps() - u0);
         }
     }
     check(&p);
@@ -353,6 +368,10 @@ fn replay_with(
         driver_ns,
         cold_per_op,
         unmaps_after_first,
+        steady_maps,
+        steady_unmaps,
+        alias_switches: p.alias_counts().0,
+        alias_maps: p.alias_counts().1,
         first_map_calls,
         first_maps,
         maps: b.maps(),
@@ -455,8 +474,8 @@ fn replay_traces_through_the_pool() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let passes = 1 + 2 * rounds;
-    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined | peak set in pass |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined | peak set in pass | steady pass: allocations mapped, unmapped (median) | chunks switched back, mapped as aliases |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for path in trace_paths() {
         let (evs, unfreed) = load_trace(&path);
         let name = path
@@ -475,6 +494,11 @@ fn replay_traces_through_the_pool() {
                 continue;
             }
             let f = replay(&evs, &unfreed, cfg, vmm, passes);
+            let median_u = |v: &[u64]| {
+                let mut t = v.to_vec();
+                t.sort_unstable();
+                t.get(t.len() / 2).copied().unwrap_or(0)
+            };
             let median = |v: &[f64]| {
                 let mut t = v.to_vec();
                 t.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -483,7 +507,7 @@ fn replay_traces_through_the_pool() {
             let g = goal(name, f.peak_live);
             let mib = |x: u64| x as f64 / MIB as f64;
             println!(
-                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} | {} |",
+                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} | {} | {}, {} | {}, {} |",
                 mib(f.peak_live),
                 mib(f.peak_reserved),
                 f.peak_reserved as f64 / f.peak_live as f64,
@@ -499,7 +523,11 @@ fn replay_traces_through_the_pool() {
                 f.map_calls,
                 f.unmaps_after_first,
                 f.declined,
-                f.peak_pass
+                f.peak_pass,
+                median_u(&f.steady_maps),
+                median_u(&f.steady_unmaps),
+                f.alias_switches,
+                f.alias_maps
             );
         }
     }

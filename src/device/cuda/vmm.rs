@@ -89,6 +89,13 @@ impl CudaDevice {
         })
     }
 
+    /// (Addresses mapped, spare allocations, allocations mapped at more than one address.)
+    #[cfg(test)]
+    pub(super) fn vmm_handle_counts(&self) -> (usize, usize, usize) {
+        let h = lock(&self.vmm_handles);
+        (h.mapped.len(), h.spare.len(), h.extra.len())
+    }
+
     /// Releases every physical allocation (device teardown; the pool has unmapped its pages).
     pub(super) fn release_vmm_handles(&self) {
         let mut h = lock(&self.vmm_handles);

@@ -18,6 +18,7 @@ use super::modules::{driver_param_count, param_sizes_of};
 use super::*;
 use crate::device::{Buffer, BuiltinOp, DeviceError, LaunchDims, ModuleSource};
 
+mod aliases;
 mod builtin_kernels;
 mod fault;
 mod memory;

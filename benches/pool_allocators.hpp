@@ -240,6 +240,9 @@ static inline std::vector<std::unique_ptr<Allocator>> make_allocators(const std:
     // Page moves keep the moved chunk's old address mapped as an alias, so moving it back is
     // bookkeeping (ARCHITECTURE.md, "Alias mappings").
     out.emplace_back(new GkrtRaw("gkrt_malloc aliases", "GKRT_POOL_ALIASES=1"));
+    // ... and pages a move placed may move again within the time budget (their moves back are
+    // then free switches).
+    out.emplace_back(new GkrtRaw("gkrt_malloc aliases, moves again", "GKRT_POOL_ALIASES=2"));
   }
   return out;
 }

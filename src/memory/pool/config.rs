@@ -79,9 +79,18 @@ pub struct PoolConfig {
     /// needs no driver call and no device wait, and costs the move budget nothing; a first move
     /// maps once instead of unmapping and mapping (`alias.rs`; ARCHITECTURE.md, "Alias
     /// mappings"). Needs a device that can map one allocation at two addresses (CUDA can);
-    /// reserved bytes still count each physical allocation once. Default false;
-    /// `GKRT_POOL_ALIASES=1` turns it on.
+    /// reserved bytes still count each physical allocation once. Default false (session 13:
+    /// in the host replay with the H200's costs it changes no training trace's peak, and
+    /// kv_growth's from 1.081 to 1.101); `GKRT_POOL_ALIASES=1` turns it on.
     pub page_aliases: bool,
+    /// With `page_aliases`: pages an earlier slack-rule move placed may move again whenever a
+    /// move is allowed (the time budget), not only within the pool's lifetime share
+    /// (`MoveBudget::allows_repeat`) — the period-two moves of training steps then switch back
+    /// for free. Default false (session 13, host replay with the H200's costs: bert_train
+    /// 1.073 → 1.030, gpt2_run_train 1.075 → 1.030, lstm 1.062 → 1.051, llama 1.060 → 1.057,
+    /// but gnn_train 1.148 → 1.157, and 76–85 ns per operation of steady page moves on
+    /// resnet_infer_sizes and vit_infer_batches); `GKRT_POOL_ALIASES=2` turns both on.
+    pub alias_moves_again: bool,
     /// Before the slack rule picks pages to move, it records a marker after the latest frees
     /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
     /// it, and the pages freed before it can move without a stall; a busy one does not, and new
@@ -123,6 +132,7 @@ impl Default for PoolConfig {
             tail_prefix_first: false,
             recycle_majority_moves: true,
             page_aliases: false,
+            alias_moves_again: false,
             recycle_spin_ns: 200_000,
             recycle_time_permille: 10,
             marker_every: 256,

@@ -386,7 +386,10 @@ impl Pool {
                 };
                 if self.moves.allows(now, permille) {
                     want = slack;
-                    repeat = self.moves.allows_repeat(now, permille);
+                    // With aliases a move back is a switch, free: `alias_moves_again` lets
+                    // pages a move placed move again without the lifetime share.
+                    repeat = self.moves.allows_repeat(now, permille)
+                        || (aliasing && self.config.alias_moves_again);
                     alias = aliasing.then_some(AliasMove {
                         targets,
                         switch_only: false,

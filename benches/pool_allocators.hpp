@@ -237,11 +237,13 @@ static inline std::vector<std::unique_ptr<Allocator>> make_allocators(const std:
     // (when more than one physical allocation is over it); "all moves" makes every one, the
     // default before session 12 (ARCHITECTURE.md, "The pool's fragmentation").
     out.emplace_back(new GkrtRaw("gkrt_malloc all moves", "GKRT_POOL_MAJORITY_MOVES=0"));
+  }
+  if (want("variants") || want("aliases")) {
     // Page moves keep the moved chunk's old address mapped as an alias, so moving it back is
-    // bookkeeping (ARCHITECTURE.md, "Alias mappings").
+    // bookkeeping (ARCHITECTURE.md, "Alias mappings"); and, second, pages a move placed may
+    // move again within the time budget (their moves back are then free switches). "aliases"
+    // alone in --only selects these two without the other variants.
     out.emplace_back(new GkrtRaw("gkrt_malloc aliases", "GKRT_POOL_ALIASES=1"));
-    // ... and pages a move placed may move again within the time budget (their moves back are
-    // then free switches).
     out.emplace_back(new GkrtRaw("gkrt_malloc aliases, moves again", "GKRT_POOL_ALIASES=2"));
   }
   return out;

@@ -10,7 +10,8 @@
 #           bound carries the same events) and summarises where the links and the compute stream
 #           idle, and each swapping plan's predicted step beside the measured (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
-#           and torch in python3; BENCHMARKS.md section 3)
+#           and torch in python3; BENCHMARKS.md section 3); POOL_ONLY=gkrt,torch,async,aliases
+#           puts the default beside its page-alias variants (GKRT_POOL_ALIASES=1 and 2) alone
 #   heldout records benches/heldout_workloads.py's traces (PyTorch programs that only check the
 #           pool's rules, never choose them) into $OUT/heldout_traces/; the pool mode, when given
 #           after it, replays those too (benches/traces_heldout/ keeps the committed ones)

@@ -253,6 +253,14 @@ impl VirtualMemory for SimBacking {
     fn unmap(&self, _addr: u64, _page: u64, _count: u64) -> Result<(), DeviceError> {
         Ok(())
     }
+    // As the device's own pool would: a dry run with page aliases on places what the real
+    // pool places.
+    fn supports_aliases(&self) -> bool {
+        true
+    }
+    fn map_alias(&self, _addr: u64, _from: u64, _page: u64) -> Result<(), DeviceError> {
+        Ok(())
+    }
     fn quiesce(&self) -> Result<(), DeviceError> {
         Ok(())
     }

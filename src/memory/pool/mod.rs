@@ -374,14 +374,24 @@ impl Pool {
                 return Ok(i);
             }
             let r = self.streams[si as usize].range;
-            // The tail prefix needs an empty cold set: checked here, saving the call.
-            if r != NIL && self.streams[si as usize].cold.is_empty() {
-                if let Some(i) = self.take_tail_prefix(si, r, rounded) {
-                    return Ok(i);
+            // The tail prefix needs no cold block holding the request at a mapped end.
+            let mut first = None;
+            if r != NIL {
+                if self.streams[si as usize].cold.is_empty() {
+                    if let Some(i) = self.take_tail_prefix::<true>(si, r, rounded) {
+                        return Ok(i);
+                    }
+                } else {
+                    first = self.first_cold_fit(si, rounded);
+                    if first.is_none_or(|((unmapped, _, _), _)| unmapped > 0) {
+                        if let Some(i) = self.take_tail_prefix::<false>(si, r, rounded) {
+                            return Ok(i);
+                        }
+                    }
                 }
             }
             if let Some(vm) = backing.vmm() {
-                if let Some(i) = self.alloc_virtual(backing, vm, si, bytes, rounded)? {
+                if let Some(i) = self.alloc_virtual(backing, vm, si, (bytes, rounded), first)? {
                     return Ok(i);
                 }
             }

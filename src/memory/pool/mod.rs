@@ -38,7 +38,9 @@
 //! - free blocks of a virtual range that contain unmapped pages ("cold" blocks, few: the
 //!   unreserved tail of the range and holes whose pages were recycled) sit in an ordered set per
 //!   stream (a sorted vector, `cold_set.rs`), searched only when no mapped free block fits
-//!   (`cold_search.rs`: the best position so far); the range's last block is not in it
+//!   (`cold_search.rs`: the best position so far) and no entry holds the request at an end
+//!   without new pages while the range's last block does at its start (that start is then
+//!   carved directly: the search's own answer); the range's last block is not in it
 //!   (placement and recycling look at it directly: it changes with nearly every allocation at the
 //!   top of the used memory).
 //!

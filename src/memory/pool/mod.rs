@@ -385,10 +385,13 @@ impl Pool {
                     }
                 } else {
                     first = self.first_cold_fit(si, rounded);
-                    if first.is_none_or(|((unmapped, _, _), _)| unmapped > 0) {
-                        if let Some(i) = self.take_tail_prefix::<false>(si, r, rounded) {
-                            return Ok(i);
-                        }
+                    let taken = match first {
+                        // A hole's end on mapped pages.
+                        Some(key @ ((0, _, _), _)) => self.take_cold_end(si, rounded, key),
+                        _ => self.take_tail_prefix::<false>(si, r, rounded),
+                    };
+                    if let Some(i) = taken {
+                        return Ok(i);
                     }
                 }
             }

@@ -133,9 +133,16 @@ impl Pool {
                 return Err(e);
             }
         }
-        // Carve [pos, pos + rounded) out of the candidate; the pieces' unmapped pages.
         let total = self.blocks[cand].unmapped as u64 - need;
-        let (addr, size) = (self.blocks[cand].addr, self.blocks[cand].size);
+        Ok(Some(self.carve_cold(r, cand, pos, rounded, total)))
+    }
+
+    /// Carves `[pos, pos + size)` out of the unlinked free block `cand` of range `r`, every page
+    /// under it mapped, the rest of the block keeping `total` unmapped pages: the pieces around
+    /// it are linked with their counts, and the carved block (unlinked) is returned.
+    #[inline(always)]
+    fn carve_cold(&mut self, r: u32, cand: u32, pos: u64, size: u64, total: u64) -> u32 {
+        let (addr, bsize) = (self.blocks[cand].addr, self.blocks[cand].size);
         let mut block = cand;
         let mut low = None;
         if pos > addr {
@@ -143,8 +150,8 @@ impl Pool {
             block = self.cut(cand, pos - addr);
         }
         let mut high = None;
-        if pos + rounded < addr + size {
-            high = Some(self.cut(block, rounded));
+        if pos + size < addr + bsize {
+            high = Some(self.cut(block, size));
         }
         let count = |p: &Pool, i: u32| {
             let b = &p.blocks[i];
@@ -176,7 +183,33 @@ impl Pool {
             (None, None) => debug_assert_eq!(total, 0),
         }
         self.blocks[block].unmapped = 0;
-        Ok(Some(block))
+        block
+    }
+
+    /// The cold placement `first_cold_fit` found (`first`), taken without the rest of the
+    /// search when it needs no new page: a cold hole's end holding the request on mapped pages
+    /// (the steady passes of resnet_infer_sizes, lstm_train and infer_batches place nearly all
+    /// their cold requests so, at the end of one hole). `place_cold` would choose it: an earlier
+    /// set entry has no such end, a later one is larger or lies above, and the range's last
+    /// block wins only if it is smaller (then this returns `None`, for the full search). Carved
+    /// as `alloc_virtual` carves it, the same records included.
+    pub(super) fn take_cold_end(&mut self, si: u32, size: u64, first: ColdKey) -> Option<u32> {
+        let ((need, bsize, pos), cand) = first;
+        let r = self.streams[si as usize].range;
+        let t = &self.blocks[self.segs[r].tail];
+        if need > 0 || (t.cold && t.state == State::Free && t.size >= size && t.size < bsize) {
+            return None;
+        }
+        #[cfg(all(test, debug_assertions))]
+        assert_eq!(
+            self.place_cold(si, r, size, Some(first)),
+            Some((cand, pos, 0)),
+            "take_cold_end differs from place_cold"
+        );
+        self.cold_placements += 1;
+        self.unlink(cand);
+        let total = self.blocks[cand].unmapped as u64;
+        Some(self.carve_cold(r, cand, pos, size, total))
     }
 
     /// The common cold placement in one step: no other cold block has an end that holds `size`

@@ -7,6 +7,9 @@
 use super::block::Block;
 use super::pages::PageMap;
 
+/// A position's key (unmapped pages touched, block size, address) and its block.
+pub(super) type ColdKey = ((u64, u64, u64), u32);
+
 pub(super) struct ColdSearch<'a> {
     pages: &'a PageMap,
     /// The range's base address and `log2(page)`.
@@ -14,7 +17,7 @@ pub(super) struct ColdSearch<'a> {
     shift: u32,
     /// The request, rounded.
     size: u64,
-    best: Option<((u64, u64, u64), u32)>,
+    best: Option<ColdKey>,
 }
 
 impl<'a> ColdSearch<'a> {
@@ -68,9 +71,17 @@ impl<'a> ColdSearch<'a> {
         self.best.is_some_and(|((u, _, _), _)| u > 0)
     }
 
-    #[cfg(test)]
-    pub(super) fn best(&self) -> Option<((u64, u64, u64), u32)> {
+    /// The best key so far and its block.
+    #[inline(always)]
+    pub(super) fn best(&self) -> Option<ColdKey> {
         self.best
+    }
+
+    /// Continues a search begun earlier with the same request and pages: `best` is what it had.
+    #[inline(always)]
+    pub(super) fn resume(mut self, best: Option<ColdKey>) -> ColdSearch<'a> {
+        self.best = best;
+        self
     }
 
     /// The chosen block and position, and the unmapped pages the request touches there.

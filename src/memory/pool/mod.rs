@@ -39,7 +39,9 @@
 //! - free blocks of a virtual range that contain unmapped pages ("cold" blocks, few: the
 //!   unreserved tail of the range and holes whose pages were recycled) sit in an ordered set per
 //!   stream (a sorted vector, `cold_set.rs`), searched only when no mapped free block fits
-//!   (`cold_search.rs`: the best position so far); the range's last block is not in it
+//!   (`cold_search.rs`: the best position so far) and no entry holds the request at an end
+//!   without new pages while the range's last block does at its start (that start is then
+//!   carved directly: the search's own answer); the range's last block is not in it
 //!   (placement and recycling look at it directly: it changes with nearly every allocation at the
 //!   top of the used memory).
 //!
@@ -379,14 +381,27 @@ impl Pool {
                 return Ok(i);
             }
             let r = self.streams[si as usize].range;
-            // The tail prefix needs an empty cold set: checked here, saving the call.
-            if r != NIL && self.streams[si as usize].cold.is_empty() {
-                if let Some(i) = self.take_tail_prefix(si, r, rounded) {
-                    return Ok(i);
+            // The tail prefix needs no cold block holding the request at a mapped end.
+            let mut first = None;
+            if r != NIL {
+                if self.streams[si as usize].cold.is_empty() {
+                    if let Some(i) = self.take_tail_prefix::<true>(si, r, rounded) {
+                        return Ok(i);
+                    }
+                } else {
+                    first = self.first_cold_fit(si, rounded);
+                    let taken = match first {
+                        // A hole's end on mapped pages.
+                        Some(key @ ((0, _, _), _)) => self.take_cold_end(si, rounded, key),
+                        _ => self.take_tail_prefix::<false>(si, r, rounded),
+                    };
+                    if let Some(i) = taken {
+                        return Ok(i);
+                    }
                 }
             }
             if let Some(vm) = backing.vmm() {
-                if let Some(i) = self.alloc_virtual(backing, vm, si, bytes, rounded)? {
+                if let Some(i) = self.alloc_virtual(backing, vm, si, (bytes, rounded), first)? {
                     return Ok(i);
                 }
             }

@@ -4,7 +4,7 @@
 
 use super::alias::AliasMove;
 use super::block::{Block, Kind, State};
-use super::cold_search::ColdSearch;
+use super::cold_search::{ColdKey, ColdSearch};
 use super::pages::PageMap;
 use super::tlsf::NIL;
 use super::{pages32, Pool, PoolBacking, PoolError};
@@ -103,19 +103,20 @@ impl Pool {
     /// tried those, and the start of the range's last block: not tried again here, the state
     /// is the same; a range reserved here has no mapped page, so no mapped start either);
     /// `Ok(None)`: the range cannot hold it (use plain segments).
+    /// `first`: `first_cold_fit(si, rounded)`, found already.
     pub(super) fn alloc_virtual(
         &mut self,
         backing: &dyn PoolBacking,
         vm: &dyn VirtualMemory,
         si: u32,
-        bytes: u64,
-        rounded: u64,
+        (bytes, rounded): (u64, u64),
+        first: Option<ColdKey>,
     ) -> Result<Option<u32>, PoolError> {
         let Some(r) = self.ensure_range(vm, si) else {
             return Ok(None);
         };
         self.cold_placements += 1;
-        let Some((cand, pos, need)) = self.place_cold(si, r, rounded) else {
+        let Some((cand, pos, need)) = self.place_cold(si, r, rounded, first) else {
             return Ok(None);
         };
         self.unlink(cand);
@@ -133,9 +134,16 @@ impl Pool {
                 return Err(e);
             }
         }
-        // Carve [pos, pos + rounded) out of the candidate; the pieces' unmapped pages.
         let total = self.blocks[cand].unmapped as u64 - need;
-        let (addr, size) = (self.blocks[cand].addr, self.blocks[cand].size);
+        Ok(Some(self.carve_cold(r, cand, pos, rounded, total)))
+    }
+
+    /// Carves `[pos, pos + size)` out of the unlinked free block `cand` of range `r`, every page
+    /// under it mapped, the rest of the block keeping `total` unmapped pages: the pieces around
+    /// it are linked with their counts, and the carved block (unlinked) is returned.
+    #[inline(always)]
+    fn carve_cold(&mut self, r: u32, cand: u32, pos: u64, size: u64, total: u64) -> u32 {
+        let (addr, bsize) = (self.blocks[cand].addr, self.blocks[cand].size);
         let mut block = cand;
         let mut low = None;
         if pos > addr {
@@ -143,8 +151,8 @@ impl Pool {
             block = self.cut(cand, pos - addr);
         }
         let mut high = None;
-        if pos + rounded < addr + size {
-            high = Some(self.cut(block, rounded));
+        if pos + size < addr + bsize {
+            high = Some(self.cut(block, size));
         }
         let count = |p: &Pool, i: u32| {
             let b = &p.blocks[i];
@@ -176,26 +184,92 @@ impl Pool {
             (None, None) => debug_assert_eq!(total, 0),
         }
         self.blocks[block].unmapped = 0;
-        Ok(Some(block))
+        block
     }
 
-    /// The common cold placement in one step: no other cold block, and the range's last block
-    /// (free) has `size` mapped bytes at its start — `place_cold` would choose exactly that, the
-    /// only position needing no new page. The block is carved there; the rest stays the last
-    /// block with the same unmapped pages (none of them is under the carved part).
-    pub(super) fn take_tail_prefix(&mut self, si: u32, r: u32, size: u64) -> Option<u32> {
+    /// The cold placement `first_cold_fit` found (`first`), taken without the rest of the
+    /// search when it needs no new page: a cold hole's end holding the request on mapped pages
+    /// (the steady passes of resnet_infer_sizes, lstm_train and infer_batches place nearly all
+    /// their cold requests so, at the end of one hole). `place_cold` would choose it: an earlier
+    /// set entry has no such end, a later one is larger or lies above, and the range's last
+    /// block wins only if it is smaller (then this returns `None`, for the full search). Carved
+    /// as `alloc_virtual` carves it, the same records included.
+    pub(super) fn take_cold_end(&mut self, si: u32, size: u64, first: ColdKey) -> Option<u32> {
+        let ((need, bsize, pos), cand) = first;
+        let r = self.streams[si as usize].range;
+        let t = &self.blocks[self.segs[r].tail];
+        if need > 0 || (t.cold && t.state == State::Free && t.size >= size && t.size < bsize) {
+            return None;
+        }
+        #[cfg(all(test, debug_assertions))]
+        assert_eq!(
+            self.place_cold(si, r, size, Some(first)),
+            Some((cand, pos, 0)),
+            "take_cold_end differs from place_cold"
+        );
+        self.cold_placements += 1;
+        self.unlink(cand);
+        let total = self.blocks[cand].unmapped as u64;
+        Some(self.carve_cold(r, cand, pos, size, total))
+    }
+
+    /// The common cold placement in one step: no other cold block has an end that holds `size`
+    /// bytes with no new page (`first_cold_fit` found none; on most traces with page moves, the
+    /// holes they left hold few of the requests that reach here), and the range's last block
+    /// (free) has `size` mapped bytes at its start — `place_cold` would choose exactly that: an
+    /// end needing no page beats every other, and the tail's high end lies above. The block is
+    /// carved there; the rest stays the last block with the same unmapped pages (none of them is
+    /// under the carved part). The caller has made sure that no other cold block holds the
+    /// request at an end with no new page.
+    ///
+    /// `CARVE_NEW`: the carved part takes a new record and the tail keeps its own (the form
+    /// taken while the stream has no other cold block); otherwise the tail's record becomes the
+    /// carved block and the rest a new record, as `alloc_virtual` leaves them. Records are
+    /// chosen as before each shortcut so that every later choice is the same: recycling breaks
+    /// ties between victims by record index (`recycle_victims`; llama_train's placements
+    /// changed when this form was not kept, session 13). A constant, so that the common form
+    /// costs no more than before (callgrind: a run-time flag added 2–4 instructions per
+    /// operation on traces with no cold block).
+    pub(super) fn take_tail_prefix<const CARVE_NEW: bool>(
+        &mut self,
+        si: u32,
+        r: u32,
+        size: u64,
+    ) -> Option<u32> {
         let t = self.segs[r].tail;
         let b = &self.blocks[t];
-        if !self.streams[si as usize].cold.is_empty()
-            || b.state != State::Free
-            || !b.cold
-            || b.size <= size
-        {
+        debug_assert!(self
+            .first_cold_fit(si, size)
+            .is_none_or(|((unmapped, _, _), _)| unmapped > 0));
+        if b.state != State::Free || !b.cold || b.size <= size {
             return None;
         }
         let (p0, p1) = self.touched(r, b.addr, size);
         if !self.pages_of(r).all_mapped(p0, p1) {
             return None;
+        }
+        // Unit tests hold this shortcut to the full search's choice.
+        #[cfg(all(test, debug_assertions))]
+        assert_eq!(
+            self.place_cold(si, r, size, self.first_cold_fit(si, size)),
+            Some((t, b.addr, 0)),
+            "take_tail_prefix differs from place_cold"
+        );
+        if !CARVE_NEW {
+            // The rest becomes the last block under a new record, with the tail's unmapped
+            // pages (none is under the carved part); being the range's last block it joins no
+            // ordered set.
+            let mut rest = b.free_piece(b.addr + size, b.size - size, t, NIL);
+            rest.unmapped = b.unmapped;
+            rest.cold = true;
+            let j = self.blocks.insert(rest);
+            self.segs[r].tail = j;
+            let b = &mut self.blocks[t];
+            b.next = j;
+            b.size = size;
+            b.unmapped = 0;
+            b.cold = false;
+            return Some(t);
         }
         // Carve a new block off the low end; the tail keeps its record, its unmapped pages
         // (none of them is under the carved part) and its index (being the range's last block,
@@ -215,15 +289,56 @@ impl Pool {
         Some(j)
     }
 
+    /// The first step of `place_cold`, taken before it: the ends of the cold blocks of `si`
+    /// that may need no new page (those `place_cold` looks at, in the set's order) offered
+    /// until one needs none. Returns the best so far: with no new page, the block `place_cold`
+    /// chooses among the set's (an end needing no page beats every end needing some, and an
+    /// earlier entry is smaller, or as large and lower) — and, when there is none, the range
+    /// tail's mapped start is taken directly (`take_tail_prefix`).
+    pub(super) fn first_cold_fit(&self, si: u32, size: u64) -> Option<ColdKey> {
+        let st = &self.streams[si as usize];
+        if st.cold.is_empty() {
+            return None;
+        }
+        let r = st.range;
+        let pages = self.pages_of(r);
+        let mut best = ColdSearch::new(pages, self.segs[r].base, self.page, size);
+        for &(_, _, i) in st.cold.at_least(size).take(COLD_SCAN) {
+            let b = &self.blocks[i];
+            if !self.may_need_no_page(b, size) {
+                continue;
+            }
+            best.offer_ends(i, b);
+            if best.needs_no_page() {
+                break;
+            }
+        }
+        best.best()
+    }
+
+    /// Whether the bytes of free block `b` outside its unmapped pages can hold `size`: only then
+    /// can an end of it need no new page (on llama_train 9 in 10 cold entries looked at cannot:
+    /// session 12).
+    #[inline(always)]
+    fn may_need_no_page(&self, b: &Block, size: u64) -> bool {
+        size <= b.size.saturating_sub(b.unmapped as u64 * self.page)
+    }
+
     /// Where to put `size` bytes among the cold blocks of `si` (and the range's tail): the
     /// low or high end of a block, fewest unmapped pages first, then best fit, then lowest
     /// address. Returns the block, the position and the unmapped pages the request touches
-    /// there (counted already: the caller maps them).
-    pub(super) fn place_cold(&self, si: u32, r: u32, size: u64) -> Option<(u32, u64, u64)> {
+    /// there (counted already: the caller maps them). `first`: `first_cold_fit(si, size)`.
+    pub(super) fn place_cold(
+        &self,
+        si: u32,
+        r: u32,
+        size: u64,
+        first: Option<ColdKey>,
+    ) -> Option<(u32, u64, u64)> {
         let st = &self.streams[si as usize];
         let pages = self.pages_of(r);
         let base = self.segs[r].base;
-        let mut best = ColdSearch::new(pages, base, self.page, size);
+        let mut best = ColdSearch::new(pages, base, self.page, size).resume(first);
         let tail = self.segs[r].tail;
         let tail = self.blocks[tail].cold.then_some(tail);
         let fits = |&i: &u32| {
@@ -240,31 +355,19 @@ impl Pool {
         let candidates = || in_set().chain(tail.filter(fits));
         // The set comes in (size, addr) order: once an end needs no new page, every later
         // entry loses to it (a larger block on size, an equal one on address, lying above),
-        // so the rest is not looked at; only the tail, out of that order, still may win.
-        // Every key needing new pages loses to one needing none, so a first pass offers only
-        // the entries that can have such an end: those whose bytes outside their unmapped
-        // pages hold the request (on llama_train 9 in 10 entries looked at cannot; session
-        // 12). Only if neither they nor the tail have one are the others offered too (the
-        // best of all offers does not depend on their order), as before.
-        let can_need_none =
-            |b: &Block| size <= b.size.saturating_sub(b.unmapped as u64 * self.page);
-        for i in in_set() {
-            let b = &self.blocks[i];
-            if !can_need_none(b) {
-                continue;
-            }
-            best.offer_ends(i, b);
-            if best.needs_no_page() {
-                break;
-            }
-        }
+        // so the rest is not looked at; only the tail, out of that order, still may win. Every
+        // key needing new pages loses to one needing none, so a first pass (`first_cold_fit`,
+        // its best so far resumed here) offers only the entries that can have such an end.
+        // Only if neither they nor the tail have one are the others offered too (the best of
+        // all offers does not depend on their order).
+        debug_assert_eq!(first, self.first_cold_fit(si, size));
         if let Some(t) = tail.filter(fits) {
             best.offer_ends(t, &self.blocks[t]);
         }
         if !best.needs_no_page() {
             for i in in_set() {
                 let b = &self.blocks[i];
-                if !can_need_none(b) {
+                if !self.may_need_no_page(b, size) {
                     best.offer_ends(i, b);
                 }
             }

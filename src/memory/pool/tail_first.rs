@@ -35,10 +35,15 @@ impl Pool {
             return None;
         }
         let r = self.streams[si as usize].range;
-        if r == NIL || !self.tail_mapped_start_within(r, size, self.config.vmm_page_bytes) {
+        // As the rule was measured: only with no other cold block (`take_tail_prefix` alone
+        // also takes the tail when other cold blocks cannot hold the request).
+        if r == NIL
+            || !self.streams[si as usize].cold.is_empty()
+            || !self.tail_mapped_start_within(r, size, self.config.vmm_page_bytes)
+        {
             return None;
         }
-        let j = self.take_tail_prefix(si, r, size)?;
+        let j = self.take_tail_prefix::<true>(si, r, size)?;
         self.link(fit);
         Some(j)
     }

@@ -345,6 +345,51 @@ fn the_mapped_start_of_the_range_tail_is_reused_in_place() {
     check(&p);
 }
 
+/// With a cold hole left by unmapped pages, a request that no end of the hole holds on mapped
+/// pages takes the mapped start of the range's last block at once (`take_tail_prefix`), and one
+/// that an end does hold goes into the hole (its block is smaller than the tail): the choices
+/// `place_cold` makes, which debug builds also assert at each shortcut.
+#[test]
+fn a_cold_hole_that_cannot_hold_the_request_leaves_it_to_the_tail_start() {
+    let f = Fake::virtual_memory();
+    let mut p = vpool(u64::MAX);
+    let _a = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    let b = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+    let _c = p.alloc(&f, 2 * MIB, st(0)).unwrap();
+    p.free(&f, b).unwrap();
+    assert_eq!(p.release_cached(&f).unwrap(), 8 * MIB);
+    // One page of the hole mapped again, at its low end; the rest stays unmapped.
+    let y = p.alloc(&f, 2 * MIB, st(0)).unwrap();
+    assert_eq!(y, b);
+    p.free(&f, y).unwrap();
+    // Too large for the hole: the range tail maps 16 MiB, which stay mapped at its start.
+    let x = p.alloc(&f, 16 * MIB, st(0)).unwrap();
+    p.free(&f, x).unwrap();
+    check(&p);
+    let maps = p.stats().page_map_count;
+    for _ in 0..2 {
+        // The hole's mapped low page holds 1 MiB: the hole, not the tail.
+        let v = p.alloc(&f, MIB, st(0)).unwrap();
+        assert_eq!(v, b, "the hole's mapped end");
+        assert!(f.covers(v, MIB));
+        check(&p);
+        // 4 MiB would need a new page at either end of the hole: the tail's mapped start.
+        let w = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+        assert_eq!(w, x, "the tail's mapped start");
+        assert!(f.covers(w, 4 * MIB));
+        check(&p);
+        // And with 1 MiB of the hole's page taken, 1.5 MiB fits only the tail's start.
+        let u = p.alloc(&f, 3 * MIB / 2, st(0)).unwrap();
+        assert_eq!(u, x + 4 * MIB);
+        check(&p);
+        for z in [v, w, u] {
+            p.free(&f, z).unwrap();
+        }
+        check(&p);
+    }
+    assert_eq!(p.stats().page_map_count, maps, "no page mapped");
+}
+
 #[test]
 fn placement_uses_mapped_pages_in_the_middle_of_a_hole() {
     let f = Fake::virtual_memory();

@@ -184,6 +184,7 @@ pub fn refine(
         let overrides = Overrides {
             victims: &next_victims,
             slack: next_slack,
+            slack_at: &[],
         };
         let candidate = plan_masked(
             input.tensors,

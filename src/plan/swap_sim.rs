@@ -283,6 +283,40 @@ fn worth_rebuilding(
     rebuild_ms * 100.0 <= copy_ms * f64::from(policy.recompute_cap_pct)
 }
 
+/// Takes out of the rebuilds before node `k` every chain link nothing reads there any more: not
+/// node `k` itself, no other rebuild there, and no node at or after `k` (a link freed after the
+/// reader: `free_after`). Left when the rebuild it fed moved to an earlier reader
+/// (`Policy::prune_moved_links`). Its producer's inputs lose their use at `k` unless another
+/// rebuild there reads them; a pruned link's own inputs may leave dead links in turn.
+fn prune_dead_links(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    sim: &mut Sim,
+    plan: &mut SwapPlan,
+    k: u32,
+) {
+    let producer_of = |x: u32| &nodes[tensors[x as usize].producer.expect("a link") as usize];
+    loop {
+        let at_k = &plan.recompute_before[k as usize];
+        let dead = at_k.iter().copied().find(|&x| {
+            !nodes[k as usize].inputs.contains(&x)
+                && !at_k.iter().any(|&w| producer_of(w).inputs.contains(&x))
+                && lv.last_use[x as usize].is_none_or(|l| l < k)
+        });
+        let Some(x) = dead else {
+            return;
+        };
+        plan.recompute_before[k as usize].retain(|&w| w != x);
+        let at_k = &plan.recompute_before[k as usize];
+        for &z in &producer_of(x).inputs {
+            if !at_k.iter().any(|&w| producer_of(w).inputs.contains(&z)) {
+                sim.extra_uses[z as usize].retain(|&u| u != k);
+            }
+        }
+    }
+}
+
 /// What every planning pass of one `swap::plan_timed` call shares: the graph, what its
 /// collectives hold, the budget, and the policy with its slack (bytes) and timings.
 pub(super) struct Pass<'a> {
@@ -294,6 +328,8 @@ pub(super) struct Pass<'a> {
     pub align: u64,
     pub policy: Policy,
     pub slack: u64,
+    /// Per node (empty: none): more bytes kept free before it (`Overrides::slack_at`).
+    pub slack_at: &'a [u64],
     pub timings: Option<Timings<'a>>,
     /// Per tensor (empty: none): what overrides the policy for it as a victim (`plan_masked`).
     pub victims: &'a [Victim],
@@ -311,9 +347,11 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         align,
         policy,
         slack,
+        slack_at,
         timings,
         victims,
     } = pass;
+    let slack_before = |n: usize| slack + slack_at.get(n).copied().unwrap_or(0);
     let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
     let writers = Writers::new(tensors, nodes);
@@ -407,6 +445,7 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         // Make room: evict the resident tensor used farthest in the future.
         // Evictions keep the slack free too, so that allocations do not wait for copy-outs
         // in flight (only room for the node itself is a must: see the check below).
+        let slack = slack_before(n);
         while sim.used + need + slack > budget {
             let Some(&(key, _, victim)) = sim.by_next_use.iter().next_back() else {
                 break;
@@ -455,6 +494,9 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                         if !at_k.iter().any(|&x| producer_of(x).inputs.contains(&z)) {
                             sim.extra_uses[z as usize].retain(|&u| u != k);
                         }
+                    }
+                    if policy.prune_moved_links {
+                        prune_dead_links(tensors, nodes, lv, &mut sim, &mut plan, k);
                     }
                 }
                 let leaves: Vec<u32> = chain
@@ -640,7 +682,7 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         let size = sim.size(t);
         let earliest = (left + 1).max(0) as usize;
         let mut k = m as usize;
-        while k > earliest && sim.usage[k - 1] + size + slack <= budget {
+        while k > earliest && sim.usage[k - 1] + size + slack_before(k - 1) <= budget {
             k -= 1;
         }
         for u in &mut sim.usage[k..m as usize] {

@@ -14,7 +14,6 @@ pub mod swap_placements;
 pub mod swap_refine;
 pub mod swap_release;
 mod swap_sim;
-pub mod swap_slack;
 
 #[cfg(test)]
 mod gpt2_choice_tests;

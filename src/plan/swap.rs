@@ -32,7 +32,6 @@ use crate::graph::liveness::round_up;
 use crate::graph::{Liveness, Node, Tensor};
 use crate::plan::swap_holds::CommHolds;
 use crate::plan::swap_sim::{simulate, Pass};
-use crate::plan::swap_slack::{at_least, in_flight_out_bytes, TIMED_SLACK_ROUNDS};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SwapPlan {
@@ -159,10 +158,6 @@ pub struct Policy {
     /// through that node. Off: the rebuild stays (the planner before session 13; see
     /// `swap_sim.rs`).
     pub prune_moved_links: bool,
-    /// With a timed run's figures: per node, room kept free for the copy-outs the model finds
-    /// still in flight there (`swap_slack`), on top of `slack_tensors`' (a plan for graphs
-    /// without fused groups; ignored otherwise).
-    pub timed_slack: bool,
 }
 
 impl Default for Policy {
@@ -175,7 +170,6 @@ impl Default for Policy {
             recompute_cap_pct: 0,
             keep_last_writes: false,
             prune_moved_links: true,
-            timed_slack: false,
         }
     }
 }
@@ -263,9 +257,6 @@ pub enum Victim {
 pub struct Overrides<'a> {
     pub victims: &'a [Victim],
     pub slack: Option<u64>,
-    /// Per node (empty: none), bytes kept free before it on top of the slack's: room for the
-    /// copy-outs the model finds still in flight there (`swap_slack`).
-    pub slack_at: &'a [u64],
 }
 
 /// `plan_timed` with `overrides`: `swap_refine` turns rebuilds into copies and back with them,
@@ -282,28 +273,6 @@ pub(crate) fn plan_masked(
     timings: Option<Timings>,
     overrides: Overrides,
 ) -> SwapPlan {
-    if let Some(t) = timings.filter(|_| policy.timed_slack && holds.blocks.is_empty()) {
-        // Planned without it, then again with the room its copies need (`swap_slack`).
-        let plain = Policy {
-            timed_slack: false,
-            ..policy
-        };
-        let plan = |slack_at: &[u64]| {
-            let o = Overrides {
-                slack_at,
-                ..overrides
-            };
-            plan_masked(tensors, nodes, lv, holds, budget, align, plain, timings, o)
-        };
-        let mut slack_at = overrides.slack_at.to_vec();
-        let mut made = plan(&slack_at);
-        for _ in 0..TIMED_SLACK_ROUNDS {
-            let flight = in_flight_out_bytes(tensors, nodes, lv, &made, t, align);
-            slack_at = at_least(&slack_at, &flight);
-            made = plan(&slack_at);
-        }
-        return made;
-    }
     let largest = tensors
         .iter()
         .map(|t| round_up(t.size, align))
@@ -319,7 +288,6 @@ pub(crate) fn plan_masked(
         align,
         policy,
         slack,
-        slack_at: overrides.slack_at,
         timings,
         victims: overrides.victims,
     };

@@ -19,26 +19,18 @@ const FIT_BISECTIONS: usize = 3;
 /// fully connected layer's output (64 MiB) is then copied, not rebuilt by a product.
 const RECOMPUTE_CAPS_PCT: [u32; 2] = [6, 25];
 
-/// The caps the timed candidates that keep room node by node (`Policy::timed_slack`) try: 0,
-/// every victim rebuilt where it can be, and the larger of the caps above.
-const TIMED_SLACK_CAPS_PCT: [u32; 2] = [0, 25];
-
-/// What the runtime's knobs choose of the candidates (`GKRT_SWAP_PRUNE_LINKS`,
-/// `GKRT_SWAP_TIMED_SLACK`); the default is the planner's own.
+/// What the runtime's knobs choose of the candidates (`GKRT_SWAP_PRUNE_LINKS`); the default is
+/// the planner's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Knobs {
     /// Every candidate's `Policy::prune_moved_links`.
     pub prune_moved_links: bool,
-    /// The timed candidates include plans that keep room for copies in flight node by node
-    /// (`Policy::timed_slack`).
-    pub timed_slack: bool,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
         Knobs {
             prune_moved_links: true,
-            timed_slack: false,
         }
     }
 }
@@ -187,33 +179,13 @@ pub fn fitted_timed_candidates_with(
 ) -> Vec<(Policy, SwapPlan)> {
     let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
     let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
-    // The capped policies, then the uncapped and capped ones that keep room for copies in
-    // flight node by node instead of a whole slack (`Policy::timed_slack`; not for fused
-    // groups, which its plans ignore).
     let capped = RECOMPUTE_CAPS_PCT.into_iter().flat_map(|cap| {
         policies(knobs)
             .into_iter()
             .filter(|p| p.recompute)
             .map(move |p| (cap, p))
     });
-    let timed_slack = (knobs.timed_slack && fused.is_empty())
-        .then(|| {
-            TIMED_SLACK_CAPS_PCT.into_iter().flat_map(|cap| {
-                policies(knobs)
-                    .into_iter()
-                    .filter(|p| p.recompute && p.slack_tensors == 0)
-                    .map(move |p| {
-                        let p = Policy {
-                            timed_slack: true,
-                            ..p
-                        };
-                        (cap, p)
-                    })
-            })
-        })
-        .into_iter()
-        .flatten();
-    for (recompute_cap_pct, policy) in capped.chain(timed_slack) {
+    for (recompute_cap_pct, policy) in capped {
         {
             let policy = Policy {
                 recompute_cap_pct,

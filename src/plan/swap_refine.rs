@@ -184,7 +184,6 @@ pub fn refine(
         let overrides = Overrides {
             victims: &next_victims,
             slack: next_slack,
-            slack_at: &[],
         };
         let candidate = plan_masked(
             input.tensors,

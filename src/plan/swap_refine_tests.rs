@@ -161,7 +161,6 @@ fn no_overrides_give_the_policys_plan() {
         let overrides = Overrides {
             victims: &victims,
             slack: None,
-            slack_at: &[],
         };
         let masked = plan_masked(
             &g.tensors,
@@ -207,7 +206,6 @@ fn no_overrides_give_the_policys_plan() {
         Overrides {
             victims: &victims,
             slack: None,
-            slack_at: &[],
         },
     );
     assert_eq!(rebuilt.recomputes(), 1, "{rebuilt:?}");

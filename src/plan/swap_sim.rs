@@ -328,8 +328,6 @@ pub(super) struct Pass<'a> {
     pub align: u64,
     pub policy: Policy,
     pub slack: u64,
-    /// Per node (empty: none): more bytes kept free before it (`Overrides::slack_at`).
-    pub slack_at: &'a [u64],
     pub timings: Option<Timings<'a>>,
     /// Per tensor (empty: none): what overrides the policy for it as a victim (`plan_masked`).
     pub victims: &'a [Victim],
@@ -347,11 +345,9 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         align,
         policy,
         slack,
-        slack_at,
         timings,
         victims,
     } = pass;
-    let slack_before = |n: usize| slack + slack_at.get(n).copied().unwrap_or(0);
     let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
     let writers = Writers::new(tensors, nodes);
@@ -445,7 +441,6 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         // Make room: evict the resident tensor used farthest in the future.
         // Evictions keep the slack free too, so that allocations do not wait for copy-outs
         // in flight (only room for the node itself is a must: see the check below).
-        let slack = slack_before(n);
         while sim.used + need + slack > budget {
             let Some(&(key, _, victim)) = sim.by_next_use.iter().next_back() else {
                 break;
@@ -682,7 +677,7 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         let size = sim.size(t);
         let earliest = (left + 1).max(0) as usize;
         let mut k = m as usize;
-        while k > earliest && sim.usage[k - 1] + size + slack_before(k - 1) <= budget {
+        while k > earliest && sim.usage[k - 1] + size + slack <= budget {
             k -= 1;
         }
         for u in &mut sim.usage[k..m as usize] {

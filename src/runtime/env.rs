@@ -27,7 +27,6 @@
 //! | `GKRT_SWAP_PLACEMENTS` | `1`: a swapping graph's runs take the ranges the plan's dry run placed each block in (`plan::swap_placements`), waiting for the copy-outs still reading them, and the timeline model charges those waits; `0`: the pool places every block. An experiment knob (slower on the H200: session 11, run 2). Read at finalize | 0 |
 //! | `GKRT_SWAP_RELEASE` | `1`: once a swapping graph's plan is tuned, its candidates are fitted with each copy-out's block pending until the timeline model's end of the copy (`plan::swap_release`: steady runs of the pool's dry run that map no page and never wait for the device), and its runs give those blocks back at the same steps (the compute stream waiting for the copy), so the pool places every block where the dry run did; turns `GKRT_SWAP_PLACEMENTS` off. `0`: blocks stay pending until taken (the plan fitted with copy-outs' blocks free at once). On by default since session 12 (the H200: GPT-2 medium at ⅓ 1.186 and 1.202 of its unconstrained step against 1.328 and 1.301, small no worse, the swap chain's goals still met). Read at finalize | 1 |
 //! | `GKRT_SWAP_PRUNE_LINKS` | `1`: a swap plan no longer rebuilds a chain link whose rebuild it fed moved to an earlier reader (`plan::swap::Policy::prune_moved_links`: GPT-2's attention scores rebuilt again for nothing after their softmax output was rebuilt earlier); `0`: the planner before session 13. Read at finalize and at the tuning | 1 |
-//! | `GKRT_SWAP_TIMED_SLACK` | `1`: a swapping graph's timed candidates include plans that keep room node by node for the copy-outs the timeline model finds in flight (`plan::swap_slack`), instead of one slack for the whole step; an experiment knob (they rarely pass the release schedule's dry run). Read at the tuning | 0 |
 //!
 //! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
 //! not parse are ignored with a warning. `GKRT_DEVICE`, `GKRT_POOL_VMM` and `GKRT_HOST_JITTER_US`
@@ -198,12 +197,6 @@ fn flag(name: &str, default: bool) -> bool {
 /// longer needs (`plan::swap::Policy::prune_moved_links`); on unless `0`.
 pub(crate) fn swap_prune_links() -> bool {
     flag("GKRT_SWAP_PRUNE_LINKS", true)
-}
-
-/// `GKRT_SWAP_TIMED_SLACK`: whether a swapping graph's timed candidates include plans with room
-/// for copies in flight node by node (`plan::swap_slack`); off unless `1`.
-pub(crate) fn swap_timed_slack() -> bool {
-    flag("GKRT_SWAP_TIMED_SLACK", false)
 }
 
 /// `GKRT_SWAP_REFINE`: whether a swapping graph's tuned plan is refined (`plan::swap_refine`);

@@ -13,13 +13,11 @@ use crate::plan::swap_placements::{placements, Start};
 use crate::plan::swap_refine::{estimate_plan, refine, RefineInput, Refined};
 use crate::runtime::{Error, Result, ALIGNMENT};
 
-/// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`,
-/// `GKRT_SWAP_TIMED_SLACK`): finalize's candidates, the tuning's and the release schedule's
-/// refit all use them.
+/// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`): finalize's
+/// candidates, the tuning's and the release schedule's refit all use them.
 pub(super) fn swap_knobs() -> Knobs {
     Knobs {
         prune_moved_links: crate::runtime::env::swap_prune_links(),
-        timed_slack: crate::runtime::env::swap_timed_slack(),
     }
 }
 

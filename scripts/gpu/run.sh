@@ -67,6 +67,9 @@
 #           GPT2SWAP_NOREFINE=1 also runs --recompute 2 with GKRT_SWAP_REFINE=0 (the tuned plan as
 #           the timed runs chose it, not refined on the model: the refinement's A/B): files get _nr.
 #           The 'swap plan refined in X ms' log line gives the refinement's time and estimates.
+#           GPT2SWAP_NOPRUNE=1 also runs --recompute 2 with GKRT_SWAP_PRUNE_LINKS=0 (the planner
+#           before session 13, which rebuilt each layer's attention scores a second time for
+#           nothing): files get _np.
 #           The runs release copy-outs' blocks at the model's copy ends (GKRT_SWAP_RELEASE, on by
 #           default since session 12: the plan fitted with each copy-out's block pending until the
 #           model's copy end, the pool placing every block where its dry run did); the 'GKRT_SWAP_RELEASE:'
@@ -602,15 +605,17 @@ run_gpt2swap() {
     [ "${GPT2SWAP_PLACEMENTS:-0}" = 1 ] && runs="$runs 2_pl"
     [ "${GPT2SWAP_NOREFINE:-0}" = 1 ] && runs="$runs 2_nr"
     [ "${GPT2SWAP_NORELEASE:-0}" = 1 ] && runs="$runs 2_r0"
+    [ "${GPT2SWAP_NOPRUNE:-0}" = 1 ] && runs="$runs 2_np"
     for r in $runs; do
-      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1
-      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 release=0 ;; *_nr) refine=0 ;; *_r0) release=0 ;; esac
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1 prune=1
+      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 release=0 ;; *_nr) refine=0 ;; *_r0) release=0 ;;
+        *_np) prune=0 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.
       local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget
         GKRT_POOL_PENDING_BEST_FIT=$pending GKRT_SWAP_PLACEMENTS=$placements GKRT_SWAP_REFINE=$refine
-        GKRT_SWAP_RELEASE=$release)
+        GKRT_SWAP_RELEASE=$release GKRT_SWAP_PRUNE_LINKS=$prune)
       "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
         --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
       "${run_it[@]}" GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]/--steps $steps/--steps 4} \
@@ -618,7 +623,7 @@ run_gpt2swap() {
       grep -E 'RESULT|SWAPSTATS|swap plan|placed where|GKRT_SWAP_RELEASE' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release prune $prune: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
       local bopt=()
       [ -f "$base_tl" ] && bopt=(--base "$base_tl")

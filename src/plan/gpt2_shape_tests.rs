@@ -8,7 +8,9 @@ use crate::graph::{Liveness, Node, Tensor, TensorKind};
 use crate::memory::pool::{Pool, PoolConfig};
 use crate::plan::program::Program;
 use crate::plan::swap::{Policy, SwapPlan, Timings};
-use crate::plan::swap_candidates::{candidates, fitted_candidates, fitted_timed_candidates};
+use crate::plan::swap_candidates::{
+    candidates, fitted_candidates_with, fitted_timed_candidates_with, Knobs,
+};
 use crate::plan::swap_fit::{check_with_pool, fits_pool, pool_moves, PoolMisfit};
 use crate::plan::swap_model::{choose, estimate, Estimate, Link};
 use crate::plan::test_vmm::Device;
@@ -52,6 +54,8 @@ pub struct Step {
     pub nodes: Vec<Node>,
     pub cost_ms: Vec<f64>,
     recompute: u32,
+    /// The planner's knobs `finalize_at` makes its candidates with (the runtime's defaults).
+    pub knobs: Knobs,
 }
 
 enum Cost {
@@ -143,10 +147,18 @@ pub fn build(c: Config) -> Step {
     counts.push(2 * cc);
     let params: Vec<Param> = counts
         .iter()
-        .map(|&n| Param {
-            w: s.tensor(n, TensorKind::Parameter),
-            m: s.tensor(n, TensorKind::Parameter),
-            v: s.tensor(n, TensorKind::Parameter),
+        .enumerate()
+        .map(|(i, &n)| {
+            let mut named = |role: &str| {
+                let t = s.tensor(n, TensorKind::Parameter);
+                s.tensors[t as usize].name = format!("P{i}.{role}");
+                t
+            };
+            Param {
+                w: named("w"),
+                m: named("m"),
+                v: named("v"),
+            }
         })
         .collect();
     let input = |s: &mut Step, n| s.tensor(n, TensorKind::Input);
@@ -213,6 +225,27 @@ pub fn build(c: Config) -> Step {
         );
         let g = s.op(&[f], bt * 4 * cc, EW, Cost::Memory);
         let mo = s.op(&[g, w(5), ones], bt * cc, PRODUCTS, gemm(bt, cc, 4 * cc));
+        // Names by role and layer (`L3.f`), for the printouts that sort a plan by role.
+        let roles = [
+            (s1, "s1"),
+            (h1, "h1"),
+            (qkv, "qkv"),
+            (qkvp, "qkvp"),
+            (sc, "sc"),
+            (p, "p"),
+            (yp, "yp"),
+            (y, "y"),
+            (ao, "ao"),
+            (x2, "x2"),
+            (s2, "s2"),
+            (h2, "h2"),
+            (f, "f"),
+            (g, "g"),
+            (mo, "mo"),
+        ];
+        for (t, role) in roles {
+            s.tensors[t as usize].name = format!("L{i}.{role}");
+        }
         saved.push(Saved {
             x,
             s1,
@@ -227,6 +260,7 @@ pub fn build(c: Config) -> Step {
             g,
         });
         x = s.op(&[x2, mo], bt * cc, EW, Cost::Memory);
+        s.tensors[x as usize].name = format!("L{i}.x");
     }
     let lnf = params.len() - 1;
     let sf = s.op(&[x], 2 * bt, EW, Cost::Memory);
@@ -444,10 +478,11 @@ pub(super) fn finalize_at(
             .map(|_| ())
             .map_err(|node| PoolMisfit::Fails { node })
     };
+    let graph = (&s.tensors[..], &s.nodes[..], &lv, &[][..]);
     let mut cands = if per_policy {
-        fitted_candidates(&s.tensors, &s.nodes, &lv, &[], limit, ALIGN, check).1
+        fitted_candidates_with(graph, limit, ALIGN, s.knobs, check).1
     } else {
-        let (default, _) = fitted_candidates(&s.tensors, &s.nodes, &lv, &[], limit, ALIGN, |p| {
+        let (default, _) = fitted_candidates_with(graph, limit, ALIGN, s.knobs, |p| {
             check(p)?;
             Ok(())
         });
@@ -465,17 +500,8 @@ pub(super) fn finalize_at(
             link: LINK,
         };
         let most = known[0].infeasible_nodes.len();
-        cands.extend(fitted_timed_candidates(
-            &s.tensors,
-            &s.nodes,
-            &lv,
-            &[],
-            available,
-            ALIGN,
-            timings,
-            &known,
-            most,
-            check,
+        cands.extend(fitted_timed_candidates_with(
+            graph, available, ALIGN, timings, s.knobs, &known, most, check,
         ));
     }
     let policies: Vec<Policy> = cands.iter().map(|(p, _)| *p).collect();

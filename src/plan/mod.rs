@@ -16,6 +16,8 @@ pub mod swap_release;
 mod swap_sim;
 
 #[cfg(test)]
+mod gpt2_choice_tests;
+#[cfg(test)]
 mod gpt2_refine_tests;
 #[cfg(test)]
 pub(crate) mod gpt2_shape_tests;

@@ -152,6 +152,12 @@ pub struct Policy {
     /// where no compute overlaps them. Kept, they leave (copied, as the run wrote them) when the
     /// next run needs their room, while its first nodes compute, or never.
     pub keep_last_writes: bool,
+    /// A chain link rebuilt before a node only to feed a rebuild that was then moved to an
+    /// earlier reader (the scores under a softmax output rebuilt for the attention's output
+    /// first) is not rebuilt there any more: it would run for nothing and hold its block
+    /// through that node. Off: the rebuild stays (the planner before session 13; see
+    /// `swap_sim.rs`).
+    pub prune_moved_links: bool,
 }
 
 impl Default for Policy {
@@ -163,6 +169,7 @@ impl Default for Policy {
             recompute: true,
             recompute_cap_pct: 0,
             keep_last_writes: false,
+            prune_moved_links: true,
         }
     }
 }

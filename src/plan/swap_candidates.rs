@@ -19,6 +19,22 @@ const FIT_BISECTIONS: usize = 3;
 /// fully connected layer's output (64 MiB) is then copied, not rebuilt by a product.
 const RECOMPUTE_CAPS_PCT: [u32; 2] = [6, 25];
 
+/// What the runtime's knobs choose of the candidates (`GKRT_SWAP_PRUNE_LINKS`); the default is
+/// the planner's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Knobs {
+    /// Every candidate's `Policy::prune_moved_links`.
+    pub prune_moved_links: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Knobs {
+            prune_moved_links: true,
+        }
+    }
+}
+
 /// `policy`'s plan for about the largest budget up to `available` that `fits` accepts (the
 /// runtime's dry run of the pool, `swap_fit::fits_pool`, which fails a plan where fragmentation
 /// leaves no block its bytes would fit or where the pool would wait for the device), and whether
@@ -73,7 +89,9 @@ fn fitted(
 /// budget lowered for the default plan would take the better plans out of the choice (on
 /// GPT-2's step at a third of its working set, the lingering plan the model ranks first).
 /// Returns the default policy's plan (the last one tried if none fit) and the distinct plans
-/// that fit, the default first, none with more infeasible nodes than it.
+/// that fit, the default first, none with more infeasible nodes than it. The tests' shorthand
+/// for the planner's own knobs (the runtime passes its own: `fitted_candidates_with`).
+#[cfg(test)]
 pub fn fitted_candidates(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -83,15 +101,28 @@ pub fn fitted_candidates(
     align: u64,
     fits: impl Fn(&SwapPlan) -> Result<(), PoolMisfit>,
 ) -> (SwapPlan, Vec<(Policy, SwapPlan)>) {
+    let (g, knobs) = ((tensors, nodes, lv, fused), Knobs::default());
+    fitted_candidates_with(g, available, align, knobs, fits)
+}
+
+/// `fitted_candidates` with the runtime's `knobs`.
+pub fn fitted_candidates_with(
+    (tensors, nodes, lv, fused): (&[Tensor], &[Node], &Liveness, &[FusedGroup]),
+    available: u64,
+    align: u64,
+    knobs: Knobs,
+    fits: impl Fn(&SwapPlan) -> Result<(), PoolMisfit>,
+) -> (SwapPlan, Vec<(Policy, SwapPlan)>) {
     let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
     let fit = |policy| {
         fitted(
             tensors, nodes, lv, &holds, available, align, policy, None, &fits,
         )
     };
-    let (default, _) = fit(Policy::default());
-    let mut out = vec![(Policy::default(), default.clone())];
-    for policy in policies().into_iter().skip(1) {
+    let all = policies(knobs);
+    let (default, _) = fit(all[0]);
+    let mut out = vec![(all[0], default.clone())];
+    for policy in all.into_iter().skip(1) {
         let (plan, ok) = fit(policy);
         if ok
             && plan.infeasible_nodes.len() <= default.infeasible_nodes.len()
@@ -107,6 +138,7 @@ pub fn fitted_candidates(
 /// of `RECOMPUTE_CAPS_PCT` with every setting of the other knobs, fitted to the pool, distinct
 /// from each other and from `known`, with no more infeasible nodes than `most_infeasible`.
 #[allow(clippy::too_many_arguments)]
+#[cfg(test)]
 pub fn fitted_timed_candidates(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -119,10 +151,42 @@ pub fn fitted_timed_candidates(
     most_infeasible: usize,
     fits: impl Fn(&SwapPlan) -> Result<(), PoolMisfit>,
 ) -> Vec<(Policy, SwapPlan)> {
+    let g = (tensors, nodes, lv, fused);
+    let knobs = Knobs::default();
+    fitted_timed_candidates_with(
+        g,
+        available,
+        align,
+        timings,
+        knobs,
+        known,
+        most_infeasible,
+        fits,
+    )
+}
+
+/// `fitted_timed_candidates` with the runtime's `knobs`.
+#[allow(clippy::too_many_arguments)]
+pub fn fitted_timed_candidates_with(
+    (tensors, nodes, lv, fused): (&[Tensor], &[Node], &Liveness, &[FusedGroup]),
+    available: u64,
+    align: u64,
+    timings: Timings,
+    knobs: Knobs,
+    known: &[SwapPlan],
+    most_infeasible: usize,
+    fits: impl Fn(&SwapPlan) -> Result<(), PoolMisfit>,
+) -> Vec<(Policy, SwapPlan)> {
     let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
     let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
-    for recompute_cap_pct in RECOMPUTE_CAPS_PCT {
-        for policy in policies().into_iter().filter(|p| p.recompute) {
+    let capped = RECOMPUTE_CAPS_PCT.into_iter().flat_map(|cap| {
+        policies(knobs)
+            .into_iter()
+            .filter(|p| p.recompute)
+            .map(move |p| (cap, p))
+    });
+    for (recompute_cap_pct, policy) in capped {
+        {
             let policy = Policy {
                 recompute_cap_pct,
                 ..policy
@@ -150,13 +214,17 @@ pub fn fitted_timed_candidates(
     out
 }
 
-/// Every setting of the knobs that needs no timing, the default first.
-fn policies() -> Vec<Policy> {
+/// Every setting of the policy's knobs that needs no timing, the default first, with the
+/// runtime's `knobs`.
+fn policies(knobs: Knobs) -> Vec<Policy> {
     let mut out = Vec::new();
-    let knobs = [(false, false), (false, true), (true, false)];
-    let default = Policy::default();
+    let settings = [(false, false), (false, true), (true, false)];
+    let default = Policy {
+        prune_moved_links: knobs.prune_moved_links,
+        ..Policy::default()
+    };
     for recompute in [default.recompute, !default.recompute] {
-        for (linger, kept_wait) in knobs {
+        for (linger, kept_wait) in settings {
             for slack_tensors in [0, 1, 2] {
                 for keep_last_writes in [false, true] {
                     out.push(Policy {
@@ -187,7 +255,7 @@ pub fn candidates(
 ) -> Vec<(Policy, SwapPlan)> {
     let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
     let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
-    for policy in policies() {
+    for policy in policies(Knobs::default()) {
         let plan = plan_timed(tensors, nodes, lv, &holds, budget, align, policy, None);
         if !out.iter().any(|(_, p)| *p == plan) {
             out.push((policy, plan));

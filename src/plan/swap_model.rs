@@ -424,7 +424,8 @@ impl Model {
 }
 
 /// The index of the estimate with the shortest step (the first of equals: candidates come
-/// default first).
+/// default first). The tests' choice; the runtime's is `choose_feasible`.
+#[cfg(test)]
 pub fn choose(estimates: &[Estimate]) -> usize {
     let mut best = 0;
     for (i, e) in estimates.iter().enumerate() {
@@ -434,6 +435,25 @@ pub fn choose(estimates: &[Estimate]) -> usize {
         }
     }
     best
+}
+
+/// `choose` among the candidates with the fewest infeasible nodes (`infeasible[i]`: candidate
+/// i's count; the default, first, is kept only if it is among them): a plan whose run needs the
+/// fallback at a node (it evicts around it, or the node fails) is never chosen over one that
+/// fits, whatever the model, which does not model the fallback, says of its step.
+pub fn choose_feasible(estimates: &[Estimate], infeasible: &[usize]) -> usize {
+    let fewest = infeasible.iter().copied().min().unwrap_or(0);
+    let mut best: Option<usize> = None;
+    for (i, e) in estimates.iter().enumerate() {
+        if infeasible.get(i).copied().unwrap_or(0) != fewest {
+            continue;
+        }
+        match best {
+            Some(b) if e.step_ms >= 0.99 * estimates[b].step_ms => {}
+            _ => best = Some(i),
+        }
+    }
+    best.unwrap_or(0)
 }
 
 #[cfg(test)]

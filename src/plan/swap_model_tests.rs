@@ -365,3 +365,22 @@ fn choosing_by_estimate_beats_the_default_plan_on_a_training_step() {
         }
     }
 }
+
+/// `choose_feasible` keeps `choose`'s rule (a plan must beat the current best by 1%) among the
+/// plans with the fewest infeasible nodes only.
+#[test]
+fn the_choice_takes_a_plan_that_fits_every_node_over_a_faster_one_that_does_not() {
+    let step = |ms: f64| Estimate {
+        step_ms: ms,
+        ..Estimate::default()
+    };
+    let es = [step(100.0), step(90.0), step(95.0), step(94.5)];
+    assert_eq!(choose_feasible(&es, &[0, 0, 0, 0]), 1);
+    // The fastest needs the fallback at a node: the next fastest that fits every node.
+    assert_eq!(choose_feasible(&es, &[0, 1, 0, 0]), 2);
+    // Within 1% of the current best: not taken.
+    assert_eq!(choose_feasible(&es, &[1, 1, 0, 0]), 2);
+    // The default itself infeasible: never chosen over one that fits.
+    assert_eq!(choose_feasible(&es, &[1, 1, 1, 0]), 3);
+    assert_eq!(choose_feasible(&es[..1], &[2]), 0);
+}

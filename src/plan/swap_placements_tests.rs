@@ -15,7 +15,7 @@ use crate::device::{EventId, StreamId};
 use crate::graph::Liveness;
 use crate::memory::pool::{Pool, PoolConfig, PoolError};
 use crate::plan::program::{Buf, PoolCall, PoolWalk, Program, Step};
-use crate::plan::swap_candidates::fitted_candidates;
+use crate::plan::swap_candidates::{fitted_candidates_with, Knobs};
 use crate::plan::swap_fit::{fits_pool, pool_moves};
 use crate::plan::swap_model::{estimate, estimate_with_copy_waits};
 use std::collections::HashMap;
@@ -191,7 +191,14 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
         let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
         fits_pool(&s.tensors, &s.nodes, &program, &pool, S, &[])
     };
-    let (plan, cands) = fitted_candidates(&s.tensors, &s.nodes, &lv, &[], limit, ALIGN, fits);
+    // The planner of session 11, which placements (an experiment knob, off) were written and
+    // measured on: with the moved rebuilds' dead links pruned, the small shape's runs taking
+    // their placements do not end where they started (not looked into: placements are off).
+    let knobs = Knobs {
+        prune_moved_links: false,
+    };
+    let graph = (&s.tensors[..], &s.nodes[..], &lv, &[][..]);
+    let (plan, cands) = fitted_candidates_with(graph, limit, ALIGN, knobs, fits);
     if follow {
         // Every candidate by the model, without and with the waits for copy-outs.
         for (policy, p) in &cands {

@@ -283,6 +283,40 @@ fn worth_rebuilding(
     rebuild_ms * 100.0 <= copy_ms * f64::from(policy.recompute_cap_pct)
 }
 
+/// Takes out of the rebuilds before node `k` every chain link nothing reads there any more: not
+/// node `k` itself, no other rebuild there, and no node at or after `k` (a link freed after the
+/// reader: `free_after`). Left when the rebuild it fed moved to an earlier reader
+/// (`Policy::prune_moved_links`). Its producer's inputs lose their use at `k` unless another
+/// rebuild there reads them; a pruned link's own inputs may leave dead links in turn.
+fn prune_dead_links(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    lv: &Liveness,
+    sim: &mut Sim,
+    plan: &mut SwapPlan,
+    k: u32,
+) {
+    let producer_of = |x: u32| &nodes[tensors[x as usize].producer.expect("a link") as usize];
+    loop {
+        let at_k = &plan.recompute_before[k as usize];
+        let dead = at_k.iter().copied().find(|&x| {
+            !nodes[k as usize].inputs.contains(&x)
+                && !at_k.iter().any(|&w| producer_of(w).inputs.contains(&x))
+                && lv.last_use[x as usize].is_none_or(|l| l < k)
+        });
+        let Some(x) = dead else {
+            return;
+        };
+        plan.recompute_before[k as usize].retain(|&w| w != x);
+        let at_k = &plan.recompute_before[k as usize];
+        for &z in &producer_of(x).inputs {
+            if !at_k.iter().any(|&w| producer_of(w).inputs.contains(&z)) {
+                sim.extra_uses[z as usize].retain(|&u| u != k);
+            }
+        }
+    }
+}
+
 /// What every planning pass of one `swap::plan_timed` call shares: the graph, what its
 /// collectives hold, the budget, and the policy with its slack (bytes) and timings.
 pub(super) struct Pass<'a> {
@@ -455,6 +489,9 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                         if !at_k.iter().any(|&x| producer_of(x).inputs.contains(&z)) {
                             sim.extra_uses[z as usize].retain(|&u| u != k);
                         }
+                    }
+                    if policy.prune_moved_links {
+                        prune_dead_links(tensors, nodes, lv, &mut sim, &mut plan, k);
                     }
                 }
                 let leaves: Vec<u32> = chain

@@ -27,6 +27,7 @@
 //! | `GKRT_SWAP_BUDGET_PERMILLE` | thousandths of what the memory limit leaves a graph that its swap plans may use (1..1000; an experiment knob: the rest is headroom for the pool) | 1000 |
 //! | `GKRT_SWAP_PLACEMENTS` | `1`: a swapping graph's runs take the ranges the plan's dry run placed each block in (`plan::swap_placements`), waiting for the copy-outs still reading them, and the timeline model charges those waits; `0`: the pool places every block. An experiment knob (slower on the H200: session 11, run 2). Read at finalize | 0 |
 //! | `GKRT_SWAP_RELEASE` | `1`: once a swapping graph's plan is tuned, its candidates are fitted with each copy-out's block pending until the timeline model's end of the copy (`plan::swap_release`: steady runs of the pool's dry run that map no page and never wait for the device), and its runs give those blocks back at the same steps (the compute stream waiting for the copy), so the pool places every block where the dry run did; turns `GKRT_SWAP_PLACEMENTS` off. `0`: blocks stay pending until taken (the plan fitted with copy-outs' blocks free at once). On by default since session 12 (the H200: GPT-2 medium at ⅓ 1.186 and 1.202 of its unconstrained step against 1.328 and 1.301, small no worse, the swap chain's goals still met). Read at finalize | 1 |
+//! | `GKRT_SWAP_PRUNE_LINKS` | `1`: a swap plan no longer rebuilds a chain link whose rebuild it fed moved to an earlier reader (`plan::swap::Policy::prune_moved_links`: GPT-2's attention scores rebuilt again for nothing after their softmax output was rebuilt earlier); `0`: the planner before session 13. Read at finalize and at the tuning | 1 |
 //!
 //! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
 //! not parse are ignored with a warning. `GKRT_DEVICE`, `GKRT_POOL_VMM` and `GKRT_HOST_JITTER_US`
@@ -182,6 +183,25 @@ pub(crate) fn swap_release() -> bool {
             true
         }
     }
+}
+
+/// A `0`/`1` variable, `default` when unset (anything else is ignored with a warning).
+fn flag(name: &str, default: bool) -> bool {
+    match var(name).as_deref().map(str::trim) {
+        None => default,
+        Some("1") => true,
+        Some("0") => false,
+        Some(v) => {
+            log::warn!("ignoring {name}='{v}' (not 0 or 1)");
+            default
+        }
+    }
+}
+
+/// `GKRT_SWAP_PRUNE_LINKS`: whether swap plans leave out the chain links a moved rebuild no
+/// longer needs (`plan::swap::Policy::prune_moved_links`); on unless `0`.
+pub(crate) fn swap_prune_links() -> bool {
+    flag("GKRT_SWAP_PRUNE_LINKS", true)
 }
 
 /// `GKRT_SWAP_REFINE`: whether a swapping graph's tuned plan is refined (`plan::swap_refine`);

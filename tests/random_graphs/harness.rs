@@ -28,6 +28,21 @@ unsafe extern "C" fn twice_plus_one(args: *const CallbackArgs, _: *mut c_void) -
     0
 }
 
+/// How many times `not_pure` has run in this process (the test using `Op::Impure` resets it).
+pub static IMPURE_CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// `twice_plus_one`, plus 1 on every call after the first (`IMPURE_CALLS`): a node that is not
+/// the pure function a recomputable declaration promises.
+unsafe extern "C" fn not_pure(args: *const CallbackArgs, user: *mut c_void) -> i32 {
+    let calls = IMPURE_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let status = twice_plus_one(args, user);
+    let out = &*(*args).outputs;
+    for i in 0..out.size / 4 {
+        *(out.ptr as *mut f32).add(i) += calls.min(1) as f32;
+    }
+    status
+}
+
 pub fn runtime(mode: MemoryMode, memory_limit: u64) -> std::sync::Arc<Runtime> {
     Runtime::new(Config {
         device: DeviceChoice::Host,
@@ -94,6 +109,14 @@ pub fn build(spec: &Spec, rt: &std::sync::Arc<Runtime>) -> (RuntimeGraph, Vec<u6
             Op::ReluGrad(a, c) => (b(BuiltinKind::ReluGrad), vec![ids[a], ids[c]], vec![]),
             Op::Copy(a) => (b(BuiltinKind::Copy), vec![ids[a]], vec![]),
             Op::Callback(a) => (callback.clone(), vec![ids[a]], vec![]),
+            Op::Impure(a) => {
+                let f = HostCallback {
+                    func: not_pure,
+                    user_data: 0,
+                    owner: None,
+                };
+                (Kernel::Callback(f), vec![ids[a]], vec![])
+            }
             Op::Matmul(a, c) => {
                 let p: Vec<u8> = [s, s, s].iter().flat_map(|d| d.to_ne_bytes()).collect();
                 (b(BuiltinKind::Matmul), vec![ids[a], ids[c]], p)

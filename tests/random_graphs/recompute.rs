@@ -182,3 +182,70 @@ fn chained_recomputes_match_the_dry_run_and_the_reference() {
         "{compared} compared, {fell_back} fell back"
     );
 }
+
+/// The bit-identity checks above would catch a rebuild that computes different bits: the ReLU
+/// chain with its first activation made by a host callback, pure (`Op::Callback`) or not
+/// (`Op::Impure`: every call after the first adds 1), declared recomputable. One run under a
+/// budget whose plan rebuilds it: the pure callback's outputs match the reference bit for bit,
+/// the impure one's do not — its second call, the rebuild, fed the backward pass.
+#[test]
+fn a_rebuild_that_differs_changes_the_bits_the_tests_compare() {
+    use crate::harness::IMPURE_CALLS;
+    use std::sync::atomic::Ordering;
+    use Op::*;
+    let chain = |first: Op| Spec {
+        side: 16,
+        params: 2,
+        ops: vec![
+            Fill(0.5),       // 2: x0
+            Matmul(2, 0),    // 3: z0
+            first,           // 4: x1 = z0 * 2 + 1 (recomputable)
+            Matmul(4, 1),    // 5: z1
+            Relu(5),         // 6: x2
+            Matmul(6, 0),    // 7: z2
+            Relu(7),         // 8: x3
+            ReluGrad(8, 7),  // 9: dz2
+            Matmul(6, 9),    // 10: reads x2
+            ReluGrad(10, 5), // 11: dz1
+            Matmul(4, 11),   // 12: reads x1 far away
+            ReluGrad(12, 3), // 13: dz0
+            Add(13, 10),     // 14
+        ],
+        outputs: vec![14],
+        workspace: 0,
+        recomputable: (1 << 2) | (1 << 4) | (1 << 6),
+    };
+    let (pure, impure) = (chain(Callback(3)), chain(Impure(3)));
+    let want = reference(&pure);
+    assert_eq!(reference(&impure)[0], want[0], "one reference for both");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let (peak, least) = peak_and_least(&pure);
+    let mut rebuilt = 0;
+    for budget in [peak * 3 / 4, peak / 2, least + least / 2, least] {
+        if budget < least {
+            continue;
+        }
+        let (got, stats) = run_and_stats(&pure, MemoryMode::Dynamic, 1, budget);
+        assert_eq!(bits(&got[0]), bits(&want[0]), "pure, budget {budget}");
+        IMPURE_CALLS.store(0, Ordering::SeqCst);
+        let (odd, odd_stats) = run_and_stats(&impure, MemoryMode::Dynamic, 1, budget);
+        let calls = IMPURE_CALLS.load(Ordering::SeqCst);
+        // The callback ran again only for a rebuild, and only then did the bits move.
+        assert!(calls == 1 || odd_stats.counters.tensors_recomputed > 0);
+        assert_eq!(
+            stats.counters.tensors_recomputed, odd_stats.counters.tensors_recomputed,
+            "budget {budget}: one plan for both"
+        );
+        if calls > 1 {
+            rebuilt += 1;
+            assert_ne!(
+                bits(&odd[0]),
+                bits(&want[0]),
+                "budget {budget}: the rebuild went unseen"
+            );
+        } else {
+            assert_eq!(bits(&odd[0]), bits(&want[0]), "budget {budget}");
+        }
+    }
+    assert!(rebuilt > 0, "no budget rebuilt the callback's output");
+}

@@ -14,6 +14,9 @@ pub enum Op {
     Copy(usize),
     Callback(usize),
     Matmul(usize, usize),
+    /// `Callback`'s function on its first call in the process, then 1 more on every later call:
+    /// not pure, so a rebuild of it differs (`harness::impure_calls`). Never generated at random.
+    Impure(usize),
 }
 
 /// A graph over tensors of one shape (rows×cols f32, square for matmul), as a list of ops each
@@ -102,7 +105,7 @@ pub fn reference(spec: &Spec) -> Vec<Vec<f32>> {
                 .map(|(&g, &x)| if x > 0.0 { g } else { 0.0 })
                 .collect(),
             Op::Copy(a) => vals[a].clone(),
-            Op::Callback(a) => vals[a].iter().map(|x| x * 2.0 + 1.0).collect(),
+            Op::Callback(a) | Op::Impure(a) => vals[a].iter().map(|x| x * 2.0 + 1.0).collect(),
             Op::Matmul(a, b) => {
                 let mut c = vec![0f32; s * s];
                 for i in 0..s {

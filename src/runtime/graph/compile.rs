@@ -5,7 +5,7 @@ use crate::kernels::Kernel;
 use crate::plan::plan_graph_arena;
 use crate::plan::program::Program;
 use crate::plan::swap::{Policy, SwapPlan};
-use crate::plan::swap_candidates::fitted_candidates;
+use crate::plan::swap_candidates::fitted_candidates_with;
 use crate::plan::swap_fit::fits_pool;
 use crate::runtime::{Error, MemoryMode, Result, ALIGNMENT};
 use std::sync::Arc;
@@ -149,8 +149,10 @@ impl RuntimeGraph {
             let program = Program::compile_fused(tensors, nodes, lv, Some(plan), None, fused);
             fits_pool(tensors, nodes, &program, &st.pool, rt.compute, &[])
         };
+        let graph = (tensors, nodes, lv, fused);
+        let knobs = super::tune::swap_knobs();
         let (plan, mut candidates) =
-            fitted_candidates(tensors, nodes, lv, fused, available, ALIGNMENT, check);
+            fitted_candidates_with(graph, available, ALIGNMENT, knobs, check);
         // A node the plan could not fit may still run (the fallback makes room); only one whose
         // own buffers exceed what the limit leaves cannot.
         for &n in &plan.infeasible_nodes {

@@ -9,7 +9,7 @@ use super::RuntimeGraph;
 use crate::memory::pool::Pool;
 use crate::plan::program::Program;
 use crate::plan::swap::{SwapPlan, Timings};
-use crate::plan::swap_candidates::{fitted_candidates, fitted_timed_candidates};
+use crate::plan::swap_candidates::{fitted_candidates_with, fitted_timed_candidates_with};
 use crate::plan::swap_fit::PoolMisfit;
 use crate::plan::swap_model::{estimate, Link};
 use crate::plan::swap_release::{fits_pool_released, steady_run, Releases, RELEASE_MARGIN_MS};
@@ -85,8 +85,10 @@ impl RuntimeGraph {
             .unwrap_or(0);
         let started = std::time::Instant::now();
         let fits = |plan: &SwapPlan| self.fits_released(plan, pool, (cost, link));
+        let graph = (tensors, nodes, lv, fused);
+        let knobs = super::tune::swap_knobs();
         let (default, mut candidates) =
-            fitted_candidates(tensors, nodes, lv, fused, available, ALIGNMENT, fits);
+            fitted_candidates_with(graph, available, ALIGNMENT, knobs, fits);
         if fits(&default).is_err() {
             log::warn!(
                 "GKRT_SWAP_RELEASE: no plan fits with copy-outs' blocks pending until their copies \
@@ -100,14 +102,12 @@ impl RuntimeGraph {
             node_ms: cost,
             link,
         };
-        candidates.extend(fitted_timed_candidates(
-            tensors,
-            nodes,
-            lv,
-            fused,
+        candidates.extend(fitted_timed_candidates_with(
+            graph,
             available,
             ALIGNMENT,
             timings,
+            knobs,
             &known,
             most_infeasible,
             fits,

@@ -6,12 +6,20 @@ use crate::device::EventId;
 use crate::memory::pool::Pool;
 use crate::plan::program::Program;
 use crate::plan::swap::{Policy, SwapPlan, Timings};
-use crate::plan::swap_candidates::fitted_timed_candidates;
+use crate::plan::swap_candidates::{fitted_timed_candidates_with, Knobs};
 use crate::plan::swap_fit::{fits_pool, pool_moves, PoolMoves};
-use crate::plan::swap_model::{choose, estimate_with_copy_waits, Estimate, Link};
+use crate::plan::swap_model::{choose_feasible, estimate_with_copy_waits, Estimate, Link};
 use crate::plan::swap_placements::{placements, Start};
 use crate::plan::swap_refine::{estimate_plan, refine, RefineInput, Refined};
 use crate::runtime::{Error, Result, ALIGNMENT};
+
+/// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`): finalize's
+/// candidates, the tuning's and the release schedule's refit all use them.
+pub(super) fn swap_knobs() -> Knobs {
+    Knobs {
+        prune_moved_links: crate::runtime::env::swap_prune_links(),
+    }
+}
 
 /// The chosen plan's predicted run: the timeline model's estimate on the timed runs' timings,
 /// and the page maps and device waits of the pool's dry run (steady state), per node.
@@ -142,7 +150,11 @@ impl RuntimeGraph {
                 estimate_with_copy_waits(tensors, nodes, &program, &cost, link, ALIGNMENT, &waits)
             })
             .collect();
-        let best = choose(&estimates);
+        let infeasible: Vec<usize> = candidates
+            .iter()
+            .map(|(_, p)| p.infeasible_nodes.len())
+            .collect();
+        let best = choose_feasible(&estimates, &infeasible);
         let refined = self.refine_swap_plan(best, &estimates[best], &cost, link, pool);
         let candidates = &self.swap_candidates;
         let (chosen, chosen_estimate) = match &refined {
@@ -346,14 +358,14 @@ impl RuntimeGraph {
             node_ms: cost,
             link,
         };
-        let timed = fitted_timed_candidates(
-            tensors,
-            nodes,
-            lv,
-            fused,
+        let graph = (tensors, nodes, lv, fused);
+        let knobs = swap_knobs();
+        let timed = fitted_timed_candidates_with(
+            graph,
             available,
             ALIGNMENT,
             timings,
+            knobs,
             &known,
             most_infeasible,
             fits,

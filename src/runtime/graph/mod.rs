@@ -121,6 +121,11 @@ pub struct RuntimeGraph {
     placements: placements::FollowPlacements,
     /// When a tuned swapping graph's runs give copy-outs' blocks back (`releases.rs`).
     releases: releases::ReleaseCopies,
+    /// Runs leave out the syncs the streams' order implies (`GKRT_EXEC_ELIDE`, read at
+    /// finalize; `exec/stream_order.rs`).
+    elide_syncs: bool,
+    /// The last run's compute-stream syncs queued and left out (`RunCounters`).
+    last_syncs: (u64, u64),
 }
 
 impl RuntimeGraph {
@@ -175,6 +180,8 @@ impl RuntimeGraph {
             trace_mark: None,
             placements: placements::FollowPlacements::default(),
             releases: releases::ReleaseCopies::default(),
+            elide_syncs: true,
+            last_syncs: (0, 0),
         }
     }
 
@@ -234,6 +241,19 @@ impl RuntimeGraph {
 
     /// How often the last run left its program's order (the fallback: evictions, a batch taken
     /// again, deferred returns); 0 means it made exactly the program's pool calls.
+    /// Whether runs leave out the compute-stream records and waits the streams' order implies
+    /// (`exec/stream_order.rs`; `GKRT_EXEC_ELIDE` at finalize, on by default): for tests and
+    /// side-by-side measurements. Results are the same bits either way.
+    pub fn elide_implied_syncs(&mut self, on: bool) {
+        self.elide_syncs = on;
+    }
+
+    /// The last run's records and waits queued on the compute stream besides its kernels, and
+    /// those left out as implied (`RunCounters::compute_syncs`, `syncs_elided`).
+    pub fn last_run_syncs(&self) -> (u64, u64) {
+        self.last_syncs
+    }
+
     pub fn last_run_fallbacks(&self) -> u64 {
         self.last_fallbacks
     }

@@ -300,11 +300,13 @@ impl RuntimeGraph {
                 collective_events: &self.collective_events,
                 placements: self.placements.current.as_ref(),
                 releases: self.releases.current.as_ref(),
+                elide_syncs: self.elide_syncs,
             },
             profiled.then_some(&mut self.profile),
             self.pool_calls.as_mut(),
         );
         let r = what(&mut exec, &self.graph);
+        self.last_syncs = (exec.counters.compute_syncs, exec.counters.syncs_elided);
         (r, exec.counters)
     }
 }

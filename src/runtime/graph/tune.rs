@@ -374,7 +374,10 @@ impl RuntimeGraph {
     /// for `scripts/gpu/timeline.py`. Kinds: `node` (node index, start and end in ms from the
     /// first node's start), `in` / `out` (a copy: bytes, start, end), `re` (a rebuild: the
     /// node run again, start, end), `pool` (node before whose launch the pool mapped `a` pages
-    /// and waited for the device `b` times). Once the plan was tuned, the prediction for it
+    /// and waited for the device `b` times), `host` (node, the host's time in ms from the run's
+    /// start when its launch was queued, the compute-stream syncs queued since the previous
+    /// node's), `syncs` (0, the run's compute-stream syncs queued and those left out as
+    /// implied: `GKRT_EXEC_ELIDE`). Once the plan was tuned, the prediction for it
     /// too: `pred` (node, modelled start and end), `pred_step` (0, modelled step and compute
     /// waits in ms), `pred_pool` (as `pool`, from the pool's dry run).
     pub(super) fn write_timeline(
@@ -412,6 +415,11 @@ impl RuntimeGraph {
         for &(node, maps, waits) in &self.profile.pool_moves {
             text += &format!("{run},pool,{node},{maps},{waits}\n");
         }
+        for &(node, ns, syncs) in &self.profile.host_launches {
+            text += &format!("{run},host,{node},{:.4},{syncs}\n", ns as f64 / 1e6);
+        }
+        let (syncs, elided) = self.last_syncs;
+        text += &format!("{run},syncs,0,{syncs},{elided}\n");
         if let Some(p) = &self.swap_prediction {
             text += &prediction_rows(run, p, self.graph.nodes().len());
         }

@@ -3,7 +3,8 @@
 //! with and without the compute-stream syncs the streams' order implies. Both give the bits of
 //! the same runs without a limit; eliding queues fewer syncs; and where a run's pool calls are
 //! fixed by its plan (a release schedule, no fallback) it queues exactly what the run without
-//! elision queues less what it left out — elision only removes syncs, and only those.
+//! elision queues less what it left out — elision only removes syncs, and only those (on the
+//! compute stream, and the copy streams' waits for other copies).
 
 mod common;
 
@@ -16,6 +17,7 @@ fn runs_leaving_out_implied_syncs_give_the_same_bits_with_fewer_compute_syncs() 
     let mut rng = Rng(41);
     // Over runs 3..9: three with elision, three without, in every graph.
     let (mut lean, mut full, mut elided, mut compared) = (0u64, 0u64, 0u64, 0);
+    let mut copy_elided = 0u64;
     for _ in 0..16 {
         let c = random_chain(&mut rng);
         let size = (c.side * c.side * 4) as usize;
@@ -34,7 +36,7 @@ fn runs_leaving_out_implied_syncs_give_the_same_bits_with_fewer_compute_syncs() 
                 continue;
             }
             // Elision on in even runs, off in odd ones: one plan, one schedule for both.
-            let mut last: Option<(u64, u64)> = None;
+            let mut last: Option<((u64, u64), (u64, u64))> = None;
             for (run, want) in want.iter().enumerate() {
                 let on = run % 2 == 0;
                 g.elide_implied_syncs(on);
@@ -45,8 +47,10 @@ fn runs_leaving_out_implied_syncs_give_the_same_bits_with_fewer_compute_syncs() 
                 );
                 assert_eq!(&read_all(&mut g, &ids, size), want, "{what}");
                 let (syncs, left_out) = g.last_run_syncs();
+                let copy_waits = g.last_run_copy_waits();
                 if !on {
                     assert_eq!(left_out, 0, "{what}: nothing is left out with elision off");
+                    assert_eq!(copy_waits.1, 0, "{what}: every copy stream's wait is made");
                 }
                 // The runs after the one that tuned the plan (the second) and its next.
                 if run < 3 {
@@ -61,11 +65,21 @@ fn runs_leaving_out_implied_syncs_give_the_same_bits_with_fewer_compute_syncs() 
                 // A steady run following its release schedule makes its program's pool calls:
                 // the same copies and waits each run.
                 let fixed = g.release_schedule_len().is_some() && g.last_run_fallbacks() == 0;
-                let now = fixed.then_some((syncs, left_out));
+                let now = fixed.then_some(((syncs, left_out), copy_waits));
                 if let (Some(a), Some(b)) = (last, now) {
                     let (with, without) = if on { (b, a) } else { (a, b) };
                     compared += 1;
-                    assert_eq!(with.0 + with.1, without.0, "{what}: queued + left out");
+                    assert_eq!(
+                        with.0 .0 + with.0 .1,
+                        without.0 .0,
+                        "{what}: queued + left out"
+                    );
+                    assert_eq!(
+                        with.1 .0 + with.1 .1,
+                        without.1 .0,
+                        "{what}: copy streams' waits queued + left out"
+                    );
+                    copy_elided += with.1 .1;
                 }
                 last = now;
             }
@@ -73,8 +87,10 @@ fn runs_leaving_out_implied_syncs_give_the_same_bits_with_fewer_compute_syncs() 
     }
     println!(
         "steady runs' compute-stream syncs: {lean} eliding ({elided} left out), {full} not; \
-         {compared} neighbouring runs compared one to one"
+         {compared} neighbouring runs compared one to one, their copy streams leaving out \
+         {copy_elided} waits"
     );
+    assert!(copy_elided > 0);
     assert!(compared >= 20, "{compared} runs compared");
     assert!(elided > 0);
     assert!(

@@ -36,6 +36,8 @@ ROWS = """1,node,0,0.0,1.0
 1,host,3,3.3,1
 1,host,4,4.4,0
 1,syncs,0,12,4
+1,polled,0,7,0
+1,copy_waits,0,9,3
 """
 
 
@@ -65,10 +67,13 @@ class TimelineTest(unittest.TestCase):
         self.assertIn("syncs between launches: 8 (1.60 a node)", host)
         self.assertIn("queued 12 records and waits", out)
         self.assertIn("left out 4 as implied", out)
+        self.assertIn("the executor queried 7 copy events", out)
+        self.assertIn("waited 9 times for other copies and left out 3", out)
 
     def test_a_timeline_without_host_rows_is_summarised_as_before(self):
         old = "".join(line + "\n" for line in ROWS.splitlines() if ",host," not in line
-                      and ",syncs," not in line)
+                      and ",syncs," not in line and ",polled," not in line
+                      and ",copy_waits," not in line)
         out = self.summary(old)
         self.assertNotIn("host:", out)
         self.assertNotIn("queued the node late", out)

@@ -1,7 +1,7 @@
 //! Swap copies: moving a tensor between its device block and its pinned host slot, ordered by
 //! events only (no host waits, no whole-device synchronisation).
 
-use super::stream_order::CopyStream;
+use super::stream_order::{CopyStream, Waiter};
 use super::{Anchor, Executor};
 use crate::device::{EventId, StreamId};
 use crate::error::{Error, Result};
@@ -57,6 +57,7 @@ impl Executor<'_> {
     /// pages however it must (`Executor::alloc`'s order).
     fn alloc_without_evicting(&mut self, bytes: u64) -> Result<Option<(u64, Option<EventId>)>> {
         use crate::memory::pool::PoolError::OutOfMemory;
+        self.poll_copies();
         self.counters.pool_allocs += 1;
         match self.pool_alloc(bytes, false) {
             Ok(ptr) => return Ok(Some((ptr, None))),
@@ -109,8 +110,7 @@ impl Executor<'_> {
         } else if let Some(ptr) = self.take_placed(Buf::Tensor(t), tensor.size, step) {
             // The copy waits for the copies out of the range it takes, not compute.
             for i in 0..self.placed_events.len() {
-                self.device
-                    .stream_wait_event(copy_in, self.placed_events[i])?;
+                self.copy_waits(Waiter::CopyIn, self.placed_events[i], false)?;
             }
             (ptr, None)
         } else {
@@ -129,10 +129,10 @@ impl Executor<'_> {
         // it; the source is written by the tensor's own copy-out, if one is still in flight.
         self.copy_stream_waits_compute(copy_in, CopyStream::In)?;
         if let Some(event) = block_copy {
-            self.device.stream_wait_event(copy_in, event)?;
+            self.copy_waits(Waiter::CopyIn, event, false)?;
         }
         if let Some(out) = self.mem[t as usize].event(false) {
-            self.device.stream_wait_event(copy_in, out)?;
+            self.copy_waits(Waiter::CopyIn, out, true)?;
         }
         let host = self.mem[t as usize]
             .host()
@@ -191,7 +191,7 @@ impl Executor<'_> {
         }
         // The slot's previous contents may still be read by a copy-in.
         if let Some(prev) = self.mem[t as usize].event(true) {
-            self.device.stream_wait_event(copy_out, prev)?;
+            self.copy_waits(Waiter::CopyOut, prev, true)?;
         }
         let timing = self.copy_timing_start(copy_out)?;
         // SAFETY: the slot is this tensor's and stays allocated until its copies' events pass.
@@ -311,6 +311,29 @@ impl Executor<'_> {
             self.device.record_event(end, self.streams.compute)?;
             self.synced_compute();
         }
+        Ok(())
+    }
+
+    /// Copy stream `waiter` waits for `event` (a tensor's copy event when `copy_event`), unless
+    /// the streams' order implies it (`stream_order.rs`).
+    pub(super) fn copy_waits(
+        &mut self,
+        waiter: Waiter,
+        event: EventId,
+        copy_event: bool,
+    ) -> Result<()> {
+        if self.order.has_waited(waiter, event, copy_event) {
+            self.counters.copy_waits_elided += 1;
+            return Ok(());
+        }
+        let stream = match waiter {
+            Waiter::CopyIn => self.streams.copy_in,
+            Waiter::CopyOut => self.streams.copy_out,
+            Waiter::Compute => return self.compute_waits(event),
+        };
+        self.device.stream_wait_event(stream, event)?;
+        self.order.waits(waiter, event);
+        self.counters.copy_waits += 1;
         Ok(())
     }
 

@@ -19,6 +19,7 @@ mod collective;
 mod copies;
 mod eager;
 mod launch;
+mod poll;
 mod profile;
 mod store;
 mod stream_order;
@@ -32,7 +33,7 @@ use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
 use crate::plan::swap_placements::Placements;
 use crate::plan::swap_release::Releases;
-use stream_order::{CopyStream, StreamOrder};
+use stream_order::{CopyStream, StreamOrder, Waiter};
 
 pub use eager::{launch_eager, EagerKernel};
 pub use profile::{Anchor, RunProfile};
@@ -82,6 +83,12 @@ pub struct RunCounters {
     /// records, waits for copies and collectives, the waits' timing events (`GKRT_EXEC_ELIDE`
     /// lowers it; profiling stamps and the pool's own markers are not counted).
     pub compute_syncs: u64,
+    /// Events the executor queried to give back blocks pending on copies (`poll.rs`).
+    pub events_polled: u64,
+    /// Waits the copy streams queued for other copies' events, and those left out as implied
+    /// (`stream_order.rs`; the waits for the compute marker are not counted).
+    pub copy_waits: u64,
+    pub copy_waits_elided: u64,
     /// Compute-stream records and waits left out because the streams' order implied them
     /// (`stream_order.rs`): with them, `compute_syncs` is what the run queues with elision off.
     pub syncs_elided: u64,
@@ -142,6 +149,8 @@ pub struct Executor<'a> {
     syncs_since_launch: u32,
     /// Scratch for sets of events waited for together.
     scratch_events: Vec<EventId>,
+    /// The executor, not the pool, polls the copies' events, oldest first (`poll.rs`).
+    poll_in_order: bool,
 }
 
 /// What an executor works on: the runtime's device, streams and pools, one graph's program and
@@ -165,6 +174,12 @@ pub struct ExecTarget<'a> {
     pub releases: Option<&'a Releases>,
     /// Leave out the syncs the streams' order implies (`stream_order.rs`, `GKRT_EXEC_ELIDE`).
     pub elide_syncs: bool,
+    /// The executor polls the copies' events oldest first, the pool holding its events
+    /// (`poll.rs`, `GKRT_EXEC_POLL_IN_ORDER`); the caller set `Pool::hold_events`.
+    pub poll_in_order: bool,
+    /// Every copy the graph's earlier runs queued has completed (they ended with the streams
+    /// synchronised: a swapping graph's runs are synchronous), so no wait for one is needed.
+    pub earlier_copies_done: bool,
 }
 
 impl<'a> Executor<'a> {
@@ -211,11 +226,12 @@ impl<'a> Executor<'a> {
             collective_events: target.collective_events,
             comm_busy: Vec::new(),
             group_blocks: vec![None; target.program.fused.len()],
-            order: StreamOrder::new(target.elide_syncs),
+            order: StreamOrder::new(target.elide_syncs, target.earlier_copies_done),
             wait_group_open: false,
             began: std::time::Instant::now(),
             syncs_since_launch: 0,
             scratch_events: Vec::new(),
+            poll_in_order: target.poll_in_order,
         }
     }
 
@@ -436,7 +452,7 @@ impl<'a> Executor<'a> {
                     return Ok(self.pinned.free(&backing, slot)?);
                 }
                 if let Some(ci) = copied_in {
-                    self.device.stream_wait_event(self.streams.copy_out, ci)?;
+                    self.copy_waits(Waiter::CopyOut, ci, true)?;
                 }
                 let event = self.event_of(t, false)?;
                 self.device.record_event(event, self.streams.copy_out)?;

@@ -30,6 +30,14 @@ pub(super) enum CopyStream {
     Out = 1,
 }
 
+/// A stream that waits for copies: the compute stream or a copy stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Waiter {
+    Compute = 0,
+    CopyIn = 1,
+    CopyOut = 2,
+}
+
 #[derive(Debug)]
 pub(super) struct StreamOrder {
     on: bool,
@@ -37,26 +45,33 @@ pub(super) struct StreamOrder {
     recorded: [u64; 2],
     /// Per event: the copy stream and number of its last record this run.
     seq: HashMap<EventId, (CopyStream, u64)>,
-    /// Per copy stream: the newest record the compute stream has waited for (0: none).
-    compute_waited: [u64; 2],
+    /// Per waiting stream and copy stream: the newest record it has waited for (0: none).
+    waited: [[u64; 2]; 3],
+    /// Every copy event recorded before this run has completed (the graph's runs end with its
+    /// streams synchronised): a wait for one adds nothing.
+    earlier_done: bool,
     /// Records of the compute marker this run; whether compute work was queued since the last.
     marker_records: u64,
     compute_dirty: bool,
     /// Per copy stream: the marker record it last waited for (0: none this run).
     copy_waited_marker: [u64; 2],
+    /// Per copy stream: the newest record seen complete (every older one is complete too).
+    seen_done: [u64; 2],
 }
 
 impl StreamOrder {
-    pub(super) fn new(on: bool) -> StreamOrder {
+    pub(super) fn new(on: bool, earlier_done: bool) -> StreamOrder {
         StreamOrder {
             on,
             recorded: [0; 2],
             seq: HashMap::new(),
-            compute_waited: [0; 2],
+            waited: [[0; 2]; 3],
+            earlier_done,
             marker_records: 0,
             // The compute stream may hold anything when a run begins.
             compute_dirty: true,
             copy_waited_marker: [0; 2],
+            seen_done: [0; 2],
         }
     }
 
@@ -75,20 +90,41 @@ impl StreamOrder {
     /// True when the compute stream has waited already for a record on the same copy stream at
     /// least as new as `event`'s last one: waiting for it adds nothing.
     pub(super) fn compute_has_waited(&self, event: EventId) -> bool {
-        self.on
-            && self
-                .seq
-                .get(&event)
-                .is_some_and(|&(s, k)| k <= self.compute_waited[s as usize])
+        self.has_waited(Waiter::Compute, event, false)
+    }
+
+    /// True when a wait of `waiter` for `event` adds nothing: it waited for a record on the same
+    /// copy stream at least as new already, or `event` was last recorded on `waiter`'s own copy
+    /// stream (which runs in order), or — `copy_event`: it is a tensor's copy event — it was
+    /// not recorded this run and every earlier copy has completed.
+    pub(super) fn has_waited(&self, waiter: Waiter, event: EventId, copy_event: bool) -> bool {
+        if !self.on {
+            return false;
+        }
+        match self.seq.get(&event) {
+            Some(&(s, k)) => {
+                let own = matches!(
+                    (waiter, s),
+                    (Waiter::CopyIn, CopyStream::In) | (Waiter::CopyOut, CopyStream::Out)
+                );
+                own || k <= self.waited[waiter as usize][s as usize]
+            }
+            None => copy_event && self.earlier_done,
+        }
     }
 
     /// The compute stream waits for `event` from now on.
     pub(super) fn compute_waits(&mut self, event: EventId) {
+        self.waits(Waiter::Compute, event);
+        self.compute_dirty = true;
+    }
+
+    /// `waiter` waits for `event` from now on.
+    pub(super) fn waits(&mut self, waiter: Waiter, event: EventId) {
         if let Some(&(s, k)) = self.seq.get(&event) {
-            let w = &mut self.compute_waited[s as usize];
+            let w = &mut self.waited[waiter as usize][s as usize];
             *w = (*w).max(k);
         }
-        self.compute_dirty = true;
     }
 
     /// Work (a kernel, a wait) was queued on the compute stream.
@@ -116,6 +152,26 @@ impl StreamOrder {
         self.copy_waited_marker[stream as usize] = self.marker_records;
     }
 
+    /// The copy stream and number of `event`'s last record this run, if one was reported.
+    pub(super) fn copy_record(&self, event: EventId) -> Option<(CopyStream, u64)> {
+        self.seq.get(&event).copied()
+    }
+
+    /// Whether `event`'s last record is at most as new as one seen complete on its stream.
+    pub(super) fn known_done(&self, event: EventId) -> bool {
+        self.seq
+            .get(&event)
+            .is_some_and(|&(s, k)| k <= self.seen_done[s as usize])
+    }
+
+    /// `event` was seen complete: so is every older record on its copy stream.
+    pub(super) fn saw_done(&mut self, event: EventId) {
+        if let Some(&(s, k)) = self.seq.get(&event) {
+            let d = &mut self.seen_done[s as usize];
+            *d = (*d).max(k);
+        }
+    }
+
     /// Sorts `events` so that the newest record of each copy stream comes first (unknown
     /// events after them, in their order): waited for in this order, the older ones on a
     /// stream are implied by the first.
@@ -136,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_wait_for_a_copy_implies_every_earlier_copy_on_its_stream_only() {
-        let mut o = StreamOrder::new(true);
+        let mut o = StreamOrder::new(true, false);
         let (a, b, c) = (EventId(1), EventId(2), EventId(3));
         o.recorded(a, CopyStream::Out);
         o.recorded(c, CopyStream::In);
@@ -159,8 +215,58 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_seen_done_implies_the_older_ones_on_its_stream() {
+        let mut o = StreamOrder::new(false, true);
+        let (a, b, c) = (EventId(1), EventId(2), EventId(3));
+        o.recorded(a, CopyStream::Out);
+        o.recorded(c, CopyStream::In);
+        o.recorded(b, CopyStream::Out);
+        assert_eq!(o.copy_record(b), Some((CopyStream::Out, 2)));
+        assert_eq!(o.copy_record(EventId(9)), None);
+        o.saw_done(b);
+        assert!(o.known_done(a) && o.known_done(b));
+        assert!(!o.known_done(c), "another stream");
+        o.recorded(a, CopyStream::Out);
+        assert!(!o.known_done(a), "recorded again since");
+    }
+
+    #[test]
+    fn copy_streams_wait_once_per_record_and_never_for_earlier_runs_when_settled() {
+        let mut o = StreamOrder::new(true, true);
+        let (a, b, c) = (EventId(1), EventId(2), EventId(3));
+        o.recorded(a, CopyStream::Out);
+        o.recorded(b, CopyStream::Out);
+        o.recorded(c, CopyStream::In);
+        assert!(!o.has_waited(Waiter::CopyIn, a, true));
+        o.waits(Waiter::CopyIn, b);
+        assert!(
+            o.has_waited(Waiter::CopyIn, a, true),
+            "older on the same stream"
+        );
+        assert!(!o.has_waited(Waiter::Compute, a, true), "another waiter");
+        assert!(
+            o.has_waited(Waiter::CopyIn, c, true),
+            "its own stream runs in order"
+        );
+        assert!(!o.has_waited(Waiter::CopyOut, c, true));
+        let earlier = EventId(7);
+        assert!(
+            o.has_waited(Waiter::CopyOut, earlier, true),
+            "an earlier run's copy"
+        );
+        assert!(
+            !o.has_waited(Waiter::CopyOut, earlier, false),
+            "not a copy event"
+        );
+        let unsettled = StreamOrder::new(true, false);
+        assert!(!unsettled.has_waited(Waiter::Compute, earlier, true));
+        let off = StreamOrder::new(false, true);
+        assert!(!off.has_waited(Waiter::CopyIn, earlier, true));
+    }
+
+    #[test]
     fn the_marker_is_recorded_again_only_after_compute_work() {
-        let mut o = StreamOrder::new(true);
+        let mut o = StreamOrder::new(true, false);
         assert!(o.marker_stale(), "a run starts with unknown compute work");
         o.marker_recorded();
         assert!(!o.marker_stale());
@@ -178,7 +284,7 @@ mod tests {
 
     #[test]
     fn off_every_sync_is_made() {
-        let mut o = StreamOrder::new(false);
+        let mut o = StreamOrder::new(false, true);
         o.recorded(EventId(1), CopyStream::In);
         o.compute_waits(EventId(1));
         assert!(!o.compute_has_waited(EventId(1)));

@@ -27,6 +27,7 @@
 //! | `GKRT_SWAP_PLACEMENTS` | `1`: a swapping graph's runs take the ranges the plan's dry run placed each block in (`plan::swap_placements`), waiting for the copy-outs still reading them, and the timeline model charges those waits; `0`: the pool places every block. An experiment knob (slower on the H200: session 11, run 2). Read at finalize | 0 |
 //! | `GKRT_SWAP_RELEASE` | `1`: once a swapping graph's plan is tuned, its candidates are fitted with each copy-out's block pending until the timeline model's end of the copy (`plan::swap_release`: steady runs of the pool's dry run that map no page and never wait for the device), and its runs give those blocks back at the same steps (the compute stream waiting for the copy), so the pool places every block where the dry run did; turns `GKRT_SWAP_PLACEMENTS` off. `0`: blocks stay pending until taken (the plan fitted with copy-outs' blocks free at once). On by default since session 12 (the H200: GPT-2 medium at ⅓ 1.186 and 1.202 of its unconstrained step against 1.328 and 1.301, small no worse, the swap chain's goals still met). Read at finalize | 1 |
 //! | `GKRT_EXEC_ELIDE` | `1`: a graph's runs leave out the compute-stream records and waits the streams' order already implies (`exec/stream_order.rs`: the marker recorded again only after compute work, a copy stream waiting for a marker record once, a wait for a copy left out when a newer copy of the same stream was waited for, consecutive waits timed by one pair of events); `0`: one marker record per copy and one timed wait per event, as before. Results are the same bits either way. Read at finalize | 1 |
+//! | `GKRT_EXEC_POLL_IN_ORDER` | `1`: a swapping graph's runs without a release schedule give back blocks pending on copy-outs by the executor's polling, oldest copy first, stopping at the first still running (`exec/poll.rs`; the pool holds its events); `0`: the pool polls every pending event before every allocation, as before. Read at finalize | 1 |
 //!
 //! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
 //! not parse are ignored with a warning. `GKRT_DEVICE`, `GKRT_POOL_VMM` and `GKRT_HOST_JITTER_US`
@@ -189,6 +190,20 @@ pub(crate) fn exec_elide() -> bool {
         Some("0") => false,
         Some(v) => {
             log::warn!("ignoring GKRT_EXEC_ELIDE='{v}' (not 0 or 1)");
+            true
+        }
+    }
+}
+
+/// `GKRT_EXEC_POLL_IN_ORDER`: whether a swapping graph's runs without a release schedule poll
+/// the copies' events oldest first in the executor (`exec/poll.rs`); on unless `0` (anything else
+/// but `1` is ignored with a warning).
+pub(crate) fn exec_poll_in_order() -> bool {
+    match var("GKRT_EXEC_POLL_IN_ORDER").as_deref().map(str::trim) {
+        None | Some("1") => true,
+        Some("0") => false,
+        Some(v) => {
+            log::warn!("ignoring GKRT_EXEC_POLL_IN_ORDER='{v}' (not 0 or 1)");
             true
         }
     }

@@ -377,7 +377,10 @@ impl RuntimeGraph {
     /// and waited for the device `b` times), `host` (node, the host's time in ms from the run's
     /// start when its launch was queued, the compute-stream syncs queued since the previous
     /// node's), `syncs` (0, the run's compute-stream syncs queued and those left out as
-    /// implied: `GKRT_EXEC_ELIDE`). Once the plan was tuned, the prediction for it
+    /// implied: `GKRT_EXEC_ELIDE`), `polled` (0, the events the executor queried to give back
+    /// blocks pending on copies: `GKRT_EXEC_POLL_IN_ORDER`), `copy_waits` (0, the copy streams'
+    /// waits for other copies queued and left out as implied). Once the plan was tuned, the
+    /// prediction for it
     /// too: `pred` (node, modelled start and end), `pred_step` (0, modelled step and compute
     /// waits in ms), `pred_pool` (as `pool`, from the pool's dry run).
     pub(super) fn write_timeline(
@@ -420,6 +423,9 @@ impl RuntimeGraph {
         }
         let (syncs, elided) = self.last_syncs;
         text += &format!("{run},syncs,0,{syncs},{elided}\n");
+        text += &format!("{run},polled,0,{},0\n", self.last_polled);
+        let (waits, elided) = self.last_copy_waits;
+        text += &format!("{run},copy_waits,0,{waits},{elided}\n");
         if let Some(p) = &self.swap_prediction {
             text += &prediction_rows(run, p, self.graph.nodes().len());
         }

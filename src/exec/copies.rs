@@ -409,7 +409,12 @@ impl Executor<'_> {
         match self.mem[t as usize].event(incoming) {
             Some(e) => Ok(e),
             None => {
-                let e = self.device.create_event()?;
+                // Only waited for and queried: without timing when syncs are lightened.
+                let e = if self.order.on() {
+                    self.device.create_sync_event()?
+                } else {
+                    self.device.create_event()?
+                };
                 self.mem[t as usize].set_event(incoming, e);
                 Ok(e)
             }

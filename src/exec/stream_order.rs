@@ -14,7 +14,8 @@
 //!   for every earlier one on that stream. Sets of waits (the blocks a release schedule gives
 //!   back before one step, every pending block taken back) wait for the newest first.
 //! - **timing pairs.** Consecutive waits share one pair of timing events (for the copy-wait
-//!   statistic) instead of one pair each.
+//!   statistic) instead of one pair each; the events only waited for (the tensors' copy events,
+//!   the marker) are made without timing (`Device::create_sync_event`).
 //!
 //! Only events whose last record this run is known are judged (the tensors' copy events,
 //! numbered as they are recorded); any other event is waited for as before. Results are the

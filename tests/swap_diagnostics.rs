@@ -1,6 +1,7 @@
 //! What a swapping graph's runs tell whoever checks the swap plan against the device, and the
-//! budget knob for experiments: `GKRT_SWAP_TIMELINE`'s rows (nodes, copies, rebuilds, and the
-//! tuned plan's prediction beside them) and `GKRT_SWAP_BUDGET_PERMILLE`. One test in its own
+//! budget knob for experiments: `GKRT_SWAP_TIMELINE`'s rows (nodes, copies, rebuilds, the host's
+//! time of each launch and the run's compute-stream syncs, and the tuned plan's prediction beside
+//! them) and `GKRT_SWAP_BUDGET_PERMILLE`. One test in its own
 //! process: the timeline's variable is read once per process, and both are set before any
 //! runtime exists.
 
@@ -125,6 +126,22 @@ fn the_timeline_has_the_prediction_and_the_budget_knob_keeps_headroom() {
     assert_eq!(runs.len(), 4, "{text}");
     for (run, kinds) in &runs {
         assert_eq!(kinds["node"].len() as u64, nodes, "run {run}");
+        // The host's time as each node was queued, in node order, and the run's syncs.
+        let host = &kinds["host"];
+        assert_eq!(host.len() as u64, nodes, "run {run}");
+        for (i, w) in host.windows(2).enumerate() {
+            assert_eq!(w[0][0] as usize, i, "run {run}: {w:?}");
+            assert!(w[1][1] >= w[0][1] && w[0][1] >= 0.0, "run {run}: {w:?}");
+        }
+        let syncs = &kinds["syncs"];
+        assert_eq!(syncs.len(), 1, "run {run}");
+        assert_eq!(kinds["polled"].len(), 1, "run {run}");
+        assert_eq!(kinds["copy_waits"].len(), 1, "run {run}");
+        let between: f64 = host.iter().map(|h| h[2]).sum();
+        assert!(
+            syncs[0][1] > 0.0 && between <= syncs[0][1],
+            "run {run}: {syncs:?}, {between} between launches"
+        );
         // The first two runs are timed before the plan is tuned: no prediction yet; later
         // runs have one, with every node and a positive step.
         if *run <= 2 {

@@ -77,6 +77,17 @@
 #           'pool:' line in timeline.py's summary is absent when it mapped 0 pages and waited 0 times.
 #           GPT2SWAP_NORELEASE=1 also runs --recompute 2 with GKRT_SWAP_RELEASE=0 (the plan fitted
 #           with blocks free at once, the behaviour before): files get _r0.
+#           GPT2SWAP_NOELIDE=1 also runs --recompute 2 with GKRT_EXEC_ELIDE=0 (every compute-stream
+#           marker record and wait, each wait timed by its own pair of events, as before session 13):
+#           files get _e0. timeline.py's 'host:' line (the host's time per launch, the nodes the
+#           device started as soon as the host queued them, the syncs between launches) and
+#           'syncs:' line (records and waits queued on the compute stream, and left out) compare
+#           the two; its waits name 'the host queued the node late' and 'a copy-out ending in the
+#           gap' (a release schedule's wait) apart from 'nothing seen'.
+#           GPT2SWAP_NOPOLL=1 also runs --recompute 2 with GKRT_SWAP_RELEASE=0 and
+#           GKRT_EXEC_POLL_IN_ORDER=0 (the pool polling every pending copy-out's event before every
+#           allocation, as before session 13): files get _q0; set GPT2SWAP_NORELEASE=1 too for
+#           the same plan fit polled in order (_r0), its side by side.
 #           A swapping graph picks its plan after two timed runs (the warm node times): the
 #           timed run's steps 3 and 4 carry the prediction.
 #           Limited runs log at level 3: the 'swap plan tuned' line gives the chosen policy and the
@@ -606,16 +617,18 @@ run_gpt2swap() {
     [ "${GPT2SWAP_NOREFINE:-0}" = 1 ] && runs="$runs 2_nr"
     [ "${GPT2SWAP_NORELEASE:-0}" = 1 ] && runs="$runs 2_r0"
     [ "${GPT2SWAP_NOPRUNE:-0}" = 1 ] && runs="$runs 2_np"
+    [ "${GPT2SWAP_NOELIDE:-0}" = 1 ] && runs="$runs 2_e0"
+    [ "${GPT2SWAP_NOPOLL:-0}" = 1 ] && runs="$runs 2_q0"
     for r in $runs; do
-      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1 prune=1
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1 prune=1 elide=1 poll=1
       case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 release=0 ;; *_nr) refine=0 ;; *_r0) release=0 ;;
-        *_np) prune=0 ;; esac
+        *_np) prune=0 ;; *_e0) elide=0 ;; *_q0) release=0 poll=0 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.
       local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget
         GKRT_POOL_PENDING_BEST_FIT=$pending GKRT_SWAP_PLACEMENTS=$placements GKRT_SWAP_REFINE=$refine
-        GKRT_SWAP_RELEASE=$release GKRT_SWAP_PRUNE_LINKS=$prune)
+        GKRT_SWAP_RELEASE=$release GKRT_SWAP_PRUNE_LINKS=$prune GKRT_EXEC_ELIDE=$elide GKRT_EXEC_POLL_IN_ORDER=$poll)
       "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
         --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
       "${run_it[@]}" GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]/--steps $steps/--steps 4} \
@@ -623,11 +636,11 @@ run_gpt2swap() {
       grep -E 'RESULT|SWAPSTATS|swap plan|placed where|GKRT_SWAP_RELEASE' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release prune $prune: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release prune $prune elide $elide poll $poll: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
       local bopt=()
       [ -f "$base_tl" ] && bopt=(--base "$base_tl")
-      [ -f "$tl" ] && python3 scripts/gpu/timeline.py "$tl" "${bopt[@]}" >"${tl%.csv}.txt" 2>&1 && tail -5 "${tl%.csv}.txt"
+      [ -f "$tl" ] && python3 scripts/gpu/timeline.py "$tl" "${bopt[@]}" >"${tl%.csv}.txt" 2>&1 && tail -8 "${tl%.csv}.txt"
     done
   done
 }

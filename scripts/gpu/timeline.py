@@ -6,9 +6,16 @@ node|in|out, node index or copy bytes, start ms, end ms, from the run's first no
 The CSV's other kinds (see RuntimeGraph::write_timeline): `re` rebuilds (node run again, start,
 end), `pool` (node, pages the pool mapped and its waits for the device before that node's launch),
 and once the plan was tuned the timeline model's prediction for it: `pred_step`, `pred` (per node
-modelled start and end), `pred_pool` (the pool's dry run). For those it also prints: rebuilds' busy
-time, the waits between nodes split by what filled or explains them (a rebuild, pool page moves
-before the node, a copy-in ending in the gap, nothing seen), the pool's maps and waits measured
+modelled start and end), `pred_pool` (the pool's dry run), `host` (node, the host's ms from the
+run's start when it queued the node's launch, the compute-stream syncs queued since the previous
+launch), `syncs` (the run's compute-stream syncs queued and left out as implied,
+GKRT_EXEC_ELIDE), `polled` (copy events the executor queried, GKRT_EXEC_POLL_IN_ORDER) and
+`copy_waits` (the copy streams' waits for other copies, queued and left out). For those it also
+prints: rebuilds' busy time, the waits between nodes split by
+what filled or explains them (a rebuild, pool page moves before the node, the host queueing the
+node late — it started within HOST_LATE_MS of being queued, by the host rows —, a copy-in ending
+in the gap, a copy-out ending in the gap — a release schedule's wait —, nothing seen), the host's
+time per node and the syncs between nodes, the pool's maps and waits measured
 against the dry run's, and the predicted step beside the measured one with the nodes where the
 measured timeline fell behind the prediction the most (the model's largest errors).
 
@@ -26,6 +33,10 @@ time inside the step and the largest idle stretches, and per-copy bandwidth.
 """
 import sys
 from collections import defaultdict
+
+# A node the device started within this long of the host queueing it waited for the host
+# (the device's start less the host's queueing time, less the smallest such offset of the run).
+HOST_LATE_MS = 0.03
 
 
 def union(intervals):
@@ -86,11 +97,24 @@ def report(graph, rows, top):
               f"median {rates[len(rates) // 2]:.1f}")
         print("  largest idle: " + ", ".join(
             f"{w:.2f} ms at {t:.2f} (node {node_at(nodes, t)})" for w, t in idle[:top]))
-    gaps_by_cause(nodes, rows, copies["in"], top)
+    gaps_by_cause(nodes, rows, copies, top)
+    host_summary(nodes, rows)
     prediction(nodes, rows, top)
 
 
-def gaps_by_cause(nodes, rows, copies_in, top):
+def host_lead(nodes, rows):
+    """Per node with a host row: how long before the device started it the host had queued it
+    (ms; the smallest device-start less host-time offset of the run taken as the launch latency)."""
+    host = {int(k): a for kind, k, a, _ in rows if kind == "host"}
+    start = {n: a for n, a, _ in nodes}
+    both = [n for n in host if n in start]
+    if not both:
+        return {}
+    offset = min(start[n] - host[n] for n in both)
+    return {n: start[n] - host[n] - offset for n in both}
+
+
+def gaps_by_cause(nodes, rows, copies, top):
     """The waits between consecutive nodes, less the rebuilds run in them, by cause."""
     rebuilds = [(a, b) for kind, _, a, b in rows if kind == "re"]
     pool = defaultdict(lambda: [0, 0])
@@ -98,6 +122,7 @@ def gaps_by_cause(nodes, rows, copies_in, top):
         if kind == "pool":
             pool[int(k)][0] += int(a)
             pool[int(k)][1] += int(b)
+    lead = host_lead(nodes, rows)
     causes = defaultdict(float)
     rebuilt = 0.0
     for j in range(1, len(nodes)):
@@ -107,10 +132,15 @@ def gaps_by_cause(nodes, rows, copies_in, top):
         inside = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in rebuilds)
         rebuilt += inside
         rest = hi - lo - inside
+        ends_in = lambda cs: any(lo - 0.02 <= b <= hi + 0.02 for _, _, b in cs)
         if n in pool:
             causes["pool page moves before the node"] += rest
-        elif any(lo - 0.02 <= b <= hi + 0.02 for _, _, b in copies_in):
+        elif n in lead and lead[n] < HOST_LATE_MS:
+            causes["the host queued the node late"] += rest
+        elif ends_in(copies["in"]):
             causes["a copy-in ending in the gap"] += rest
+        elif ends_in(copies["out"]):
+            causes["a copy-out ending in the gap"] += rest
         else:
             causes["nothing seen (launch, host)"] += rest
     busy = sum(b - a for a, b in rebuilds)
@@ -125,6 +155,33 @@ def gaps_by_cause(nodes, rows, copies_in, top):
         big = sorted(pool.items(), key=lambda kv: -kv[1][0])[:top]
         print(f"pool: {maps} pages mapped, {waits} waits for the device; most before nodes "
               + ", ".join(f"{n} ({m} maps, {w} waits)" for n, (m, w) in big))
+
+
+def host_summary(nodes, rows):
+    """The host's time between launches, how often it was late, the syncs between nodes."""
+    host = sorted((a, int(k), int(b)) for kind, k, a, b in rows if kind == "host")
+    if len(host) < 2:
+        return
+    per = sorted(host[i][0] - host[i - 1][0] for i in range(1, len(host)))
+    lead = host_lead(nodes, rows)
+    late = sorted(n for n, d in lead.items() if d < HOST_LATE_MS)
+    syncs = [s for _, _, s in host]
+    print(f"host: queued {len(host)} nodes in {host[-1][0] - host[0][0]:.2f} ms; per node median "
+          f"{per[len(per) // 2] * 1e3:.1f} us, p90 {per[int(0.9 * (len(per) - 1))] * 1e3:.1f} us, "
+          f"max {per[-1] * 1e3:.1f} us; {len(late)} nodes started within {HOST_LATE_MS} ms of being "
+          f"queued (the device waited for the host)"
+          + (f", first {late[:8]}" if late else "")
+          + f"; compute-stream syncs between launches: {sum(syncs)} ({sum(syncs) / len(syncs):.2f} a node)")
+    total = [(int(a), int(b)) for kind, _, a, b in rows if kind == "syncs"]
+    polled = [int(a) for kind, _, a, _ in rows if kind == "polled"]
+    copy_waits = [(int(a), int(b)) for kind, _, a, b in rows if kind == "copy_waits"]
+    if total:
+        print(f"syncs: the run queued {total[0][0]} records and waits on the compute stream and left "
+              f"out {total[0][1]} as implied (GKRT_EXEC_ELIDE)"
+              + (f"; the executor queried {polled[0]} copy events (GKRT_EXEC_POLL_IN_ORDER; 0: a "
+                 f"release schedule, or the pool polled)" if polled else "")
+              + (f"; the copy streams waited {copy_waits[0][0]} times for other copies and left out "
+                 f"{copy_waits[0][1]} such waits" if copy_waits else ""))
 
 
 def prediction(nodes, rows, top):
@@ -160,13 +217,14 @@ def prediction(nodes, rows, top):
 def read(path):
     """Per graph (a new one where the run number goes back), per run, its rows."""
     graphs, prev = [], None
-    for line in open(path):
-        run, kind, k, a, b = line.strip().split(",")
-        run = int(run)
-        if prev is None or run < prev:
-            graphs.append(defaultdict(list))
-        graphs[-1][run].append((kind, k, float(a), float(b)))
-        prev = run
+    with open(path) as f:
+        for line in f:
+            run, kind, k, a, b = line.strip().split(",")
+            run = int(run)
+            if prev is None or run < prev:
+                graphs.append(defaultdict(list))
+            graphs[-1][run].append((kind, k, float(a), float(b)))
+            prev = run
     return graphs
 
 

@@ -258,6 +258,13 @@ pub trait Device: Send + Sync {
     /// raised there since the last synchronisation (and clears it).
     fn stream_synchronize(&self, stream: StreamId) -> DeviceResult<()>;
     fn create_event(&self) -> DeviceResult<EventId>;
+    /// An event only ever waited for, queried or synchronised on, never timed
+    /// (`event_elapsed_ms` may fail on it): CUDA creates it without timing
+    /// (`CU_EVENT_DISABLE_TIMING`, the flag NVIDIA recommends for events used with
+    /// `cuStreamWaitEvent` and `cuEventQuery`). Other backends: a plain event.
+    fn create_sync_event(&self) -> DeviceResult<EventId> {
+        self.create_event()
+    }
     fn destroy_event(&self, event: EventId) -> DeviceResult<()>;
     /// Captures the work queued on `stream` so far; the event completes when it has run.
     fn record_event(&self, event: EventId, stream: StreamId) -> DeviceResult<()>;

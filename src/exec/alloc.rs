@@ -222,6 +222,7 @@ impl Executor<'_> {
     /// placement, or it is taken (counted in `misplaced`); allocate as the pool chooses.
     pub(super) fn take_placed(&mut self, buf: Buf, bytes: u64, step: usize) -> Option<DevPtr> {
         let at = self.placements?.get(step, buf)?;
+        self.poll_copies();
         self.placed_events.clear();
         let backing = DeviceBacking(self.device);
         let stream = self.streams.compute;
@@ -274,6 +275,7 @@ impl Executor<'_> {
     /// all of them; only then lets the pool wait for the device to move pages, then evicts the
     /// resident tensor used farthest in the future, and retries.
     pub(super) fn alloc(&mut self, graph: &Graph, bytes: u64) -> Result<DevPtr> {
+        self.poll_copies();
         let backing = DeviceBacking(self.device);
         if let Some((ptr, event)) =
             self.pool

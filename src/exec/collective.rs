@@ -40,6 +40,8 @@ impl Executor<'_> {
         }
         let (compute, comm_stream) = (self.streams.compute, self.streams.comm);
         self.device.record_event(self.streams.marker, compute)?;
+        self.order.marker_recorded();
+        self.synced_compute();
         self.device
             .stream_wait_event(comm_stream, self.streams.marker)?;
         // A profiled run times the call on the communication stream (the trace's
@@ -70,6 +72,8 @@ impl Executor<'_> {
             return Err(Error::Internal(format!("collective node {n} has no event")));
         };
         self.device.stream_wait_event(self.streams.compute, event)?;
+        self.order.compute_queued();
+        self.synced_compute();
         if let Some(p) = self.profile.as_deref_mut() {
             p.compute_queued();
         }

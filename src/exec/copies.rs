@@ -1,6 +1,7 @@
 //! Swap copies: moving a tensor between its device block and its pinned host slot, ordered by
 //! events only (no host waits, no whole-device synchronisation).
 
+use super::stream_order::{CopyStream, Waiter};
 use super::{Anchor, Executor};
 use crate::device::{EventId, StreamId};
 use crate::error::{Error, Result};
@@ -56,6 +57,7 @@ impl Executor<'_> {
     /// pages however it must (`Executor::alloc`'s order).
     fn alloc_without_evicting(&mut self, bytes: u64) -> Result<Option<(u64, Option<EventId>)>> {
         use crate::memory::pool::PoolError::OutOfMemory;
+        self.poll_copies();
         self.counters.pool_allocs += 1;
         match self.pool_alloc(bytes, false) {
             Ok(ptr) => return Ok(Some((ptr, None))),
@@ -108,8 +110,7 @@ impl Executor<'_> {
         } else if let Some(ptr) = self.take_placed(Buf::Tensor(t), tensor.size, step) {
             // The copy waits for the copies out of the range it takes, not compute.
             for i in 0..self.placed_events.len() {
-                self.device
-                    .stream_wait_event(copy_in, self.placed_events[i])?;
+                self.copy_waits(Waiter::CopyIn, self.placed_events[i], false)?;
             }
             (ptr, None)
         } else {
@@ -126,12 +127,12 @@ impl Executor<'_> {
         self.pool.note_live(Action::SwapIn, ptr);
         // The block's previous users are on the compute stream, or the copy-out still reading
         // it; the source is written by the tensor's own copy-out, if one is still in flight.
-        self.copy_stream_waits_compute(copy_in)?;
+        self.copy_stream_waits_compute(copy_in, CopyStream::In)?;
         if let Some(event) = block_copy {
-            self.device.stream_wait_event(copy_in, event)?;
+            self.copy_waits(Waiter::CopyIn, event, false)?;
         }
         if let Some(out) = self.mem[t as usize].event(false) {
-            self.device.stream_wait_event(copy_in, out)?;
+            self.copy_waits(Waiter::CopyIn, out, true)?;
         }
         let host = self.mem[t as usize]
             .host()
@@ -146,6 +147,7 @@ impl Executor<'_> {
         self.copy_timing_end(timing, copy_in, (tensor.size, t), true)?;
         let event = self.event_of(t, true)?;
         self.device.record_event(event, copy_in)?;
+        self.order.recorded(event, CopyStream::In);
         self.mem[t as usize].copying_in(ptr);
         self.note_copy_residency(t, true);
         self.counters.bytes_in += tensor.size;
@@ -181,7 +183,7 @@ impl Executor<'_> {
         };
         let ptr = self.mem[t as usize].leave_device(true);
         let copy_out = self.streams.copy_out;
-        self.copy_stream_waits_compute(copy_out)?;
+        self.copy_stream_waits_compute(copy_out, CopyStream::Out)?;
         // A collective queued on the communication stream may still write or read it (the
         // compute stream has not waited for it yet): the copy follows the collective.
         if let Some(event) = self.comm_busy.get(t as usize).copied().flatten() {
@@ -189,7 +191,7 @@ impl Executor<'_> {
         }
         // The slot's previous contents may still be read by a copy-in.
         if let Some(prev) = self.mem[t as usize].event(true) {
-            self.device.stream_wait_event(copy_out, prev)?;
+            self.copy_waits(Waiter::CopyOut, prev, true)?;
         }
         let timing = self.copy_timing_start(copy_out)?;
         // SAFETY: the slot is this tensor's and stays allocated until its copies' events pass.
@@ -200,6 +202,7 @@ impl Executor<'_> {
         self.copy_timing_end(timing, copy_out, (tensor.size, t), false)?;
         let event = self.event_of(t, false)?;
         self.device.record_event(event, copy_out)?;
+        self.order.recorded(event, CopyStream::Out);
         self.note_copy_residency(t, false);
         if let Some(trace) = self.trace.as_deref_mut() {
             trace.push(PoolCall::Free {
@@ -216,53 +219,128 @@ impl Executor<'_> {
 
     /// Before step `step`: the blocks of the copy-outs the release schedule says have ended go
     /// back to the pool, the compute stream waiting for each copy (free when the copy is done,
-    /// as the schedule's model expects), so that the pool sees what its dry run saw.
+    /// as the schedule's model expects), so that the pool sees what its dry run saw. The waits
+    /// come first, the newest copy first (it implies the older ones: `stream_order.rs`), then
+    /// the blocks go back in the schedule's order.
     pub(super) fn release_copies(&mut self, step: usize) -> Result<()> {
         let Some(releases) = self.releases else {
             return Ok(());
         };
+        let mut events = std::mem::take(&mut self.scratch_events);
+        events.clear();
         for &t in releases.at(step) {
-            let Some(event) = self.mem[t as usize].event(false) else {
-                continue;
-            };
-            if self.pool.is_pending_on(event) {
-                self.compute_waits(event)?;
+            if let Some(event) = self.mem[t as usize].event(false) {
+                if self.pool.is_pending_on(event) {
+                    events.push(event);
+                }
+            }
+        }
+        let waited = self.compute_waits_all(&events);
+        if waited.is_ok() {
+            for &event in &events {
                 self.pool.assume_complete(event);
                 self.counters.released += 1;
             }
         }
-        Ok(())
+        self.scratch_events = events;
+        waited
     }
 
     /// Makes every block pending on a copy free again for the compute stream, which waits for
     /// those copies. False when there was none.
     pub(super) fn take_back_all_pending(&mut self) -> Result<bool> {
         let pending = self.pool.pending_events();
+        self.compute_waits_all(&pending)?;
         for &event in &pending {
-            self.compute_waits(event)?;
             self.pool.assume_complete(event);
         }
         Ok(!pending.is_empty())
     }
 
-    /// The compute stream waits for `event`, with the wait timed by a pair of events so the
-    /// runtime can report how long compute stalled on copies.
-    pub(super) fn compute_waits(&mut self, event: EventId) -> Result<()> {
-        let compute = self.streams.compute;
-        let i = self.counters.stall_pairs_used;
-        if i == self.stall_pairs.len() {
-            self.stall_pairs
-                .push((self.device.create_event()?, self.device.create_event()?));
+    /// The compute stream waits for every one of `events`: the newest copy of each stream
+    /// first, so that the others are implied.
+    fn compute_waits_all(&mut self, events: &[EventId]) -> Result<()> {
+        let mut order = events.to_vec();
+        self.order.newest_first(&mut order);
+        for event in order {
+            self.compute_waits(event)?;
         }
-        let (start, end) = self.stall_pairs[i];
-        self.counters.stall_pairs_used += 1;
+        Ok(())
+    }
+
+    /// The compute stream waits for `event`, with the wait timed by a pair of events so the
+    /// runtime can report how long compute stalled on copies (consecutive waits share a pair
+    /// when syncs are elided). A wait the streams' order implies is left out.
+    pub(super) fn compute_waits(&mut self, event: EventId) -> Result<()> {
+        if self.order.compute_has_waited(event) {
+            // (Counted as the record, wait and record it would have queued.)
+            self.counters.syncs_elided += 3;
+            return Ok(());
+        }
+        let compute = self.streams.compute;
         if let Some(p) = self.profile.as_deref_mut() {
             p.compute_queued();
         }
-        self.device.record_event(start, compute)?;
+        let shared = self.order.on();
+        if !(shared && self.wait_group_open) {
+            let i = self.counters.stall_pairs_used;
+            if i == self.stall_pairs.len() {
+                self.stall_pairs
+                    .push((self.device.create_event()?, self.device.create_event()?));
+            }
+            self.counters.stall_pairs_used += 1;
+            self.device.record_event(self.stall_pairs[i].0, compute)?;
+            self.synced_compute();
+            self.wait_group_open = true;
+        } else {
+            self.counters.syncs_elided += 2;
+        }
         self.device.stream_wait_event(compute, event)?;
-        self.device.record_event(end, compute)?;
+        self.synced_compute();
+        self.order.compute_waits(event);
+        if !shared {
+            self.close_waits()?;
+        }
         Ok(())
+    }
+
+    /// Ends the open timing pair of the waits queued since the last launch.
+    pub(super) fn close_waits(&mut self) -> Result<()> {
+        if std::mem::take(&mut self.wait_group_open) {
+            let (_, end) = self.stall_pairs[self.counters.stall_pairs_used - 1];
+            self.device.record_event(end, self.streams.compute)?;
+            self.synced_compute();
+        }
+        Ok(())
+    }
+
+    /// Copy stream `waiter` waits for `event` (a tensor's copy event when `copy_event`), unless
+    /// the streams' order implies it (`stream_order.rs`).
+    pub(super) fn copy_waits(
+        &mut self,
+        waiter: Waiter,
+        event: EventId,
+        copy_event: bool,
+    ) -> Result<()> {
+        if self.order.has_waited(waiter, event, copy_event) {
+            self.counters.copy_waits_elided += 1;
+            return Ok(());
+        }
+        let stream = match waiter {
+            Waiter::CopyIn => self.streams.copy_in,
+            Waiter::CopyOut => self.streams.copy_out,
+            Waiter::Compute => return self.compute_waits(event),
+        };
+        self.device.stream_wait_event(stream, event)?;
+        self.order.waits(waiter, event);
+        self.counters.copy_waits += 1;
+        Ok(())
+    }
+
+    /// One more record or wait queued on the compute stream (counted per run and per node).
+    pub(super) fn synced_compute(&mut self) {
+        self.counters.compute_syncs += 1;
+        self.syncs_since_launch += 1;
     }
 
     /// In a profiled run: records the start of a copy on `stream` (after its waits).
@@ -305,10 +383,24 @@ impl Executor<'_> {
         }
     }
 
-    fn copy_stream_waits_compute(&mut self, copy: StreamId) -> Result<()> {
-        self.device
-            .record_event(self.streams.marker, self.streams.compute)?;
-        self.device.stream_wait_event(copy, self.streams.marker)?;
+    /// Copy stream `copy` waits for the compute work queued so far, through the marker: recorded
+    /// again only when compute work was queued since its last record, and waited for only when
+    /// this copy stream has not waited for that record yet (`stream_order.rs`).
+    fn copy_stream_waits_compute(&mut self, copy: StreamId, which: CopyStream) -> Result<()> {
+        if self.order.marker_stale() {
+            self.device
+                .record_event(self.streams.marker, self.streams.compute)?;
+            self.order.marker_recorded();
+            self.synced_compute();
+        } else {
+            self.counters.syncs_elided += 1;
+        }
+        // (A copy stream's wait left out is not counted: `syncs_elided` counts the compute
+        // stream's.)
+        if self.order.copy_must_wait_marker(which) {
+            self.device.stream_wait_event(copy, self.streams.marker)?;
+            self.order.copy_waited_marker(which);
+        }
         Ok(())
     }
 
@@ -317,7 +409,12 @@ impl Executor<'_> {
         match self.mem[t as usize].event(incoming) {
             Some(e) => Ok(e),
             None => {
-                let e = self.device.create_event()?;
+                // Only waited for and queried: without timing when syncs are lightened.
+                let e = if self.order.on() {
+                    self.device.create_sync_event()?
+                } else {
+                    self.device.create_event()?
+                };
                 self.mem[t as usize].set_event(incoming, e);
                 Ok(e)
             }

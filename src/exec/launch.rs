@@ -38,8 +38,13 @@ impl Executor<'_> {
         let n_in = node.inputs.len();
         let n_out = node.outputs.len();
         let stream = self.streams.compute;
+        // The waits before it end their timing pair here (`compute_waits`).
+        self.close_waits()?;
         // The bytes this launch starts with (its allocations made, the last node's frees done).
         self.sample_memory();
+        if timed {
+            self.note_host_launch(n);
+        }
         let start = match self.profile.as_deref_mut() {
             Some(p) => Some(p.start_stamp(self.device, stream)?),
             None => None,
@@ -85,6 +90,7 @@ impl Executor<'_> {
                     .map_err(|e| Error::CallbackFailed(e.to_string()))?;
             }
         }
+        self.order.compute_queued();
         if let (Some(start), Some(p)) = (start, self.profile.as_deref_mut()) {
             let end = p.stamp(self.device, stream)?;
             if timed {
@@ -118,6 +124,17 @@ impl Executor<'_> {
                 pool.device_wait_count,
                 false,
             );
+        }
+    }
+
+    /// Profiled runs: the host's time as node `n`'s own launch is queued (from the executor's
+    /// start) and the compute-stream syncs queued since the previous one, for the timeline's
+    /// `host` rows: a node the device starts as soon as the host queues it waited for the host.
+    fn note_host_launch(&mut self, n: usize) {
+        let syncs = std::mem::take(&mut self.syncs_since_launch);
+        if let Some(p) = self.profile.as_deref_mut() {
+            let ns = self.began.elapsed().as_nanos() as u64;
+            p.host_launches.push((n as u32, ns, syncs));
         }
     }
 

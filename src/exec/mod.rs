@@ -19,8 +19,10 @@ mod collective;
 mod copies;
 mod eager;
 mod launch;
+mod poll;
 mod profile;
 mod store;
+mod stream_order;
 
 use crate::device::{DevPtr, Device, EventId, StreamId};
 use crate::error::{Error, Result};
@@ -31,6 +33,7 @@ use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall, Program, Step};
 use crate::plan::swap_placements::Placements;
 use crate::plan::swap_release::Releases;
+use stream_order::{CopyStream, StreamOrder, Waiter};
 
 pub use eager::{launch_eager, EagerKernel};
 pub use profile::{Anchor, RunProfile};
@@ -76,6 +79,19 @@ pub struct RunCounters {
     pub misplaced: u64,
     /// Copy-outs whose blocks the release schedule gave back while still pending.
     pub released: u64,
+    /// Records and waits the run queued on the compute stream besides its kernels: marker
+    /// records, waits for copies and collectives, the waits' timing events (`GKRT_EXEC_ELIDE`
+    /// lowers it; profiling stamps and the pool's own markers are not counted).
+    pub compute_syncs: u64,
+    /// Events the executor queried to give back blocks pending on copies (`poll.rs`).
+    pub events_polled: u64,
+    /// Waits the copy streams queued for other copies' events, and those left out as implied
+    /// (`stream_order.rs`; the waits for the compute marker are not counted).
+    pub copy_waits: u64,
+    pub copy_waits_elided: u64,
+    /// Compute-stream records and waits left out because the streams' order implied them
+    /// (`stream_order.rs`): with them, `compute_syncs` is what the run queues with elision off.
+    pub syncs_elided: u64,
 }
 
 pub struct Executor<'a> {
@@ -123,6 +139,18 @@ pub struct Executor<'a> {
     labels: u32,
     /// Per fused group (`Program::fused`): its block while the run holds it.
     group_blocks: Vec<Option<DevPtr>>,
+    /// Which syncs the streams' order already implies (`stream_order.rs`).
+    order: StreamOrder,
+    /// A timing pair's start is recorded and its end not yet: consecutive waits share it.
+    wait_group_open: bool,
+    /// When the executor was made: profiled runs record the host's time of each launch.
+    began: std::time::Instant,
+    /// Compute-stream syncs queued since the last timed launch (profiled runs record them).
+    syncs_since_launch: u32,
+    /// Scratch for sets of events waited for together.
+    scratch_events: Vec<EventId>,
+    /// The executor, not the pool, polls the copies' events, oldest first (`poll.rs`).
+    poll_in_order: bool,
 }
 
 /// What an executor works on: the runtime's device, streams and pools, one graph's program and
@@ -144,6 +172,14 @@ pub struct ExecTarget<'a> {
     /// Per step, the copy-outs whose blocks go back before it, their copies waited for
     /// (`swap_release`); `None`: blocks stay pending until taken.
     pub releases: Option<&'a Releases>,
+    /// Leave out the syncs the streams' order implies (`stream_order.rs`, `GKRT_EXEC_ELIDE`).
+    pub elide_syncs: bool,
+    /// The executor polls the copies' events oldest first, the pool holding its events
+    /// (`poll.rs`, `GKRT_EXEC_POLL_IN_ORDER`); the caller set `Pool::hold_events`.
+    pub poll_in_order: bool,
+    /// Every copy the graph's earlier runs queued has completed (they ended with the streams
+    /// synchronised: a swapping graph's runs are synchronous), so no wait for one is needed.
+    pub earlier_copies_done: bool,
 }
 
 impl<'a> Executor<'a> {
@@ -190,6 +226,12 @@ impl<'a> Executor<'a> {
             collective_events: target.collective_events,
             comm_busy: Vec::new(),
             group_blocks: vec![None; target.program.fused.len()],
+            order: StreamOrder::new(target.elide_syncs, target.earlier_copies_done),
+            wait_group_open: false,
+            began: std::time::Instant::now(),
+            syncs_since_launch: 0,
+            scratch_events: Vec::new(),
+            poll_in_order: target.poll_in_order,
         }
     }
 
@@ -239,7 +281,7 @@ impl<'a> Executor<'a> {
                 });
             }
         }
-        Ok(())
+        self.close_waits()
     }
 
     fn step(&mut self, graph: &Graph, step: Step) -> Result<()> {
@@ -410,10 +452,11 @@ impl<'a> Executor<'a> {
                     return Ok(self.pinned.free(&backing, slot)?);
                 }
                 if let Some(ci) = copied_in {
-                    self.device.stream_wait_event(self.streams.copy_out, ci)?;
+                    self.copy_waits(Waiter::CopyOut, ci, true)?;
                 }
                 let event = self.event_of(t, false)?;
                 self.device.record_event(event, self.streams.copy_out)?;
+                self.order.recorded(event, CopyStream::Out);
                 Ok(self.pinned.free_after_event(&backing, slot, event)?)
             })();
             if let Err(e) = freed {

@@ -69,6 +69,9 @@ pub struct RunProfile {
     pub residency: Vec<(u32, Anchor, bool)>,
     /// Tensors on the device (or arriving) when the run began.
     pub resident_at_start: Vec<u32>,
+    /// (node, host ns from the executor's start when its own launch was queued, compute-stream
+    /// syncs queued since the previous node's launch): where the host, not the device, was late.
+    pub host_launches: Vec<(u32, u64, u32)>,
     /// The compute stream's events, in the order recorded this run (`stamps_used` of them).
     stamps: Vec<EventId>,
     stamps_used: usize,
@@ -113,6 +116,7 @@ impl RunProfile {
         self.pool_moves.clear();
         self.residency.clear();
         self.resident_at_start.clear();
+        self.host_launches.clear();
         self.stamps_used = 0;
         self.compute_at_stamp = false;
     }

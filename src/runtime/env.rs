@@ -28,6 +28,8 @@
 //! | `GKRT_SWAP_PLACEMENTS` | `1`: a swapping graph's runs take the ranges the plan's dry run placed each block in (`plan::swap_placements`), waiting for the copy-outs still reading them, and the timeline model charges those waits; `0`: the pool places every block. An experiment knob (slower on the H200: session 11, run 2). Read at finalize | 0 |
 //! | `GKRT_SWAP_RELEASE` | `1`: once a swapping graph's plan is tuned, its candidates are fitted with each copy-out's block pending until the timeline model's end of the copy (`plan::swap_release`: steady runs of the pool's dry run that map no page and never wait for the device), and its runs give those blocks back at the same steps (the compute stream waiting for the copy), so the pool places every block where the dry run did; turns `GKRT_SWAP_PLACEMENTS` off. `0`: blocks stay pending until taken (the plan fitted with copy-outs' blocks free at once). On by default since session 12 (the H200: GPT-2 medium at ⅓ 1.186 and 1.202 of its unconstrained step against 1.328 and 1.301, small no worse, the swap chain's goals still met). Read at finalize | 1 |
 //! | `GKRT_SWAP_PRUNE_LINKS` | `1`: a swap plan no longer rebuilds a chain link whose rebuild it fed moved to an earlier reader (`plan::swap::Policy::prune_moved_links`: GPT-2's attention scores rebuilt again for nothing after their softmax output was rebuilt earlier); `0`: the planner before session 13. Read at finalize and at the tuning | 1 |
+//! | `GKRT_EXEC_ELIDE` | `1`: a graph's runs leave out the compute-stream records and waits the streams' order already implies (`exec/stream_order.rs`: the marker recorded again only after compute work, a copy stream waiting for a marker record once, a wait for a copy left out when a newer copy of the same stream was waited for, consecutive waits timed by one pair of events, a copy stream's wait for another copy left out when it waited for a newer one of that stream or an earlier run of the swapping graph made it, the tensors' copy events and the runtime's marker made without timing); `0`: one marker record per copy and one timed wait per event, every event timed, as before. Results are the same bits either way. Read at finalize (the marker: at the runtime's creation) | 1 |
+//! | `GKRT_EXEC_POLL_IN_ORDER` | `1`: a swapping graph's runs without a release schedule give back blocks pending on copy-outs by the executor's polling, oldest copy first, stopping at the first still running (`exec/poll.rs`; the pool holds its events); `0`: the pool polls every pending event before every allocation, as before. Read at finalize | 1 |
 //!
 //! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
 //! not parse are ignored with a warning. `GKRT_DEVICE`, `GKRT_POOL_VMM` and `GKRT_HOST_JITTER_US`
@@ -198,10 +200,22 @@ fn flag(name: &str, default: bool) -> bool {
     }
 }
 
+/// `GKRT_EXEC_ELIDE`: whether a graph's runs leave out the compute-stream records and waits the
+/// streams' order implies (`exec/stream_order.rs`); on unless `0`.
+pub(crate) fn exec_elide() -> bool {
+    flag("GKRT_EXEC_ELIDE", true)
+}
+
 /// `GKRT_SWAP_PRUNE_LINKS`: whether swap plans leave out the chain links a moved rebuild no
 /// longer needs (`plan::swap::Policy::prune_moved_links`); on unless `0`.
 pub(crate) fn swap_prune_links() -> bool {
     flag("GKRT_SWAP_PRUNE_LINKS", true)
+}
+
+/// `GKRT_EXEC_POLL_IN_ORDER`: whether a swapping graph's runs without a release schedule poll
+/// the copies' events oldest first in the executor (`exec/poll.rs`); on unless `0`.
+pub(crate) fn exec_poll_in_order() -> bool {
+    flag("GKRT_EXEC_POLL_IN_ORDER", true)
 }
 
 /// `GKRT_SWAP_REFINE`: whether a swapping graph's tuned plan is refined (`plan::swap_refine`);

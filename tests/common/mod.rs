@@ -3,6 +3,8 @@
 //! write or the first run, so the dry run, which starts with none, cannot match them).
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod chains;
+
 use gkrt::runtime::{
     Buf, Config, DeviceChoice, LaunchDims, MemoryMode, PoolCall, Runtime, RuntimeGraph,
 };

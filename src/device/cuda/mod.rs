@@ -465,6 +465,17 @@ impl Device for CudaDevice {
         self.events.insert(Event(e)).map(EventId)
     }
 
+    fn create_sync_event(&self) -> DeviceResult<EventId> {
+        self.bind()?;
+        let mut e: sys::CUevent = ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
+        // SAFETY: valid out-pointer.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut e, flags)
+        })?;
+        self.events.insert(Event(e)).map(EventId)
+    }
+
     fn destroy_event(&self, event: EventId) -> DeviceResult<()> {
         self.bind()?;
         let e = self.events.remove(event.0)?;

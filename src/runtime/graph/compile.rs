@@ -71,6 +71,8 @@ impl RuntimeGraph {
         let rt = Arc::clone(&self.runtime);
         // (Runs that give copy-outs' blocks back as scheduled find the dry run's placements.)
         self.releases.on = crate::runtime::env::swap_release();
+        self.elide_syncs = crate::runtime::env::exec_elide();
+        self.poll_in_order = crate::runtime::env::exec_poll_in_order();
         self.placements.on = crate::runtime::env::swap_placements() && !self.releases.on;
         let limit = rt.lock_for_call()?.pool.memory_limit();
         let (first, cap) = self.bucket_bytes;

@@ -121,6 +121,19 @@ pub struct RuntimeGraph {
     placements: placements::FollowPlacements,
     /// When a tuned swapping graph's runs give copy-outs' blocks back (`releases.rs`).
     releases: releases::ReleaseCopies,
+    /// Runs leave out the syncs the streams' order implies (`GKRT_EXEC_ELIDE`, read at
+    /// finalize; `exec/stream_order.rs`).
+    elide_syncs: bool,
+    /// The last run's compute-stream syncs queued and left out (`RunCounters`).
+    last_syncs: (u64, u64),
+    /// Swapping runs without a release schedule poll the copies' events oldest first
+    /// (`GKRT_EXEC_POLL_IN_ORDER`, read at finalize; `exec/poll.rs`), and whether this one does.
+    poll_in_order: bool,
+    polling_in_order: bool,
+    /// The events the last run's executor queried for that (`RunCounters::events_polled`).
+    last_polled: u64,
+    /// The last run's copy-stream waits queued and left out (`RunCounters::copy_waits`).
+    last_copy_waits: (u64, u64),
 }
 
 impl RuntimeGraph {
@@ -175,6 +188,12 @@ impl RuntimeGraph {
             trace_mark: None,
             placements: placements::FollowPlacements::default(),
             releases: releases::ReleaseCopies::default(),
+            elide_syncs: true,
+            last_syncs: (0, 0),
+            poll_in_order: true,
+            polling_in_order: false,
+            last_polled: 0,
+            last_copy_waits: (0, 0),
         }
     }
 
@@ -234,6 +253,39 @@ impl RuntimeGraph {
 
     /// How often the last run left its program's order (the fallback: evictions, a batch taken
     /// again, deferred returns); 0 means it made exactly the program's pool calls.
+    /// Whether runs leave out the compute-stream records and waits the streams' order implies
+    /// (`exec/stream_order.rs`; `GKRT_EXEC_ELIDE` at finalize, on by default): for tests and
+    /// side-by-side measurements. Results are the same bits either way.
+    pub fn elide_implied_syncs(&mut self, on: bool) {
+        self.elide_syncs = on;
+    }
+
+    /// The last run's records and waits queued on the compute stream besides its kernels, and
+    /// those left out as implied (`RunCounters::compute_syncs`, `syncs_elided`).
+    pub fn last_run_syncs(&self) -> (u64, u64) {
+        self.last_syncs
+    }
+
+    /// The last run's waits on the copy streams for other copies, queued and left out as
+    /// implied (`RunCounters::copy_waits`, `copy_waits_elided`).
+    pub fn last_run_copy_waits(&self) -> (u64, u64) {
+        self.last_copy_waits
+    }
+
+    /// Whether swapping runs without a release schedule poll the copies' events oldest first
+    /// and stop at the first still running (`exec/poll.rs`; `GKRT_EXEC_POLL_IN_ORDER` at
+    /// finalize, on by default), or leave polling to the pool (every pending event before every
+    /// allocation). For tests and side-by-side measurements.
+    pub fn poll_copies_in_order(&mut self, on: bool) {
+        self.poll_in_order = on;
+    }
+
+    /// The events the last run's executor queried to give back blocks pending on copies (0
+    /// when the pool polled them itself).
+    pub fn last_run_events_polled(&self) -> u64 {
+        self.last_polled
+    }
+
     pub fn last_run_fallbacks(&self) -> u64 {
         self.last_fallbacks
     }

@@ -264,12 +264,17 @@ impl RuntimeGraph {
         // done (the host synchronised), and no block given back by polling until the schedule
         // or a take does.
         let releasing = self.releases.current.is_some();
-        if releasing {
+        // Without one, a swapping run's executor polls the copies' events oldest first
+        // (`exec/poll.rs`) and the pool holds them likewise.
+        self.polling_in_order = !releasing && self.swap.is_some() && self.poll_in_order;
+        let held = releasing || self.polling_in_order;
+        if held {
             st.pool.poll_pending(&backing);
             st.pool.hold_events(true);
         }
         let (r, counters) = self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled);
-        if releasing {
+        self.polling_in_order = false;
+        if held {
             st.pool.hold_events(false);
         }
         self.releases.last_released = counters.released;
@@ -300,11 +305,18 @@ impl RuntimeGraph {
                 collective_events: &self.collective_events,
                 placements: self.placements.current.as_ref(),
                 releases: self.releases.current.as_ref(),
+                elide_syncs: self.elide_syncs,
+                poll_in_order: self.polling_in_order,
+                // (Only a swapping graph's runs are all synchronous.)
+                earlier_copies_done: self.swap.is_some(),
             },
             profiled.then_some(&mut self.profile),
             self.pool_calls.as_mut(),
         );
         let r = what(&mut exec, &self.graph);
+        self.last_syncs = (exec.counters.compute_syncs, exec.counters.syncs_elided);
+        self.last_polled = exec.counters.events_polled;
+        self.last_copy_waits = (exec.counters.copy_waits, exec.counters.copy_waits_elided);
         (r, exec.counters)
     }
 }

@@ -386,7 +386,13 @@ impl RuntimeGraph {
     /// for `scripts/gpu/timeline.py`. Kinds: `node` (node index, start and end in ms from the
     /// first node's start), `in` / `out` (a copy: bytes, start, end), `re` (a rebuild: the
     /// node run again, start, end), `pool` (node before whose launch the pool mapped `a` pages
-    /// and waited for the device `b` times). Once the plan was tuned, the prediction for it
+    /// and waited for the device `b` times), `host` (node, the host's time in ms from the run's
+    /// start when its launch was queued, the compute-stream syncs queued since the previous
+    /// node's), `syncs` (0, the run's compute-stream syncs queued and those left out as
+    /// implied: `GKRT_EXEC_ELIDE`), `polled` (0, the events the executor queried to give back
+    /// blocks pending on copies: `GKRT_EXEC_POLL_IN_ORDER`), `copy_waits` (0, the copy streams'
+    /// waits for other copies queued and left out as implied). Once the plan was tuned, the
+    /// prediction for it
     /// too: `pred` (node, modelled start and end), `pred_step` (0, modelled step and compute
     /// waits in ms), `pred_pool` (as `pool`, from the pool's dry run).
     pub(super) fn write_timeline(
@@ -424,6 +430,14 @@ impl RuntimeGraph {
         for &(node, maps, waits) in &self.profile.pool_moves {
             text += &format!("{run},pool,{node},{maps},{waits}\n");
         }
+        for &(node, ns, syncs) in &self.profile.host_launches {
+            text += &format!("{run},host,{node},{:.4},{syncs}\n", ns as f64 / 1e6);
+        }
+        let (syncs, elided) = self.last_syncs;
+        text += &format!("{run},syncs,0,{syncs},{elided}\n");
+        text += &format!("{run},polled,0,{},0\n", self.last_polled);
+        let (waits, elided) = self.last_copy_waits;
+        text += &format!("{run},copy_waits,0,{waits},{elided}\n");
         if let Some(p) = &self.swap_prediction {
             text += &prediction_rows(run, p, self.graph.nodes().len());
         }

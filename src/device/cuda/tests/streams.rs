@@ -95,6 +95,66 @@ fn gpu_events_order_two_streams() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn gpu_sync_events_order_two_streams_and_are_not_timed() {
+    // The executor's copy events and marker (`create_sync_event`, CU_EVENT_DISABLE_TIMING):
+    // a wait for one orders the streams as a timed event's does; timing it is refused.
+    let d = gpu();
+    let (s1, s2) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    const N: usize = 1 << 16;
+    let (src, dst) = (alloc_f32(&d, N), alloc_f32(&d, N));
+    d.launch_builtin(BuiltinOp::Fill { value: -1.0 }, &[], &[buf(dst, N)], s2)
+        .unwrap();
+    d.stream_synchronize(s2).unwrap();
+    let no_options: Vec<String> = Vec::new();
+    let f = d
+        .load_function(
+            ModuleSource::CudaSource {
+                source: SLOW_FILL_CUDA,
+                options: &no_options,
+            },
+            "gkrt_test_slow_fill",
+        )
+        .unwrap();
+    let (start, done) = (d.create_event().unwrap(), d.create_sync_event().unwrap());
+    d.record_event(start, s1).unwrap();
+    let p = SlowFill {
+        cycles: 200_000_000,
+        value: 5.0,
+        n: N as u32,
+    };
+    let dims = LaunchDims {
+        grid: [1, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    d.launch(f, &dims, &[buf(src, N)], bytes_of(&p), s1)
+        .unwrap();
+    d.record_event(done, s1).unwrap();
+    d.stream_wait_event(s2, done).unwrap();
+    d.copy_d2d_async(dst, src, (N * 4) as u64, s2).unwrap();
+    let got = download(&d, s2, dst, N);
+    assert!(
+        got.iter().all(|&v| v == 5.0),
+        "s2 did not wait: {:?}",
+        &got[..4]
+    );
+    assert!(d.event_query(done).unwrap());
+    d.event_synchronize(done).unwrap();
+    assert!(
+        d.event_elapsed_ms(start, done).is_err(),
+        "an untimed event was timed"
+    );
+    for e in [start, done] {
+        d.destroy_event(e).unwrap();
+    }
+    d.destroy_stream(s1).unwrap();
+    d.destroy_stream(s2).unwrap();
+    d.free_segment(src, 0).unwrap();
+    d.free_segment(dst, 0).unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_host_work_gets_the_native_stream() {
     let d = gpu();
     let s = d.create_stream().unwrap();

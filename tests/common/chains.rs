@@ -1,0 +1,152 @@
+//! Random training-like chains on the jittery host backend (products, ReLUs declared
+//! recomputable at random, residual sums, an in-place update of every weight), for the tests of
+//! swapping runs (`swap_release.rs`, `exec_elide.rs`).
+
+use super::{bytes, floats, DIMS};
+use gkrt::runtime::{
+    BuiltinKind, Config, DeviceChoice, Kernel, MemoryMode, Runtime, RuntimeGraph, TensorKind,
+};
+
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// A random chain: (side, layers, per layer recomputable ReLU, per layer residual sum).
+pub struct Chain {
+    pub side: u32,
+    pub layers: usize,
+    pub recomputable: Vec<bool>,
+    pub residual: Vec<bool>,
+}
+
+pub fn random_chain(rng: &mut Rng) -> Chain {
+    let layers = 2 + rng.below(6) as usize;
+    Chain {
+        side: 8 * (1 + rng.below(3) as u32),
+        layers,
+        recomputable: (0..layers).map(|_| rng.below(2) == 0).collect(),
+        residual: (0..layers).map(|_| rng.below(3) == 0).collect(),
+    }
+}
+
+/// The chain's graph under `limit` (0: none), its weights set; returns it with the ids read
+/// back after each run (the weights, then the input's gradient).
+pub fn build(c: &Chain, limit: u64, release: bool) -> (RuntimeGraph, Vec<u64>) {
+    let rt = Runtime::new(Config {
+        device: DeviceChoice::Host,
+        host_jitter_us: 20,
+        memory_mode: MemoryMode::Dynamic,
+        memory_limit: limit,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut g = RuntimeGraph::new(rt);
+    let size = u64::from(c.side * c.side * 4);
+    let mm: Vec<u8> = [c.side; 3].iter().flat_map(|d| d.to_ne_bytes()).collect();
+    let b = Kernel::Builtin;
+    let mut n = 0;
+    let mut tensor = |g: &mut RuntimeGraph, kind| {
+        n += 1;
+        g.add_tensor(size, kind, &format!("t{n}")).unwrap()
+    };
+    let ws: Vec<u64> = (0..c.layers)
+        .map(|_| tensor(&mut g, TensorKind::Parameter))
+        .collect();
+    let x0 = tensor(&mut g, TensorKind::Intermediate);
+    let fill = 0.25f32.to_ne_bytes();
+    g.graph
+        .add_node(b(BuiltinKind::Fill), &[], &[x0], &[], DIMS, &fill)
+        .unwrap();
+    let (mut xs, mut zs) = (vec![x0], Vec::new());
+    for i in 0..c.layers {
+        let prev = xs[i];
+        let z = tensor(&mut g, TensorKind::Intermediate);
+        g.graph
+            .add_node(b(BuiltinKind::Matmul), &[prev, ws[i]], &[z], &[], DIMS, &mm)
+            .unwrap();
+        let mut x = tensor(&mut g, TensorKind::Intermediate);
+        let relu = g
+            .graph
+            .add_node(b(BuiltinKind::Relu), &[z], &[x], &[], DIMS, &[])
+            .unwrap();
+        g.graph.set_recomputable(relu, c.recomputable[i]).unwrap();
+        if c.residual[i] {
+            let sum = tensor(&mut g, TensorKind::Intermediate);
+            g.graph
+                .add_node(b(BuiltinKind::Add), &[x, prev], &[sum], &[], DIMS, &[])
+                .unwrap();
+            x = sum;
+        }
+        zs.push(z);
+        xs.push(x);
+    }
+    let mut d = xs[c.layers];
+    let mut dx0 = d;
+    for i in (0..c.layers).rev() {
+        let dz = tensor(&mut g, TensorKind::Intermediate);
+        g.graph
+            .add_node(b(BuiltinKind::ReluGrad), &[d, zs[i]], &[dz], &[], DIMS, &[])
+            .unwrap();
+        let dw = tensor(&mut g, TensorKind::Intermediate);
+        g.graph
+            .add_node(b(BuiltinKind::Matmul), &[xs[i], dz], &[dw], &[], DIMS, &mm)
+            .unwrap();
+        let kind = if i == 0 {
+            TensorKind::Output
+        } else {
+            TensorKind::Intermediate
+        };
+        let dx = tensor(&mut g, kind);
+        g.graph
+            .add_node(b(BuiltinKind::Matmul), &[dz, ws[i]], &[dx], &[], DIMS, &mm)
+            .unwrap();
+        // The weight's update, in place: w += -1/64 dw.
+        let step = tensor(&mut g, TensorKind::Intermediate);
+        let rate = (-1.0f32 / 64.0).to_ne_bytes();
+        g.graph
+            .add_node(b(BuiltinKind::Scale), &[dw], &[step], &[], DIMS, &rate)
+            .unwrap();
+        g.graph
+            .add_node(
+                b(BuiltinKind::Add),
+                &[ws[i], step],
+                &[ws[i]],
+                &[],
+                DIMS,
+                &[],
+            )
+            .unwrap();
+        d = dx;
+        dx0 = dx;
+    }
+    for (i, &w) in ws.iter().enumerate() {
+        let v: Vec<f32> = (0..c.side * c.side)
+            .map(|k| ((k as usize * 7 + i * 3) % 17) as f32 / 64.0 - 0.125)
+            .collect();
+        g.write(w, &bytes(&v)).unwrap();
+    }
+    g.finalize().unwrap();
+    // (Finalize reads `GKRT_SWAP_RELEASE`: the test's choice comes after.)
+    g.release_copies(release);
+    let mut read = ws;
+    read.push(dx0);
+    (g, read)
+}
+
+pub fn read_all(g: &mut RuntimeGraph, ids: &[u64], size: usize) -> Vec<Vec<u32>> {
+    ids.iter()
+        .map(|&id| {
+            let mut buf = vec![0u8; size];
+            g.read(id, &mut buf).unwrap();
+            floats(&buf).iter().map(|x| x.to_bits()).collect()
+        })
+        .collect()
+}

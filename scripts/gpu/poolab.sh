@@ -6,7 +6,8 @@
 # inside one call says whether a change made the pool faster). The baseline's libgkrt.so is staged
 # by hand in POOL_BASE_LIB (default .gpu/lib_base, e.g. main's library, stripped as stage.sh does).
 # POOL_PASSES (default 10) and POOL_ONLY (default "gkrt async torch") as for the pool mode.
-# Output: $OUT/pool_replay_{new,base,new2}.md.
+# Output: $OUT/pool_replay_{new,base,new2}.md. Each replay is cut at POOL_AB_TIMEOUT s (170: three
+# of them and the build fit one 600 s device call).
 run_poolab() {
   local b=/tmp/gkrt-pool base=${POOL_BASE_LIB:-.gpu/lib_base} run from traces
   if [ ! -f "$base/libgkrt.so" ]; then
@@ -24,7 +25,7 @@ run_poolab() {
     [ "$run" = base ] && from=$base
     cp "$from/libgkrt.so" .gpu/lib/libgkrt.so && cp "$from/libgkrt.so" .gpu/lib/libgkrt.so.0
     # shellcheck disable=SC2086  # trace paths have no spaces
-    timeout 180 "$b/trace_replay" --passes "${POOL_PASSES:-10}" --only "${POOL_ONLY:-gkrt async torch}" \
+    timeout "${POOL_AB_TIMEOUT:-170}" "$b/trace_replay" --passes "${POOL_PASSES:-10}" --only "${POOL_ONLY:-gkrt async torch}" \
       $traces >"$OUT/pool_replay_$run.md" 2>&1
     echo "poolab: $run ($from): $(grep -c '^| ' "$OUT/pool_replay_$run.md") table rows in $OUT/pool_replay_$run.md"
   done

@@ -12,6 +12,9 @@
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3); POOL_ONLY=gkrt,torch,async,aliases
 #           puts the default beside its page-alias variants (GKRT_POOL_ALIASES=1 and 2) alone
+#   poolab  the pool's replay with this library and a baseline's (POOL_BASE_LIB, default .gpu/lib_base:
+#           a staged libgkrt.so, e.g. main's), new / baseline / new again in one call, PyTorch and
+#           cuMemAllocAsync beside each (scripts/gpu/poolab.sh; $OUT/pool_replay_{new,base,new2}.md)
 #   heldout records benches/heldout_workloads.py's traces (PyTorch programs that only check the
 #           pool's rules, never choose them) into $OUT/heldout_traces/; the pool mode, when given
 #           after it, replays those too (benches/traces_heldout/ keeps the committed ones)
@@ -693,6 +696,7 @@ for w in "${what[@]}"; do
     demo) run_demo ;;
     bench) run_bench ;;
     pool) run_pool ;;
+    poolab) source scripts/gpu/poolab.sh && run_poolab ;;
     swap) run_swap ;;
     workloads) run_workloads ;;
     heldout) run_heldout ;;
@@ -707,7 +711,7 @@ for w in "${what[@]}"; do
     nccl) run_nccl ;;
     dp) run_dp ;;
     mgpu) source scripts/gpu/mgpu.sh && run_mgpu ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, workloads, heldout, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, poolab, workloads, heldout, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

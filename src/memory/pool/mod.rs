@@ -248,8 +248,9 @@ pub struct Pool {
     moves: move_budget::MoveBudget,
     /// Moved chunks' old addresses still mapped (`page_aliases`).
     aliases: alias::Aliases,
-    /// Requests placed by the cold path (`alloc_virtual`), for the host replay: the pool's own
-    /// cost of unmapped pages left among mapped ones (off the hot path, which never counts).
+    /// Requests placed by the cold path (`alloc_virtual`, and `take_cold_end` at a cold hole's
+    /// mapped end), for the host replay: the pool's own cost of unmapped pages left among mapped
+    /// ones (off the hot path, which never counts; nor does the range tail's mapped start).
     pub(super) cold_placements: u64,
     /// Set only during `alloc_no_wait`: recycling may not wait for the device.
     no_device_waits: bool,

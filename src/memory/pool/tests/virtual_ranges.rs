@@ -347,8 +347,9 @@ fn the_mapped_start_of_the_range_tail_is_reused_in_place() {
 
 /// With a cold hole left by unmapped pages, a request that no end of the hole holds on mapped
 /// pages takes the mapped start of the range's last block at once (`take_tail_prefix`), and one
-/// that an end does hold goes into the hole (its block is smaller than the tail): the choices
-/// `place_cold` makes, which debug builds also assert at each shortcut.
+/// that an end does hold goes into the hole at that end (`take_cold_end`: the hole is smaller
+/// than the tail): the choices `place_cold` makes, which debug builds also assert at each
+/// shortcut. Each block handed out lies on mapped pages, and `check` finds every index right.
 #[test]
 fn a_cold_hole_that_cannot_hold_the_request_leaves_it_to_the_tail_start() {
     let f = Fake::virtual_memory();

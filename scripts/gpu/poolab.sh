@@ -1,0 +1,33 @@
+# shellcheck shell=bash
+# Sourced by scripts/gpu/run.sh for its 'poolab' mode: the pool's trace replay with this build's
+# library and a baseline's, side by side in one call — new, baseline, new again — each a whole
+# benches/trace_replay over every trace with PyTorch's caching allocator and cuMemAllocAsync in the
+# same process (the per-operation ratios move by up to 0.1 between calls, so only a comparison
+# inside one call says whether a change made the pool faster). The baseline's libgkrt.so is staged
+# by hand in POOL_BASE_LIB (default .gpu/lib_base, e.g. main's library, stripped as stage.sh does).
+# POOL_PASSES (default 10) and POOL_ONLY (default "gkrt async torch") as for the pool mode.
+# Output: $OUT/pool_replay_{new,base,new2}.md. Each replay is cut at POOL_AB_TIMEOUT s (170: three
+# of them and the build fit one 600 s device call).
+run_poolab() {
+  local b=/tmp/gkrt-pool base=${POOL_BASE_LIB:-.gpu/lib_base} run from traces
+  if [ ! -f "$base/libgkrt.so" ]; then
+    echo "poolab: no $base/libgkrt.so (stage the baseline's library there)"
+    return 1
+  fi
+  bash benches/build_pool_benches.sh "$b" 2>&1 | tee "$OUT/pool_build.log" || return
+  python3 benches/gen_traces.py "$b/traces" >/dev/null
+  traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz \
+    benches/traces_heldout/*.trace.gz)
+  # trace_replay loads .gpu/lib/libgkrt.so (its rpath): the library under test is swapped in there.
+  rm -rf .gpu/lib_new && cp -a .gpu/lib .gpu/lib_new
+  for run in new base new2; do
+    from=.gpu/lib_new
+    [ "$run" = base ] && from=$base
+    cp "$from/libgkrt.so" .gpu/lib/libgkrt.so && cp "$from/libgkrt.so" .gpu/lib/libgkrt.so.0
+    # shellcheck disable=SC2086  # trace paths have no spaces
+    timeout "${POOL_AB_TIMEOUT:-170}" "$b/trace_replay" --passes "${POOL_PASSES:-10}" --only "${POOL_ONLY:-gkrt async torch}" \
+      $traces >"$OUT/pool_replay_$run.md" 2>&1
+    echo "poolab: $run ($from): $(grep -c '^| ' "$OUT/pool_replay_$run.md") table rows in $OUT/pool_replay_$run.md"
+  done
+  cp .gpu/lib_new/libgkrt.so .gpu/lib/libgkrt.so && cp .gpu/lib_new/libgkrt.so .gpu/lib/libgkrt.so.0
+}

@@ -29,7 +29,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::{Pool, PoolError};
 use crate::device::{DeviceError, VirtualMemory};
-use crate::memory::history::Action;
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct Aliases {
@@ -113,13 +112,13 @@ impl Pool {
         }
     }
 
-    /// Unmaps the shadow at `sa` (no wait: nothing queued uses a shadow).
+    /// Unmaps the shadow at `sa` (no wait: nothing queued uses a shadow). The history says
+    /// nothing: it recorded the address's unmapping when the chunk left it.
     fn drop_shadow(&mut self, vm: &dyn VirtualMemory, sa: u64) -> Result<(), DeviceError> {
         let (live, k) = self.aliases.shadows[&sa];
         vm.unmap(sa, k * self.page, 1)?;
         self.aliases.shadows.remove(&sa);
         self.aliases.shadow_of.remove(&live);
-        self.note(Action::SegmentUnmap, sa, k * self.page, 0);
         Ok(())
     }
 

@@ -137,6 +137,7 @@ fn the_timeline_has_the_prediction_and_the_budget_knob_keeps_headroom() {
         assert_eq!(syncs.len(), 1, "run {run}");
         assert_eq!(kinds["polled"].len(), 1, "run {run}");
         assert_eq!(kinds["copy_waits"].len(), 1, "run {run}");
+        assert_eq!(kinds["deferred"].len(), 1, "run {run}");
         let between: f64 = host.iter().map(|h| h[2]).sum();
         assert!(
             syncs[0][1] > 0.0 && between <= syncs[0][1],

@@ -38,6 +38,7 @@ ROWS = """1,node,0,0.0,1.0
 1,syncs,0,12,4
 1,polled,0,7,0
 1,copy_waits,0,9,3
+1,deferred,0,2,5
 """
 
 
@@ -69,11 +70,12 @@ class TimelineTest(unittest.TestCase):
         self.assertIn("left out 4 as implied", out)
         self.assertIn("the executor queried 7 copy events", out)
         self.assertIn("waited 9 times for other copies and left out 3", out)
+        self.assertIn("2 returns started after their step for lack of room, 5 departures", out)
 
     def test_a_timeline_without_host_rows_is_summarised_as_before(self):
         old = "".join(line + "\n" for line in ROWS.splitlines() if ",host," not in line
                       and ",syncs," not in line and ",polled," not in line
-                      and ",copy_waits," not in line)
+                      and ",copy_waits," not in line and ",deferred," not in line)
         out = self.summary(old)
         self.assertNotIn("host:", out)
         self.assertNotIn("queued the node late", out)

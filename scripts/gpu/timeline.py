@@ -9,9 +9,10 @@ and once the plan was tuned the timeline model's prediction for it: `pred_step`,
 modelled start and end), `pred_pool` (the pool's dry run), `host` (node, the host's ms from the
 run's start when it queued the node's launch, the compute-stream syncs queued since the previous
 launch), `syncs` (the run's compute-stream syncs queued and left out as implied,
-GKRT_EXEC_ELIDE), `polled` (copy events the executor queried, GKRT_EXEC_POLL_IN_ORDER) and
-`copy_waits` (the copy streams' waits for other copies, queued and left out). For those it also
-prints: rebuilds' busy time, the waits between nodes split by
+GKRT_EXEC_ELIDE), `polled` (copy events the executor queried, GKRT_EXEC_POLL_IN_ORDER),
+`copy_waits` (the copy streams' waits for other copies, queued and left out) and `deferred`
+(returns started late for lack of room, the run's departures from its program). For those it
+also prints: rebuilds' busy time, the waits between nodes split by
 what filled or explains them (a rebuild, pool page moves before the node, the host queueing the
 node late — it started within HOST_LATE_MS of being queued, by the host rows —, a copy-in ending
 in the gap, a copy-out ending in the gap — a release schedule's wait —, nothing seen), the host's
@@ -175,13 +176,16 @@ def host_summary(nodes, rows):
     total = [(int(a), int(b)) for kind, _, a, b in rows if kind == "syncs"]
     polled = [int(a) for kind, _, a, _ in rows if kind == "polled"]
     copy_waits = [(int(a), int(b)) for kind, _, a, b in rows if kind == "copy_waits"]
+    deferred = [(int(a), int(b)) for kind, _, a, b in rows if kind == "deferred"]
     if total:
         print(f"syncs: the run queued {total[0][0]} records and waits on the compute stream and left "
               f"out {total[0][1]} as implied (GKRT_EXEC_ELIDE)"
               + (f"; the executor queried {polled[0]} copy events (GKRT_EXEC_POLL_IN_ORDER; 0: a "
                  f"release schedule, or the pool polled)" if polled else "")
               + (f"; the copy streams waited {copy_waits[0][0]} times for other copies and left out "
-                 f"{copy_waits[0][1]} such waits" if copy_waits else ""))
+                 f"{copy_waits[0][1]} such waits" if copy_waits else "")
+              + (f"; {deferred[0][0]} returns started after their step for lack of room, "
+                 f"{deferred[0][1]} departures from the program in all" if deferred else ""))
 
 
 def prediction(nodes, rows, top):

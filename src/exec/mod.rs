@@ -83,6 +83,9 @@ pub struct RunCounters {
     /// records, waits for copies and collectives, the waits' timing events (`GKRT_EXEC_ELIDE`
     /// lowers it; profiling stamps and the pool's own markers are not counted).
     pub compute_syncs: u64,
+    /// Returns started later than their program's step for lack of room (each deferral of a
+    /// return counted: one may be deferred again at the next node).
+    pub deferred_copy_ins: u64,
     /// Events the executor queried to give back blocks pending on copies (`poll.rs`).
     pub events_polled: u64,
     /// Waits the copy streams queued for other copies' events, and those left out as implied
@@ -352,6 +355,7 @@ impl<'a> Executor<'a> {
     fn copy_in_ahead(&mut self, graph: &Graph, t: u32, from: usize) -> Result<()> {
         if !self.prefetch(graph, t, from)? {
             self.counters.fallbacks += 1;
+            self.counters.deferred_copy_ins += 1;
             self.deferred.push((t, from));
         }
         Ok(())

@@ -134,6 +134,8 @@ pub struct RuntimeGraph {
     last_polled: u64,
     /// The last run's copy-stream waits queued and left out (`RunCounters::copy_waits`).
     last_copy_waits: (u64, u64),
+    /// The last run's deferred returns and departures from its program (`RunCounters`).
+    last_deferred: (u64, u64),
 }
 
 impl RuntimeGraph {
@@ -194,6 +196,7 @@ impl RuntimeGraph {
             polling_in_order: false,
             last_polled: 0,
             last_copy_waits: (0, 0),
+            last_deferred: (0, 0),
         }
     }
 

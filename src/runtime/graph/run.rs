@@ -317,6 +317,7 @@ impl RuntimeGraph {
         self.last_syncs = (exec.counters.compute_syncs, exec.counters.syncs_elided);
         self.last_polled = exec.counters.events_polled;
         self.last_copy_waits = (exec.counters.copy_waits, exec.counters.copy_waits_elided);
+        self.last_deferred = (exec.counters.deferred_copy_ins, exec.counters.fallbacks);
         (r, exec.counters)
     }
 }

@@ -391,7 +391,9 @@ impl RuntimeGraph {
     /// node's), `syncs` (0, the run's compute-stream syncs queued and those left out as
     /// implied: `GKRT_EXEC_ELIDE`), `polled` (0, the events the executor queried to give back
     /// blocks pending on copies: `GKRT_EXEC_POLL_IN_ORDER`), `copy_waits` (0, the copy streams'
-    /// waits for other copies queued and left out as implied). Once the plan was tuned, the
+    /// waits for other copies queued and left out as implied), `deferred` (0, returns the run
+    /// started later than their step for lack of room, its departures from its program). Once
+    /// the plan was tuned, the
     /// prediction for it
     /// too: `pred` (node, modelled start and end), `pred_step` (0, modelled step and compute
     /// waits in ms), `pred_pool` (as `pool`, from the pool's dry run).
@@ -438,6 +440,8 @@ impl RuntimeGraph {
         text += &format!("{run},polled,0,{},0\n", self.last_polled);
         let (waits, elided) = self.last_copy_waits;
         text += &format!("{run},copy_waits,0,{waits},{elided}\n");
+        let (deferred, fallbacks) = self.last_deferred;
+        text += &format!("{run},deferred,0,{deferred},{fallbacks}\n");
         if let Some(p) = &self.swap_prediction {
             text += &prediction_rows(run, p, self.graph.nodes().len());
         }

@@ -20,15 +20,9 @@ fn runs_leaving_out_implied_syncs_give_the_same_bits_with_fewer_compute_syncs() 
     let mut copy_elided = 0u64;
     for _ in 0..16 {
         let c = random_chain(&mut rng);
-        let size = (c.side * c.side * 4) as usize;
-        let (mut free, ids) = build(&c, 0, false);
-        let want: Vec<_> = (0..RUNS)
-            .map(|_| {
-                free.run().unwrap();
-                read_all(&mut free, &ids, size)
-            })
-            .collect();
-        let working = (3 * c.layers as u64 + 2) * size as u64;
+        let size = c.size();
+        let want = c.unconstrained_outputs(RUNS);
+        let working = c.working_set();
         for (divisor, release) in [(2, true), (3, true), (3, false)] {
             let limit = working / divisor + 4 * size as u64;
             let (mut g, ids) = build(&c, limit, release);

@@ -17,15 +17,9 @@ fn runs_polling_copies_oldest_first_give_the_same_bits_with_few_queries() {
     let (mut polled, mut ordered_runs) = (0u64, 0);
     for _ in 0..12 {
         let c = random_chain(&mut rng);
-        let size = (c.side * c.side * 4) as usize;
-        let (mut free, ids) = build(&c, 0, false);
-        let want: Vec<_> = (0..RUNS)
-            .map(|_| {
-                free.run().unwrap();
-                read_all(&mut free, &ids, size)
-            })
-            .collect();
-        let working = (3 * c.layers as u64 + 2) * size as u64;
+        let size = c.size();
+        let want = c.unconstrained_outputs(RUNS);
+        let working = c.working_set();
         for divisor in [2, 3] {
             let limit = working / divisor + 4 * size as u64;
             let (mut g, ids) = build(&c, limit, false);

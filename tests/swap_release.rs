@@ -18,16 +18,9 @@ fn runs_giving_copy_outs_blocks_back_as_scheduled_match_the_dry_run_and_the_unco
     let (mut scheduled, mut released, mut steady) = (0, 0u64, 0);
     for _ in 0..24 {
         let c = random_chain(&mut rng);
-        let size = (c.side * c.side * 4) as usize;
-        let (mut free, ids) = build(&c, 0, false);
-        let want: Vec<_> = (0..RUNS)
-            .map(|_| {
-                free.run().unwrap();
-                read_all(&mut free, &ids, size)
-            })
-            .collect();
-        // The working set: the weights and every activation the backward reads.
-        let working = (3 * c.layers as u64 + 2) * size as u64;
+        let size = c.size();
+        let want = c.unconstrained_outputs(RUNS);
+        let working = c.working_set();
         for divisor in [2, 3] {
             let limit = working / divisor + 4 * size as u64;
             let (mut g, ids) = build(&c, limit, true);

@@ -150,3 +150,27 @@ pub fn read_all(g: &mut RuntimeGraph, ids: &[u64], size: usize) -> Vec<Vec<u32>>
         })
         .collect()
 }
+
+impl Chain {
+    /// Bytes of one activation (`side` × `side` f32).
+    pub fn size(&self) -> usize {
+        (self.side * self.side * 4) as usize
+    }
+
+    /// The working set: the weights and every activation the backward reads.
+    pub fn working_set(&self) -> u64 {
+        (3 * self.layers as u64 + 2) * self.size() as u64
+    }
+
+    /// Every tensor's bits after each of `runs` runs with no memory limit: what every limited
+    /// run must reproduce.
+    pub fn unconstrained_outputs(&self, runs: usize) -> Vec<Vec<Vec<u32>>> {
+        let (mut free, ids) = build(self, 0, false);
+        (0..runs)
+            .map(|_| {
+                free.run().unwrap();
+                read_all(&mut free, &ids, self.size())
+            })
+            .collect()
+    }
+}

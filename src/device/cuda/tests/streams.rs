@@ -21,6 +21,50 @@ struct SlowFill {
     n: u32,
 }
 
+/// The slow fill kernel, compiled.
+fn slow_fill_kernel(d: &CudaDevice) -> FunctionId {
+    let no_options: Vec<String> = Vec::new();
+    d.load_function(
+        ModuleSource::CudaSource {
+            source: SLOW_FILL_CUDA,
+            options: &no_options,
+        },
+        "gkrt_test_slow_fill",
+    )
+    .unwrap()
+}
+
+/// On `s1`: `start`, ~100 ms of spinning, `src` filled with `value`, `done`. On `s2`: a wait for
+/// `done`, then `src` copied to `dst`. Returns what `s2` copied: `value` everywhere only if the
+/// wait held `s2` back.
+fn fill_on_one_stream_copy_on_another(
+    d: &CudaDevice,
+    f: FunctionId,
+    (s1, s2): (StreamId, StreamId),
+    (start, done): (EventId, EventId),
+    (src, dst): (DevPtr, DevPtr),
+    n: usize,
+    value: f32,
+) -> Vec<f32> {
+    d.record_event(start, s1).unwrap();
+    let p = SlowFill {
+        cycles: 200_000_000,
+        value,
+        n: n as u32,
+    };
+    let dims = LaunchDims {
+        grid: [1, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    d.launch(f, &dims, &[buf(src, n)], bytes_of(&p), s1)
+        .unwrap();
+    d.record_event(done, s1).unwrap();
+    d.stream_wait_event(s2, done).unwrap();
+    d.copy_d2d_async(dst, src, (n * 4) as u64, s2).unwrap();
+    download(d, s2, dst, n)
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_events_order_two_streams() {
@@ -35,16 +79,7 @@ fn gpu_events_order_two_streams() {
     d.stream_synchronize(s1).unwrap();
     d.stream_synchronize(s2).unwrap();
 
-    let no_options: Vec<String> = Vec::new();
-    let f = d
-        .load_function(
-            ModuleSource::CudaSource {
-                source: SLOW_FILL_CUDA,
-                options: &no_options,
-            },
-            "gkrt_test_slow_fill",
-        )
-        .unwrap();
+    let f = slow_fill_kernel(&d);
     let (start, done) = (d.create_event().unwrap(), d.create_event().unwrap());
     assert!(
         d.event_query(done).unwrap(),
@@ -52,23 +87,8 @@ fn gpu_events_order_two_streams() {
     );
 
     // s1: ~100 ms of spinning, then src = 7. s2: waits for that, then copies src → dst.
-    d.record_event(start, s1).unwrap();
-    let p = SlowFill {
-        cycles: 200_000_000,
-        value: 7.0,
-        n: N as u32,
-    };
-    let dims = LaunchDims {
-        grid: [1, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-    };
-    d.launch(f, &dims, &[buf(src, N)], bytes_of(&p), s1)
-        .unwrap();
-    d.record_event(done, s1).unwrap();
-    d.stream_wait_event(s2, done).unwrap();
-    d.copy_d2d_async(dst, src, (N * 4) as u64, s2).unwrap();
-    let got = download(&d, s2, dst, N);
+    let got =
+        fill_on_one_stream_copy_on_another(&d, f, (s1, s2), (start, done), (src, dst), N, 7.0);
     assert!(
         got.iter().all(|&v| v == 7.0),
         "s2 did not wait for the event: {:?}",
@@ -105,34 +125,10 @@ fn gpu_sync_events_order_two_streams_and_are_not_timed() {
     d.launch_builtin(BuiltinOp::Fill { value: -1.0 }, &[], &[buf(dst, N)], s2)
         .unwrap();
     d.stream_synchronize(s2).unwrap();
-    let no_options: Vec<String> = Vec::new();
-    let f = d
-        .load_function(
-            ModuleSource::CudaSource {
-                source: SLOW_FILL_CUDA,
-                options: &no_options,
-            },
-            "gkrt_test_slow_fill",
-        )
-        .unwrap();
+    let f = slow_fill_kernel(&d);
     let (start, done) = (d.create_event().unwrap(), d.create_sync_event().unwrap());
-    d.record_event(start, s1).unwrap();
-    let p = SlowFill {
-        cycles: 200_000_000,
-        value: 5.0,
-        n: N as u32,
-    };
-    let dims = LaunchDims {
-        grid: [1, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-    };
-    d.launch(f, &dims, &[buf(src, N)], bytes_of(&p), s1)
-        .unwrap();
-    d.record_event(done, s1).unwrap();
-    d.stream_wait_event(s2, done).unwrap();
-    d.copy_d2d_async(dst, src, (N * 4) as u64, s2).unwrap();
-    let got = download(&d, s2, dst, N);
+    let got =
+        fill_on_one_stream_copy_on_another(&d, f, (s1, s2), (start, done), (src, dst), N, 5.0);
     assert!(
         got.iter().all(|&v| v == 5.0),
         "s2 did not wait: {:?}",

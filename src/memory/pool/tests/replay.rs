@@ -564,13 +564,9 @@ fn the_cost_model_charges_each_physical_allocation_and_the_gap() {
     assert_eq!(b.now_ns(), 2 * 5_000 + 5 * 46_000 + 1_600_000);
 }
 
-/// bert_train (benches/traces) on the model clock at the H200's pace (400 ns per operation, the
-/// other allocators' rounds 20 operations' worth): under the old rule the first pass's partial
-/// page moves take pages its later passes need at the same event, which then set higher peaks
-/// (1.1268 of the peak live, as the H200 measured, and pages moved in every later pass); under
-/// the majority rule, the default, the first pass's peak stands and nothing moves after it.
-#[test]
-fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
+/// bert_train (benches/traces) and the model clock at the H200's pace: 400 ns per operation,
+/// the other allocators' rounds 20 operations' worth.
+fn bert_train_at_h200_pace() -> (Vec<Ev>, Vec<u32>, CostModel) {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/benches/traces/bert_train.trace.gz"
@@ -582,6 +578,17 @@ fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
         gap_ns: 8000,
         work_ns: 400,
     };
+    (evs, unfreed, cost)
+}
+
+/// bert_train (benches/traces) on the model clock at the H200's pace (400 ns per operation, the
+/// other allocators' rounds 20 operations' worth): under the old rule the first pass's partial
+/// page moves take pages its later passes need at the same event, which then set higher peaks
+/// (1.1268 of the peak live, as the H200 measured, and pages moved in every later pass); under
+/// the majority rule, the default, the first pass's peak stands and nothing moves after it.
+#[test]
+fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
+    let (evs, unfreed, cost) = bert_train_at_h200_pace();
     let run = |majority: bool| {
         let cfg = PoolConfig {
             recycle_majority_moves: majority,
@@ -605,17 +612,7 @@ fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
 /// 32 and 32). Aliases alone leave bert's peak where it was.
 #[test]
 fn bert_train_moves_pages_back_for_free_with_aliases() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/benches/traces/bert_train.trace.gz"
-    );
-    let (evs, unfreed) = load_trace(path);
-    let cost = CostModel {
-        call_ns: CALL_US * 1000,
-        alloc_ns: ALLOC_US * 1000,
-        gap_ns: 8000,
-        work_ns: 400,
-    };
+    let (evs, unfreed, cost) = bert_train_at_h200_pace();
     let run = |aliases: bool, again: bool, permille: u64| {
         let cfg = PoolConfig {
             page_aliases: aliases,

@@ -598,8 +598,9 @@ run_gpt2swap() {
   local name
   for name in ${GPT2SWAP_SIZES:-small}; do
     # The small size keeps its earlier file names (none.log, third_r1.log, ...).
-    local pre="" levels="1 2"
-    [ "$name" = small ] || pre="${name}_" levels="2"
+    # GPT2SWAP_LEVELS: the recompute levels run at a third (default: 1 and 2 on small, 2 else).
+    local pre="" levels=${GPT2SWAP_LEVELS:-"1 2"}
+    [ "$name" = small ] || pre="${name}_" levels=${GPT2SWAP_LEVELS:-2}
     LD_LIBRARY_PATH=$ld GKRT_DEVICE=cuda timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute 1 >"$o/${pre}none.log" 2>&1
     grep RESULT "$o/${pre}none.log"
     # The unconstrained baseline's own timeline (a separate run: timing every node with events

@@ -179,14 +179,8 @@ pub fn fitted_timed_candidates_with(
 ) -> Vec<(Policy, SwapPlan)> {
     let holds = CommHolds::new(tensors.len(), nodes, lv, fused);
     let mut out: Vec<(Policy, SwapPlan)> = Vec::new();
-    let capped = RECOMPUTE_CAPS_PCT.into_iter().flat_map(|cap| {
-        policies(knobs)
-            .into_iter()
-            .filter(|p| p.recompute)
-            .map(move |p| (cap, p))
-    });
-    for (recompute_cap_pct, policy) in capped {
-        {
+    for recompute_cap_pct in RECOMPUTE_CAPS_PCT {
+        for policy in policies(knobs).into_iter().filter(|p| p.recompute) {
             let policy = Policy {
                 recompute_cap_pct,
                 ..policy

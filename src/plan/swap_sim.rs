@@ -481,10 +481,12 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                     let producer_of =
                         |x: u32| &nodes[tensors[x as usize].producer.expect("a link") as usize];
                     // (A freed link rebuilt at k only for y — the scores under a moved softmax
-                    // output — stays rebuilt at k, for nothing: dropping it too shortened the
+                    // output — is then rebuilt at k for nothing. Dropping it shortened the
                     // model's step but lengthened the H200's, small 1.33 -> 1.40 and medium 1.30
-                    // -> 1.33 side by side (session 11, run 5): the real pool, mapping those
-                    // pages earlier, drifted less from the dry run.)
+                    // -> 1.33 side by side (session 11, run 5, before release schedules: the
+                    // real pool drifted less from the plain dry run with them). With release
+                    // schedules the pool makes the dry run's calls, so it is dropped by default
+                    // (`Policy::prune_moved_links`), kept with the knob off to compare.)
                     for &z in &producer_of(y).inputs {
                         if !at_k.iter().any(|&x| producer_of(x).inputs.contains(&z)) {
                             sim.extra_uses[z as usize].retain(|&u| u != k);

@@ -410,6 +410,20 @@ fn a_third_of_the_small_configs_working_set() {
                 plan.recomputes(),
                 plan.infeasible_nodes.len()
             );
+            // The profile never holds more than everything at once (a departure counted twice,
+            // where a rebuild had brought the tensor back, wrapped it round), and no tensor is
+            // dropped twice after one node.
+            assert!(plan.peak <= ws, "plan {i}: peak {} over {ws}", plan.peak);
+            for (k, drops) in plan.drop_after.iter().enumerate() {
+                let mut d = drops.clone();
+                d.sort_unstable();
+                d.dedup();
+                assert_eq!(
+                    d.len(),
+                    drops.len(),
+                    "plan {i}: a tensor dropped twice after node {k}"
+                );
+            }
         }
         let (plan, e) = &all[best];
         assert!(plan.infeasible_nodes.is_empty());

@@ -17,6 +17,8 @@ struct Sim<'a> {
     host_valid: Vec<bool>,
     /// Node after which the tensor last left the device (-1: on the host since the run began).
     left_after: Vec<i64>,
+    /// Node the tensor last came to the device at (returned or rebuilt; -1: not in this run).
+    arrived_at: Vec<i64>,
     /// Resident tensors by (next use, clean): the last entry is the Belady victim, and of two
     /// used next at the same node the clean one (host copy current: leaves without a copy).
     by_next_use: BTreeSet<(u32, bool, u32)>,
@@ -364,6 +366,7 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
             })
             .collect(),
         left_after: vec![-1; tensors.len()],
+        arrived_at: vec![-1; tensors.len()],
         by_next_use: BTreeSet::new(),
         next_key: vec![(NEVER, false); tensors.len()],
         used: 0,
@@ -452,7 +455,11 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
             // It leaves right after its last use, so a copy overlaps what runs until now; a
             // clean one (host copy current) leaves without a copy. A kept tensor not used yet
             // in this run leaves as the run starts.
-            let last = sim.last_use_before(lv, victim, n32);
+            // A rebuild can bring it back after its last use before `n` (a rebuild planned at
+            // k for a reader whose own rebuild later moved elsewhere): it has been resident since
+            // then, and leaves after that node, not before it arrived.
+            let arrived = u32::try_from(sim.arrived_at[victim as usize]).ok();
+            let last = sim.last_use_before(lv, victim, n32).max(arrived);
             let next = key; // its next use: the eviction order's key
             let rule = victims.get(victim as usize).copied().unwrap_or_default();
             let source = (rule == Victim::Rebuild || (policy.recompute && rule != Victim::Copy))
@@ -559,6 +566,7 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                 plan.bytes_in += sim.size(t);
             }
             sim.arrive(t, n32);
+            sim.arrived_at[t as usize] = n as i64;
         }
         for &t in node.outputs.iter().chain(&plan.recompute_before[n]) {
             sim.host_valid[t as usize] = false;

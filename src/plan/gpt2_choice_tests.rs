@@ -230,6 +230,25 @@ fn the_runtimes_choice_on_the_h200s_costs() {
     }
 }
 
+/// The timed planner's plan for `s` under `limit` with `policy`, on the nodes' costs and `link`.
+fn plan_at(s: &Step, lv: &Liveness, limit: u64, policy: Policy, link: Link) -> SwapPlan {
+    let holds = crate::plan::swap_holds::CommHolds::new(s.tensors.len(), &s.nodes, lv, &[]);
+    let timings = Timings {
+        node_ms: &s.cost_ms,
+        link,
+    };
+    crate::plan::swap::plan_timed(
+        &s.tensors,
+        &s.nodes,
+        lv,
+        &holds,
+        limit,
+        ALIGN,
+        policy,
+        Some(timings),
+    )
+}
+
 /// Rebuilds before node `k` that nothing reads there: not node `k`, no other rebuild there, no
 /// node at or after `k`.
 fn dead_links(s: &Step, lv: &Liveness, plan: &SwapPlan) -> Vec<(usize, u32)> {
@@ -257,11 +276,6 @@ fn pruned_plans_rebuild_nothing_that_no_node_reads() {
     let (s, link) = on_h200_costs(SMALL, SMALL_R9);
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let limit = limit_at(&s, 1.0 / 3.0);
-    let holds = crate::plan::swap_holds::CommHolds::new(s.tensors.len(), &s.nodes, &lv, &[]);
-    let timings = Timings {
-        node_ms: &s.cost_ms,
-        link,
-    };
     let mut dead_before = 0;
     for keep_last_writes in [false, true] {
         for prune_moved_links in [false, true] {
@@ -270,16 +284,7 @@ fn pruned_plans_rebuild_nothing_that_no_node_reads() {
                 prune_moved_links,
                 ..Policy::default()
             };
-            let plan = crate::plan::swap::plan_timed(
-                &s.tensors,
-                &s.nodes,
-                &lv,
-                &holds,
-                limit,
-                ALIGN,
-                policy,
-                Some(timings),
-            );
+            let plan = plan_at(&s, &lv, limit, policy, link);
             let dead = dead_links(&s, &lv, &plan);
             if prune_moved_links {
                 assert!(dead.is_empty(), "{dead:?}");
@@ -309,26 +314,12 @@ fn the_best_plan_on_the_model_fails_the_release_schedules_dry_run() {
     let (s, link) = on_h200_costs(SMALL, SMALL_R9);
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let limit = limit_at(&s, 1.0 / 3.0);
-    let holds = crate::plan::swap_holds::CommHolds::new(s.tensors.len(), &s.nodes, &lv, &[]);
-    let timings = Timings {
-        node_ms: &s.cost_ms,
-        link,
-    };
     let nodes: f64 = s.cost_ms.iter().sum();
     let policy = Policy {
         keep_last_writes: true,
         ..Policy::default()
     };
-    let plan = crate::plan::swap::plan_timed(
-        &s.tensors,
-        &s.nodes,
-        &lv,
-        &holds,
-        limit,
-        ALIGN,
-        policy,
-        Some(timings),
-    );
+    let plan = plan_at(&s, &lv, limit, policy, link);
     assert!(plan.infeasible_nodes.is_empty());
     let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(&plan), None);
     let e = estimate(&s.tensors, &s.nodes, &program, &s.cost_ms, link, ALIGN);

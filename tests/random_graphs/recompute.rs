@@ -12,15 +12,15 @@ use gkrt::runtime::SwapPolicy as Policy;
 /// that reads every activation again): under budgets below its peak, plans drop ReLU outputs
 /// and run the ReLU again before the backward reader, outputs stay bit-identical under every
 /// plan, and a plan that recomputes moves fewer bytes than one that may not.
-#[test]
-fn recomputable_relus_are_rebuilt_instead_of_copied() {
+/// Three layers and their backward over values 0, 1 (parameters), with `x1`'s op given: x0 = fill,
+/// z_i = x_i·w, x_{i+1} = relu(z_i) (x1 = `x1`); dz_i = relu'(g, z_i) and a product with x_i (a
+/// far use of each layer's output). Value 14 is the result.
+fn three_layers(x1: Op) -> Vec<Op> {
     use Op::*;
-    // Values 0, 1: parameters. Forward: x0 = fill, z_i = x_i·w, x_{i+1} = relu(z_i).
-    // Backward: dz_i = relu'(g, z_i) and a product with x_i (a far use of each ReLU output).
-    let ops = vec![
+    vec![
         Fill(0.5),       // 2: x0
         Matmul(2, 0),    // 3: z0
-        Relu(3),         // 4: x1
+        x1,              // 4: x1
         Matmul(4, 1),    // 5: z1
         Relu(5),         // 6: x2
         Matmul(6, 0),    // 7: z2
@@ -28,10 +28,18 @@ fn recomputable_relus_are_rebuilt_instead_of_copied() {
         ReluGrad(8, 7),  // 9: dz2
         Matmul(6, 9),    // 10: reads x2
         ReluGrad(10, 5), // 11: dz1
-        Matmul(4, 11),   // 12: reads x1
+        Matmul(4, 11),   // 12: reads x1 far away
         ReluGrad(12, 3), // 13: dz0
         Add(13, 10),     // 14
-    ];
+    ]
+}
+
+#[test]
+fn recomputable_relus_are_rebuilt_instead_of_copied() {
+    use Op::*;
+    // Values 0, 1: parameters. Forward: x0 = fill, z_i = x_i·w, x_{i+1} = relu(z_i).
+    // Backward: dz_i = relu'(g, z_i) and a product with x_i (a far use of each ReLU output).
+    let ops = three_layers(Relu(3));
     let relus = (1 << 2) | (1 << 4) | (1 << 6);
     let spec = Spec {
         side: 16,
@@ -196,21 +204,7 @@ fn a_rebuild_that_differs_changes_the_bits_the_tests_compare() {
     let chain = |first: Op| Spec {
         side: 16,
         params: 2,
-        ops: vec![
-            Fill(0.5),       // 2: x0
-            Matmul(2, 0),    // 3: z0
-            first,           // 4: x1 = z0 * 2 + 1 (recomputable)
-            Matmul(4, 1),    // 5: z1
-            Relu(5),         // 6: x2
-            Matmul(6, 0),    // 7: z2
-            Relu(7),         // 8: x3
-            ReluGrad(8, 7),  // 9: dz2
-            Matmul(6, 9),    // 10: reads x2
-            ReluGrad(10, 5), // 11: dz1
-            Matmul(4, 11),   // 12: reads x1 far away
-            ReluGrad(12, 3), // 13: dz0
-            Add(13, 10),     // 14
-        ],
+        ops: three_layers(first), // x1 = z0 * 2 + 1 (recomputable)
         outputs: vec![14],
         workspace: 0,
         recomputable: (1 << 2) | (1 << 4) | (1 << 6),

@@ -88,37 +88,10 @@ fn the_refinement_at_a_third_of_the_gpt2_shapes() {
 /// step (`--nocapture` prints them).
 #[test]
 fn the_refinement_on_the_h200_small_runs_costs() {
-    let text = include_str!("testdata/gpt2_small_third_r2_h200.csv");
-    let rows: Vec<(u64, &str, f64, f64, f64)> = text
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            let n = |i: usize| f[i].parse::<f64>().expect("a number");
-            (n(0) as u64, f[1], n(2), n(3), n(4))
-        })
-        .collect();
-    let last = rows.iter().map(|r| r.0).max().expect("rows");
-    let mut s = build(Config {
-        recompute: 2,
-        ..SMALL
-    });
-    let (mut moved, mut timed) = ([0.0f64; 2], [0.0f64; 2]);
-    for &(run, kind, k, a, b) in rows.iter().filter(|r| r.0 == last) {
-        let _ = run;
-        match kind {
-            "node" => s.cost_ms[k as usize] = b - a,
-            "in" | "out" => {
-                let d = (kind == "in") as usize;
-                moved[d] += k;
-                timed[d] += b - a;
-            }
-            _ => {}
-        }
-    }
-    let link = crate::plan::swap::Link {
-        in_gbps: moved[1] / (timed[1] * 1e6),
-        out_gbps: moved[0] / (timed[0] * 1e6),
-    };
+    let (s, link) = crate::plan::gpt2_choice_tests::on_h200_costs(
+        SMALL,
+        include_str!("testdata/gpt2_small_third_r2_h200.csv"),
+    );
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let limit = (0.333 * (s.persistent_bytes() + transient_peak(&s, &lv)) as f64) as u64;
     let (all, best, policies) = finalize_at(&s, limit, true, true, true, true);

@@ -233,7 +233,6 @@ fn plans_fitted_with_pending_blocks_run_without_page_moves() {
         let takes = runs.iter().map(|f| (f.take_backs, f.pending_takes));
         let (all, one) = takes.fold((0, 0), |(a, o), (x, y)| (a + x, o + y));
         assert_eq!((all, one), (steady.takes.all, steady.takes.one), "{name}");
-        {}
     }
 }
 
@@ -243,28 +242,10 @@ fn plans_fitted_with_pending_blocks_run_without_page_moves() {
 /// pending blocks, which must run without page moves. `--nocapture` prints both.
 #[test]
 fn on_the_h200s_timings_the_pending_aware_plan_runs_without_page_moves() {
-    let text = include_str!("testdata/gpt2_small_third_r2_h200.csv");
-    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(',').collect()).collect();
-    let last = rows.iter().map(|r| r[0]).max().expect("rows");
-    let num = |x: &str| x.parse::<f64>().expect("a number");
-    let mut s = build(Config {
-        recompute: 2,
-        ..SMALL
-    });
-    let (mut moved_in, mut moved_out) = ((0.0, 0.0), (0.0, 0.0));
-    for r in rows.iter().filter(|r| r[0] == last) {
-        let (a, b) = (num(r[3]), num(r[4]));
-        match r[1] {
-            "node" => s.cost_ms[num(r[2]) as usize] = b - a,
-            "in" => moved_in = (moved_in.0 + num(r[2]), moved_in.1 + b - a),
-            "out" => moved_out = (moved_out.0 + num(r[2]), moved_out.1 + b - a),
-            _ => {}
-        }
-    }
-    let link = Link {
-        in_gbps: moved_in.0 / (moved_in.1 * 1e6),
-        out_gbps: moved_out.0 / (moved_out.1 * 1e6),
-    };
+    let (s, link) = super::gpt2_choice_tests::on_h200_costs(
+        SMALL,
+        include_str!("testdata/gpt2_small_third_r2_h200.csv"),
+    );
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let limit = (0.333 * (s.persistent_bytes() + transient_peak(&s, &lv)) as f64) as u64;
     let nodes: f64 = s.cost_ms.iter().sum();

@@ -70,15 +70,8 @@ fn pool_calls_following(
 /// quarter.
 #[test]
 fn the_executor_makes_the_dry_runs_pool_calls() {
-    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
-        ProptestConfig {
-            cases: 48,
-            ..ProptestConfig::default()
-        },
-        proptest::test_runner::TestRng::deterministic_rng(
-            proptest::test_runner::RngAlgorithm::ChaCha,
-        ),
-    );
+    // The same graphs every run: the default configuration's ChaCha generator, fixed seed.
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
     let (mut compared, mut fell_back) = (0usize, 0usize);
     for _ in 0..48 {
         let spec = spec().new_tree(&mut runner).unwrap().current();
@@ -115,15 +108,8 @@ fn the_executor_makes_the_dry_runs_pool_calls() {
 /// run's placements.
 #[test]
 fn the_pool_left_to_itself_falls_back_more_often_than_runs_following_placements() {
-    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
-        ProptestConfig {
-            cases: 48,
-            ..ProptestConfig::default()
-        },
-        proptest::test_runner::TestRng::deterministic_rng(
-            proptest::test_runner::RngAlgorithm::ChaCha,
-        ),
-    );
+    // The same graphs every run: the default configuration's ChaCha generator, fixed seed.
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
     let (mut following, mut left) = (0usize, 0usize);
     for _ in 0..24 {
         let spec = spec().new_tree(&mut runner).unwrap().current();

@@ -7,7 +7,7 @@ use super::gpt2_shape_tests::{
 };
 use super::swap_placements_tests::{Emulator, RunFigures};
 use super::swap_release::{
-    fits_pool_released, steady_run, Releases, RELEASE_MARGIN_MS, STEADY_RUNS,
+    fits_pool_released, steady_run, Releases, SteadyRun, RELEASE_MARGIN_MS, STEADY_RUNS,
 };
 use super::test_vmm::Device;
 use crate::device::StreamId;
@@ -56,6 +56,24 @@ fn a_copys_block_goes_back_at_the_first_step_past_its_end() {
     assert_eq!(late.at(4), &[7, 9]);
     assert_eq!(late.count(), 2);
     assert_eq!(late.at(99), &[] as &[u32]);
+}
+
+/// `plan`'s release schedule from its estimate `e`, its steady dry runs and its emulated runs 1–3
+/// at `limit`.
+fn released_runs(
+    s: &super::gpt2_shape_tests::Step,
+    lv: &Liveness,
+    plan: &SwapPlan,
+    e: &Estimate,
+    limit: u64,
+) -> (Releases, SteadyRun, Vec<RunFigures>) {
+    let program = Program::compile(&s.tensors, &s.nodes, lv, Some(plan), None);
+    let releases = Releases::from_estimate(&program, e, RELEASE_MARGIN_MS);
+    let pool = pool_for(limit, true);
+    let steady =
+        steady_run(&s.tensors, &s.nodes, &program, &releases, &pool, S, &[]).expect("fits");
+    let runs = emulate(s, &program, limit, Some(&releases));
+    (releases, steady, runs)
 }
 
 /// The emulated executor's runs 1–3 of the small shape's plan (the kept tensors the run writes
@@ -210,12 +228,7 @@ fn plans_fitted_with_pending_blocks_run_without_page_moves() {
             );
         }
         let (plan, e) = &all[best];
-        let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
-        let releases = Releases::from_estimate(&program, e, RELEASE_MARGIN_MS);
-        let pool = pool_for(limit, true);
-        let steady =
-            steady_run(&s.tensors, &s.nodes, &program, &releases, &pool, S, &[]).expect("fits");
-        let runs = emulate(&s, &program, limit, Some(&releases));
+        let (_, steady, runs) = released_runs(&s, &lv, plan, e, limit);
         println!(
             "{name}: plain fit {:.2} ms = {:.3}x at {:.3} of the limit; pending-aware fit {:.2} ms = {:.3}x at {:.3} of the limit ({} candidates, fitted in {fitting:.1} s); steady dry runs {steady:?}; emulated {runs:?}",
             plain[plain_best].1.step_ms,
@@ -252,12 +265,7 @@ fn on_the_h200s_timings_the_pending_aware_plan_runs_without_page_moves() {
     let (plain, plain_best, _) = finalize_at(&s, limit, true, true, true, true);
     let (all, best) = released_candidates(&s, limit, link);
     let (plan, e) = &all[best];
-    let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
-    let releases = Releases::from_estimate(&program, e, RELEASE_MARGIN_MS);
-    let pool = pool_for(limit, true);
-    let steady =
-        steady_run(&s.tensors, &s.nodes, &program, &releases, &pool, S, &[]).expect("fits");
-    let runs = emulate(&s, &program, limit, Some(&releases));
+    let (releases, steady, runs) = released_runs(&s, &lv, plan, e, limit);
     println!(
         "H200 timings (nodes {nodes:.2} ms, link in {:.1} / out {:.1} GB/s): plain fit {:.2} ms at {:.3} of the limit; pending-aware fit {:.2} ms = {:.3}x at {:.3} of the limit, {} recomputes, {} blocks released; steady {steady:?}",
         link.in_gbps,

@@ -277,6 +277,29 @@ impl std::ops::Deref for PinnedRuntime {
     }
 }
 
+/// The fast path of a raw call (`gkrt_malloc` / `gkrt_free`): when `key` names a live runtime's
+/// own home and its flag is free, `f` runs on the runtime and its state, locked by that flag,
+/// which is released after. `None` (`f` not run) in every other case: the caller then takes
+/// `pin_runtime`'s way, which waits where needed and names each error. The same checks as
+/// `pin_runtime`, without building its `Result` (a handle-sized success beside an error that
+/// owns a message): measured per call on the host, 58 instructions for the pin alone.
+#[inline(always)]
+pub fn with_own_state<R>(key: usize, f: impl FnOnce(&Runtime, &mut State) -> R) -> Option<R> {
+    let (index, generation) = decode(key)?;
+    let slot = home::get(index)?.try_lock()?;
+    if slot.generation != generation {
+        return None;
+    }
+    let rt: &Runtime = slot.runtime.as_ref()?;
+    if rt.home() != index {
+        return None;
+    }
+    // SAFETY: `slot` holds the flag of the runtime's own home, which is the state's lock, until
+    // it drops after `f` returns (or unwinds).
+    let st = unsafe { &mut *rt.state_locked() };
+    Some(f(rt, st))
+}
+
 /// The live runtime of `key`, pinned by its handle: hold it only for work that does not wait
 /// (`into_owned` first otherwise), since a release of the handle, and, through the runtime's own
 /// home, any use of the runtime's state, waits for it.

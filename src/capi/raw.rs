@@ -32,6 +32,18 @@ pub unsafe extern "C" fn gkrt_malloc(
     out: *mut *mut c_void,
 ) -> gkrt_status {
     guard(|| {
+        // The common case (the handle names the runtime's own home, nobody holds it) without
+        // the pinned handle's `Result`; every other case, errors included, below.
+        if !out.is_null() {
+            let fast = handles::with_own_state(runtime as usize, |r, st| {
+                r.raw_alloc_in(st, size as u64, stream)
+            });
+            if let Some(p) = fast {
+                // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
+                unsafe { *out = p? as *mut c_void };
+                return Ok(());
+            }
+        }
         let mut rt = handles::pin_runtime(runtime as usize)?;
         if out.is_null() {
             return Err(Error::InvalidArgument("out (void **) is NULL".into()));
@@ -69,6 +81,15 @@ pub unsafe extern "C" fn gkrt_free(
     stream: *mut c_void,
 ) -> gkrt_status {
     guard(|| {
+        // As in `gkrt_malloc`: the common case first, everything else below.
+        if !ptr.is_null() {
+            let fast = handles::with_own_state(runtime as usize, |r, st| {
+                r.raw_free_in(st, ptr as u64, stream, None)
+            });
+            if let Some(done) = fast {
+                return done;
+            }
+        }
         let mut rt = handles::pin_runtime(runtime as usize)?;
         if ptr.is_null() {
             return Ok(());
@@ -250,5 +271,76 @@ mod tests {
         assert!(!r.is_null());
         gkrt_torch_free(r, 64, dev, std::ptr::null_mut());
         assert!(gkrt_torch_alloc(64, -1, std::ptr::null_mut()).is_null());
+    }
+
+    /// The C path's own instructions, for callgrind (ignored; BENCHMARKS.md §3, session 14): the
+    /// trace `GKRT_TRACE` replayed `GKRT_PASSES` times (default 2) through `gkrt_malloc` /
+    /// `gkrt_free` on a host runtime, every status checked. The host backend's pool grows by
+    /// plain segments, so what this measures beyond the host replay (`replay_traces`) is the
+    /// entry points' work: the handle, the state lock, the stream, the results.
+    #[test]
+    #[ignore]
+    fn capi_replay_for_callgrind() {
+        let path = std::env::var("GKRT_TRACE").expect("GKRT_TRACE names a trace");
+        let passes: usize = std::env::var("GKRT_PASSES").map_or(2, |v| v.parse().unwrap());
+        let raw = std::process::Command::new("gzip")
+            .args(["-dcf", &path])
+            .output()
+            .expect("gzip runs");
+        let text = String::from_utf8(raw.stdout).expect("utf-8 trace");
+        // (allocation?, dense id, bytes); ids never freed are freed after each pass.
+        let mut ids = std::collections::HashMap::new();
+        let mut evs = Vec::new();
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let mut w = line.split_whitespace();
+            let (op, id) = (w.next().unwrap(), w.next().unwrap().to_string());
+            if op == "a" {
+                let bytes: usize = w.next().unwrap().parse().unwrap();
+                ids.insert(id, evs.len());
+                evs.push((true, evs.len(), bytes));
+            } else {
+                evs.push((false, ids.remove(&id).expect("free of a live id"), 0));
+            }
+        }
+        let mut cfg = std::mem::MaybeUninit::<gkrt_config>::zeroed();
+        // SAFETY: `cfg` is valid for a write of the struct.
+        let mut cfg = unsafe {
+            assert_eq!(
+                super::super::gkrt_config_init(cfg.as_mut_ptr()),
+                gkrt_status::GKRT_STATUS_OK
+            );
+            cfg.assume_init()
+        };
+        cfg.device = GKRT_DEVICE_HOST;
+        let mut rt = std::ptr::null_mut();
+        // SAFETY: valid config and out-pointer; every pointer freed below came from gkrt_malloc.
+        unsafe {
+            assert_eq!(
+                super::super::gkrt_runtime_create(&cfg, &mut rt),
+                gkrt_status::GKRT_STATUS_OK
+            );
+            let mut ptrs = vec![std::ptr::null_mut(); evs.len()];
+            let null = std::ptr::null_mut();
+            for _ in 0..passes {
+                for &(alloc, i, bytes) in &evs {
+                    let st = if alloc {
+                        gkrt_malloc(rt, bytes, null, &mut ptrs[i])
+                    } else {
+                        gkrt_free(rt, ptrs[i], null)
+                    };
+                    assert_eq!(st, gkrt_status::GKRT_STATUS_OK);
+                }
+                for &i in ids.values() {
+                    assert_eq!(gkrt_free(rt, ptrs[i], null), gkrt_status::GKRT_STATUS_OK);
+                }
+            }
+        }
+        assert_eq!(
+            super::super::gkrt_runtime_release(rt),
+            gkrt_status::GKRT_STATUS_OK
+        );
     }
 }

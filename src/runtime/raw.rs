@@ -123,7 +123,7 @@ impl Runtime {
         let s = self.raw_stream(st, stream)?;
         let backing = DeviceBacking(&*self.device);
         // The common case in one lookup: a raw block freed on its own stream, sizes agreeing.
-        if let Ok(None) = st
+        if st
             .pool
             .free_if_owned(&backing, ptr, RAW_TAG, s, expected_size)
         {

@@ -432,10 +432,12 @@ impl Pool {
         Ok(())
     }
 
-    /// `free` of the block at `addr` only if it was allocated with `tag` on `stream` (and, when
-    /// given, with `requested` bytes) — one lookup for the common case of a raw free. `Ok(None)`:
-    /// freed; `Ok(Some(info))`: left allocated because something differs; `UnknownPointer`: no
-    /// such live block.
+    /// `free` of the block at `addr` only if it is live, allocated with `tag` on `stream` (and,
+    /// when given, with `requested` bytes) — one lookup for the common case of a raw free. True:
+    /// freed; false: nothing changed (no such live block, or something differs: `block_info`
+    /// says what). A plain flag, not a `Result` holding a `BlockInfo` or a `PoolError`: the
+    /// caller's common case then reads one register.
+    #[inline]
     pub fn free_if_owned(
         &mut self,
         backing: &dyn PoolBacking,
@@ -443,21 +445,16 @@ impl Pool {
         tag: u8,
         stream: StreamId,
         requested: Option<u64>,
-    ) -> Result<Option<BlockInfo>, PoolError> {
+    ) -> bool {
         // One probe of the live map for the common case.
         let Some(at) = self.live.find(addr) else {
-            return Err(PoolError::UnknownPointer(addr));
+            return false;
         };
         let idx = self.live.value_at(at);
         let b = &self.blocks[idx];
         let owner = self.streams[b.owner as usize].stream;
         if b.tag != tag || owner != stream || requested.is_some_and(|n| n != b.requested) {
-            return Ok(Some(BlockInfo {
-                stream: owner,
-                tag: b.tag,
-                size: b.size,
-                requested: b.requested,
-            }));
+            return false;
         }
         self.live.remove_at(at);
         self.count_free(idx);
@@ -465,7 +462,7 @@ impl Pool {
         self.note_block(Action::FreeCompleted, idx);
         self.free_block(idx);
         self.note_free(backing, idx);
-        Ok(None)
+        true
     }
 
     /// Size the block at `addr` was rounded to, if live.

@@ -640,7 +640,8 @@ impl Pool {
     }
 
     /// Block `idx` (out of every index) becomes an allocation of `bytes` with `tag`: counted,
-    /// findable by address. Returns its address.
+    /// findable by address. Returns its address. Forced inline: every allocation ends here.
+    #[inline(always)]
     fn hand_out(&mut self, idx: u32, bytes: u64, tag: u8) -> u64 {
         let (addr, size) = {
             let b = &mut self.blocks[idx];
@@ -662,6 +663,7 @@ impl Pool {
         addr
     }
 
+    #[inline(always)]
     fn take_live(&mut self, addr: u64) -> Result<u32, PoolError> {
         let idx = self
             .live

@@ -116,6 +116,7 @@ impl FakeConfig {
     pub(super) fn build(self) -> Fake {
         Fake {
             started: std::time::Instant::now(),
+            event_calls: Default::default(),
             state: RefCell::new(FakeState {
                 clock: 0,
                 map_calls: 0,
@@ -216,6 +217,9 @@ pub(super) struct Fake {
     config: FakeConfig,
     state: RefCell<FakeState>,
     started: std::time::Instant,
+    /// Marker events recorded and event queries (`event_complete`), in every mode: on the
+    /// H200 each is a driver call (the host replay reports them per operation).
+    event_calls: std::cell::Cell<(u64, u64)>,
 }
 
 impl Fake {
@@ -273,6 +277,11 @@ impl Fake {
     /// Moves the clock on by `ns` (time spent outside the pool).
     pub(super) fn advance(&self, ns: u64) {
         self.state_mut().clock += ns;
+    }
+
+    /// Marker events recorded and event queries so far (see `event_calls`).
+    pub(super) fn event_calls(&self) -> (u64, u64) {
+        self.event_calls.get()
     }
 
     pub(super) fn maps(&self) -> u64 {
@@ -425,6 +434,8 @@ impl PoolBacking for Fake {
     }
 
     fn event_complete(&self, event: EventId) -> bool {
+        let (r, q) = self.event_calls.get();
+        self.event_calls.set((r, q + 1));
         if !self.config.record {
             return true;
         }
@@ -463,6 +474,8 @@ impl PoolBacking for Fake {
         if self.config.page == 0 {
             return None;
         }
+        let (r, q) = self.event_calls.get();
+        self.event_calls.set((r + 1, q));
         if !self.config.record {
             // Nothing runs on this device: every marker is passed at once.
             return Some(reuse.unwrap_or(EventId(0)));

@@ -32,7 +32,9 @@
 //! can be compared at several speeds with the same result every run, and callgrind (~50× slower)
 //! profiles the placements a native run makes.
 //! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
-//! hash of the addresses it handed out: a change meant to keep every placement keeps them all.
+//! hash of the addresses it handed out: a change meant to keep every placement keeps them all;
+//! then the marker events recorded and queried (driver calls on the H200; their number follows
+//! this machine's clock, so it is not part of what must stay the same).
 //! The last column says which pass last raised the peak of reserved bytes: on every trace it is
 //! the first (the program's first step, where the footprint is made) unless page moves of the
 //! first pass left a layout whose later passes need more pages at the same event (bert_train
@@ -277,6 +279,7 @@ fn replay_with(
         let m0 = b.maps();
         let calls0 = b.map_calls() + b.unmap_calls();
         let cold0 = p.cold_placements;
+        let events0 = b.event_calls();
         let allocs0 = b.maps() + u0;
         for k in (0..junk.len()).step_by(64) {
             junk[k] = junk[k].wrapping_add(pass as u8);
@@ -347,12 +350,17 @@ fn replay_with(
             let placed = addr.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &a| {
                 (h ^ a).wrapping_mul(0x100_0000_01b3)
             });
+            // Marker events recorded and queried: driver calls on the H200, where markers come
+            // at most once a millisecond (`marker_min_interval_ns`, on this machine's clock).
+            let events = b.event_calls();
             println!(
-                "pass {pass}: unmapped {} mapped {} reserved {} cold placements {} addresses {placed:016x}",
+                "pass {pass}: unmapped {} mapped {} reserved {} cold placements {} addresses {placed:016x} markers {} queries {}",
                 b.unmaps() - u0,
                 b.maps(),
                 p.stats().reserved_bytes,
                 p.cold_placements - cold0,
+                events.0 - events0.0,
+                events.1 - events0.1,
             );
         }
         if pass > 0 {

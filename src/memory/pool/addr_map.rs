@@ -40,6 +40,23 @@ impl AddrMap {
         self.slots.len() - 1
     }
 
+    /// Slot `i` (taken modulo the capacity, a power of two): one `and` instead of a bounds
+    /// check, which was most of a probe's instructions (callgrind, session 14).
+    #[inline(always)]
+    fn at(&self, i: usize) -> &(u64, u32) {
+        debug_assert!(i < self.slots.len());
+        // SAFETY: `slots.len()` is a power of two, so `i & mask` is below it.
+        unsafe { self.slots.get_unchecked(i & self.mask()) }
+    }
+
+    #[inline(always)]
+    fn at_mut(&mut self, i: usize) -> &mut (u64, u32) {
+        debug_assert!(i < self.slots.len());
+        let mask = self.mask();
+        // SAFETY: as in `at`.
+        unsafe { self.slots.get_unchecked_mut(i & mask) }
+    }
+
     #[inline]
     fn home(&self, key: u64) -> usize {
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
@@ -56,7 +73,7 @@ impl AddrMap {
         let mask = self.mask();
         let mut i = self.home(key);
         loop {
-            let k = self.slots[i].0;
+            let k = self.at(i).0;
             if k == key {
                 return Some(i);
             }
@@ -69,12 +86,12 @@ impl AddrMap {
 
     #[inline]
     pub fn value_at(&self, slot: usize) -> u32 {
-        self.slots[slot].1
+        self.at(slot).1
     }
 
     #[inline]
     pub fn get(&self, key: u64) -> Option<u32> {
-        self.find(key).map(|i| self.slots[i].1)
+        self.find(key).map(|i| self.at(i).1)
     }
 
     /// Inserts or replaces. Forced inline, as `remove`: one of each comes with every alloc/free
@@ -89,13 +106,13 @@ impl AddrMap {
         let mask = self.mask();
         let mut i = self.home(key);
         loop {
-            let k = self.slots[i].0;
+            let k = self.at(i).0;
             if k == key {
-                self.slots[i].1 = value;
+                self.at_mut(i).1 = value;
                 return;
             }
             if k == EMPTY {
-                self.slots[i] = (key, value);
+                *self.at_mut(i) = (key, value);
                 self.len += 1;
                 return;
             }
@@ -106,7 +123,7 @@ impl AddrMap {
     #[inline(always)]
     pub fn remove(&mut self, key: u64) -> Option<u32> {
         let i = self.find(key)?;
-        let v = self.slots[i].1;
+        let v = self.at(i).1;
         self.remove_at(i);
         Some(v)
     }
@@ -120,7 +137,7 @@ impl AddrMap {
         let mut j = slot;
         loop {
             j = (j + 1) & mask;
-            let k = self.slots[j].0;
+            let k = self.at(j).0;
             if k == EMPTY {
                 break;
             }
@@ -132,11 +149,11 @@ impl AddrMap {
                 hole < home || home <= j
             };
             if !stays {
-                self.slots[hole] = self.slots[j];
+                *self.at_mut(hole) = *self.at(j);
                 hole = j;
             }
         }
-        self.slots[hole] = (EMPTY, 0);
+        *self.at_mut(hole) = (EMPTY, 0);
         self.len -= 1;
     }
 

@@ -169,7 +169,7 @@ use addr_map::AddrMap;
 use block::{Block, Kind, State};
 use segments::Segment;
 use slab::Slab;
-use stream::{FastHash, StreamState};
+use stream::{FastHash, Streams};
 use tlsf::NIL;
 
 pub use config::PoolConfig;
@@ -223,7 +223,7 @@ pub struct Pool {
     /// Plain segments and virtual ranges.
     segs: Slab<Segment>,
     live: AddrMap,
-    streams: Vec<StreamState>,
+    streams: Streams,
     stream_index: HashMap<StreamId, u32, FastHash>,
     /// The stream of the latest allocation and the index of its state (nearly every allocation repeats it).
     last_stream: (StreamId, u32),
@@ -272,7 +272,7 @@ impl Pool {
             blocks: Slab::default(),
             segs: Slab::default(),
             live: AddrMap::default(),
-            streams: Vec::new(),
+            streams: Streams::default(),
             stream_index: HashMap::default(),
             last_stream: (StreamId(u32::MAX), NIL),
             pending: BTreeMap::new(),

@@ -56,17 +56,32 @@ impl<T> Slab<T> {
     }
 }
 
+// Lookups by index are not bounds-checked in release builds. Every index the pool holds comes
+// from `insert` and stays below `items.len()` (records are never taken out of `items`, only
+// marked vacant), and no code looks up `NIL` (each link is compared with it first); debug builds
+// check both. A block operation makes 10–30 lookups, and their checks were a fifth of the
+// pool's instructions on an alloc/free pair (callgrind, session 14).
 impl<T> std::ops::Index<u32> for Slab<T> {
     type Output = T;
     #[inline(always)]
     fn index(&self, i: u32) -> &T {
-        &self.items[i as usize]
+        debug_assert!(
+            (i as usize) < self.items.len(),
+            "slab index {i} out of range"
+        );
+        // SAFETY: `i` came from `insert` (above), so it is below `items.len()`.
+        unsafe { self.items.get_unchecked(i as usize) }
     }
 }
 
 impl<T> std::ops::IndexMut<u32> for Slab<T> {
     #[inline(always)]
     fn index_mut(&mut self, i: u32) -> &mut T {
-        &mut self.items[i as usize]
+        debug_assert!(
+            (i as usize) < self.items.len(),
+            "slab index {i} out of range"
+        );
+        // SAFETY: as in `index`.
+        unsafe { self.items.get_unchecked_mut(i as usize) }
     }
 }

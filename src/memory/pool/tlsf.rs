@@ -44,22 +44,29 @@ pub fn class_start(c: usize) -> u64 {
     }
 }
 
+/// Heads kept per index: the classes rounded up to a power of two, so that a class number
+/// masked by `HEADS - 1` is always in bounds (no bounds check on the hot path; the classes
+/// above `CLASSES` stay empty).
+const HEADS: usize = CLASSES.next_power_of_two();
+/// First-level bitmaps kept: `FL` rounded up likewise (64, the bits of `fl_map`).
+const FL_MAPS: usize = 64;
+
 /// List heads and bitmaps of one free index.
 #[derive(Clone, Debug)]
 pub struct Classes {
-    heads: Box<[u32]>,
+    heads: Box<[u32; HEADS]>,
     /// Bit `fl` set: some class of first level `fl` is non-empty.
     fl_map: u64,
     /// Per first level, bit `sl` set: class `fl * SL + sl` is non-empty.
-    sl_map: [u32; FL],
+    sl_map: [u32; FL_MAPS],
 }
 
 impl Default for Classes {
     fn default() -> Self {
         Classes {
-            heads: vec![NIL; CLASSES].into_boxed_slice(),
+            heads: Box::new([NIL; HEADS]),
             fl_map: 0,
-            sl_map: [0; FL],
+            sl_map: [0; FL_MAPS],
         }
     }
 }
@@ -67,14 +74,16 @@ impl Default for Classes {
 impl Classes {
     #[inline]
     pub fn head(&self, c: usize) -> u32 {
-        self.heads[c]
+        debug_assert!(c < CLASSES);
+        self.heads[c & (HEADS - 1)]
     }
 
     /// Sets the head of class `c` and keeps the bitmaps in step (`NIL` empties the class).
     #[inline]
     pub fn set_head(&mut self, c: usize, head: u32) {
-        self.heads[c] = head;
-        let (fl, sl) = (c / SL, c % SL);
+        debug_assert!(c < CLASSES);
+        self.heads[c & (HEADS - 1)] = head;
+        let (fl, sl) = ((c / SL) & (FL_MAPS - 1), c % SL);
         if head == NIL {
             self.sl_map[fl] &= !(1 << sl);
             if self.sl_map[fl] == 0 {
@@ -92,7 +101,7 @@ impl Classes {
         if c >= CLASSES {
             return None;
         }
-        let (fl, sl) = (c / SL, c % SL);
+        let (fl, sl) = ((c / SL) & (FL_MAPS - 1), c % SL);
         let here = self.sl_map[fl] & (u32::MAX << sl);
         if here != 0 {
             return Some(fl * SL + here.trailing_zeros() as usize);
@@ -105,7 +114,7 @@ impl Classes {
         if above == 0 {
             return None;
         }
-        let f = above.trailing_zeros() as usize;
+        let f = above.trailing_zeros() as usize & (FL_MAPS - 1);
         Some(f * SL + self.sl_map[f].trailing_zeros() as usize)
     }
 

@@ -35,12 +35,11 @@ pub unsafe extern "C" fn gkrt_malloc(
         // The common case (the handle names the runtime's own home, nobody holds it) without
         // the pinned handle's `Result`; every other case, errors included, below.
         if !out.is_null() {
-            let fast = handles::with_own_state(runtime as usize, |r, st| {
-                r.raw_alloc_in(st, size as u64, stream)
-            });
-            if let Some(p) = fast {
+            if let Some(mut pin) = handles::pin_own_home(runtime as usize) {
+                let (r, st) = pin.parts();
+                let p = r.raw_alloc_in(st, size as u64, stream)?;
                 // SAFETY: `out` is non-NULL (checked) and valid for a write (the C contract).
-                unsafe { *out = p? as *mut c_void };
+                unsafe { *out = p as *mut c_void };
                 return Ok(());
             }
         }
@@ -83,11 +82,9 @@ pub unsafe extern "C" fn gkrt_free(
     guard(|| {
         // As in `gkrt_malloc`: the common case first, everything else below.
         if !ptr.is_null() {
-            let fast = handles::with_own_state(runtime as usize, |r, st| {
-                r.raw_free_in(st, ptr as u64, stream, None)
-            });
-            if let Some(done) = fast {
-                return done;
+            if let Some(mut pin) = handles::pin_own_home(runtime as usize) {
+                let (r, st) = pin.parts();
+                return r.raw_free_in(st, ptr as u64, stream, None);
             }
         }
         let mut rt = handles::pin_runtime(runtime as usize)?;

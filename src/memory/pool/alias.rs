@@ -43,6 +43,9 @@ pub(super) struct Aliases {
     pub(super) switches: u64,
     /// Chunks mapped at a new address as an alias of their old one, cumulative.
     pub(super) alias_maps: u64,
+    /// Shadows unmapped because their address was needed while their chunk was live
+    /// elsewhere: moves undone at a cost, cumulative.
+    pub(super) conflicts: u64,
 }
 
 /// What a slack-rule move may do with aliases: the live addresses of the chunks whose shadows
@@ -69,6 +72,11 @@ impl Pool {
     /// Chunks switched back to a shadow address, and chunks mapped as aliases, so far.
     pub fn alias_counts(&self) -> (u64, u64) {
         (self.aliases.switches, self.aliases.alias_maps)
+    }
+
+    /// Shadows unmapped because their address was needed while their chunk lived elsewhere.
+    pub fn alias_conflicts(&self) -> u64 {
+        self.aliases.conflicts
     }
 
     /// The live addresses of the chunks whose shadows lie wholly inside pages `[p0, p1)` of
@@ -202,7 +210,10 @@ impl Pool {
                     made += k;
                 }
                 // Pages that will be mapped here: the shadow goes.
-                _ => self.drop_shadow(vm, sa).map_err(PoolError::Device)?,
+                _ => {
+                    self.drop_shadow(vm, sa).map_err(PoolError::Device)?;
+                    self.aliases.conflicts += 1;
+                }
             }
         }
         if self.aliases.donors.is_empty() {

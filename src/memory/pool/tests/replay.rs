@@ -125,6 +125,7 @@ struct Figures {
     /// Chunks moved back to a shadow (no driver call) and mapped as aliases, in all passes.
     alias_switches: u64,
     alias_maps: u64,
+    alias_conflicts: u64,
     maps: u64,
     map_calls: u64,
     /// Map calls and physical allocations mapped in the first pass.
@@ -374,6 +375,7 @@ fn replay_with(
         steady_unmaps,
         alias_switches: p.alias_counts().0,
         alias_maps: p.alias_counts().1,
+        alias_conflicts: p.alias_conflicts(),
         first_map_calls,
         first_maps,
         maps: b.maps(),
@@ -476,8 +478,8 @@ fn replay_traces_through_the_pool() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let passes = 1 + 2 * rounds;
-    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined | peak set in pass | steady pass: allocations mapped, unmapped (median) | chunks switched back, mapped as aliases |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | driver ns/op (mean of later passes) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined | peak set in pass | steady pass: allocations mapped, unmapped (median) | chunks switched back, mapped as aliases, shadows undone |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for path in trace_paths() {
         let (evs, unfreed) = load_trace(&path);
         let name = path
@@ -506,10 +508,11 @@ fn replay_traces_through_the_pool() {
                 t.sort_by(|a, b| a.partial_cmp(b).unwrap());
                 t[t.len() / 2]
             };
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
             let g = goal(name, f.peak_live);
             let mib = |x: u64| x as f64 / MIB as f64;
             println!(
-                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} | {} | {}, {} | {}, {} |",
+                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} | {} | {}, {} | {}, {}, {} |",
                 mib(f.peak_live),
                 mib(f.peak_reserved),
                 f.peak_reserved as f64 / f.peak_live as f64,
@@ -517,6 +520,7 @@ fn replay_traces_through_the_pool() {
                 if f.peak_reserved <= g { "yes" } else { "**no**" },
                 median(&f.per_pass_ns[1.min(passes - 1)..]),
                 median(&f.driver_ns[1.min(passes - 1)..]),
+                mean(&f.driver_ns[1.min(passes - 1)..]),
                 median(&f.cold_per_op[1.min(passes - 1)..]),
                 evs.len(),
                 f.first_map_calls,
@@ -529,7 +533,8 @@ fn replay_traces_through_the_pool() {
                 median_u(&f.steady_maps),
                 median_u(&f.steady_unmaps),
                 f.alias_switches,
-                f.alias_maps
+                f.alias_maps,
+                f.alias_conflicts
             );
         }
     }

@@ -46,6 +46,9 @@ pub(super) struct Aliases {
     /// Shadows unmapped because their address was needed while their chunk was live
     /// elsewhere: moves undone at a cost, cumulative.
     pub(super) conflicts: u64,
+    /// Unmap calls made here (chunks and shadows), cumulative: `map_pages` tells from it
+    /// whether placing a block cost more than mapping new memory would have.
+    pub(super) unmaps: u64,
 }
 
 /// What a slack-rule move may do with aliases: the live addresses of the chunks whose shadows
@@ -61,6 +64,13 @@ impl Pool {
     /// Whether moves keep aliases: configured, and the device can map an allocation twice.
     pub(super) fn aliasing(&self, vm: &dyn VirtualMemory) -> bool {
         self.config.page_aliases && vm.supports_aliases()
+    }
+
+    /// Whether pages a slack-rule move placed may move again beyond the lifetime share
+    /// (`alias_moves_again`, with `alias_again_until_undone` only before a move was undone).
+    pub(super) fn moves_again_allowed(&self) -> bool {
+        let c = &self.config;
+        c.alias_moves_again && (!c.alias_again_until_undone || self.moves.none_undone())
     }
 
     /// Shadows held now.
@@ -109,6 +119,7 @@ impl Pool {
             return Ok(());
         }
         self.drop_shadow_of(vm, addr)?;
+        self.aliases.unmaps += 1;
         vm.unmap(addr, k * self.page, 1)
     }
 
@@ -124,6 +135,7 @@ impl Pool {
     /// nothing: it recorded the address's unmapping when the chunk left it.
     fn drop_shadow(&mut self, vm: &dyn VirtualMemory, sa: u64) -> Result<(), DeviceError> {
         let (live, k) = self.aliases.shadows[&sa];
+        self.aliases.unmaps += 1;
         vm.unmap(sa, k * self.page, 1)?;
         self.aliases.shadows.remove(&sa);
         self.aliases.shadow_of.remove(&live);

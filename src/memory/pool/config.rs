@@ -89,7 +89,9 @@ pub struct PoolConfig {
     /// for free. Default false (session 13, host replay with the H200's costs: bert_train
     /// 1.073 → 1.030, gpt2_run_train 1.075 → 1.030, lstm 1.062 → 1.051, llama 1.060 → 1.057,
     /// but gnn_train 1.148 → 1.157, and 76–85 ns per operation of steady page moves on
-    /// resnet_infer_sizes and vit_infer_batches); `GKRT_POOL_ALIASES=2` turns both on.
+    /// resnet_infer_sizes and vit_infer_batches; session 14: bert's 1.030 holds only at that
+    /// pace — the bucket decides whether its second pass moves pages again, 1.091 without work
+    /// between calls, as on the H200); `GKRT_POOL_ALIASES=2` turns both on.
     pub alias_moves_again: bool,
     /// With `alias_moves_again`: pages move again only until placing a block first costs an
     /// unmap that mapping new memory would not have — a shadow dropped because its chunk was

@@ -26,6 +26,8 @@
 //! most that share of the program's time), so it adds no constant; a replay with no work
 //! between calls earns almost nothing from it (the host replay of every trace is unchanged).
 //! The budget rule (`memory_limit`) never consults it.
+//! It also remembers whether a placement has had to unmap what mapping new memory would not
+//! (`note_undone`): a count, not a time, by which `alias_again_until_undone` ends moving again.
 
 /// Wall time whose share of moving the bucket saves up. A burst after an idle spell may go
 /// beyond it only while all moves stay within the pool's lifetime share.

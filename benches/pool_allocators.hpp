@@ -241,10 +241,13 @@ static inline std::vector<std::unique_ptr<Allocator>> make_allocators(const std:
   if (want("variants") || want("aliases")) {
     // Page moves keep the moved chunk's old address mapped as an alias, so moving it back is
     // bookkeeping (ARCHITECTURE.md, "Alias mappings"); and, second, pages a move placed may
-    // move again within the time budget (their moves back are then free switches). "aliases"
-    // alone in --only selects these two without the other variants.
+    // move again within the time budget (their moves back are then free switches); third, the
+    // same until a move is first undone at the cost of an unmap (a count, not the time budget:
+    // the same at any pace). "aliases" alone in --only selects these three without the other
+    // variants.
     out.emplace_back(new GkrtRaw("gkrt_malloc aliases", "GKRT_POOL_ALIASES=1"));
     out.emplace_back(new GkrtRaw("gkrt_malloc aliases, moves again", "GKRT_POOL_ALIASES=2"));
+    out.emplace_back(new GkrtRaw("gkrt_malloc aliases, again until undone", "GKRT_POOL_ALIASES=3"));
   }
   return out;
 }

@@ -11,7 +11,7 @@
 #           idle, and each swapping plan's predicted step beside the measured (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3); POOL_ONLY=gkrt,torch,async,aliases
-#           puts the default beside its page-alias variants (GKRT_POOL_ALIASES=1 and 2) alone
+#           puts the default beside its page-alias variants (GKRT_POOL_ALIASES=1, 2 and 3) alone
 #   poolab  the pool's replay with this library and a baseline's (POOL_BASE_LIB, default .gpu/lib_base:
 #           a staged libgkrt.so, e.g. main's), new / baseline / new again in one call, PyTorch and
 #           cuMemAllocAsync beside each (scripts/gpu/poolab.sh; $OUT/pool_replay_{new,base,new2}.md)

@@ -43,6 +43,12 @@ pub(super) struct Aliases {
     pub(super) switches: u64,
     /// Chunks mapped at a new address as an alias of their old one, cumulative.
     pub(super) alias_maps: u64,
+    /// Shadows unmapped because their address was needed while their chunk was live
+    /// elsewhere: moves undone at a cost, cumulative.
+    pub(super) conflicts: u64,
+    /// Unmap calls made here (chunks and shadows), cumulative: `map_pages` tells from it
+    /// whether placing a block cost more than mapping new memory would have.
+    pub(super) unmaps: u64,
 }
 
 /// What a slack-rule move may do with aliases: the live addresses of the chunks whose shadows
@@ -60,6 +66,13 @@ impl Pool {
         self.config.page_aliases && vm.supports_aliases()
     }
 
+    /// Whether pages a slack-rule move placed may move again beyond the lifetime share
+    /// (`alias_moves_again`, with `alias_again_until_undone` only before a move was undone).
+    pub(super) fn moves_again_allowed(&self) -> bool {
+        let c = &self.config;
+        c.alias_moves_again && (!c.alias_again_until_undone || self.moves.none_undone())
+    }
+
     /// Shadows held now.
     #[cfg(test)]
     pub(super) fn shadow_count(&self) -> usize {
@@ -69,6 +82,11 @@ impl Pool {
     /// Chunks switched back to a shadow address, and chunks mapped as aliases, so far.
     pub fn alias_counts(&self) -> (u64, u64) {
         (self.aliases.switches, self.aliases.alias_maps)
+    }
+
+    /// Shadows unmapped because their address was needed while their chunk lived elsewhere.
+    pub fn alias_conflicts(&self) -> u64 {
+        self.aliases.conflicts
     }
 
     /// The live addresses of the chunks whose shadows lie wholly inside pages `[p0, p1)` of
@@ -101,6 +119,7 @@ impl Pool {
             return Ok(());
         }
         self.drop_shadow_of(vm, addr)?;
+        self.aliases.unmaps += 1;
         vm.unmap(addr, k * self.page, 1)
     }
 
@@ -116,6 +135,7 @@ impl Pool {
     /// nothing: it recorded the address's unmapping when the chunk left it.
     fn drop_shadow(&mut self, vm: &dyn VirtualMemory, sa: u64) -> Result<(), DeviceError> {
         let (live, k) = self.aliases.shadows[&sa];
+        self.aliases.unmaps += 1;
         vm.unmap(sa, k * self.page, 1)?;
         self.aliases.shadows.remove(&sa);
         self.aliases.shadow_of.remove(&live);
@@ -202,7 +222,10 @@ impl Pool {
                     made += k;
                 }
                 // Pages that will be mapped here: the shadow goes.
-                _ => self.drop_shadow(vm, sa).map_err(PoolError::Device)?,
+                _ => {
+                    self.drop_shadow(vm, sa).map_err(PoolError::Device)?;
+                    self.aliases.conflicts += 1;
+                }
             }
         }
         if self.aliases.donors.is_empty() {

@@ -89,8 +89,20 @@ pub struct PoolConfig {
     /// for free. Default false (session 13, host replay with the H200's costs: bert_train
     /// 1.073 → 1.030, gpt2_run_train 1.075 → 1.030, lstm 1.062 → 1.051, llama 1.060 → 1.057,
     /// but gnn_train 1.148 → 1.157, and 76–85 ns per operation of steady page moves on
-    /// resnet_infer_sizes and vit_infer_batches); `GKRT_POOL_ALIASES=2` turns both on.
+    /// resnet_infer_sizes and vit_infer_batches; session 14: bert's 1.030 holds only at that
+    /// pace — the bucket decides whether its second pass moves pages again, 1.091 without work
+    /// between calls, as on the H200); `GKRT_POOL_ALIASES=2` turns both on.
     pub alias_moves_again: bool,
+    /// With `alias_moves_again`: pages move again only until placing a block first costs an
+    /// unmap that mapping new memory would not have — a shadow dropped because its chunk was
+    /// live elsewhere when its address was needed, or a chunk a move took but could not place
+    /// (`MoveBudget::note_undone`; `release_cached` starts afresh). With aliases a move that
+    /// holds costs no more driver calls than mapping new memory (an alias map for a map, a
+    /// switch for nothing); the first unmap says moves are being undone, and the later passes
+    /// of a repeating program would pay for it again. A count the pool keeps, not the time
+    /// budget, so the result does not depend on the machine's pace. Default false
+    /// (`GKRT_POOL_ALIASES=3` turns it and the two above on).
+    pub alias_again_until_undone: bool,
     /// Before the slack rule picks pages to move, it records a marker after the latest frees
     /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
     /// it, and the pages freed before it can move without a stall; a busy one does not, and new
@@ -133,6 +145,7 @@ impl Default for PoolConfig {
             recycle_majority_moves: true,
             page_aliases: false,
             alias_moves_again: false,
+            alias_again_until_undone: false,
             recycle_spin_ns: 200_000,
             recycle_time_permille: 10,
             marker_every: 256,

@@ -26,6 +26,8 @@
 //! most that share of the program's time), so it adds no constant; a replay with no work
 //! between calls earns almost nothing from it (the host replay of every trace is unchanged).
 //! The budget rule (`memory_limit`) never consults it.
+//! It also remembers whether a placement has had to unmap what mapping new memory would not
+//! (`note_undone`): a count, not a time, by which `alias_again_until_undone` ends moving again.
 
 /// Wall time whose share of moving the bucket saves up. A burst after an idle spell may go
 /// beyond it only while all moves stay within the pool's lifetime share.
@@ -48,6 +50,10 @@ pub(super) struct MoveBudget {
     /// When the pool first mapped memory (`note_start`; None before): the start of the
     /// lifetime share.
     born_ns: Option<u64>,
+    /// Whether placing a block has cost an unmap that mapping new memory would not have
+    /// (`note_undone`): with `alias_again_until_undone`, pages moved once move again only
+    /// before that.
+    undone: bool,
 }
 
 impl MoveBudget {
@@ -79,6 +85,19 @@ impl MoveBudget {
             declined: self.declined,
             ..MoveBudget::default()
         };
+    }
+
+    /// Placing a block cost an unmap beyond what mapping new memory costs: a shadow dropped
+    /// because its chunk was live elsewhere, or a chunk a move took and could not place.
+    pub(super) fn note_undone(&mut self) {
+        self.undone = true;
+    }
+
+    /// Whether moves again may go on under `alias_again_until_undone`: no move has been undone
+    /// at a cost since the start (or `restart`). A count, not a time: the same decisions at any
+    /// pace.
+    pub(super) fn none_undone(&self) -> bool {
+        !self.undone
     }
 
     /// Whether the lifetime share has started (`note_start`).
@@ -181,6 +200,19 @@ mod tests {
         let mut never = MoveBudget::default();
         never.note_start(0);
         assert!(!never.allows(1 << 40, 0));
+    }
+
+    #[test]
+    fn a_move_undone_is_remembered_until_a_restart() {
+        let mut b = MoveBudget::default();
+        assert!(b.none_undone());
+        b.note_undone();
+        assert!(!b.none_undone());
+        // Time passing does not forget it: a count, not a share of time.
+        assert!(b.allows(1 << 40, 10));
+        assert!(!b.none_undone());
+        b.restart();
+        assert!(b.none_undone());
     }
 
     #[test]

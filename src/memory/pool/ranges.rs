@@ -492,7 +492,7 @@ impl Pool {
                     // With aliases a move back is a switch, free: `alias_moves_again` lets
                     // pages a move placed move again without the lifetime share.
                     repeat = self.moves.allows_repeat(now, permille)
-                        || (aliasing && self.config.alias_moves_again);
+                        || (aliasing && self.moves_again_allowed());
                     alias = aliasing.then_some(AliasMove {
                         targets,
                         switch_only: false,
@@ -531,10 +531,16 @@ impl Pool {
         // Donors switched or aliased into [p0, p1), shadows there unmapped, the rest unmapped
         // (the budget counted the donors gone and these pages to map: what is left for
         // `map_runs` is fewer).
+        let unmaps = self.aliases.unmaps;
         self.place_donors(vm, r, (p0, p1))?;
+        let undone = must == 0 && self.aliases.unmaps > unmaps;
         let base = self.segs[r].base;
         let runs = self.pages_of(r).runs(p0, p1, false);
         let mapped = self.map_runs(backing, vm, r, base, &runs, placing, bytes);
+        if undone {
+            // Not the budget's unmapping: a move (this one or an earlier one) undone.
+            self.moves.note_undone();
+        }
         if moved > 0 && mapped.is_ok() {
             self.segs[r]
                 .pages

@@ -35,6 +35,38 @@ fn moved_case(f: &Fake) -> (Pool, u64, u64) {
     (p, x, z)
 }
 
+/// `alias_again_until_undone`: moving again ends at the first placement that must unmap a
+/// shadow whose chunk is live elsewhere (the move undone at a cost), whatever the time, and
+/// starts afresh after `release_cached`; without it, moving again goes on.
+#[test]
+fn moving_again_ends_when_a_move_is_undone() {
+    for until_undone in [true, false] {
+        let f = Fake::virtual_memory();
+        f.state_mut().idle_device = true;
+        let (mut p, x, z) = moved_case(&f);
+        p.config.alias_moves_again = true;
+        p.config.alias_again_until_undone = until_undone;
+        assert!(p.moves_again_allowed());
+        // 64 MiB on stream 0 while z holds the moved chunks: x's shadows are dropped and new
+        // memory is mapped there.
+        let unmaps = f.unmap_calls();
+        let w = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+        assert_eq!(w, x);
+        assert_eq!(p.alias_conflicts(), 30);
+        assert_eq!(f.unmap_calls() - unmaps, 30);
+        assert_eq!(p.moves_again_allowed(), !until_undone);
+        check(&p);
+        for (a, s) in [(w, 0), (z, 1)] {
+            let size = p.block_size(a).unwrap();
+            p.free(&f, a).unwrap();
+            f.note_freed(a, size, s);
+        }
+        p.release_cached(&f).unwrap();
+        assert!(p.moves_again_allowed());
+        assert_eq!(p.release_all(&f), Ok(()));
+    }
+}
+
 #[test]
 fn a_chunk_moved_back_to_its_shadow_costs_no_driver_call_and_keeps_its_bytes() {
     let f = Fake::virtual_memory();

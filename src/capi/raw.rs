@@ -205,6 +205,7 @@ pub unsafe extern "C" fn gkrt_runtime_release_cached(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::pool::tests::replay::{load_trace, Ev};
 
     /// The PyTorch entry points on the host backend: NULL and zero sizes, round trips, unknown
     /// pointers reported, statistics through a handle to the process-wide runtime.
@@ -280,28 +281,8 @@ mod tests {
     fn capi_replay_for_callgrind() {
         let path = std::env::var("GKRT_TRACE").expect("GKRT_TRACE names a trace");
         let passes: usize = std::env::var("GKRT_PASSES").map_or(2, |v| v.parse().unwrap());
-        let raw = std::process::Command::new("gzip")
-            .args(["-dcf", &path])
-            .output()
-            .expect("gzip runs");
-        let text = String::from_utf8(raw.stdout).expect("utf-8 trace");
-        // (allocation?, dense id, bytes); ids never freed are freed after each pass.
-        let mut ids = std::collections::HashMap::new();
-        let mut evs = Vec::new();
-        for line in text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-        {
-            let mut w = line.split_whitespace();
-            let (op, id) = (w.next().unwrap(), w.next().unwrap().to_string());
-            if op == "a" {
-                let bytes: usize = w.next().unwrap().parse().unwrap();
-                ids.insert(id, evs.len());
-                evs.push((true, evs.len(), bytes));
-            } else {
-                evs.push((false, ids.remove(&id).expect("free of a live id"), 0));
-            }
-        }
+        // Ids made dense by the host replay's reader; the ones never freed are freed after each pass.
+        let (evs, unfreed) = load_trace(&path);
         let mut cfg = std::mem::MaybeUninit::<gkrt_config>::zeroed();
         // SAFETY: `cfg` is valid for a write of the struct.
         let mut cfg = unsafe {
@@ -322,16 +303,20 @@ mod tests {
             let mut ptrs = vec![std::ptr::null_mut(); evs.len()];
             let null = std::ptr::null_mut();
             for _ in 0..passes {
-                for &(alloc, i, bytes) in &evs {
-                    let st = if alloc {
-                        gkrt_malloc(rt, bytes, null, &mut ptrs[i])
-                    } else {
-                        gkrt_free(rt, ptrs[i], null)
+                for e in &evs {
+                    let st = match *e {
+                        Ev::A(i, bytes, _) => {
+                            gkrt_malloc(rt, bytes as usize, null, &mut ptrs[i as usize])
+                        }
+                        Ev::F(i) => gkrt_free(rt, ptrs[i as usize], null),
                     };
                     assert_eq!(st, gkrt_status::GKRT_STATUS_OK);
                 }
-                for &i in ids.values() {
-                    assert_eq!(gkrt_free(rt, ptrs[i], null), gkrt_status::GKRT_STATUS_OK);
+                for &i in &unfreed {
+                    assert_eq!(
+                        gkrt_free(rt, ptrs[i as usize], null),
+                        gkrt_status::GKRT_STATUS_OK
+                    );
                 }
             }
         }

@@ -705,4 +705,4 @@ fn pages32(n: u64) -> u32 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -12,7 +12,7 @@ mod pending_fit;
 mod placement;
 mod plain;
 mod random;
-mod replay;
+pub(crate) mod replay;
 mod tail_first;
 mod virtual_ranges;
 

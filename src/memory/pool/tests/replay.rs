@@ -49,14 +49,14 @@ use super::*;
 use std::collections::HashMap;
 
 #[derive(Clone, Copy)]
-pub(super) enum Ev {
+pub(crate) enum Ev {
     A(u32, u64, u32),
     F(u32),
 }
 
 /// Events of a trace file (`a ID BYTES STREAM` / `f ID`, gzipped or not), ids made dense, and
 /// the ids it never frees.
-pub(super) fn load_trace(path: &str) -> (Vec<Ev>, Vec<u32>) {
+pub(crate) fn load_trace(path: &str) -> (Vec<Ev>, Vec<u32>) {
     let raw = std::process::Command::new("gzip")
         .args(["-dcf", path])
         .output()

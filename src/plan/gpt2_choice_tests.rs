@@ -16,7 +16,7 @@ use crate::plan::swap_candidates::{fitted_candidates, fitted_timed_candidates};
 use crate::plan::swap_fit::{fits_pool, PoolMisfit};
 use crate::plan::swap_model::{choose_feasible, estimate, Estimate, Link};
 use crate::plan::swap_refine::{refine, RefineInput};
-use crate::plan::swap_release::fits_pool_released;
+use crate::plan::swap_release::{fits_pool_released, released_candidates};
 use std::collections::BTreeMap;
 
 const ALIGN: u64 = 256;
@@ -68,11 +68,18 @@ pub(super) struct Choice {
     pub estimate: Estimate,
     /// Fitted with blocks pending until their copies end (else the plain fit).
     pub released: bool,
+    /// The default policy's plan fitted so.
+    pub default_released: bool,
     pub candidates: usize,
 }
 
 /// What the runtime chooses at `limit` on `s`'s costs and `link` (see the module's comment).
 pub(super) fn choose_as_runtime(s: &Step, limit: u64, link: Link) -> Choice {
+    choose_with(s, limit, link, true)
+}
+
+/// `choose_as_runtime` with `GKRT_SWAP_RELEASE_ANY_FIT` set to `any_fit`.
+pub(super) fn choose_with(s: &Step, limit: u64, link: Link, any_fit: bool) -> Choice {
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let pool = pool_for(limit, true);
     let program = |p: &SwapPlan| Program::compile(&s.tensors, &s.nodes, &lv, Some(p), None);
@@ -87,10 +94,12 @@ pub(super) fn choose_as_runtime(s: &Step, limit: u64, link: Link) -> Choice {
     // The first runs' tuning.
     let (default, refit) =
         fitted_candidates(&s.tensors, &s.nodes, &lv, &[], available, ALIGN, released);
-    let is_released = released(&default).is_ok();
+    let default_released = released(&default).is_ok();
+    let kept = released_candidates(default_released, refit, any_fit);
+    let is_released = kept.is_some();
     let fits: &dyn Fn(&SwapPlan) -> Result<(), PoolMisfit> =
         if is_released { &released } else { &plain };
-    let mut cands = if is_released { refit } else { finalized };
+    let mut cands = kept.unwrap_or(finalized);
     let known: Vec<SwapPlan> = cands.iter().map(|(_, p)| p.clone()).collect();
     let timings = Timings {
         node_ms: &s.cost_ms,
@@ -146,6 +155,7 @@ pub(super) fn choose_as_runtime(s: &Step, limit: u64, link: Link) -> Choice {
         plan: r.plan,
         estimate: r.estimate,
         released: is_released,
+        default_released,
         candidates: cands.len(),
     }
 }
@@ -340,4 +350,40 @@ fn the_best_plan_on_the_model_fails_the_release_schedules_dry_run() {
         fit.is_err(),
         "the release schedule's dry run accepts it now"
     );
+}
+
+/// The release schedule's refit when the default policy's plan does not fit with copy-outs'
+/// blocks pending (`released_candidates`, `GKRT_SWAP_RELEASE_ANY_FIT`): over shares of the small
+/// shape's working set around a third, wherever the default's plan fails the pending-aware fit
+/// within `fitted`'s rounds (it fits only below 0.85 of the limit, where the logits' gradient is
+/// infeasible) while other policies' plans fit, the runtime's choice is still a released plan
+/// that passes the pending-aware fit; without the rule it falls back to the plain fit, whose
+/// runs move pages (the H200: 411 maps and 3 device waits a step).
+#[test]
+fn a_released_plan_is_kept_when_the_default_policys_does_not_fit() {
+    let (s, link) = on_h200_costs(SMALL, SMALL_R9);
+    let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
+    let mut exercised = 0;
+    for k in 0..14 {
+        let share = 0.28 + 0.01 * k as f64;
+        let limit = limit_at(&s, share);
+        let with = choose_with(&s, limit, link, true);
+        if with.default_released {
+            continue;
+        }
+        exercised += 1;
+        let without = choose_with(&s, limit, link, false);
+        println!(
+            "at {share:.2} of the working set the default policy's plan does not fit released; the choice: {:.2} ms released ({:?}), {:.2} ms on the plain fit without the rule",
+            with.estimate.step_ms, with.policy, without.estimate.step_ms
+        );
+        assert!(with.released && !without.released, "at {share:.2}");
+        let pool = pool_for(limit, true);
+        let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(&with.plan), None);
+        let rates = (&s.cost_ms[..], link, ALIGN);
+        let fit = fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates);
+        assert!(fit.is_ok(), "at {share:.2}");
+        assert!(with.plan.infeasible_nodes.is_empty(), "at {share:.2}");
+    }
+    assert!(exercised > 0, "no share where the default's plan fails");
 }

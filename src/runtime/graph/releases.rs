@@ -12,7 +12,9 @@ use crate::plan::swap::{SwapPlan, Timings};
 use crate::plan::swap_candidates::{fitted_candidates_with, fitted_timed_candidates_with};
 use crate::plan::swap_fit::PoolMisfit;
 use crate::plan::swap_model::{estimate, Link};
-use crate::plan::swap_release::{fits_pool_released, steady_run, Releases, RELEASE_MARGIN_MS};
+use crate::plan::swap_release::{
+    fits_pool_released, released_candidates, steady_run, Releases, RELEASE_MARGIN_MS,
+};
 use crate::runtime::ALIGNMENT;
 
 /// Whether runs follow a release schedule, and the current program's.
@@ -71,8 +73,9 @@ impl RuntimeGraph {
     }
 
     /// Replaces the candidates with the same policies' plans (and the timed ones) fitted by
-    /// `fits_released`, from the largest budget a candidate got. False, the candidates left as
-    /// they were, when no plan fits so.
+    /// `fits_released`, from the largest budget a candidate got; when the default policy's plan
+    /// does not fit so, the others that do (`released_candidates`, `GKRT_SWAP_RELEASE_ANY_FIT`).
+    /// False, the candidates left as they were, when no plan fits so.
     pub(super) fn refit_released(&mut self, cost: &[f64], link: Link, pool: &Pool) -> bool {
         let lv = self.graph.liveness().expect("finalized");
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
@@ -87,14 +90,27 @@ impl RuntimeGraph {
         let fits = |plan: &SwapPlan| self.fits_released(plan, pool, (cost, link));
         let graph = (tensors, nodes, lv, fused);
         let knobs = super::tune::swap_knobs();
-        let (default, mut candidates) =
-            fitted_candidates_with(graph, available, ALIGNMENT, knobs, fits);
-        if fits(&default).is_err() {
+        let (default, refit) = fitted_candidates_with(graph, available, ALIGNMENT, knobs, fits);
+        let default_fits = fits(&default).is_ok();
+        let any_fit = crate::runtime::env::swap_release_any_fit();
+        let Some(mut candidates) = released_candidates(default_fits, refit, any_fit) else {
             log::warn!(
-                "GKRT_SWAP_RELEASE: no plan fits with copy-outs' blocks pending until their copies \
-                 end; the runs keep the plans fitted with blocks free at once"
+                "GKRT_SWAP_RELEASE: no plan {}fits with copy-outs' blocks pending until their \
+                 copies end; the runs keep the plans fitted with blocks free at once",
+                if any_fit {
+                    ""
+                } else {
+                    "of the default policy "
+                }
             );
             return false;
+        };
+        if !default_fits {
+            log::info!(
+                "GKRT_SWAP_RELEASE: the default policy's plan does not fit with copy-outs' blocks \
+                 pending; {} other policies' plans do",
+                candidates.len()
+            );
         }
         let known: Vec<SwapPlan> = candidates.iter().map(|(_, p)| p.clone()).collect();
         let most_infeasible = known[0].infeasible_nodes.len();

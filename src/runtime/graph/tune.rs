@@ -193,7 +193,9 @@ impl RuntimeGraph {
             chosen.bytes_in,
             copy_waits[best]
         );
-        let plan = (refined.is_some() || best != 0).then(|| chosen.clone());
+        // (After a released refit the first candidate need not be the plan the runs follow.)
+        let plan = (refined.is_some() || best != 0 || self.swap.as_ref() != Some(chosen))
+            .then(|| chosen.clone());
         self.swap_prediction = Some(SwapPrediction {
             estimate: chosen_estimate.clone(),
             cost: cost.clone(),

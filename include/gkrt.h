@@ -23,8 +23,8 @@
  *    GKRT_POOL_RECYCLE_TIME_PERMILLE, GKRT_POOL_PENDING_BEST_FIT, GKRT_POOL_TAIL_PREFIX_FIRST,
  *    GKRT_POOL_MAJORITY_MOVES, GKRT_POOL_ALIASES, GKRT_LOG_LEVEL, GKRT_MEMORY_LIMIT,
  *    GKRT_SWAP_TIMELINE, GKRT_SWAP_BUDGET_PERMILLE, GKRT_SWAP_PLACEMENTS, GKRT_SWAP_RELEASE,
- *    GKRT_SWAP_RELEASE_ANY_FIT, GKRT_SWAP_REFINE, GKRT_SWAP_PRUNE_LINKS, GKRT_EXEC_ELIDE and
- *    GKRT_EXEC_POLL_IN_ORDER; the
+ *    GKRT_SWAP_RELEASE_ANY_FIT, GKRT_SWAP_PIN_SMALL, GKRT_SWAP_REFINE, GKRT_SWAP_PRUNE_LINKS,
+ *    GKRT_EXEC_ELIDE and GKRT_EXEC_POLL_IN_ORDER; the
  *    README's table says what each does.
  *  - Process lifetime: the handle table, the runtimes' homes (a few dozen bytes each) and the
  *    runtime of the PyTorch entry points (with its pool and, on the host backend, its stream

@@ -266,7 +266,7 @@ pub fn fits_pool_released(
     }
 }
 
-/// The candidates a release schedule's refit keeps (`fitted_candidates` with the pending-aware
+/// The candidates a release schedule's refit keeps (`fitted_candidates_with` with the pending-aware
 /// fit: the default policy's plan first, whether it fits or not, then the other policies' plans
 /// that fit), or `None` when the runs must keep the plans fitted with blocks free at once. The
 /// default policy's plan fits only at a low budget on GPT-2 small at a third (below 0.75 of the

@@ -333,6 +333,8 @@ pub(super) struct Pass<'a> {
     pub timings: Option<Timings<'a>>,
     /// Per tensor (empty: none): what overrides the policy for it as a victim (`plan_masked`).
     pub victims: &'a [Victim],
+    /// The small persistent tensors kept and never evicted (`Policy::pin_below`), sorted.
+    pub pinned: &'a [u32],
 }
 
 /// One planning pass; `keep` are resident when the run starts and must be again when it ends.
@@ -349,6 +351,7 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         slack,
         timings,
         victims,
+        pinned,
     } = pass;
     let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
@@ -390,6 +393,10 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
     let mut kept = vec![false; tensors.len()];
     for &t in keep {
         kept[t as usize] = true;
+        // (`Policy::pin_below`: `plan_masked` keeps them; they are never a victim.)
+        if pinned.binary_search(&t).is_ok() {
+            sim.pinned[t as usize] = true;
+        }
         let first = lv.uses[t as usize].first().copied().unwrap_or(NEVER);
         sim.arrive(t, first);
     }

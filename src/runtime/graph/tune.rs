@@ -13,11 +13,25 @@ use crate::plan::swap_placements::{placements, Start};
 use crate::plan::swap_refine::{estimate_plan, refine, RefineInput, Refined};
 use crate::runtime::{Error, Result, ALIGNMENT};
 
-/// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`): finalize's
-/// candidates, the tuning's and the release schedule's refit all use them.
-pub(super) fn swap_knobs() -> Knobs {
+/// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`,
+/// `GKRT_SWAP_PIN_SMALL`) for a pool of `pool_config` on `device`: finalize's candidates, the
+/// tuning's and the release schedule's refit all use them.
+pub(super) fn swap_knobs(
+    device: &dyn crate::device::Device,
+    pool_config: &crate::memory::pool::PoolConfig,
+) -> Knobs {
+    // The pool's page: the device's granularity when the pool grows by pages (`ranges.rs`).
+    let page = match device.virtual_memory() {
+        Some(vm) if pool_config.vmm => vm.granularity().max(pool_config.alignment),
+        _ => 0,
+    };
     Knobs {
         prune_moved_links: crate::runtime::env::swap_prune_links(),
+        pin_below: if crate::runtime::env::swap_pin_small() {
+            page
+        } else {
+            0
+        },
     }
 }
 
@@ -329,7 +343,7 @@ impl RuntimeGraph {
     }
 
     /// Adds the plans that weigh each rebuild against its copies on the timed runs' node times
-    /// and link speeds (`swap_candidates::fitted_timed_candidates`), each fitted to the pool as
+    /// and link speeds (`swap_candidates::fitted_timed_candidates_with`), each fitted to the pool as
     /// finalize fits the others: its dry run starts with this graph's blocks given back (the run
     /// ended with the plan's kept tensors on the device; a new plan starts from its own).
     fn add_timed_candidates(&mut self, cost: &[f64], link: Link, pool: &Pool) {
@@ -361,7 +375,7 @@ impl RuntimeGraph {
             link,
         };
         let graph = (tensors, nodes, lv, fused);
-        let knobs = swap_knobs();
+        let knobs = swap_knobs(self.runtime.device(), pool.config());
         let timed = fitted_timed_candidates_with(
             graph,
             available,

@@ -87,11 +87,12 @@
 #           'syncs:' line (records and waits queued on the compute stream, and left out) compare
 #           the two; its waits name 'the host queued the node late' and 'a copy-out ending in the
 #           gap' (a release schedule's wait) apart from 'nothing seen'.
-#           GPT2SWAP_RELEASEDEFAULT=1 also runs --recompute 2 with GKRT_SWAP_RELEASE_ANY_FIT=0 (when the
-#           default policy's plan does not fit with copy-outs' blocks pending, every plan falls back
-#           to the fit with blocks free at once, as before session 14; the default keeps the other
-#           policies' plans that fit so): files get _ra0. The 'GKRT_SWAP_RELEASE:' log lines say
-#           which happened ('the default policy's plan does not fit ...; N other policies' plans do').
+#           GPT2SWAP_RELEASEDEFAULT=1 also runs --recompute 2 with GKRT_SWAP_RELEASE_ANY_FIT=0 and
+#           GKRT_SWAP_PIN_SMALL=0: session 13's planner (when the default policy's plan does not fit
+#           with copy-outs' blocks pending, every plan falls back to the fit with blocks free at
+#           once; the default keeps the other policies' plans that fit so, which pinning needs):
+#           files get _ra0. The 'GKRT_SWAP_RELEASE:' log lines say which happened ('the default
+#           policy's plan does not fit ...; N other policies' plans do').
 #           GPT2SWAP_NOPIN=1 also runs --recompute 2 with GKRT_SWAP_PIN_SMALL=0 (the persistent tensors
 #           of at most a pool page evicted and brought back like the others, as before session 14;
 #           the default keeps them on the device, and small at 1/3 then chooses a plan without
@@ -638,7 +639,7 @@ run_gpt2swap() {
     for r in $runs; do
       local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1 prune=1 elide=1 poll=1 anyfit=1 pin=1
       case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 release=0 ;; *_nr) refine=0 ;; *_r0) release=0 ;;
-        *_np) prune=0 ;; *_e0) elide=0 ;; *_q0) release=0 poll=0 ;; *_ra0) anyfit=0 ;; *_pn0) pin=0 ;; esac
+        *_np) prune=0 ;; *_e0) elide=0 ;; *_q0) release=0 poll=0 ;; *_ra0) anyfit=0 pin=0 ;; *_pn0) pin=0 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.

@@ -610,8 +610,10 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                 let read_next = nodes[first as usize].inputs.contains(&t);
                 // (`keep_last_writes` keeps a tensor so that it waits.)
                 let kept_waits = kept_wait || policy.keep_last_writes;
-                let waits =
-                    (linger && (read_next || kept[t as usize])) || (kept_waits && kept[t as usize]);
+                // (A small one `Policy::pin_below` keeps always stays.)
+                let waits = (linger && (read_next || kept[t as usize]))
+                    || (kept_waits && kept[t as usize])
+                    || pinned.binary_search(&t).is_ok();
                 if tensor.kind.persists() && waits {
                     sim.index(t, n_nodes as u32 + first);
                 } else {

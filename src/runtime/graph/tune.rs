@@ -13,28 +13,6 @@ use crate::plan::swap_placements::{placements, Start};
 use crate::plan::swap_refine::{estimate_plan, refine, RefineInput, Refined};
 use crate::runtime::{Error, Result, ALIGNMENT};
 
-/// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`,
-/// `GKRT_SWAP_PIN_SMALL`) for a pool of `pool_config` on `device`: finalize's candidates, the
-/// tuning's and the release schedule's refit all use them.
-pub(super) fn swap_knobs(
-    device: &dyn crate::device::Device,
-    pool_config: &crate::memory::pool::PoolConfig,
-) -> Knobs {
-    // The pool's page: the device's granularity when the pool grows by pages (`ranges.rs`).
-    let page = match device.virtual_memory() {
-        Some(vm) if pool_config.vmm => vm.granularity().max(pool_config.alignment),
-        _ => 0,
-    };
-    Knobs {
-        prune_moved_links: crate::runtime::env::swap_prune_links(),
-        pin_below: if crate::runtime::env::swap_pin_small() {
-            page
-        } else {
-            0
-        },
-    }
-}
-
 /// The chosen plan's predicted run: the timeline model's estimate on the timed runs' timings,
 /// and the page maps and device waits of the pool's dry run (steady state), per node.
 pub(super) struct SwapPrediction {
@@ -88,6 +66,34 @@ impl RunTimings {
 }
 
 impl RuntimeGraph {
+    /// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`,
+    /// `GKRT_SWAP_PIN_SMALL`) for this graph's pool of `pool_config`: finalize's candidates, the
+    /// tuning's and the release schedule's refit all use them.
+    pub(super) fn swap_knobs(&self, pool_config: &crate::memory::pool::PoolConfig) -> Knobs {
+        // The pool's page: the device's granularity when the pool grows by pages (`ranges.rs`).
+        let page = match self.runtime.device().virtual_memory() {
+            Some(vm) if pool_config.vmm => vm.granularity().max(pool_config.alignment),
+            _ => 0,
+        };
+        let pin_below = match self.pin_below {
+            Some(bytes) => bytes,
+            None if crate::runtime::env::swap_pin_small() => page,
+            None => 0,
+        };
+        Knobs {
+            prune_moved_links: crate::runtime::env::swap_prune_links(),
+            pin_below,
+        }
+    }
+
+    /// Keeps this graph's persistent tensors of at most `bytes` on the device in every swap
+    /// plan from the next one made on (`Policy::pin_below`; 0: none), whatever the pool's page
+    /// and `GKRT_SWAP_PIN_SMALL`; `None`: as they say. Call before `finalize`: for tests (the
+    /// host backend has no pages) and experiments.
+    pub fn pin_small_tensors(&mut self, bytes: Option<u64>) {
+        self.pin_below = bytes;
+    }
+
     /// The swap policies among which the timed runs' timings choose (default first); empty
     /// when the graph does not swap or only one plan exists.
     pub fn swap_policies(&self) -> Vec<Policy> {
@@ -375,7 +381,7 @@ impl RuntimeGraph {
             link,
         };
         let graph = (tensors, nodes, lv, fused);
-        let knobs = swap_knobs(self.runtime.device(), pool.config());
+        let knobs = self.swap_knobs(pool.config());
         let timed = fitted_timed_candidates_with(
             graph,
             available,

@@ -1,8 +1,8 @@
 //! `Policy::pin_below` (`RuntimeGraph::pin_small_tensors`; the runtime's default pins the
 //! persistent tensors of at most a pool page, which the host backend does not have) on the host
 //! backend: random training-like chains with a small parameter per layer, read by the layer's
-//! forward node and updated in place at the end of its backward, under budgets below the
-//! working set. Pinned (where they take at most a 64th of the plan's budget), the small
+//! forward node and updated in place at the run's end, and a small input the host writes before
+//! every run, under budgets below the working set. Pinned (where they take at most a 64th of the plan's budget), the small
 //! parameters stay on the device (kept, never copied) and every run's results are bit-identical
 //! to the same runs without a limit; not pinned, some plans move them.
 
@@ -49,6 +49,9 @@ fn build(c: &Chain, limit: u64, pin: Option<u64>) -> (RuntimeGraph, Vec<u64>, Ve
     let ss: Vec<u64> = (0..c.layers)
         .map(|_| tensor(&mut g, small, TensorKind::Parameter))
         .collect();
+    // A small input the host writes before every run (`feed`), added to the first small
+    // parameter at the run's end.
+    let u = tensor(&mut g, small, TensorKind::Input);
     let x0 = tensor(&mut g, size, TensorKind::Intermediate);
     let fill = 0.25f32.to_ne_bytes();
     g.graph
@@ -116,12 +119,15 @@ fn build(c: &Chain, limit: u64, pin: Option<u64>) -> (RuntimeGraph, Vec<u64>, Ve
         d = dx;
         dx0 = dx;
     }
-    // The small parameters' updates, in place, at the run's end (s += s / 2).
+    // The small parameters' updates, in place, at the run's end (s += s / 2; s0 += u).
     for (i, &s) in ss.iter().enumerate() {
         g.graph
             .add_node(b(BuiltinKind::Add), &[s, cs[i]], &[s], &[], DIMS, &[])
             .unwrap();
     }
+    g.graph
+        .add_node(b(BuiltinKind::Add), &[ss[0], u], &[ss[0]], &[], DIMS, &[])
+        .unwrap();
     for (i, &w) in ws.iter().enumerate() {
         let v: Vec<f32> = (0..c.side * c.side)
             .map(|k| ((k as usize * 7 + i * 3) % 17) as f32 / 64.0 - 0.125)
@@ -135,12 +141,20 @@ fn build(c: &Chain, limit: u64, pin: Option<u64>) -> (RuntimeGraph, Vec<u64>, Ve
     g.finalize().unwrap();
     let small_ix = ss
         .iter()
+        .chain([&u])
         .map(|&s| g.graph.tensor_index(s).unwrap())
         .collect();
-    let mut read = ws;
+    let mut read = vec![u];
+    read.extend(ws);
     read.extend(&ss);
     read.push(dx0);
     (g, read, small_ix)
+}
+
+/// Writes run `run`'s small input (`build`'s first id read back).
+fn feed(g: &mut RuntimeGraph, ids: &[u64], run: usize) {
+    let v: Vec<f32> = (0..SMALL).map(|k| (k * 3 + run) as f32 / 256.0).collect();
+    g.write(ids[0], &bytes(&v)).unwrap();
 }
 
 fn read_all(g: &mut RuntimeGraph, ids: &[u64]) -> Vec<Vec<u32>> {
@@ -175,14 +189,15 @@ fn pinned_small_parameters_stay_and_the_runs_match_the_unconstrained_ones() {
         let size = c.size() as u64;
         let (mut free, ids, _) = build(&c, 0, None);
         let want: Vec<_> = (0..RUNS)
-            .map(|_| {
+            .map(|run| {
+                feed(&mut free, &ids, run);
                 free.run().unwrap();
                 read_all(&mut free, &ids)
             })
             .collect();
         // (The small parameters and their halves besides the chain's working set, as the pool
         // rounds them: written before the first run, they must fit beside the weights.)
-        let small = c.layers as u64 * (SMALL as u64 * 4).next_multiple_of(256);
+        let small = (c.layers as u64 + 1) * (SMALL as u64 * 4).next_multiple_of(256);
         let working = (3 * c.layers as u64 + 2) * size + 2 * small;
         for divisor in [2, 3] {
             let limit = working / divisor + 4 * size + small;
@@ -192,6 +207,7 @@ fn pinned_small_parameters_stay_and_the_runs_match_the_unconstrained_ones() {
                     continue;
                 }
                 for (run, want) in want.iter().enumerate() {
+                    feed(&mut g, &ids, run);
                     g.run().unwrap();
                     let what = format!(
                         "{} layers of {}, limit {limit}, pin {pin:?}, run {run}",
@@ -205,7 +221,7 @@ fn pinned_small_parameters_stay_and_the_runs_match_the_unconstrained_ones() {
                 let plan = g.swap_plan().unwrap();
                 if pin == Some(0) {
                     moved_unpinned += moves_any(&g, &small) as usize;
-                } else if (SMALL * 4 * c.layers) as u64 <= plan.budget / PIN_SHARE {
+                } else if (SMALL * 4 * (c.layers + 1)) as u64 <= plan.budget / PIN_SHARE {
                     pinned_plans += 1;
                     let what = format!("{} layers of {}, limit {limit}", c.layers, c.side);
                     assert!(!moves_any(&g, &small), "{what}: a pinned tensor moves");

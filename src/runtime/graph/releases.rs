@@ -27,6 +27,8 @@ pub(super) struct ReleaseCopies {
     pub(super) current: Option<Releases>,
     /// Blocks the last run gave back while still pending, as its schedule said.
     pub(super) last_released: u64,
+    /// The tuning emptied the pool before its refit (`empty_for_tuning`).
+    pub(super) tuned_empty: bool,
 }
 
 impl RuntimeGraph {
@@ -48,9 +50,69 @@ impl RuntimeGraph {
         self.releases.last_released
     }
 
+    /// Whether the tuning sent the graph's tensors home and gave the pool's free pages back
+    /// before fitting the candidates (`GKRT_SWAP_TUNE_EMPTY`).
+    pub fn tuned_from_empty_pool(&self) -> bool {
+        self.releases.tuned_empty
+    }
+
     /// Blocks the current release schedule gives back in a run (`None`: no schedule).
     pub fn release_schedule_len(&self) -> Option<usize> {
         self.releases.current.as_ref().map(Releases::count)
+    }
+
+    /// Before the tuning that refits the candidates with a release schedule
+    /// (`GKRT_SWAP_TUNE_EMPTY`): every tensor of the graph on the device goes home and the pool
+    /// gives its free pages back, so the refit's dry runs start from a pool that holds nothing
+    /// of the graph, where the chosen plan's runs will start too (`bring_kept` after the
+    /// choice). Fitted around the blocks the first runs left (their plan moving pages every
+    /// run), GPT-2 small at a third found no plan above 0.74 of the limit but in a window at
+    /// 0.81 that maps no page in its steady runs; fitted to the empty pool, the one at 0.92 the
+    /// model puts 6 ms faster (`plan/gpt2_choice_tests.rs`). Returns whether the pool was
+    /// emptied (failures are logged: the runs then bring the tensors back as they need them).
+    pub(super) fn empty_for_tuning(
+        &mut self,
+        rt: &crate::runtime::Runtime,
+        st: &mut crate::runtime::State,
+    ) -> bool {
+        if !self.releases.on || !crate::runtime::env::swap_tune_empty() {
+            return false;
+        }
+        // (The counters stay the last run's.)
+        let last = (
+            self.last_syncs,
+            self.last_polled,
+            self.last_copy_waits,
+            self.last_deferred,
+        );
+        let (r, _) = self.execute_with(rt, st, |exec, graph| exec.send_all_home(graph), false);
+        (
+            self.last_syncs,
+            self.last_polled,
+            self.last_copy_waits,
+            self.last_deferred,
+        ) = last;
+        let synced = rt.device.stream_synchronize(rt.streams.copy_out);
+        self.store.land_all();
+        let backing = crate::memory::DeviceBacking(rt.device());
+        st.pool.poll_pending(&backing);
+        let released = r
+            .and(synced.map_err(crate::runtime::Error::from))
+            .and_then(|()| st.pool.release_cached(&backing).map_err(Into::into));
+        match released {
+            Ok(bytes) => {
+                self.releases.tuned_empty = true;
+                log::info!(
+                    "GKRT_SWAP_TUNE_EMPTY: the graph's tensors sent home and {bytes} bytes of free \
+                     pages given back before the refit"
+                );
+                true
+            }
+            Err(e) => {
+                log::warn!("GKRT_SWAP_TUNE_EMPTY: emptying the pool before the refit: {e}");
+                false
+            }
+        }
     }
 
     /// Whether `plan` fits `pool` with its copy-outs' blocks pending until the model's copy

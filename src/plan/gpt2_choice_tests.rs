@@ -230,6 +230,15 @@ pub(super) fn print_choice(what: &str, s: &Step, c: &Choice, limit: u64) {
         c.plan.bytes_out as f64 / 1e9,
         c.plan.bytes_in as f64 / 1e9,
     );
+    let mut waits: Vec<(usize, f64)> = e.starts.iter().map(|&(_, w)| w).enumerate().collect();
+    waits.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let waits: Vec<String> = waits
+        .iter()
+        .take(6)
+        .filter(|w| w.1 > 0.05)
+        .map(|&(n, w)| format!("{w:.2} ms before node {n}"))
+        .collect();
+    println!("  largest compute waits: {}", waits.join(", "));
     let roles: Vec<String> = by_role(s, &c.plan)
         .into_iter()
         .map(|(r, (o, b, n, ms))| {

@@ -1,7 +1,8 @@
 //! `GKRT_SWAP_RELEASE` (`RuntimeGraph::release_copies`) on the host backend: random training-like
 //! chains (products, ReLUs declared recomputable at random, residual sums, an in-place update of
 //! every weight) under budgets below their working set. Once the timed runs have chosen a plan
-//! fitted with its copy-outs' blocks pending until the model's copy ends, every run gives those
+//! fitted with its copy-outs' blocks pending until the model's copy ends (to the pool emptied
+//! of the graph's tensors, `GKRT_SWAP_TUNE_EMPTY`), every run gives those
 //! blocks back as scheduled and makes exactly its program's pool calls without a fallback, the
 //! pool never waits for the device in the steady runs, and every run's results are bit-identical
 //! to the same runs without a limit.
@@ -46,6 +47,8 @@ fn runs_giving_copy_outs_blocks_back_as_scheduled_match_the_dry_run_and_the_unco
                     continue;
                 }
                 scheduled += (run == 2) as usize;
+                // (Its candidates fitted to the pool emptied of the graph, as its runs start.)
+                assert!(g.tuned_from_empty_pool(), "{what}");
                 released += g.last_run_released();
                 assert!(g.last_run_released() <= n as u64, "{what}");
                 assert_eq!(g.last_run_fallbacks(), 0, "{what}");

@@ -87,6 +87,22 @@
 #           'syncs:' line (records and waits queued on the compute stream, and left out) compare
 #           the two; its waits name 'the host queued the node late' and 'a copy-out ending in the
 #           gap' (a release schedule's wait) apart from 'nothing seen'.
+#           GPT2SWAP_RELEASEDEFAULT=1 also runs --recompute 2 with GKRT_SWAP_RELEASE_ANY_FIT=0,
+#           GKRT_SWAP_PIN_SMALL=0 and GKRT_SWAP_TUNE_EMPTY=0: session 13's planner (when the default policy's plan does not fit
+#           with copy-outs' blocks pending, every plan falls back to the fit with blocks free at
+#           once; the default keeps the other policies' plans that fit so, which pinning needs):
+#           files get _ra0. The 'GKRT_SWAP_RELEASE:' log lines say which happened ('the default
+#           policy's plan does not fit ...; N other policies' plans do').
+#           GPT2SWAP_NOPIN=1 also runs --recompute 2 with GKRT_SWAP_PIN_SMALL=0 (the persistent tensors
+#           of at most a pool page evicted and brought back like the others, as before session 14;
+#           the default keeps them on the device, and small at 1/3 then chooses a plan without
+#           slack that keeps the embedding): files get _pn0. Compare the 'swap plan tuned' lines
+#           (policy, estimated step) and the steady step's 'pool:' line.
+#           GPT2SWAP_NOEMPTY=1 also runs --recompute 2 with GKRT_SWAP_TUNE_EMPTY=0 (the release
+#           schedule's refit fitted around the blocks the first runs left, as before: small at 1/3
+#           then took a plan at 0.74 of the limit with 8 ms of compute waits; the default sends the
+#           graph's tensors home and gives the free pages back first, the 'GKRT_SWAP_TUNE_EMPTY:'
+#           log line): files get _te0.
 #           GPT2SWAP_NOPOLL=1 also runs --recompute 2 with GKRT_SWAP_RELEASE=0 and
 #           GKRT_EXEC_POLL_IN_ORDER=0 (the pool polling every pending copy-out's event before every
 #           allocation, as before session 13): files get _q0; set GPT2SWAP_NORELEASE=1 too for
@@ -623,24 +639,28 @@ run_gpt2swap() {
     [ "${GPT2SWAP_NOPRUNE:-0}" = 1 ] && runs="$runs 2_np"
     [ "${GPT2SWAP_NOELIDE:-0}" = 1 ] && runs="$runs 2_e0"
     [ "${GPT2SWAP_NOPOLL:-0}" = 1 ] && runs="$runs 2_q0"
+    [ "${GPT2SWAP_RELEASEDEFAULT:-0}" = 1 ] && runs="$runs 2_ra0"
+    [ "${GPT2SWAP_NOPIN:-0}" = 1 ] && runs="$runs 2_pn0"
+    [ "${GPT2SWAP_NOEMPTY:-0}" = 1 ] && runs="$runs 2_te0"
     for r in $runs; do
-      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1 prune=1 elide=1 poll=1
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1 prune=1 elide=1 poll=1 anyfit=1 pin=1 empty=1
       case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 release=0 ;; *_nr) refine=0 ;; *_r0) release=0 ;;
-        *_np) prune=0 ;; *_e0) elide=0 ;; *_q0) release=0 poll=0 ;; esac
+        *_np) prune=0 ;; *_e0) elide=0 ;; *_q0) release=0 poll=0 ;; *_ra0) anyfit=0 pin=0 empty=0 ;; *_pn0) pin=0 ;; *_te0) empty=0 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.
       local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget
         GKRT_POOL_PENDING_BEST_FIT=$pending GKRT_SWAP_PLACEMENTS=$placements GKRT_SWAP_REFINE=$refine
-        GKRT_SWAP_RELEASE=$release GKRT_SWAP_PRUNE_LINKS=$prune GKRT_EXEC_ELIDE=$elide GKRT_EXEC_POLL_IN_ORDER=$poll)
+        GKRT_SWAP_RELEASE=$release GKRT_SWAP_PRUNE_LINKS=$prune GKRT_EXEC_ELIDE=$elide GKRT_EXEC_POLL_IN_ORDER=$poll
+        GKRT_SWAP_RELEASE_ANY_FIT=$anyfit GKRT_SWAP_PIN_SMALL=$pin GKRT_SWAP_TUNE_EMPTY=$empty)
       "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
         --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
       "${run_it[@]}" GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]/--steps $steps/--steps 4} \
         --recompute "${r%%_*}" --limit-frac 0.333 --log-level 3 >"$o/${pre}third_r${r}_timed.log" 2>&1
-      grep -E 'RESULT|SWAPSTATS|swap plan|placed where|GKRT_SWAP_RELEASE' "$o/${pre}third_r$r.log"
+      grep -E 'RESULT|SWAPSTATS|swap plan|placed where|GKRT_SWAP_RELEASE|GKRT_SWAP_TUNE_EMPTY' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release prune $prune elide $elide poll $poll: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release prune $prune elide $elide poll $poll anyfit $anyfit pin $pin empty $empty: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
       local bopt=()
       [ -f "$base_tl" ] && bopt=(--base "$base_tl")

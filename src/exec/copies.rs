@@ -36,6 +36,35 @@ impl Executor<'_> {
         Ok(())
     }
 
+    /// Sends every persistent tensor on the device home (copied when the device's copy is
+    /// newer), so that the graph holds no block of the pool: a swapping graph's tuning then fits
+    /// its candidates to an empty pool. The caller synchronises the copy-out stream.
+    pub fn send_all_home(&mut self, graph: &Graph) -> Result<()> {
+        for t in 0..self.mem.len() as u32 {
+            let m = &self.mem[t as usize];
+            let persists = graph.tensors()[t as usize].kind.persists();
+            if persists && m.state() == Residency::OnDevice && !m.is_bound() {
+                self.swap_out(graph, t)?;
+            }
+        }
+        self.close_waits()
+    }
+
+    /// Brings the plan's kept tensors that are on the host to the device in the plan's order,
+    /// the order in which the pool's dry run allocates its canonical start (`PoolWalk`): after
+    /// `send_all_home`, the runs then start from the blocks the fit's dry run started from.
+    pub fn bring_kept(&mut self, graph: &Graph) -> Result<()> {
+        for &t in &self.program.keep {
+            if matches!(
+                self.mem[t as usize].state(),
+                Residency::OnHost | Residency::CopyingToHost
+            ) {
+                self.ensure_resident(graph, t)?;
+            }
+        }
+        self.close_waits()
+    }
+
     /// Starts bringing `t` back as the plan says at step `from`, if memory allows without
     /// evicting anything. Returns false when it does not (yet): the caller tries again before
     /// the next node, and the read at the node that needs it brings it in at the latest.

@@ -551,7 +551,7 @@ pub(super) fn finalize_at(
 /// limit and the model's step to 1.24x on the small shape (the H200 measured 1.445), its longest
 /// waits before node 199 (the backward's first layer, where the H200's timeline waited most)
 /// and node 518 (the embedding's AdamW, whose state comes in last). With the pool's range given
-/// first and each policy fitted on its own (`fitted_candidates`): 1.14x at 92% of the limit,
+/// first and each policy fitted on its own (`fitted_candidates_with`): 1.14x at 92% of the limit,
 /// but that plan's dry run waits for the device 10 times in two runs (pages moved under the
 /// limit: a context synchronisation each on CUDA, which the model cannot see), so plans must
 /// now fit without (`fits_pool`): 1.21x at 84% (small), 1.145x (medium, at the full limit),

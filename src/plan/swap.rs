@@ -158,7 +158,19 @@ pub struct Policy {
     /// through that node. Off: the rebuild stays (the planner before session 13; see
     /// `swap_sim.rs`).
     pub prune_moved_links: bool,
+    /// Persistent tensors of at most this many bytes stay on the device for the whole run:
+    /// kept at its boundaries and never evicted (0: none). The runtime passes the pool's page
+    /// (`Knobs::pin_below`): a block of at most a page shares pages with its neighbours, and one
+    /// evicted and brought back lands wherever a hole's end is free, so a step's small tensors
+    /// coming and going leave the large ranges in pieces (GPT-2 small at a third: no 824 MB range
+    /// for the logits' gradient without moving pages, see `swap_release`), for a few megabytes.
+    /// Not applied when those tensors together exceed `PIN_BELOW_SHARE` of the budget.
+    pub pin_below: u64,
 }
+
+/// The most of a budget the tensors `Policy::pin_below` keeps may take together (a 64th: GPT-2
+/// small's at a third are 86 tensors, 5.3 MB of 2.3 GB).
+pub(crate) const PIN_BELOW_SHARE: u64 = 64;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -170,6 +182,7 @@ impl Default for Policy {
             recompute_cap_pct: 0,
             keep_last_writes: false,
             prune_moved_links: true,
+            pin_below: 0,
         }
     }
 }
@@ -279,6 +292,7 @@ pub(crate) fn plan_masked(
         .max()
         .unwrap_or(0);
     let slack = overrides.slack.unwrap_or(policy.slack_tensors * largest);
+    let pinned = pinned_small(tensors, holds, budget, policy.pin_below);
     let pass = Pass {
         tensors,
         nodes,
@@ -290,8 +304,17 @@ pub(crate) fn plan_masked(
         slack,
         timings,
         victims: overrides.victims,
+        pinned: &pinned,
     };
-    let sim = |keep: &[u32]| simulate(&pass, keep);
+    let sim = |keep: &[u32]| {
+        if pinned.is_empty() {
+            return simulate(&pass, keep);
+        }
+        let mut with: Vec<u32> = keep.iter().chain(&pinned).copied().collect();
+        with.sort_unstable();
+        with.dedup();
+        simulate(&pass, &with)
+    };
     let (cold, end_state) = sim(&[]);
     let mut best = cold;
     let consider = |plan: SwapPlan, best: &mut SwapPlan| {
@@ -386,6 +409,31 @@ pub(crate) fn plan_masked(
         }
     }
     best
+}
+
+/// The persistent tensors `Policy::pin_below` keeps on the device (none a collective holds:
+/// those leave after their collective), or none when they would take more than
+/// `PIN_BELOW_SHARE` of `budget`.
+pub(crate) fn pinned_small(
+    tensors: &[Tensor],
+    holds: &CommHolds,
+    budget: u64,
+    pin_below: u64,
+) -> Vec<u32> {
+    if pin_below == 0 {
+        return Vec::new();
+    }
+    let small: Vec<u32> = (0..tensors.len() as u32)
+        .filter(|&t| {
+            let x = &tensors[t as usize];
+            x.kind.persists() && x.size > 0 && x.size <= pin_below && !holds.held(t)
+        })
+        .collect();
+    let bytes: u64 = small.iter().map(|&t| tensors[t as usize].size).sum();
+    if bytes > budget / PIN_BELOW_SHARE {
+        return Vec::new();
+    }
+    small
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The swap plans the runtime chooses among: one per setting of `swap::Policy`'s knobs, each for
-//! the largest budget the pool's dry run accepts (`fitted_candidates`, at finalize), and once the
+//! the largest budget the pool's dry run accepts (`fitted_candidates_with`, at finalize), and once the
 //! first runs have been timed, plans that weigh each rebuild against its copies on those timings
-//! (`fitted_timed_candidates`). The timeline model (`swap_model`) ranks them.
+//! (`fitted_timed_candidates_with`). The timeline model (`swap_model`) ranks them.
 
 use crate::graph::{FusedGroup, Liveness, Node, Tensor};
 use crate::plan::swap::{plan_timed, Policy, SwapPlan, Timings};
@@ -25,12 +25,16 @@ const RECOMPUTE_CAPS_PCT: [u32; 2] = [6, 25];
 pub struct Knobs {
     /// Every candidate's `Policy::prune_moved_links`.
     pub prune_moved_links: bool,
+    /// Every candidate's `Policy::pin_below`: the pool's page where it has one and
+    /// `GKRT_SWAP_PIN_SMALL` is on, else 0.
+    pub pin_below: u64,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
         Knobs {
             prune_moved_links: true,
+            pin_below: 0,
         }
     }
 }
@@ -85,27 +89,11 @@ fn fitted(
     (best, true)
 }
 
-/// The plans of every policy (`policies`), each fitted on its own to the pool (`fitted`): a
-/// budget lowered for the default plan would take the better plans out of the choice (on
-/// GPT-2's step at a third of its working set, the lingering plan the model ranks first).
-/// Returns the default policy's plan (the last one tried if none fit) and the distinct plans
-/// that fit, the default first, none with more infeasible nodes than it. The tests' shorthand
-/// for the planner's own knobs (the runtime passes its own: `fitted_candidates_with`).
-#[cfg(test)]
-pub fn fitted_candidates(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    lv: &Liveness,
-    fused: &[FusedGroup],
-    available: u64,
-    align: u64,
-    fits: impl Fn(&SwapPlan) -> Result<(), PoolMisfit>,
-) -> (SwapPlan, Vec<(Policy, SwapPlan)>) {
-    let (g, knobs) = ((tensors, nodes, lv, fused), Knobs::default());
-    fitted_candidates_with(g, available, align, knobs, fits)
-}
-
-/// `fitted_candidates` with the runtime's `knobs`.
+/// The plans of every policy (`policies`, with the runtime's `knobs`), each fitted on its own
+/// to the pool (`fitted`): a budget lowered for the default plan would take the better plans
+/// out of the choice (on GPT-2's step at a third of its working set, the lingering plan the
+/// model ranks first). Returns the default policy's plan (the last one tried if none fit) and
+/// the distinct plans that fit, the default first, none with more infeasible nodes than it.
 pub fn fitted_candidates_with(
     (tensors, nodes, lv, fused): (&[Tensor], &[Node], &Liveness, &[FusedGroup]),
     available: u64,
@@ -135,37 +123,9 @@ pub fn fitted_candidates_with(
 }
 
 /// The plans that weigh each rebuild against its copies on a timed run's figures: every cap
-/// of `RECOMPUTE_CAPS_PCT` with every setting of the other knobs, fitted to the pool, distinct
-/// from each other and from `known`, with no more infeasible nodes than `most_infeasible`.
-#[allow(clippy::too_many_arguments)]
-#[cfg(test)]
-pub fn fitted_timed_candidates(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    lv: &Liveness,
-    fused: &[FusedGroup],
-    available: u64,
-    align: u64,
-    timings: Timings,
-    known: &[SwapPlan],
-    most_infeasible: usize,
-    fits: impl Fn(&SwapPlan) -> Result<(), PoolMisfit>,
-) -> Vec<(Policy, SwapPlan)> {
-    let g = (tensors, nodes, lv, fused);
-    let knobs = Knobs::default();
-    fitted_timed_candidates_with(
-        g,
-        available,
-        align,
-        timings,
-        knobs,
-        known,
-        most_infeasible,
-        fits,
-    )
-}
-
-/// `fitted_timed_candidates` with the runtime's `knobs`.
+/// of `RECOMPUTE_CAPS_PCT` with every setting of the other knobs (the runtime's `knobs`),
+/// fitted to the pool, distinct from each other and from `known`, with no more infeasible nodes
+/// than `most_infeasible`.
 #[allow(clippy::too_many_arguments)]
 pub fn fitted_timed_candidates_with(
     (tensors, nodes, lv, fused): (&[Tensor], &[Node], &Liveness, &[FusedGroup]),
@@ -215,6 +175,7 @@ fn policies(knobs: Knobs) -> Vec<Policy> {
     let settings = [(false, false), (false, true), (true, false)];
     let default = Policy {
         prune_moved_links: knobs.prune_moved_links,
+        pin_below: knobs.pin_below,
         ..Policy::default()
     };
     for recompute in [default.recompute, !default.recompute] {

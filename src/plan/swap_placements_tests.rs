@@ -196,6 +196,7 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
     // their placements do not end where they started (not looked into: placements are off).
     let knobs = Knobs {
         prune_moved_links: false,
+        pin_below: 0,
     };
     let graph = (&s.tensors[..], &s.nodes[..], &lv, &[][..]);
     let (plan, cands) = fitted_candidates_with(graph, limit, ALIGN, knobs, fits);

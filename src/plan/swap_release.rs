@@ -18,6 +18,7 @@ use crate::device::StreamId;
 use crate::graph::{Node, Tensor};
 use crate::memory::pool::{DryRunStep, PendingTakes, Pool};
 use crate::plan::program::{Buf, PoolCall, PoolWalk, Program, START_STEP};
+use crate::plan::swap::{Policy, SwapPlan};
 use crate::plan::swap_fit::PoolMisfit;
 use crate::plan::swap_model::{estimate, Estimate, Link};
 use std::collections::HashMap;
@@ -263,4 +264,27 @@ pub fn fits_pool_released(
         }),
         Err(node) => Err(PoolMisfit::Fails { node }),
     }
+}
+
+/// The candidates a release schedule's refit keeps (`fitted_candidates_with` with the pending-aware
+/// fit: the default policy's plan first, whether it fits or not, then the other policies' plans
+/// that fit), or `None` when the runs must keep the plans fitted with blocks free at once. The
+/// default policy's plan fits only at a low budget on GPT-2 small at a third (below 0.75 of the
+/// limit, infeasible at the logits' gradient), and at some shares never within `fitted`'s
+/// rounds while most other policies' plans fit; with `any_fit` those are kept (the default's
+/// plan left out), without it every plan falls back, as the refit did before
+/// (`GKRT_SWAP_RELEASE_ANY_FIT`).
+pub fn released_candidates(
+    default_fits: bool,
+    mut candidates: Vec<(Policy, SwapPlan)>,
+    any_fit: bool,
+) -> Option<Vec<(Policy, SwapPlan)>> {
+    if default_fits {
+        return Some(candidates);
+    }
+    if !any_fit || candidates.len() < 2 {
+        return None;
+    }
+    candidates.remove(0);
+    Some(candidates)
 }

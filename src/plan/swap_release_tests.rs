@@ -298,3 +298,27 @@ fn on_the_h200s_timings_the_pending_aware_plan_runs_without_page_moves() {
         assert_eq!((f.maps, f.device_waits, f.take_backs), (0, 0, 0), "{f:?}");
     }
 }
+
+/// The runtime's choice for the small shape at a third on the H200's run-9 costs with the small
+/// persistent tensors pinned (`Policy::pin_below`, the default: a plan without slack that keeps
+/// the embedding's AdamW state): its steady dry runs and the emulated executor's runs map no
+/// page and never wait for the device.
+#[test]
+fn the_pinned_choice_runs_without_page_moves() {
+    use super::gpt2_choice_tests::{choose_as_runtime, limit_at, on_h200_costs, SMALL_R9};
+    let (s, link) = on_h200_costs(SMALL, SMALL_R9);
+    let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
+    let limit = limit_at(&s, 1.0 / 3.0);
+    let c = choose_as_runtime(&s, limit, link);
+    assert!(c.policy.pin_below > 0 && c.released);
+    let (releases, steady, runs) = released_runs(&s, &lv, &c.plan, &c.estimate, limit);
+    println!(
+        "pinned choice {:.2} ms, {} blocks released; steady {steady:?}; emulated {runs:?}",
+        c.estimate.step_ms,
+        releases.count()
+    );
+    assert_eq!((steady.page_maps, steady.device_waits), (0, 0));
+    for f in &runs {
+        assert_eq!((f.maps, f.device_waits), (0, 0), "{f:?}");
+    }
+}

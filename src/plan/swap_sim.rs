@@ -333,6 +333,8 @@ pub(super) struct Pass<'a> {
     pub timings: Option<Timings<'a>>,
     /// Per tensor (empty: none): what overrides the policy for it as a victim (`plan_masked`).
     pub victims: &'a [Victim],
+    /// The small persistent tensors kept and never evicted (`Policy::pin_below`), sorted.
+    pub pinned: &'a [u32],
 }
 
 /// One planning pass; `keep` are resident when the run starts and must be again when it ends.
@@ -349,6 +351,7 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         slack,
         timings,
         victims,
+        pinned,
     } = pass;
     let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
@@ -390,6 +393,10 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
     let mut kept = vec![false; tensors.len()];
     for &t in keep {
         kept[t as usize] = true;
+        // (`Policy::pin_below`: `plan_masked` keeps them; they are never a victim.)
+        if pinned.binary_search(&t).is_ok() {
+            sim.pinned[t as usize] = true;
+        }
         let first = lv.uses[t as usize].first().copied().unwrap_or(NEVER);
         sim.arrive(t, first);
     }
@@ -603,8 +610,10 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
                 let read_next = nodes[first as usize].inputs.contains(&t);
                 // (`keep_last_writes` keeps a tensor so that it waits.)
                 let kept_waits = kept_wait || policy.keep_last_writes;
-                let waits =
-                    (linger && (read_next || kept[t as usize])) || (kept_waits && kept[t as usize]);
+                // (A small one `Policy::pin_below` keeps always stays.)
+                let waits = (linger && (read_next || kept[t as usize]))
+                    || (kept_waits && kept[t as usize])
+                    || pinned.binary_search(&t).is_ok();
                 if tensor.kind.persists() && waits {
                     sim.index(t, n_nodes as u32 + first);
                 } else {

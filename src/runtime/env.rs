@@ -27,6 +27,9 @@
 //! | `GKRT_SWAP_BUDGET_PERMILLE` | thousandths of what the memory limit leaves a graph that its swap plans may use (1..1000; an experiment knob: the rest is headroom for the pool) | 1000 |
 //! | `GKRT_SWAP_PLACEMENTS` | `1`: a swapping graph's runs take the ranges the plan's dry run placed each block in (`plan::swap_placements`), waiting for the copy-outs still reading them, and the timeline model charges those waits; `0`: the pool places every block. An experiment knob (slower on the H200: session 11, run 2). Read at finalize | 0 |
 //! | `GKRT_SWAP_RELEASE` | `1`: once a swapping graph's plan is tuned, its candidates are fitted with each copy-out's block pending until the timeline model's end of the copy (`plan::swap_release`: steady runs of the pool's dry run that map no page and never wait for the device), and its runs give those blocks back at the same steps (the compute stream waiting for the copy), so the pool places every block where the dry run did; turns `GKRT_SWAP_PLACEMENTS` off. `0`: blocks stay pending until taken (the plan fitted with copy-outs' blocks free at once). On by default since session 12 (the H200: GPT-2 medium at ⅓ 1.186 and 1.202 of its unconstrained step against 1.328 and 1.301, small no worse, the swap chain's goals still met). Read at finalize | 1 |
+//! | `GKRT_SWAP_RELEASE_ANY_FIT` | `1`: when the release schedule's refit (`GKRT_SWAP_RELEASE`) finds no plan of the default policy that fits with copy-outs' blocks pending, the other policies' plans that do fit are kept (`plan::swap_release::released_candidates`); `0`: every plan falls back to the fit with blocks free at once, as before (GPT-2 small at ⅓ on the H200: 411 page maps and 3 device waits a step). Read at the tuning | 1 |
+//! | `GKRT_SWAP_PIN_SMALL` | `1`: a swapping graph's plans keep its persistent tensors of at most one pool page (the device's granularity, when the pool grows by pages) on the device all run, never evicted (`plan::swap::Policy::pin_below`), unless together they exceed a 64th of the budget: evicted and brought back, such blocks land wherever a hole's end is free and cut the large ranges (GPT-2 small at ⅓: no plan that keeps the embedding fitted with copy-outs' blocks pending); `0`: they come and go like the others (before session 14). Read at finalize and at the tuning | 1 |
+//! | `GKRT_SWAP_TUNE_EMPTY` | `1`: when a swapping graph's plan is tuned with a release schedule (`GKRT_SWAP_RELEASE`), its tensors on the device go home first and the pool gives its free pages back, so the candidates are fitted to an empty pool, and the chosen plan's kept tensors come back in its canonical start's order: its runs then start as the fit's dry run starts. The first runs' pool (their plan moving pages) left kept blocks scattered; fitted around them, GPT-2 small at ⅓ found no plan between 0.74 and 0.81 of the limit, nor above, that maps no page (the H200: 98.7 ms estimated, 8 ms of it compute waiting for copies). `0`: fitted to the pool as the first runs left it, as before. Read at the tuning | 1 |
 //! | `GKRT_SWAP_PRUNE_LINKS` | `1`: a swap plan no longer rebuilds a chain link whose rebuild it fed moved to an earlier reader (`plan::swap::Policy::prune_moved_links`: GPT-2's attention scores rebuilt again for nothing after their softmax output was rebuilt earlier); `0`: the planner before session 13. Read at finalize and at the tuning | 1 |
 //! | `GKRT_EXEC_ELIDE` | `1`: a graph's runs leave out the compute-stream records and waits the streams' order already implies (`exec/stream_order.rs`: the marker recorded again only after compute work, a copy stream waiting for a marker record once, a wait for a copy left out when a newer copy of the same stream was waited for, consecutive waits timed by one pair of events, a copy stream's wait for another copy left out when it waited for a newer one of that stream or an earlier run of the swapping graph made it, the tensors' copy events and the runtime's marker made without timing); `0`: one marker record per copy and one timed wait per event, every event timed, as before. Results are the same bits either way. Read at finalize (the marker: at the runtime's creation) | 1 |
 //! | `GKRT_EXEC_POLL_IN_ORDER` | `1`: a swapping graph's runs without a release schedule give back blocks pending on copy-outs by the executor's polling, oldest copy first, stopping at the first still running (`exec/poll.rs`; the pool holds its events); `0`: the pool polls every pending event before every allocation, as before. Read at finalize | 1 |
@@ -211,6 +214,25 @@ pub(crate) fn exec_elide() -> bool {
 /// longer needs (`plan::swap::Policy::prune_moved_links`); on unless `0`.
 pub(crate) fn swap_prune_links() -> bool {
     flag("GKRT_SWAP_PRUNE_LINKS", true)
+}
+
+/// `GKRT_SWAP_RELEASE_ANY_FIT`: whether a release-schedule refit whose default policy's plan
+/// does not fit with blocks pending keeps the other candidates that do
+/// (`plan::swap_release::released_candidates`); on unless `0` (the plain fit kept, as before).
+pub(crate) fn swap_release_any_fit() -> bool {
+    flag("GKRT_SWAP_RELEASE_ANY_FIT", true)
+}
+
+/// `GKRT_SWAP_PIN_SMALL`: whether swap plans keep persistent tensors of at most the pool's page
+/// on the device all run (`plan::swap::Policy::pin_below`); on unless `0`.
+pub(crate) fn swap_pin_small() -> bool {
+    flag("GKRT_SWAP_PIN_SMALL", true)
+}
+
+/// `GKRT_SWAP_TUNE_EMPTY`: whether a swapping graph's tuning with a release schedule empties
+/// the pool of the graph's blocks and free pages before fitting its candidates; on unless `0`.
+pub(crate) fn swap_tune_empty() -> bool {
+    flag("GKRT_SWAP_TUNE_EMPTY", true)
 }
 
 /// `GKRT_EXEC_POLL_IN_ORDER`: whether a swapping graph's runs without a release schedule poll

@@ -117,6 +117,9 @@ pub struct RuntimeGraph {
     collective_events: Vec<Option<crate::device::EventId>>,
     /// Set by a traced run's `enqueue`, taken by its `finish_run` (`trace_run.rs`).
     trace_mark: Option<TraceMark>,
+    /// `pin_small_tensors`: the size under which the swap plans keep persistent tensors on the
+    /// device, in place of the pool's page (`tune::swap_knobs`).
+    pin_below: Option<u64>,
     /// The dry-run placements a swapping graph's runs follow (`placements.rs`).
     placements: placements::FollowPlacements,
     /// When a tuned swapping graph's runs give copy-outs' blocks back (`releases.rs`).
@@ -188,6 +191,7 @@ impl RuntimeGraph {
             pops: Vec::new(),
             collective_events: Vec::new(),
             trace_mark: None,
+            pin_below: None,
             placements: placements::FollowPlacements::default(),
             releases: releases::ReleaseCopies::default(),
             elide_syncs: true,

@@ -12,7 +12,9 @@ use crate::plan::swap::{SwapPlan, Timings};
 use crate::plan::swap_candidates::{fitted_candidates_with, fitted_timed_candidates_with};
 use crate::plan::swap_fit::PoolMisfit;
 use crate::plan::swap_model::{estimate, Link};
-use crate::plan::swap_release::{fits_pool_released, steady_run, Releases, RELEASE_MARGIN_MS};
+use crate::plan::swap_release::{
+    fits_pool_released, released_candidates, steady_run, Releases, RELEASE_MARGIN_MS,
+};
 use crate::runtime::ALIGNMENT;
 
 /// Whether runs follow a release schedule, and the current program's.
@@ -25,6 +27,8 @@ pub(super) struct ReleaseCopies {
     pub(super) current: Option<Releases>,
     /// Blocks the last run gave back while still pending, as its schedule said.
     pub(super) last_released: u64,
+    /// The tuning emptied the pool before its refit (`empty_for_tuning`).
+    pub(super) tuned_empty: bool,
 }
 
 impl RuntimeGraph {
@@ -46,9 +50,69 @@ impl RuntimeGraph {
         self.releases.last_released
     }
 
+    /// Whether the tuning sent the graph's tensors home and gave the pool's free pages back
+    /// before fitting the candidates (`GKRT_SWAP_TUNE_EMPTY`).
+    pub fn tuned_from_empty_pool(&self) -> bool {
+        self.releases.tuned_empty
+    }
+
     /// Blocks the current release schedule gives back in a run (`None`: no schedule).
     pub fn release_schedule_len(&self) -> Option<usize> {
         self.releases.current.as_ref().map(Releases::count)
+    }
+
+    /// Before the tuning that refits the candidates with a release schedule
+    /// (`GKRT_SWAP_TUNE_EMPTY`): every tensor of the graph on the device goes home and the pool
+    /// gives its free pages back, so the refit's dry runs start from a pool that holds nothing
+    /// of the graph, where the chosen plan's runs will start too (`bring_kept` after the
+    /// choice). Fitted around the blocks the first runs left (their plan moving pages every
+    /// run), GPT-2 small at a third found no plan above 0.74 of the limit but in a window at
+    /// 0.81 that maps no page in its steady runs; fitted to the empty pool, the one at 0.92 the
+    /// model puts 6 ms faster (`plan/gpt2_choice_tests.rs`). Returns whether the pool was
+    /// emptied (failures are logged: the runs then bring the tensors back as they need them).
+    pub(super) fn empty_for_tuning(
+        &mut self,
+        rt: &crate::runtime::Runtime,
+        st: &mut crate::runtime::State,
+    ) -> bool {
+        if !self.releases.on || !crate::runtime::env::swap_tune_empty() {
+            return false;
+        }
+        // (The counters stay the last run's.)
+        let last = (
+            self.last_syncs,
+            self.last_polled,
+            self.last_copy_waits,
+            self.last_deferred,
+        );
+        let (r, _) = self.execute_with(rt, st, |exec, graph| exec.send_all_home(graph), false);
+        (
+            self.last_syncs,
+            self.last_polled,
+            self.last_copy_waits,
+            self.last_deferred,
+        ) = last;
+        let synced = rt.device.stream_synchronize(rt.streams.copy_out);
+        self.store.land_all();
+        let backing = crate::memory::DeviceBacking(rt.device());
+        st.pool.poll_pending(&backing);
+        let released = r
+            .and(synced.map_err(crate::runtime::Error::from))
+            .and_then(|()| st.pool.release_cached(&backing).map_err(Into::into));
+        match released {
+            Ok(bytes) => {
+                self.releases.tuned_empty = true;
+                log::info!(
+                    "GKRT_SWAP_TUNE_EMPTY: the graph's tensors sent home and {bytes} bytes of free \
+                     pages given back before the refit"
+                );
+                true
+            }
+            Err(e) => {
+                log::warn!("GKRT_SWAP_TUNE_EMPTY: emptying the pool before the refit: {e}");
+                false
+            }
+        }
     }
 
     /// Whether `plan` fits `pool` with its copy-outs' blocks pending until the model's copy
@@ -71,8 +135,9 @@ impl RuntimeGraph {
     }
 
     /// Replaces the candidates with the same policies' plans (and the timed ones) fitted by
-    /// `fits_released`, from the largest budget a candidate got. False, the candidates left as
-    /// they were, when no plan fits so.
+    /// `fits_released`, from the largest budget a candidate got; when the default policy's plan
+    /// does not fit so, the others that do (`released_candidates`, `GKRT_SWAP_RELEASE_ANY_FIT`).
+    /// False, the candidates left as they were, when no plan fits so.
     pub(super) fn refit_released(&mut self, cost: &[f64], link: Link, pool: &Pool) -> bool {
         let lv = self.graph.liveness().expect("finalized");
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
@@ -86,15 +151,28 @@ impl RuntimeGraph {
         let started = std::time::Instant::now();
         let fits = |plan: &SwapPlan| self.fits_released(plan, pool, (cost, link));
         let graph = (tensors, nodes, lv, fused);
-        let knobs = super::tune::swap_knobs();
-        let (default, mut candidates) =
-            fitted_candidates_with(graph, available, ALIGNMENT, knobs, fits);
-        if fits(&default).is_err() {
+        let knobs = self.swap_knobs(pool.config());
+        let (default, refit) = fitted_candidates_with(graph, available, ALIGNMENT, knobs, fits);
+        let default_fits = fits(&default).is_ok();
+        let any_fit = crate::runtime::env::swap_release_any_fit();
+        let Some(mut candidates) = released_candidates(default_fits, refit, any_fit) else {
             log::warn!(
-                "GKRT_SWAP_RELEASE: no plan fits with copy-outs' blocks pending until their copies \
-                 end; the runs keep the plans fitted with blocks free at once"
+                "GKRT_SWAP_RELEASE: no plan {}fits with copy-outs' blocks pending until their \
+                 copies end; the runs keep the plans fitted with blocks free at once",
+                if any_fit {
+                    ""
+                } else {
+                    "of the default policy "
+                }
             );
             return false;
+        };
+        if !default_fits {
+            log::info!(
+                "GKRT_SWAP_RELEASE: the default policy's plan does not fit with copy-outs' blocks \
+                 pending; {} other policies' plans do",
+                candidates.len()
+            );
         }
         let known: Vec<SwapPlan> = candidates.iter().map(|(_, p)| p.clone()).collect();
         let most_infeasible = known[0].infeasible_nodes.len();

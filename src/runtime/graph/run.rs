@@ -220,16 +220,28 @@ impl RuntimeGraph {
                 log::warn!("swap timeline not written to {path}: {e}");
             }
         }
-        if self.swap.is_some()
-            && !self.swap_candidates.is_empty()
-            && !self.swap_chosen
-            && self.tune_swap_plan(rt.device(), &st.pool)
-        {
+        let tuning = self.swap.is_some() && !self.swap_candidates.is_empty() && !self.swap_chosen;
+        // (The run that completes the tuning runs: the refit may start from an empty pool.)
+        let emptied = tuning
+            && self.swap_timings.len() + 1 >= super::tune::TUNING_RUNS
+            && self.empty_for_tuning(rt, st);
+        if tuning && self.tune_swap_plan(rt.device(), &st.pool) {
             self.swap_chosen = true;
-            // Runs end in the plan's start state, a new plan's too. The run itself succeeded:
-            // a failure here is only logged (the next run's start retries the move).
-            let (r, _) =
-                self.execute_with(rt, st, |exec, graph| exec.enter_start_state(graph), false);
+            // Runs end in the plan's start state, a new plan's too (after emptying the pool,
+            // its kept tensors back in the order its fit's dry run placed them). The run itself
+            // succeeded: a failure here is only logged (the next run's start retries the move).
+            let (r, _) = self.execute_with(
+                rt,
+                st,
+                |exec, graph| {
+                    exec.enter_start_state(graph)?;
+                    if emptied {
+                        exec.bring_kept(graph)?;
+                    }
+                    Ok(())
+                },
+                false,
+            );
             let synced = rt.device.stream_synchronize(rt.streams.copy_out);
             if let Err(e) = r.and(synced.map_err(Error::from)) {
                 log::warn!("moving tensors to the tuned swap plan's starting state: {e}");

@@ -13,14 +13,6 @@ use crate::plan::swap_placements::{placements, Start};
 use crate::plan::swap_refine::{estimate_plan, refine, RefineInput, Refined};
 use crate::runtime::{Error, Result, ALIGNMENT};
 
-/// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`): finalize's
-/// candidates, the tuning's and the release schedule's refit all use them.
-pub(super) fn swap_knobs() -> Knobs {
-    Knobs {
-        prune_moved_links: crate::runtime::env::swap_prune_links(),
-    }
-}
-
 /// The chosen plan's predicted run: the timeline model's estimate on the timed runs' timings,
 /// and the page maps and device waits of the pool's dry run (steady state), per node.
 pub(super) struct SwapPrediction {
@@ -74,6 +66,34 @@ impl RunTimings {
 }
 
 impl RuntimeGraph {
+    /// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`,
+    /// `GKRT_SWAP_PIN_SMALL`) for this graph's pool of `pool_config`: finalize's candidates, the
+    /// tuning's and the release schedule's refit all use them.
+    pub(super) fn swap_knobs(&self, pool_config: &crate::memory::pool::PoolConfig) -> Knobs {
+        // The pool's page: the device's granularity when the pool grows by pages (`ranges.rs`).
+        let page = match self.runtime.device().virtual_memory() {
+            Some(vm) if pool_config.vmm => vm.granularity().max(pool_config.alignment),
+            _ => 0,
+        };
+        let pin_below = match self.pin_below {
+            Some(bytes) => bytes,
+            None if crate::runtime::env::swap_pin_small() => page,
+            None => 0,
+        };
+        Knobs {
+            prune_moved_links: crate::runtime::env::swap_prune_links(),
+            pin_below,
+        }
+    }
+
+    /// Keeps this graph's persistent tensors of at most `bytes` on the device in every swap
+    /// plan from the next one made on (`Policy::pin_below`; 0: none), whatever the pool's page
+    /// and `GKRT_SWAP_PIN_SMALL`; `None`: as they say. Call before `finalize`: for tests (the
+    /// host backend has no pages) and experiments.
+    pub fn pin_small_tensors(&mut self, bytes: Option<u64>) {
+        self.pin_below = bytes;
+    }
+
     /// The swap policies among which the timed runs' timings choose (default first); empty
     /// when the graph does not swap or only one plan exists.
     pub fn swap_policies(&self) -> Vec<Policy> {
@@ -193,7 +213,9 @@ impl RuntimeGraph {
             chosen.bytes_in,
             copy_waits[best]
         );
-        let plan = (refined.is_some() || best != 0).then(|| chosen.clone());
+        // (After a released refit the first candidate need not be the plan the runs follow.)
+        let plan = (refined.is_some() || best != 0 || self.swap.as_ref() != Some(chosen))
+            .then(|| chosen.clone());
         self.swap_prediction = Some(SwapPrediction {
             estimate: chosen_estimate.clone(),
             cost: cost.clone(),
@@ -327,7 +349,7 @@ impl RuntimeGraph {
     }
 
     /// Adds the plans that weigh each rebuild against its copies on the timed runs' node times
-    /// and link speeds (`swap_candidates::fitted_timed_candidates`), each fitted to the pool as
+    /// and link speeds (`swap_candidates::fitted_timed_candidates_with`), each fitted to the pool as
     /// finalize fits the others: its dry run starts with this graph's blocks given back (the run
     /// ended with the plan's kept tensors on the device; a new plan starts from its own).
     fn add_timed_candidates(&mut self, cost: &[f64], link: Link, pool: &Pool) {
@@ -359,7 +381,7 @@ impl RuntimeGraph {
             link,
         };
         let graph = (tensors, nodes, lv, fused);
-        let knobs = swap_knobs();
+        let knobs = self.swap_knobs(pool.config());
         let timed = fitted_timed_candidates_with(
             graph,
             available,

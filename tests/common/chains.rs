@@ -1,6 +1,6 @@
 //! Random training-like chains on the jittery host backend (products, ReLUs declared
 //! recomputable at random, residual sums, an in-place update of every weight), for the tests of
-//! swapping runs (`swap_release.rs`, `exec_elide.rs`).
+//! swapping runs (`swap_release.rs`, `exec_elide.rs`, `exec_poll.rs`, `swap_pin_small.rs`).
 
 use super::{bytes, floats, DIMS};
 use gkrt::runtime::{
@@ -40,6 +40,30 @@ pub fn random_chain(rng: &mut Rng) -> Chain {
 /// The chain's graph under `limit` (0: none), its weights set; returns it with the ids read
 /// back after each run (the weights, then the input's gradient).
 pub fn build(c: &Chain, limit: u64, release: bool) -> (RuntimeGraph, Vec<u64>) {
+    let b = build_with(c, limit, release, None);
+    (b.graph, b.read)
+}
+
+/// Small parameters added to a chain (`swap_pin_small.rs`): one of `floats` floats per layer,
+/// read (halved) by the layer's forward and updated in place at the run's end, and a small input
+/// the host writes before every run, added to the first of them; `pin` is the graph's
+/// `pin_small_tensors`.
+pub struct SmallParams {
+    pub floats: usize,
+    pub pin: Option<u64>,
+}
+
+/// A built chain: its graph, the ids read back after each run (the weights, the small
+/// parameters if any, the input's gradient), the small input, and the small tensors' indices.
+pub struct Built {
+    pub graph: RuntimeGraph,
+    pub read: Vec<u64>,
+    pub input: Option<u64>,
+    pub small: Vec<u32>,
+}
+
+/// `build`, with small parameters where `small` says.
+pub fn build_with(c: &Chain, limit: u64, release: bool, small: Option<&SmallParams>) -> Built {
     let rt = Runtime::new(Config {
         device: DeviceChoice::Host,
         host_jitter_us: 20,
@@ -49,37 +73,58 @@ pub fn build(c: &Chain, limit: u64, release: bool) -> (RuntimeGraph, Vec<u64>) {
     })
     .unwrap();
     let mut g = RuntimeGraph::new(rt);
-    let size = u64::from(c.side * c.side * 4);
+    if let Some(sp) = small {
+        g.pin_small_tensors(sp.pin);
+    }
+    let size = c.size() as u64;
+    let small_bytes = small.map_or(0, |sp| (sp.floats * 4) as u64);
     let mm: Vec<u8> = [c.side; 3].iter().flat_map(|d| d.to_ne_bytes()).collect();
     let b = Kernel::Builtin;
     let mut n = 0;
-    let mut tensor = |g: &mut RuntimeGraph, kind| {
+    let mut tensor = |g: &mut RuntimeGraph, bytes, kind| {
         n += 1;
-        g.add_tensor(size, kind, &format!("t{n}")).unwrap()
+        g.add_tensor(bytes, kind, &format!("t{n}")).unwrap()
     };
     let ws: Vec<u64> = (0..c.layers)
-        .map(|_| tensor(&mut g, TensorKind::Parameter))
+        .map(|_| tensor(&mut g, size, TensorKind::Parameter))
         .collect();
-    let x0 = tensor(&mut g, TensorKind::Intermediate);
+    let (ss, input) = if small.is_some() {
+        let ss: Vec<u64> = (0..c.layers)
+            .map(|_| tensor(&mut g, small_bytes, TensorKind::Parameter))
+            .collect();
+        (ss, Some(tensor(&mut g, small_bytes, TensorKind::Input)))
+    } else {
+        (Vec::new(), None)
+    };
+    let x0 = tensor(&mut g, size, TensorKind::Intermediate);
     let fill = 0.25f32.to_ne_bytes();
     g.graph
         .add_node(b(BuiltinKind::Fill), &[], &[x0], &[], DIMS, &fill)
         .unwrap();
-    let (mut xs, mut zs) = (vec![x0], Vec::new());
+    let (mut xs, mut zs, mut cs) = (vec![x0], Vec::new(), Vec::new());
+    let half = 0.5f32.to_ne_bytes();
     for i in 0..c.layers {
         let prev = xs[i];
-        let z = tensor(&mut g, TensorKind::Intermediate);
+        let z = tensor(&mut g, size, TensorKind::Intermediate);
         g.graph
             .add_node(b(BuiltinKind::Matmul), &[prev, ws[i]], &[z], &[], DIMS, &mm)
             .unwrap();
-        let mut x = tensor(&mut g, TensorKind::Intermediate);
+        if let Some(&s) = ss.get(i) {
+            // The small parameter's forward read: half of it, added to it after the backward.
+            let ci = tensor(&mut g, small_bytes, TensorKind::Intermediate);
+            g.graph
+                .add_node(b(BuiltinKind::Scale), &[s], &[ci], &[], DIMS, &half)
+                .unwrap();
+            cs.push(ci);
+        }
+        let mut x = tensor(&mut g, size, TensorKind::Intermediate);
         let relu = g
             .graph
             .add_node(b(BuiltinKind::Relu), &[z], &[x], &[], DIMS, &[])
             .unwrap();
         g.graph.set_recomputable(relu, c.recomputable[i]).unwrap();
         if c.residual[i] {
-            let sum = tensor(&mut g, TensorKind::Intermediate);
+            let sum = tensor(&mut g, size, TensorKind::Intermediate);
             g.graph
                 .add_node(b(BuiltinKind::Add), &[x, prev], &[sum], &[], DIMS, &[])
                 .unwrap();
@@ -91,11 +136,11 @@ pub fn build(c: &Chain, limit: u64, release: bool) -> (RuntimeGraph, Vec<u64>) {
     let mut d = xs[c.layers];
     let mut dx0 = d;
     for i in (0..c.layers).rev() {
-        let dz = tensor(&mut g, TensorKind::Intermediate);
+        let dz = tensor(&mut g, size, TensorKind::Intermediate);
         g.graph
             .add_node(b(BuiltinKind::ReluGrad), &[d, zs[i]], &[dz], &[], DIMS, &[])
             .unwrap();
-        let dw = tensor(&mut g, TensorKind::Intermediate);
+        let dw = tensor(&mut g, size, TensorKind::Intermediate);
         g.graph
             .add_node(b(BuiltinKind::Matmul), &[xs[i], dz], &[dw], &[], DIMS, &mm)
             .unwrap();
@@ -104,28 +149,33 @@ pub fn build(c: &Chain, limit: u64, release: bool) -> (RuntimeGraph, Vec<u64>) {
         } else {
             TensorKind::Intermediate
         };
-        let dx = tensor(&mut g, kind);
+        let dx = tensor(&mut g, size, kind);
         g.graph
             .add_node(b(BuiltinKind::Matmul), &[dz, ws[i]], &[dx], &[], DIMS, &mm)
             .unwrap();
         // The weight's update, in place: w += -1/64 dw.
-        let step = tensor(&mut g, TensorKind::Intermediate);
+        let step = tensor(&mut g, size, TensorKind::Intermediate);
         let rate = (-1.0f32 / 64.0).to_ne_bytes();
         g.graph
             .add_node(b(BuiltinKind::Scale), &[dw], &[step], &[], DIMS, &rate)
             .unwrap();
+        let w = ws[i];
         g.graph
-            .add_node(
-                b(BuiltinKind::Add),
-                &[ws[i], step],
-                &[ws[i]],
-                &[],
-                DIMS,
-                &[],
-            )
+            .add_node(b(BuiltinKind::Add), &[w, step], &[w], &[], DIMS, &[])
             .unwrap();
         d = dx;
         dx0 = dx;
+    }
+    // The small parameters' updates, in place, at the run's end (s += s / 2; s0 += input).
+    for (&s, &ci) in ss.iter().zip(&cs) {
+        g.graph
+            .add_node(b(BuiltinKind::Add), &[s, ci], &[s], &[], DIMS, &[])
+            .unwrap();
+    }
+    if let Some(u) = input {
+        g.graph
+            .add_node(b(BuiltinKind::Add), &[ss[0], u], &[ss[0]], &[], DIMS, &[])
+            .unwrap();
     }
     for (i, &w) in ws.iter().enumerate() {
         let v: Vec<f32> = (0..c.side * c.side)
@@ -133,12 +183,29 @@ pub fn build(c: &Chain, limit: u64, release: bool) -> (RuntimeGraph, Vec<u64>) {
             .collect();
         g.write(w, &bytes(&v)).unwrap();
     }
+    if let Some(sp) = small {
+        for (i, &s) in ss.iter().enumerate() {
+            let v: Vec<f32> = (0..sp.floats).map(|k| (k + i) as f32 / 1024.0).collect();
+            g.write(s, &bytes(&v)).unwrap();
+        }
+    }
     g.finalize().unwrap();
     // (Finalize reads `GKRT_SWAP_RELEASE`: the test's choice comes after.)
     g.release_copies(release);
+    let small = ss
+        .iter()
+        .chain(&input)
+        .map(|&s| g.graph.tensor_index(s).unwrap())
+        .collect();
     let mut read = ws;
+    read.extend(&ss);
     read.push(dx0);
-    (g, read)
+    Built {
+        graph: g,
+        read,
+        input,
+        small,
+    }
 }
 
 pub fn read_all(g: &mut RuntimeGraph, ids: &[u64], size: usize) -> Vec<Vec<u32>> {

@@ -69,23 +69,24 @@ pub(super) struct StreamState {
 }
 
 /// The pool's stream states, indexed by `si`. Lookups are not bounds-checked in release builds:
-/// every `si` comes from `stream_ix` (below) and states are only ever added, so it stays below
-/// the length (debug builds check). One or two come with every operation (callgrind, session
-/// 14: with the slab's and the size classes' checks, a fifth of an alloc/free pair's
-/// instructions). Everything else is the `Vec`'s.
+/// every `si` comes from `stream_ix` (below) and states are only ever added — the type offers
+/// `push` and no way to remove one — so it stays below the length (debug builds check). One or
+/// two come with every operation (callgrind, session 14: with the slab's and the size classes'
+/// checks, a fifth of an alloc/free pair's instructions).
 #[derive(Clone, Debug, Default)]
 pub(super) struct Streams(Vec<StreamState>);
 
-impl std::ops::Deref for Streams {
-    type Target = Vec<StreamState>;
-    fn deref(&self) -> &Vec<StreamState> {
-        &self.0
+impl Streams {
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
     }
-}
 
-impl std::ops::DerefMut for Streams {
-    fn deref_mut(&mut self) -> &mut Vec<StreamState> {
-        &mut self.0
+    pub(super) fn push(&mut self, state: StreamState) {
+        self.0.push(state);
+    }
+
+    pub(super) fn iter(&self) -> std::slice::Iter<'_, StreamState> {
+        self.0.iter()
     }
 }
 

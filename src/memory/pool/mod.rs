@@ -570,6 +570,20 @@ impl Pool {
             .unwrap_or(0)
     }
 
+    /// The size of the pages the pool grows by on `vm` (a block of at most one shares pages with
+    /// its neighbours): the one its ranges use once one is reserved, before that the device's
+    /// granularity (at least the alignment, as `ensure_range` takes it); 0 where it grows by
+    /// plain segments.
+    pub fn page_size(&self, vm: Option<&dyn VirtualMemory>) -> u64 {
+        if self.page != 0 {
+            return self.page;
+        }
+        match vm {
+            Some(vm) if self.config.vmm => vm.granularity().max(self.config.alignment),
+            _ => 0,
+        }
+    }
+
     pub fn stats(&self) -> PoolStats {
         self.stats
     }

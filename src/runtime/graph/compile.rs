@@ -152,7 +152,7 @@ impl RuntimeGraph {
             fits_pool(tensors, nodes, &program, &st.pool, rt.compute, &[])
         };
         let graph = (tensors, nodes, lv, fused);
-        let knobs = self.swap_knobs(st.pool.config());
+        let knobs = self.swap_knobs(&st.pool);
         let (plan, mut candidates) =
             fitted_candidates_with(graph, available, ALIGNMENT, knobs, check);
         // A node the plan could not fit may still run (the fallback makes room); only one whose

@@ -151,7 +151,7 @@ impl RuntimeGraph {
         let started = std::time::Instant::now();
         let fits = |plan: &SwapPlan| self.fits_released(plan, pool, (cost, link));
         let graph = (tensors, nodes, lv, fused);
-        let knobs = self.swap_knobs(pool.config());
+        let knobs = self.swap_knobs(pool);
         let (default, refit) = fitted_candidates_with(graph, available, ALIGNMENT, knobs, fits);
         let default_fits = fits(&default).is_ok();
         let any_fit = crate::runtime::env::swap_release_any_fit();

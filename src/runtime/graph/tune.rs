@@ -67,14 +67,10 @@ impl RunTimings {
 
 impl RuntimeGraph {
     /// The planner's knobs as the environment sets them (`GKRT_SWAP_PRUNE_LINKS`,
-    /// `GKRT_SWAP_PIN_SMALL`) for this graph's pool of `pool_config`: finalize's candidates, the
-    /// tuning's and the release schedule's refit all use them.
-    pub(super) fn swap_knobs(&self, pool_config: &crate::memory::pool::PoolConfig) -> Knobs {
-        // The pool's page: the device's granularity when the pool grows by pages (`ranges.rs`).
-        let page = match self.runtime.device().virtual_memory() {
-            Some(vm) if pool_config.vmm => vm.granularity().max(pool_config.alignment),
-            _ => 0,
-        };
+    /// `GKRT_SWAP_PIN_SMALL`) for this graph's `pool`: finalize's candidates, the tuning's and
+    /// the release schedule's refit all use them.
+    pub(super) fn swap_knobs(&self, pool: &Pool) -> Knobs {
+        let page = pool.page_size(self.runtime.device().virtual_memory());
         let pin_below = match self.pin_below {
             Some(bytes) => bytes,
             None if crate::runtime::env::swap_pin_small() => page,
@@ -381,7 +377,7 @@ impl RuntimeGraph {
             link,
         };
         let graph = (tensors, nodes, lv, fused);
-        let knobs = self.swap_knobs(pool.config());
+        let knobs = self.swap_knobs(pool);
         let timed = fitted_timed_candidates_with(
             graph,
             available,

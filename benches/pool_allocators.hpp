@@ -238,6 +238,12 @@ static inline std::vector<std::unique_ptr<Allocator>> make_allocators(const std:
     // default before session 12 (ARCHITECTURE.md, "The pool's fragmentation").
     out.emplace_back(new GkrtRaw("gkrt_malloc all moves", "GKRT_POOL_MAJORITY_MOVES=0"));
   }
+  if (want("variants") || want("lifetime")) {
+    // Placement by lifetime: as "tail first", only for requests whose size the pool has seen
+    // live fewer allocations than there are live blocks (ARCHITECTURE.md, "Placement by
+    // lifetime"). "lifetime" alone in --only selects it without the other variants.
+    out.emplace_back(new GkrtRaw("gkrt_malloc short-lived at tail", "GKRT_POOL_SHORT_LIVED_TAIL=1"));
+  }
   if (want("variants") || want("aliases")) {
     // Page moves keep the moved chunk's old address mapped as an alias, so moving it back is
     // bookkeeping (ARCHITECTURE.md, "Alias mappings"); and, second, pages a move placed may

@@ -14,7 +14,8 @@
 //! | `GKRT_POOL_RECYCLE_TIME_PERMILLE` | `PoolConfig::recycle_time_permille` (share of wall time the slack rule's page moves may take) | 10 |
 //! | `GKRT_POOL_RECYCLE_WAIT` | `PoolConfig::recycle_waits`, 0 or 1 | the config's (0; 1 for the PyTorch entry points' runtime) |
 //! | `GKRT_POOL_PENDING_BEST_FIT` | `PoolConfig::pending_best_fit`, 0 or 1: an allocation takes a block pending on a copy-out that fits it more closely than any free block, the stream waiting for the copy (an experiment knob) | 0 |
-//! | `GKRT_POOL_TAIL_PREFIX_FIRST` | `PoolConfig::tail_prefix_first`, 0 or 1: a request of at most a page whose best fit is a warm free block at least twice its size takes the short mapped start of the range's last block instead (an experiment knob) | 0 |
+//! | `GKRT_POOL_TAIL_PREFIX_FIRST` | `PoolConfig::tail_first`, 0 or 1 (1: `TailFirst::Always`): a request of at most a page whose best fit is a warm free block at least twice its size takes the short mapped start of the range's last block instead (an experiment knob) | 0 |
+//! | `GKRT_POOL_SHORT_LIVED_TAIL` | `PoolConfig::tail_first`, 0 or 1 (1: `TailFirst::ShortLived`, over `GKRT_POOL_TAIL_PREFIX_FIRST`): as `GKRT_POOL_TAIL_PREFIX_FIRST`, only for requests whose size the pool has seen live fewer allocations than there are live blocks (placement by lifetime; an experiment knob) | 0 |
 //! | `GKRT_POOL_MAJORITY_MOVES` | `PoolConfig::recycle_majority_moves`, 0 or 1: a slack-rule page move that cannot keep mapping under the cap, when more than one physical allocation is over it, goes ahead only when it moves at least half of the pages over it (0: every such move is made) | 1 |
 //! | `GKRT_POOL_ALIASES` | `PoolConfig::page_aliases`, 0, 1, 2 or 3: a page move keeps the moved physical allocation mapped at its old address too (an alias no block may use while it is live elsewhere), so moving it back is bookkeeping with no driver call; 2 also `PoolConfig::alias_moves_again` (pages a move placed may move again within the time budget); 3 also `PoolConfig::alias_again_until_undone` (moving again ends when a move is first undone at the cost of an unmap) | 0 |
 //! | `GKRT_POOL_RECYCLE_SPIN_US` | `PoolConfig::recycle_spin_ns`, µs | `PoolConfig::default()` |
@@ -42,7 +43,7 @@
 
 use super::config::{Config, DeviceChoice};
 use crate::error::{Error, Result};
-use crate::memory::pool::PoolConfig;
+use crate::memory::pool::{PoolConfig, TailFirst};
 
 const MIB: u64 = 1 << 20;
 
@@ -114,7 +115,18 @@ pub(crate) fn pool_overrides(mut pool: PoolConfig) -> PoolConfig {
         pool.pending_best_fit = b != 0;
     }
     if let Some(b) = read("GKRT_POOL_TAIL_PREFIX_FIRST") {
-        pool.tail_prefix_first = b != 0;
+        pool.tail_first = if b != 0 {
+            TailFirst::Always
+        } else {
+            TailFirst::Off
+        };
+    }
+    if let Some(b) = read("GKRT_POOL_SHORT_LIVED_TAIL") {
+        if b != 0 {
+            pool.tail_first = TailFirst::ShortLived;
+        } else if pool.tail_first == TailFirst::ShortLived {
+            pool.tail_first = TailFirst::Off;
+        }
     }
     if let Some(b) = read("GKRT_POOL_MAJORITY_MOVES") {
         pool.recycle_majority_moves = b != 0;

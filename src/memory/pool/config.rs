@@ -55,11 +55,13 @@ pub struct PoolConfig {
     /// until the H200 measures whether the copies waited for cost less than the page moves
     /// saved.
     pub pending_best_fit: bool,
-    /// Whether a request of at most a page, whose best fit is a warm free block at least twice
-    /// its size, takes the mapped start of the range's last block instead when that start
+    /// Which requests of at most a page, whose best fit is a warm free block at least twice
+    /// their size, take the mapped start of the range's last block instead when that start
     /// spans at most `vmm_page_bytes` (`tail_first.rs`), keeping the warm hole whole for the
-    /// large block that left it. Default false: an experiment knob until the H200 measures it.
-    pub tail_prefix_first: bool,
+    /// large block that left it: none (the default), every one, or those whose size the pool
+    /// has seen live shorter than the mean (`lifetimes.rs`). Experiment knobs until the H200
+    /// measures them (`GKRT_POOL_TAIL_PREFIX_FIRST`, `GKRT_POOL_SHORT_LIVED_TAIL`).
+    pub tail_first: TailFirst,
     /// Whether a slack-rule move that cannot bring mapping under the cap, when the growth over
     /// the cap is more than one physical allocation, goes ahead only when the pages it can move
     /// are at least half of the pages over the cap — it saves at least as much as the peak
@@ -124,6 +126,22 @@ pub struct PoolConfig {
     pub marker_min_interval_ns: u64,
 }
 
+/// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
+/// cutting a warm hole twice their size. One field, so that the hot path tests one byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TailFirst {
+    /// None: the best fit is cut (the default).
+    Off,
+    /// Every such request (`GKRT_POOL_TAIL_PREFIX_FIRST=1`; host replay: bert, gnn and
+    /// mlp_small training 0.013–0.023 lower reserved / live, moe training 0.009 higher).
+    Always,
+    /// Those whose size the pool has seen live fewer allocations than there are live blocks:
+    /// shorter than the mean, by Little's law (`lifetimes.rs`; `GKRT_POOL_SHORT_LIVED_TAIL=1`).
+    /// Host replay: mlp_small_train 1.067 → 1.044 of its peak live, kv_growth 1.084 → 1.130 at
+    /// the replay's fast pace (ARCHITECTURE.md, "Placement by lifetime").
+    ShortLived,
+}
+
 impl Default for PoolConfig {
     fn default() -> Self {
         PoolConfig {
@@ -141,7 +159,7 @@ impl Default for PoolConfig {
             recycle_min_bytes: 2 * MIB,
             recycle_waits: false,
             pending_best_fit: false,
-            tail_prefix_first: false,
+            tail_first: TailFirst::Off,
             recycle_majority_moves: true,
             page_aliases: false,
             alias_moves_again: false,

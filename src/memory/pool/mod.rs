@@ -145,6 +145,7 @@ mod cold_set;
 mod config;
 mod dry_run;
 mod free_index;
+mod lifetimes;
 mod markers;
 mod move_budget;
 mod pages;
@@ -172,9 +173,9 @@ use slab::Slab;
 use stream::{FastHash, Streams};
 use tlsf::NIL;
 
-pub use config::PoolConfig;
 #[cfg(test)]
 use config::MIB;
+pub use config::{PoolConfig, TailFirst};
 pub use dry_run::{DryRunStep, PendingTakes};
 pub use placement::Placement;
 pub use report::{BlockInfo, PoolError, PoolStats};
@@ -252,6 +253,8 @@ pub struct Pool {
     /// mapped end), for the host replay: the pool's own cost of unmapped pages left among mapped
     /// ones (off the hot path, which never counts; nor does the range tail's mapped start).
     pub(super) cold_placements: u64,
+    /// How long blocks of each size lived, in allocations (`TailFirst::ShortLived`).
+    lifetimes: lifetimes::Lifetimes,
     /// Set only during `alloc_no_wait`: recycling may not wait for the device.
     no_device_waits: bool,
     /// Pending blocks go back only when the caller says (`hold_events`), never by polling.
@@ -288,6 +291,7 @@ impl Pool {
             moves: move_budget::MoveBudget::default(),
             aliases: alias::Aliases::default(),
             cold_placements: 0,
+            lifetimes: lifetimes::Lifetimes::default(),
             no_device_waits: false,
             hold_events: false,
             stats: PoolStats::default(),
@@ -657,12 +661,16 @@ impl Pool {
     /// findable by address. Returns its address. Forced inline: every allocation ends here.
     #[inline(always)]
     fn hand_out(&mut self, idx: u32, bytes: u64, tag: u8) -> u64 {
+        let seq = self.stats.alloc_count + 1;
         let (addr, size) = {
             let b = &mut self.blocks[idx];
             b.state = State::Allocated;
             b.requested = bytes;
             b.tag = tag;
             b.fnext = self.owner;
+            // Unused while allocated: it holds the allocation's order, so that a free can
+            // tell how many allocations the block lived (`lifetimes.rs`).
+            b.freed_epoch = seq;
             (b.addr, b.size)
         };
         self.note_block(Action::Alloc, idx);
@@ -671,7 +679,7 @@ impl Pool {
         s.allocated_bytes += size;
         s.requested_bytes += bytes;
         s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
-        s.alloc_count += 1;
+        s.alloc_count = seq;
         let in_use = s.allocated_bytes + self.pending_bytes;
         self.high_water = self.high_water.max(in_use);
         addr
@@ -691,6 +699,11 @@ impl Pool {
     #[inline]
     fn count_free(&mut self, idx: u32) {
         let b = &self.blocks[idx];
+        if self.config.tail_first == TailFirst::ShortLived {
+            // `freed_epoch` holds the allocation's order while allocated (`hand_out`).
+            let life = self.stats.alloc_count.saturating_sub(b.freed_epoch);
+            self.lifetimes.note(b.size, life);
+        }
         let s = &mut self.stats;
         s.allocated_bytes -= b.size;
         s.requested_bytes -= b.requested;

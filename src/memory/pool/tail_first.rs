@@ -1,4 +1,4 @@
-//! `PoolConfig::tail_prefix_first` (off by default): a request of at most a page whose best fit
+//! `PoolConfig::tail_first` (`TailFirst`, off by default): a request of at most a page whose best fit
 //! is a warm free block at least twice its size takes the mapped start of the range's last
 //! block instead, when that mapped start is short (at most `vmm_page_bytes`). Best fit would cut
 //! the warm hole, and the hole — coalesced from a large tensor freed a moment ago — no longer
@@ -8,17 +8,20 @@
 //! training 1.053 → 1.062, resnet50_run and unet training +0.005 and +0.003, the rest the same
 //! (`GKRT_REPLAY_TAIL_FIRST=1`). Requests over a page, or a longer mapped tail, made moe worse
 //! still (1.083) for no other gain. An experiment knob until the H200 pool run measures it side
-//! by side with the default (`pool_allocators` "variants").
+//! by side with the default (`pool_allocators` "variants"). `TailFirst::ShortLived` applies
+//! the same placement only to requests of sizes the pool has seen live shorter than the mean
+//! (`lifetimes.rs`): placement by lifetime, where a short-lived block cut from a hole would
+//! outlive the neighbours that free the hole's other parts.
 
 use super::block::State;
 use super::tlsf::NIL;
-use super::Pool;
+use super::{Pool, TailFirst};
 
 /// The rule takes the tail instead of a warm best fit at least this many times the request.
 const WARM_FIT_RATIO: u64 = 2;
 
 impl Pool {
-    /// With `tail_prefix_first`, for a `size`-byte request on stream `si` whose best fit is the
+    /// With `tail_first` on, for a `size`-byte request on stream `si` whose best fit is the
     /// warm block `fit` (taken out of its index, not yet split): the block carved from the
     /// mapped start of the range's last block, `fit` going back to its index. `None`: the rule
     /// is off or does not apply, and `fit` is left as it was.
@@ -28,9 +31,11 @@ impl Pool {
         fit: u32,
         size: u64,
     ) -> Option<u32> {
-        if !self.config.tail_prefix_first
+        let rule = self.config.tail_first;
+        if rule == TailFirst::Off
             || size > self.page
             || self.blocks[fit].size < size.saturating_mul(WARM_FIT_RATIO)
+            || (rule == TailFirst::ShortLived && !self.short_lived(size))
         {
             return None;
         }
@@ -46,6 +51,15 @@ impl Pool {
         let j = self.take_tail_prefix::<true>(si, r, size)?;
         self.link(fit);
         Some(j)
+    }
+
+    /// Whether blocks of `size` bytes have lived fewer allocations than there are live blocks
+    /// now: shorter than the mean lifetime, which in a steady program is the live count
+    /// (Little's law, with one allocation per unit of time). A size never freed yet is not.
+    fn short_lived(&self, size: u64) -> bool {
+        self.lifetimes
+            .expected(size)
+            .is_some_and(|life| life < self.live.len() as u64)
     }
 
     /// Whether the range `r`'s last block is free and cold and its mapped start (the run of

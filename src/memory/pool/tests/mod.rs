@@ -13,6 +13,7 @@ mod placement;
 mod plain;
 mod random;
 pub(crate) mod replay;
+mod short_lived;
 mod tail_first;
 mod virtual_ranges;
 

@@ -1,4 +1,4 @@
-//! `PoolConfig::tail_prefix_first` (`tail_first.rs`): a small request takes the short mapped
+//! `TailFirst::Always` (`tail_first.rs`): a small request takes the short mapped
 //! start of the range's last block rather than cut a warm hole, so the large block that left
 //! the hole gets it back without new pages; off, the hole is cut (the default is unchanged).
 
@@ -10,7 +10,11 @@ use super::*;
 fn hole_and_mapped_tail(rule: bool) -> (Pool, Fake, u64) {
     let f = Fake::virtual_memory();
     let mut p = vpool(u64::MAX);
-    p.config.tail_prefix_first = rule;
+    p.config.tail_first = if rule {
+        TailFirst::Always
+    } else {
+        TailFirst::Off
+    };
     let hole = p.alloc(&f, 4 * PAGE, st(0)).unwrap();
     let _sep = p.alloc(&f, PAGE, st(0)).unwrap();
     let last = p.alloc(&f, PAGE, st(0)).unwrap();

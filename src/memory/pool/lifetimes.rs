@@ -16,23 +16,20 @@ struct Entry {
     life: u64,
 }
 
-#[derive(Clone)]
+/// The table, allocated at the first note: a pool with the rule off (and its dry runs' clones)
+/// holds none.
+#[derive(Clone, Default)]
 pub(super) struct Lifetimes {
-    table: Box<[Entry; ENTRIES]>,
+    table: Option<Box<[Entry; ENTRIES]>>,
 }
 
 impl std::fmt::Debug for Lifetimes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let sizes = self.table.iter().filter(|e| e.size != 0).count();
+        let sizes = self
+            .table
+            .as_ref()
+            .map_or(0, |t| t.iter().filter(|e| e.size != 0).count());
         write!(f, "Lifetimes {{ sizes: {sizes} }}")
-    }
-}
-
-impl Default for Lifetimes {
-    fn default() -> Self {
-        Lifetimes {
-            table: Box::new([Entry::default(); ENTRIES]),
-        }
     }
 }
 
@@ -43,9 +40,12 @@ fn slot(size: u64) -> usize {
 
 impl Lifetimes {
     /// A block of `size` bytes lived `life` allocations.
-    #[inline(always)]
+    #[inline]
     pub(super) fn note(&mut self, size: u64, life: u64) {
-        let e = &mut self.table[slot(size)];
+        let table = self
+            .table
+            .get_or_insert_with(|| Box::new([Entry::default(); ENTRIES]));
+        let e = &mut table[slot(size)];
         if e.size == size {
             e.life = (e.life + life) / 2;
         } else {
@@ -55,7 +55,7 @@ impl Lifetimes {
 
     /// The lifetime expected of a block of `size` bytes, in allocations (`None`: none seen).
     pub(super) fn expected(&self, size: u64) -> Option<u64> {
-        let e = &self.table[slot(size)];
+        let e = &self.table.as_ref()?[slot(size)];
         (e.size == size).then_some(e.life)
     }
 }

@@ -6,10 +6,11 @@
 For each trace (format: benches/traces/README.md): the steps, found as the live bytes rising
 from the baseline (the blocks live when recording started) by at least a fifth of the way to the
 peak and coming back within 2% of it; per step its allocation count, a hash of its sequence of
-sizes (equal hashes: the step repeats exactly) and its peak of live bytes; then the footprint of
-an offline placement that knows every lifetime (largest block first, each at the best-fitting
-gap among the blocks live at the same time) over the peak live bytes, as is and rounded up to
-2 MiB granules: a reference for what placement that knows lifetimes (a plan recorded from an
+sizes (equal hashes: the step repeats exactly), a hash of its blocks' lifetimes in allocations by
+their position in the step (equal hashes: the same lifetimes, even with other sizes) and its peak
+of live bytes; then the footprint of an offline placement that knows every lifetime (largest
+block first, each at the best-fitting gap among the blocks live at the same time) over the peak
+live bytes, as is and rounded up to 2 MiB granules: a reference for what placement that knows lifetimes (a plan recorded from an
 earlier step) can reach without moving pages. It is a heuristic, not a bound (the pool beats it on
 decoder_generate). With `GKRT_REPLAY_PEAKS` (src/memory/pool/tests/replay.rs), which prints the
 event at which the pool's peak of reserved bytes grows, it tells whether that peak falls in the
@@ -92,12 +93,21 @@ def main(paths):
         at = curve.index(peak)
         print(f"{meta.get('name', path)}: {len(found)} steps found ({meta.get('steps', '?')} declared), "
               f"peak live {peak / 2**20:.1f} MiB at event {at}")
+        # Allocations made before each event, to count lifetimes in allocations.
+        made, n = [], 0
+        for op, _, _ in events:
+            made.append(n)
+            n += op == "a"
         for a, b in found:
-            sizes = [events[i][2] for i in range(a, b) if events[i][0] == "a"]
-            digest = hashlib.md5(str(sizes).encode()).hexdigest()[:8]
+            keys = [events[i][1] for i in range(a, b) if events[i][0] == "a"]
+            digest = hashlib.md5(str([size[k] for k in keys]).encode()).hexdigest()[:8]
+            # Each block's lifetime in allocations by its position in the step (-1: it outlives
+            # the step): equal hashes, the same lifetimes even where the sizes differ.
+            lives = [made[end[k]] - made[start[k]] if end[k] < b else -1 for k in keys]
+            life_digest = hashlib.md5(str(lives).encode()).hexdigest()[:8]
             mark = "  <- peak live" if a <= at < b else ""
-            print(f"  events {a}-{b}: {len(sizes)} allocations, sizes {digest}, "
-                  f"peak {max(curve[a:b]) / 2**20:.1f} MiB{mark}")
+            print(f"  events {a}-{b}: {len(keys)} allocations, sizes {digest}, "
+                  f"lifetimes {life_digest}, peak {max(curve[a:b]) / 2**20:.1f} MiB{mark}")
         top = clairvoyant(start, end, size)
         rounded = -(-top // GRANULE) * GRANULE
         print(f"  clairvoyant placement: {top / peak:.4f} of peak live ({rounded / peak:.4f} in granules)")

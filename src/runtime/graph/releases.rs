@@ -29,6 +29,10 @@ pub(super) struct ReleaseCopies {
     pub(super) last_released: u64,
     /// The tuning emptied the pool before its refit (`empty_for_tuning`).
     pub(super) tuned_empty: bool,
+    /// `GKRT_SWAP_RELEASE_HOLD_MARKERS` (read at finalize): the pool holds its markers while a
+    /// run follows the schedule (`Pool::hold_markers`), so which pages it may move without
+    /// waiting for the device is what its dry run knew, not what the device has passed.
+    pub(super) hold_markers: bool,
 }
 
 impl RuntimeGraph {
@@ -42,6 +46,12 @@ impl RuntimeGraph {
         if on {
             self.follow_placements(false);
         }
+    }
+
+    /// Whether the pool holds its marker events while a run follows a release schedule
+    /// (`GKRT_SWAP_RELEASE_HOLD_MARKERS`, on by default): for tests and side-by-side runs.
+    pub fn hold_markers_when_releasing(&mut self, on: bool) {
+        self.releases.hold_markers = on;
     }
 
     /// Copy-outs' blocks the last run gave back while still pending, as its release schedule

@@ -1,0 +1,103 @@
+//! Whether the real pool's runs follow the pool's dry run (issue 23: GPT-2 small at a third on
+//! the H200 mapped 135–193 pages and waited for the device before the logits' gradient in
+//! steady runs whose dry run mapped none). The emulated executor runs the plan the runtime
+//! chooses, with its release schedule, from the emptied pool the tuning fits it to, on two
+//! devices: one that records no markers (as the dry run's backing) and one that records the
+//! pool's markers and passes each at once (a device that keeps up with the host).
+//! `cargo test --release --lib pool_fidelity -- --nocapture` prints the figures.
+
+use super::gpt2_choice_tests::{choose_as_runtime, limit_at, on_h200_costs, SMALL_R9, SMALL_S14};
+use super::gpt2_shape_tests::{pool_for, Step as Shape, SMALL};
+use super::swap_placements_tests::{Emulator, RunFigures};
+use super::swap_release::{steady_run, Releases, SteadyRun, RELEASE_MARGIN_MS};
+use super::test_vmm::Device;
+use crate::device::StreamId;
+use crate::graph::Liveness;
+use crate::plan::program::{Buf, Program};
+use crate::plan::swap::SwapPlan;
+use crate::plan::swap_model::{dirty_at_end, estimate, Link};
+
+const ALIGN: u64 = 256;
+const S: StreamId = StreamId(0);
+
+/// The steady runs of `plan`'s pending-aware dry run from an emptied pool at `limit`, and the
+/// emulated executor's runs 1–5 on `dev` from the same pool, the kept tensors brought in in
+/// the plan's order (`Executor::bring_kept`).
+fn runs_on(
+    s: &Shape,
+    plan: &SwapPlan,
+    link: Link,
+    limit: u64,
+    (dev, hold): (Device, bool),
+) -> (SteadyRun, Vec<RunFigures>) {
+    let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
+    let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
+    let e = estimate(&s.tensors, &s.nodes, &program, &s.cost_ms, link, ALIGN);
+    let releases = Releases::from_estimate(&program, &e, RELEASE_MARGIN_MS);
+    let pool = pool_for(limit, true);
+    let steady =
+        steady_run(&s.tensors, &s.nodes, &program, &releases, &pool, S, &[]).expect("fits");
+    let end = dirty_at_end(s.tensors.len(), &s.nodes, &program);
+    let mut emu = Emulator {
+        s,
+        program: &program,
+        dev,
+        pool,
+        live: Default::default(),
+        newer: end,
+        next_event: 0,
+        releases: Some(&releases),
+        copy_events: Default::default(),
+    };
+    for &t in &program.keep {
+        let a = emu.pool.alloc(&emu.dev, s.tensors[t as usize].size, S);
+        emu.live.insert(Buf::Tensor(t), a.expect("room"));
+    }
+    // As `RuntimeGraph::execute` holds them around each run (`GKRT_SWAP_RELEASE_HOLD_MARKERS`).
+    let runs = (0..5)
+        .map(|_| {
+            emu.pool.hold_markers(hold);
+            let r = emu.run(None);
+            emu.pool.hold_markers(false);
+            r
+        })
+        .collect();
+    (steady, runs)
+}
+
+/// The dry run's steady runs map no page and never wait; the emulated runs on a device that
+/// records no marker (as the dry run's backing) follow it exactly; on one that passes its
+/// markers at once the pool moves idle pages where the dry run maps new ones, its first run
+/// leaves another layout, and its steady runs map pages — unless it holds its markers while a
+/// release schedule's runs go (`Pool::hold_markers`), when it makes the dry run's choices.
+#[test]
+fn steady_runs_follow_the_dry_run_on_a_device_that_passes_its_markers() {
+    for (name, csv) in [("run 9", SMALL_R9), ("session 14", SMALL_S14)] {
+        let (s, link) = on_h200_costs(SMALL, csv);
+        let limit = limit_at(&s, 0.333);
+        let choice = choose_as_runtime(&s, limit, link);
+        let on = |dev, hold| runs_on(&s, &choice.plan, link, limit, (dev, hold));
+        let (steady, quiet) = on(Device::default(), false);
+        let (_, free) = on(Device::with_markers(), false);
+        let (_, held) = on(Device::with_markers(), true);
+        let (_, slow) = on(Device::with_markers().with_slow_clock(5_000_000), true);
+        println!("  held, a slow clock: {slow:?}");
+        println!("{name}: the dry run's steady runs {steady:?}");
+        println!("  a device without markers: {quiet:?}");
+        println!("  markers passed at once: {free:?}");
+        println!("  markers passed, held during the runs: {held:?}");
+        assert_eq!((steady.page_maps, steady.device_waits), (0, 0), "{name}");
+        let steady_moves = |runs: &[RunFigures]| {
+            runs[1..]
+                .iter()
+                .map(|r| r.maps + r.device_waits + r.take_backs + r.pending_takes)
+                .sum::<u64>()
+        };
+        assert_eq!(steady_moves(&quiet), 0, "{name}: {quiet:?}");
+        assert!(
+            steady_moves(&free) > 0,
+            "{name}: the device's progress made no difference"
+        );
+        assert_eq!(held, quiet, "{name}");
+    }
+}

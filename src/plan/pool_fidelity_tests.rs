@@ -9,7 +9,7 @@
 use super::gpt2_choice_tests::{choose_as_runtime, limit_at, on_h200_costs, SMALL_R9, SMALL_S14};
 use super::gpt2_shape_tests::{pool_for, Step as Shape, SMALL};
 use super::swap_placements_tests::{Emulator, RunFigures};
-use super::swap_release::{steady_run, Releases, SteadyRun, RELEASE_MARGIN_MS};
+use super::swap_release::{released_moves, steady_run, Releases, SteadyRun, RELEASE_MARGIN_MS};
 use super::test_vmm::Device;
 use crate::device::StreamId;
 use crate::graph::Liveness;
@@ -29,7 +29,7 @@ fn runs_on(
     link: Link,
     limit: u64,
     (dev, hold): (Device, bool),
-) -> (SteadyRun, Vec<RunFigures>) {
+) -> (SteadyRun, (u64, u64), Vec<RunFigures>) {
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
     let e = estimate(&s.tensors, &s.nodes, &program, &s.cost_ms, link, ALIGN);
@@ -37,6 +37,16 @@ fn runs_on(
     let pool = pool_for(limit, true);
     let steady =
         steady_run(&s.tensors, &s.nodes, &program, &releases, &pool, S, &[]).expect("fits");
+    // The same dry run node by node (the timeline's `pred_pool_first` and `pred_pool` rows):
+    // its steady runs sum to `steady_run`'s figures.
+    let by_run = released_moves(&s.tensors, &s.nodes, &program, &releases, &pool, S, &[]);
+    let by_run = by_run.expect("fits");
+    let sum = |runs: &[Vec<crate::plan::swap_fit::PoolMoves>]| {
+        let all = runs.iter().flatten();
+        all.fold((0, 0), |(m, w), p| (m + p.maps, w + p.waits))
+    };
+    assert_eq!(sum(&by_run[1..]), (steady.page_maps, steady.device_waits));
+    let first = sum(&by_run[..1]);
     let end = dirty_at_end(s.tensors.len(), &s.nodes, &program);
     let mut emu = Emulator {
         s,
@@ -62,14 +72,15 @@ fn runs_on(
             r
         })
         .collect();
-    (steady, runs)
+    (steady, first, runs)
 }
 
 /// The dry run's steady runs map no page and never wait; the emulated runs on a device that
 /// records no marker (as the dry run's backing) follow it exactly; on one that passes its
 /// markers at once the pool moves idle pages where the dry run maps new ones, its first run
 /// leaves another layout, and its steady runs map pages — unless it holds its markers while a
-/// release schedule's runs go (`Pool::hold_markers`), when it makes the dry run's choices.
+/// release schedule's runs go (`Pool::hold_markers`), when it makes the dry run's choices, on
+/// the host's clock and on a slow one alike.
 #[test]
 fn steady_runs_follow_the_dry_run_on_a_device_that_passes_its_markers() {
     for (name, csv) in [("run 9", SMALL_R9), ("session 14", SMALL_S14)] {
@@ -77,16 +88,20 @@ fn steady_runs_follow_the_dry_run_on_a_device_that_passes_its_markers() {
         let limit = limit_at(&s, 0.333);
         let choice = choose_as_runtime(&s, limit, link);
         let on = |dev, hold| runs_on(&s, &choice.plan, link, limit, (dev, hold));
-        let (steady, quiet) = on(Device::default(), false);
-        let (_, free) = on(Device::with_markers(), false);
-        let (_, held) = on(Device::with_markers(), true);
-        let (_, slow) = on(Device::with_markers().with_slow_clock(5_000_000), true);
-        println!("  held, a slow clock: {slow:?}");
+        let (steady, first, quiet) = on(Device::default(), false);
+        let (_, _, free) = on(Device::with_markers(), false);
+        let (_, _, held) = on(Device::with_markers(), true);
+        // The move budget's clock is the other input the dry run does not share: 5 ms a reading
+        // charges every page move far more than the host's clock does.
+        let (_, _, slow) = on(Device::with_markers().with_slow_clock(5_000_000), true);
         println!("{name}: the dry run's steady runs {steady:?}");
         println!("  a device without markers: {quiet:?}");
         println!("  markers passed at once: {free:?}");
         println!("  markers passed, held during the runs: {held:?}");
+        println!("  held, a slow clock: {slow:?}");
         assert_eq!((steady.page_maps, steady.device_waits), (0, 0), "{name}");
+        // The dry run's first run is the emulated executor's on a device without markers.
+        assert_eq!(first, (quiet[0].maps, quiet[0].device_waits), "{name}");
         let steady_moves = |runs: &[RunFigures]| {
             runs[1..]
                 .iter()
@@ -99,5 +114,6 @@ fn steady_runs_follow_the_dry_run_on_a_device_that_passes_its_markers() {
             "{name}: the device's progress made no difference"
         );
         assert_eq!(held, quiet, "{name}");
+        assert_eq!(slow, quiet, "{name}");
     }
 }

@@ -19,7 +19,7 @@ use crate::graph::{Node, Tensor};
 use crate::memory::pool::{DryRunStep, PendingTakes, Pool};
 use crate::plan::program::{Buf, PoolCall, PoolWalk, Program, START_STEP};
 use crate::plan::swap::{Policy, SwapPlan};
-use crate::plan::swap_fit::PoolMisfit;
+use crate::plan::swap_fit::{PoolMisfit, PoolMoves};
 use crate::plan::swap_model::{estimate, Estimate, Link};
 use std::collections::HashMap;
 
@@ -232,6 +232,56 @@ pub fn steady_run(
                 all: takes.all - first.2.all,
             },
         }),
+        Err((i, _)) => Err(call_of
+            .get(i)
+            .copied()
+            .flatten()
+            .map_or(0, |c| walk.call_node[c])),
+    }
+}
+
+/// Per run of `steady_run`'s dry run (the first, then the `STEADY_RUNS` steady ones) the nodes
+/// before which the pool maps pages or waits for the device, for the measured timeline to be
+/// read against (`GKRT_SWAP_TIMELINE`: a tuned plan's first run against the first, the later
+/// ones against the steady ones); the canonical start's calls are left out. `Err(node)`: the
+/// node of the first call that fails.
+pub fn released_moves(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    program: &Program,
+    releases: &Releases,
+    pool: &Pool,
+    stream: StreamId,
+    freed: &[u64],
+) -> Result<Vec<Vec<PoolMoves>>, u32> {
+    let (walk, starts) = walk_runs(tensors, nodes, program, 1 + STEADY_RUNS);
+    let before = freed
+        .iter()
+        .map(|&addr| DryRunStep::FreeLive { addr })
+        .collect();
+    let (steps, call_of) = pending_dry_run_steps(&walk, &starts, releases, stream, before, 0);
+    let mut runs: Vec<Vec<PoolMoves>> = vec![Vec::new(); 1 + STEADY_RUNS];
+    let s = pool.stats();
+    let mut last = (s.page_map_count, s.device_wait_count);
+    let result = pool.dry_run_pending(&steps, |i, sim, _, _| {
+        let s = sim.stats();
+        let now = (s.page_map_count, s.device_wait_count);
+        let call = call_of[i].filter(|&c| walk.call_step[c] != START_STEP);
+        if let (Some(c), true) = (call, now != last) {
+            let run = &mut runs[starts.partition_point(|&first| first <= c)];
+            let (node, maps, waits) = (walk.call_node[c], now.0 - last.0, now.1 - last.1);
+            match run.last_mut() {
+                Some(m) if m.node == node => {
+                    m.maps += maps;
+                    m.waits += waits;
+                }
+                _ => run.push(PoolMoves { node, maps, waits }),
+            }
+        }
+        last = now;
+    });
+    match result {
+        Ok(_) => Ok(runs),
         Err((i, _)) => Err(call_of
             .get(i)
             .copied()

@@ -13,7 +13,8 @@ use crate::plan::swap_candidates::{fitted_candidates_with, fitted_timed_candidat
 use crate::plan::swap_fit::PoolMisfit;
 use crate::plan::swap_model::{estimate, Link};
 use crate::plan::swap_release::{
-    fits_pool_released, released_candidates, steady_run, Releases, RELEASE_MARGIN_MS,
+    fits_pool_released, released_candidates, released_moves, steady_run, Releases,
+    RELEASE_MARGIN_MS,
 };
 use crate::runtime::ALIGNMENT;
 
@@ -237,6 +238,14 @@ impl RuntimeGraph {
             Err(node) => log::warn!(
                 "GKRT_SWAP_RELEASE: the chosen plan's pending-aware dry run fails at node {node}"
             ),
+        }
+        // The timeline reads its runs against this dry run's, node by node.
+        let runs = self
+            .writes_timeline()
+            .then(|| released_moves(tensors, nodes, program, &releases, pool, stream, &freed).ok())
+            .flatten();
+        if let (Some(p), Some(runs)) = (&mut self.swap_prediction, runs) {
+            p.released(runs);
         }
         self.releases.current = Some(releases);
     }

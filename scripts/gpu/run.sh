@@ -49,7 +49,10 @@
 #           ratios (limited step / unconstrained step) in $OUT/gpt2swap/ (GPT2_DTYPE=bf16: in bf16,
 #           into $OUT/gpt2swap_bf16/); each limited run's 'swap plan' log lines (budget, the plan
 #           chosen and its estimated step) and SWAPSTATS line (fallback evictions, pool waits for
-#           the device, copy waits per step) are shown.
+#           the device, copy waits per step, over every step: the tuning steps' page maps too) and
+#           SWAPSTATS_STEADY line (the same per step after the third, the tuned plan's first: its
+#           steady steps, where a plan whose dry run maps nothing should show page_maps=0.0 and
+#           pool_device_waits=0.0) are shown.
 #           The ratios come from untimed runs; each configuration then runs again timed (the
 #           unconstrained one 3 steps into timeline_none.csv, each limited one 4 steps into
 #           timeline_rN.csv: events at every node may lengthen a step — session 10's timed small run

@@ -148,8 +148,16 @@ impl Emulator<'_> {
                 _ => {}
             }
         }
-        // The run's end: every copy is done.
+        // The run's end: every copy is done. With a schedule the blocks still pending go back
+        // by tensor, as `RuntimeGraph::complete_last_copies` gives them back (and the dry run).
         self.dev.complete((1..=self.next_event).map(EventId));
+        if self.releases.is_some() {
+            let mut left: Vec<(u32, Vec<EventId>)> = self.copy_events.drain().collect();
+            left.sort_unstable_by_key(|&(t, _)| t);
+            for e in left.into_iter().flat_map(|(_, es)| es) {
+                self.pool.assume_complete(e);
+            }
+        }
         self.pool.poll_pending(&self.dev);
         self.copy_events.clear();
         let after = self.pool.stats();

@@ -6,7 +6,7 @@
 //! pending block as its dry run did: it then places each block where the dry run placed it.
 
 use super::RuntimeGraph;
-use crate::memory::pool::Pool;
+use crate::memory::pool::{Pool, PoolBacking};
 use crate::plan::program::Program;
 use crate::plan::swap::{SwapPlan, Timings};
 use crate::plan::swap_candidates::{fitted_candidates_with, fitted_timed_candidates_with};
@@ -122,6 +122,22 @@ impl RuntimeGraph {
             Err(e) => {
                 log::warn!("GKRT_SWAP_TUNE_EMPTY: emptying the pool before the refit: {e}");
                 false
+            }
+        }
+    }
+
+    /// Before a run that follows the schedule: the blocks the last run's copy-outs left pending
+    /// go back as its dry run gives them back at a run's end (`DryRunStep::CompleteAll`: by
+    /// tensor), each once its copy is seen done (the host synchronised the streams as the run
+    /// ended). Polled, they went back in the order of their events, made as each tensor first
+    /// left: the free blocks then coalesce into the same holes, but the records, free lists and
+    /// victims' order may differ from the dry run's. Blocks on other events are polled after.
+    pub(super) fn complete_last_copies(&self, pool: &mut Pool, backing: &dyn PoolBacking) {
+        for m in self.store.iter() {
+            if let Some(e) = m.event(false) {
+                if pool.is_pending_on(e) && backing.event_complete(e) {
+                    pool.assume_complete(e);
+                }
             }
         }
     }

@@ -280,6 +280,9 @@ impl RuntimeGraph {
         // (`exec/poll.rs`) and the pool holds them likewise.
         self.polling_in_order = !releasing && self.swap.is_some() && self.poll_in_order;
         let held = releasing || self.polling_in_order;
+        if releasing {
+            self.complete_last_copies(&mut st.pool, &backing);
+        }
         if held {
             st.pool.poll_pending(&backing);
             st.pool.hold_events(true);

@@ -6,8 +6,10 @@
 //! pool's markers and passes each at once (a device that keeps up with the host).
 //! `cargo test --release --lib pool_fidelity -- --nocapture` prints the figures.
 
-use super::gpt2_choice_tests::{choose_as_runtime, limit_at, on_h200_costs, SMALL_R9, SMALL_S14};
-use super::gpt2_shape_tests::{pool_for, Step as Shape, SMALL};
+use super::gpt2_choice_tests::{
+    choose_as_runtime, limit_at, on_h200_costs, MEDIUM_S14, SMALL_R9, SMALL_S14,
+};
+use super::gpt2_shape_tests::{pool_for, Step as Shape, MEDIUM, SMALL};
 use super::swap_placements_tests::{Emulator, RunFigures};
 use super::swap_release::{released_moves, steady_run, Releases, SteadyRun, RELEASE_MARGIN_MS};
 use super::test_vmm::Device;
@@ -83,8 +85,13 @@ fn runs_on(
 /// the host's clock and on a slow one alike.
 #[test]
 fn steady_runs_follow_the_dry_run_on_a_device_that_passes_its_markers() {
-    for (name, csv) in [("run 9", SMALL_R9), ("session 14", SMALL_S14)] {
-        let (s, link) = on_h200_costs(SMALL, csv);
+    let sizes = [
+        ("small, run 9", SMALL, SMALL_R9),
+        ("small, session 14", SMALL, SMALL_S14),
+        ("medium, session 14", MEDIUM, MEDIUM_S14),
+    ];
+    for (name, config, csv) in sizes {
+        let (s, link) = on_h200_costs(config, csv);
         let limit = limit_at(&s, 0.333);
         let choice = choose_as_runtime(&s, limit, link);
         let on = |dev, hold| runs_on(&s, &choice.plan, link, limit, (dev, hold));

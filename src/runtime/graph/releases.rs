@@ -158,7 +158,8 @@ impl RuntimeGraph {
         let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
         let stream = self.runtime.compute;
         let rates = (cost, link, ALIGNMENT);
-        fits_pool_released(tensors, nodes, &program, pool, stream, &freed, rates).map(|_| ())
+        let clean = self.releases.tuned_empty;
+        fits_pool_released(tensors, nodes, &program, pool, stream, &freed, rates, clean).map(|_| ())
     }
 
     /// Replaces the candidates with the same policies' plans (and the timed ones) fitted by
@@ -234,7 +235,11 @@ impl RuntimeGraph {
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
         let program = &self.program;
         let e = estimate(tensors, nodes, program, cost, link, ALIGNMENT);
-        let releases = Releases::from_estimate(program, &e, RELEASE_MARGIN_MS);
+        let mut releases = Releases::from_estimate(program, &e, RELEASE_MARGIN_MS);
+        if self.releases.tuned_empty {
+            // (The plan's first run starts with its kept tensors brought clean from the host.)
+            releases = releases.clean_start(program, nodes);
+        }
         let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
         let stream = self.runtime.compute;
         match steady_run(tensors, nodes, program, &releases, pool, stream, &freed) {

@@ -34,6 +34,10 @@ pub(super) struct ReleaseCopies {
     /// run follows the schedule (`Pool::hold_markers`), so which pages it may move without
     /// waiting for the device is what its dry run knew, not what the device has passed.
     pub(super) hold_markers: bool,
+    /// `GKRT_SWAP_RELEASE_CLEAN_START` (read at finalize): after the tuning emptied the pool,
+    /// the released fits and the schedule's dry run start their first run clean
+    /// (`Releases::clean_start`), as the executor's first run then starts.
+    pub(super) clean_start: bool,
 }
 
 impl RuntimeGraph {
@@ -126,6 +130,13 @@ impl RuntimeGraph {
         }
     }
 
+    /// Whether the tuned plan's first run starts with every tensor clean and its dry runs say
+    /// so: the tuning emptied the pool (the kept tensors come back from the host) and
+    /// `GKRT_SWAP_RELEASE_CLEAN_START` is on.
+    fn first_run_clean(&self) -> bool {
+        self.releases.tuned_empty && self.releases.clean_start
+    }
+
     /// Before a run that follows the schedule: the blocks the last run's copy-outs left pending
     /// go back as its dry run gives them back at a run's end (`DryRunStep::CompleteAll`: by
     /// tensor), each once its copy is seen done (the host synchronised the streams as the run
@@ -158,7 +169,7 @@ impl RuntimeGraph {
         let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
         let stream = self.runtime.compute;
         let rates = (cost, link, ALIGNMENT);
-        let clean = self.releases.tuned_empty;
+        let clean = self.first_run_clean();
         fits_pool_released(tensors, nodes, &program, pool, stream, &freed, rates, clean).map(|_| ())
     }
 
@@ -236,7 +247,7 @@ impl RuntimeGraph {
         let program = &self.program;
         let e = estimate(tensors, nodes, program, cost, link, ALIGNMENT);
         let mut releases = Releases::from_estimate(program, &e, RELEASE_MARGIN_MS);
-        if self.releases.tuned_empty {
+        if self.first_run_clean() {
             // (The plan's first run starts with its kept tensors brought clean from the host.)
             releases = releases.clean_start(program, nodes);
         }

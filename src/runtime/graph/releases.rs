@@ -53,12 +53,6 @@ impl RuntimeGraph {
         }
     }
 
-    /// Whether the pool holds its marker events while a run follows a release schedule
-    /// (`GKRT_SWAP_RELEASE_HOLD_MARKERS`, on by default): for tests and side-by-side runs.
-    pub fn hold_markers_when_releasing(&mut self, on: bool) {
-        self.releases.hold_markers = on;
-    }
-
     /// Copy-outs' blocks the last run gave back while still pending, as its release schedule
     /// said (0 without one).
     pub fn last_run_released(&self) -> u64 {

@@ -1,7 +1,8 @@
 //! What a swapping graph's runs tell whoever checks the swap plan against the device, and the
 //! budget knob for experiments: `GKRT_SWAP_TIMELINE`'s rows (nodes, copies, rebuilds, the host's
 //! time of each launch and the run's compute-stream syncs, and the tuned plan's prediction beside
-//! them) and `GKRT_SWAP_BUDGET_PERMILLE`. One test in its own
+//! them, its pool's page maps and device waits with a release schedule's dry run's) and
+//! `GKRT_SWAP_BUDGET_PERMILLE`. One test in its own
 //! process: the timeline's variable is read once per process, and both are set before any
 //! runtime exists.
 
@@ -108,6 +109,7 @@ fn the_timeline_has_the_prediction_and_the_budget_knob_keeps_headroom() {
     for _ in 0..4 {
         g.run().unwrap();
     }
+    let released = g.release_schedule_len().is_some();
     drop(g);
     let text = std::fs::read_to_string(&csv).unwrap();
     // Per run: kind -> rows.
@@ -156,6 +158,18 @@ fn the_timeline_has_the_prediction_and_the_budget_knob_keeps_headroom() {
         assert_eq!(pred.len() as u64, nodes, "run {run}");
         for p in pred {
             assert!(p[2] >= p[1] && p[1] >= 0.0, "run {run}: {p:?}");
+        }
+        // With a release schedule the plan's first run (run 3) maps and waits where its
+        // pending-aware dry run's first run does (`pred_pool_first`), the later ones where its
+        // steady runs do (`pred_pool`, which the fit holds at none).
+        if released {
+            let rows = |k: &str| kinds.get(k).cloned().unwrap_or_default();
+            let dry = if *run == 3 {
+                rows("pred_pool_first")
+            } else {
+                rows("pred_pool")
+            };
+            assert_eq!(rows("pool"), dry, "run {run}");
         }
     }
     // Some run rebuilt a ReLU output, timed as an `re` row naming a ReLU node (odd index).

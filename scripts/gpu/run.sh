@@ -49,7 +49,10 @@
 #           ratios (limited step / unconstrained step) in $OUT/gpt2swap/ (GPT2_DTYPE=bf16: in bf16,
 #           into $OUT/gpt2swap_bf16/); each limited run's 'swap plan' log lines (budget, the plan
 #           chosen and its estimated step) and SWAPSTATS line (fallback evictions, pool waits for
-#           the device, copy waits per step) are shown.
+#           the device, copy waits per step, over every step: the tuning steps' page maps too) and
+#           SWAPSTATS_STEADY line (the same per step after the third, the tuned plan's first: its
+#           steady steps, where a plan whose dry run maps nothing should show page_maps=0.0 and
+#           pool_device_waits=0.0) are shown.
 #           The ratios come from untimed runs; each configuration then runs again timed (the
 #           unconstrained one 3 steps into timeline_none.csv, each limited one 4 steps into
 #           timeline_rN.csv: events at every node may lengthen a step — session 10's timed small run
@@ -103,6 +106,16 @@
 #           then took a plan at 0.74 of the limit with 8 ms of compute waits; the default sends the
 #           graph's tensors home and gives the free pages back first, the 'GKRT_SWAP_TUNE_EMPTY:'
 #           log line): files get _te0.
+#           GPT2SWAP_NOHOLD=1 also runs --recompute 2 with GKRT_SWAP_RELEASE_HOLD_MARKERS=0 (the
+#           pool learning from its marker events which free pages the device has passed while a
+#           run follows its release schedule, as before session 15: it then moved idle pages where
+#           the dry run waited for the device, and small at 1/3's steady runs mapped pages before
+#           the logits' gradient that the dry run did not): files get _hm0. Compare SWAPSTATS'
+#           page_maps and pool_device_waits and the timeline's 'pool:' line (absent: 0 and 0).
+#           GPT2SWAP_NOCLEAN=1 also runs --recompute 2 with GKRT_SWAP_RELEASE_CLEAN_START=0 (the
+#           release schedule's fits start the tuned plan's first run as a steady one, as before
+#           session 15, where the executor's starts with the kept tensors clean from the host: its
+#           first run then left another layout than the dry run's): files get _cs0.
 #           GPT2SWAP_NOPOLL=1 also runs --recompute 2 with GKRT_SWAP_RELEASE=0 and
 #           GKRT_EXEC_POLL_IN_ORDER=0 (the pool polling every pending copy-out's event before every
 #           allocation, as before session 13): files get _q0; set GPT2SWAP_NORELEASE=1 too for
@@ -642,17 +655,20 @@ run_gpt2swap() {
     [ "${GPT2SWAP_RELEASEDEFAULT:-0}" = 1 ] && runs="$runs 2_ra0"
     [ "${GPT2SWAP_NOPIN:-0}" = 1 ] && runs="$runs 2_pn0"
     [ "${GPT2SWAP_NOEMPTY:-0}" = 1 ] && runs="$runs 2_te0"
+    [ "${GPT2SWAP_NOHOLD:-0}" = 1 ] && runs="$runs 2_hm0"
+    [ "${GPT2SWAP_NOCLEAN:-0}" = 1 ] && runs="$runs 2_cs0"
     for r in $runs; do
-      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1 prune=1 elide=1 poll=1 anyfit=1 pin=1 empty=1
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1 prune=1 elide=1 poll=1 anyfit=1 pin=1 empty=1 hold=1 clean=1
       case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 release=0 ;; *_nr) refine=0 ;; *_r0) release=0 ;;
-        *_np) prune=0 ;; *_e0) elide=0 ;; *_q0) release=0 poll=0 ;; *_ra0) anyfit=0 pin=0 empty=0 ;; *_pn0) pin=0 ;; *_te0) empty=0 ;; esac
+        *_np) prune=0 ;; *_e0) elide=0 ;; *_q0) release=0 poll=0 ;; *_ra0) anyfit=0 pin=0 empty=0 ;; *_pn0) pin=0 ;; *_te0) empty=0 ;; *_hm0) hold=0 ;; *_cs0) clean=0 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.
       local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget
         GKRT_POOL_PENDING_BEST_FIT=$pending GKRT_SWAP_PLACEMENTS=$placements GKRT_SWAP_REFINE=$refine
         GKRT_SWAP_RELEASE=$release GKRT_SWAP_PRUNE_LINKS=$prune GKRT_EXEC_ELIDE=$elide GKRT_EXEC_POLL_IN_ORDER=$poll
-        GKRT_SWAP_RELEASE_ANY_FIT=$anyfit GKRT_SWAP_PIN_SMALL=$pin GKRT_SWAP_TUNE_EMPTY=$empty)
+        GKRT_SWAP_RELEASE_ANY_FIT=$anyfit GKRT_SWAP_PIN_SMALL=$pin GKRT_SWAP_TUNE_EMPTY=$empty
+        GKRT_SWAP_RELEASE_HOLD_MARKERS=$hold GKRT_SWAP_RELEASE_CLEAN_START=$clean)
       "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
         --log-level 3 >"$o/${pre}third_r$r.log" 2>&1
       "${run_it[@]}" GKRT_SWAP_TIMELINE="$tl" timeout 300 "$b/gkrt_gpt2" ${size[$name]/--steps $steps/--steps 4} \
@@ -660,7 +676,7 @@ run_gpt2swap() {
       grep -E 'RESULT|SWAPSTATS|swap plan|placed where|GKRT_SWAP_RELEASE|GKRT_SWAP_TUNE_EMPTY' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release prune $prune elide $elide poll $poll anyfit $anyfit pin $pin empty $empty: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release prune $prune elide $elide poll $poll anyfit $anyfit pin $pin empty $empty hold $hold clean $clean: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
       local bopt=()
       [ -f "$base_tl" ] && bopt=(--base "$base_tl")

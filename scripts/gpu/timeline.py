@@ -6,7 +6,8 @@ node|in|out, node index or copy bytes, start ms, end ms, from the run's first no
 The CSV's other kinds (see RuntimeGraph::write_timeline): `re` rebuilds (node run again, start,
 end), `pool` (node, pages the pool mapped and its waits for the device before that node's launch),
 and once the plan was tuned the timeline model's prediction for it: `pred_step`, `pred` (per node
-modelled start and end), `pred_pool` (the pool's dry run), `host` (node, the host's ms from the
+modelled start and end), `pred_pool` (the pool's dry run; with a release schedule its steady runs),
+`pred_pool_first` (the release schedule's dry run's first run), `host` (node, the host's ms from the
 run's start when it queued the node's launch, the compute-stream syncs queued since the previous
 launch), `syncs` (the run's compute-stream syncs queued and left out as implied,
 GKRT_EXEC_ELIDE), `polled` (copy events the executor queried, GKRT_EXEC_POLL_IN_ORDER),
@@ -30,7 +31,8 @@ Usage: python3 scripts/gpu/timeline.py FILE [--gaps N] [--base BASE]
 A new graph starts where the run number goes back to 1. For each graph it takes the last run (warm,
 on the tuned plan) and prints: the step span, compute busy time and the largest waits between
 nodes, and for each direction of the link the bytes, the busy time (union of copies), its idle
-time inside the step and the largest idle stretches, and per-copy bandwidth.
+time inside the step and the largest idle stretches, and per-copy bandwidth. Then every run's pool
+maps and waits, and the tuned plan's runs against its dry run's, node by node ("departs").
 """
 import sys
 from collections import defaultdict
@@ -218,6 +220,42 @@ def prediction(nodes, rows, top):
             f"{d:.2f} ms (node {n})" for _, n, d in marks))
 
 
+def pool_by_run(runs, top):
+    """Every run's page maps and device waits, and with a release schedule the tuned plan's runs
+    against its pending-aware dry run's node by node: its first run against the dry run's first,
+    the later ones against the dry run's steady runs (which the fit asks to map and wait 0)."""
+    def moves(rows, kind):
+        return {int(k): (int(a), int(b)) for kd, k, a, b in rows if kd == kind}
+    def total(m):
+        return f"{sum(a for a, _ in m.values())} maps, {sum(b for _, b in m.values())} waits"
+    print("pool by run: " + "; ".join(f"run {r}: {total(moves(runs[r], 'pool'))}" for r in sorted(runs)))
+    tuned = [r for r in sorted(runs) if any(kd == "pred_pool_first" or kd == "pred_step"
+                                           for kd, _, _, _ in runs[r])]
+    if not tuned:
+        return
+    first_dry = moves(runs[tuned[-1]], "pred_pool_first")
+    steady_dry = moves(runs[tuned[-1]], "pred_pool")
+    if not first_dry:
+        # (Timelines before session 15 have no pred_pool_first rows; nor does a plan without a
+        # release schedule.)
+        return
+    print(f"the pending-aware dry run: first run {total(first_dry)}; steady runs {total(steady_dry)}")
+    for i, r in enumerate(tuned):
+        dry = first_dry if i == 0 else {}
+        real = moves(runs[r], "pool")
+        off = sorted((n for n in set(real) | set(dry) if real.get(n) != dry.get(n)),
+                     key=lambda n: -abs(real.get(n, (0, 0))[0] - dry.get(n, (0, 0))[0]))
+        what = "its first run" if i == 0 else "a steady run"
+        def at(n):
+            (m, w), (dm, dw) = real.get(n, (0, 0)), dry.get(n, (0, 0))
+            return f"node {n} ({m} maps {w} waits, the dry run {dm} and {dw})"
+        if off:
+            print(f"run {r} ({what} of the tuned plan) departs from the dry run at {len(off)} nodes; "
+                  "most at " + ", ".join(at(n) for n in off[:top]))
+        else:
+            print(f"run {r} ({what} of the tuned plan) maps and waits where the dry run does")
+
+
 def read(path):
     """Per graph (a new one where the run number goes back), per run, its rows."""
     graphs, prev = [], None
@@ -256,6 +294,7 @@ def main():
     for g, runs in enumerate(read(sys.argv[1]), 1):
         rows = runs[max(runs)]
         report(g, rows, top)
+        pool_by_run(runs, top)
         if base:
             against_base(rows, base, top)
 

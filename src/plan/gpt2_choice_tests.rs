@@ -112,6 +112,22 @@ pub(super) fn choose_from(
     knobs: Knobs,
     tuned: Option<(&crate::memory::pool::Pool, &[u64])>,
 ) -> Choice {
+    // The runtime's first run starts clean after emptying the pool (`Releases::clean_start`),
+    // with the kept tensors where the first runs left them otherwise.
+    let clean = tuned.is_none_or(|(_, freed)| freed.is_empty());
+    choose_started(s, limit, link, (any_fit, knobs), tuned, clean)
+}
+
+/// `choose_from` with the released fit's first run starting clean or as a steady run
+/// (`clean`), whatever the pool.
+pub(super) fn choose_started(
+    s: &Step,
+    limit: u64,
+    link: Link,
+    (any_fit, knobs): (bool, Knobs),
+    tuned: Option<(&crate::memory::pool::Pool, &[u64])>,
+    clean: bool,
+) -> Choice {
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let pool = pool_for(limit, true);
     let (tpool, freed) = tuned.unwrap_or((&pool, &[]));
@@ -119,7 +135,17 @@ pub(super) fn choose_from(
     let plain = |p: &SwapPlan| fits_pool(&s.tensors, &s.nodes, &program(p), &pool, S, &[]);
     let released = |p: &SwapPlan| {
         let rates = (&s.cost_ms[..], link, ALIGN);
-        fits_pool_released(&s.tensors, &s.nodes, &program(p), tpool, S, freed, rates).map(|_| ())
+        fits_pool_released(
+            &s.tensors,
+            &s.nodes,
+            &program(p),
+            tpool,
+            S,
+            freed,
+            rates,
+            clean,
+        )
+        .map(|_| ())
     };
     // Finalize: every policy fitted to the pool.
     let g = (&s.tensors[..], &s.nodes[..], &lv, &[][..]);
@@ -390,7 +416,7 @@ fn pinning_the_small_tensors_lets_a_plan_without_slack_fit_released() {
     );
     let pool = pool_for(limit, true);
     let rates = (&s.cost_ms[..], link, ALIGN);
-    let fit = fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates);
+    let fit = fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates, true);
     assert!(
         fit.is_err(),
         "the unpinned plan without slack fits released"
@@ -402,7 +428,7 @@ fn pinning_the_small_tensors_lets_a_plan_without_slack_fit_released() {
     assert!(after.estimate.step_ms < 1.12 * nodes);
     assert!(after.estimate.compute_waited_ms < 1.0);
     let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(&after.plan), None);
-    let fit = fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates);
+    let fit = fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates, true);
     assert!(fit.is_ok(), "the pinned choice fits released");
 }
 
@@ -435,7 +461,7 @@ fn a_released_plan_is_kept_when_the_default_policys_does_not_fit() {
         let pool = pool_for(limit, true);
         let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(&with.plan), None);
         let rates = (&s.cost_ms[..], link, ALIGN);
-        let fit = fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates);
+        let fit = fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates, true);
         assert!(fit.is_ok(), "at {share:.2}");
         assert!(with.plan.infeasible_nodes.is_empty(), "at {share:.2}");
     }
@@ -464,6 +490,7 @@ fn first_runs_pool(s: &Step, limit: u64) -> (crate::memory::pool::Pool, Emulated
         next_event: 0,
         releases: None,
         copy_events: Default::default(),
+        lenient: false,
     };
     for &t in &program.keep {
         let a = emu.pool.alloc(&emu.dev, s.tensors[t as usize].size, S);
@@ -479,7 +506,8 @@ type Emulated = std::collections::HashMap<Buf, u64>;
 /// The emulated executor's runs 1–4 of `plan` with its release schedule, from `pool` holding
 /// the graph's blocks `live`: the executor's start sends home the tensors the plan does not
 /// keep and the others stay where they are; the kept tensors not on the device come in, in
-/// the plan's order.
+/// the plan's order. With none live (the pool emptied: `Executor::bring_kept`) every tensor
+/// starts clean, as the schedule's dry run then assumes (`Releases::clean_start`).
 fn runs_from(
     s: &Step,
     plan: &SwapPlan,
@@ -492,16 +520,18 @@ fn runs_from(
     let e = estimate(&s.tensors, &s.nodes, &program, &s.cost_ms, link, ALIGN);
     let releases = Releases::from_estimate(&program, &e, RELEASE_MARGIN_MS);
     let end = dirty_at_end(s.tensors.len(), &s.nodes, &program);
+    let from_host = live.is_empty();
     let mut emu = Emulator {
         s,
         program: &program,
         dev: Default::default(),
         pool,
         live: Default::default(),
-        newer: (0..s.tensors.len()).map(|t| end[t]).collect(),
+        newer: (0..s.tensors.len()).map(|t| end[t] && !from_host).collect(),
         next_event: 0,
         releases: Some(&releases),
         copy_events: Default::default(),
+        lenient: from_host,
     };
     live.retain(|b, a| {
         let kept = matches!(b, Buf::Tensor(t) if program.keep.binary_search(t).is_ok());

@@ -22,6 +22,8 @@ mod gpt2_refine_tests;
 #[cfg(test)]
 pub(crate) mod gpt2_shape_tests;
 #[cfg(test)]
+mod pool_fidelity_tests;
+#[cfg(test)]
 mod swap_placements_tests;
 #[cfg(test)]
 mod swap_release_tests;

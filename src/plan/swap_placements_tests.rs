@@ -34,6 +34,9 @@ pub(super) struct RunFigures {
     pub(super) take_backs: u64,
     /// Pending blocks taken one at a time (`Pool::take_pending`).
     pub(super) pending_takes: u64,
+    /// Copy-outs that copied where the schedule says they leave clean, or the other way round
+    /// (only with `Emulator::lenient`).
+    pub(super) off_schedule: u64,
 }
 
 /// The executor's run of `program` over `pool`, queued far ahead of the device: copy-outs of
@@ -54,6 +57,10 @@ pub(super) struct Emulator<'a> {
     pub(super) releases: Option<&'a Releases>,
     /// Per tensor: the events of its copy-outs whose blocks may still be pending.
     pub(super) copy_events: HashMap<u32, Vec<EventId>>,
+    /// A copy-out that copies where the schedule says it leaves clean (or the other way round)
+    /// is counted (`RunFigures::off_schedule`) rather than failing the test: a plan's first run
+    /// after its kept tensors came from the host, clean, as `Executor::bring_kept` brings them.
+    pub(super) lenient: bool,
 }
 
 impl Emulator<'_> {
@@ -118,11 +125,9 @@ impl Emulator<'_> {
                         };
                         if let (Some(r), Buf::Tensor(t)) = (self.releases, buf) {
                             // The schedule knows which copy-outs copy, from the model.
-                            assert_eq!(
-                                r.copies(i as u32, t),
-                                copied,
-                                "step {i} {step:?}, tensor {t}"
-                            );
+                            let known = r.copies(i as u32, t) == copied;
+                            f.off_schedule += !known as u64;
+                            assert!(known || self.lenient, "step {i} {step:?}, tensor {t}");
                         }
                         if copied {
                             self.next_event += 1;
@@ -148,8 +153,16 @@ impl Emulator<'_> {
                 _ => {}
             }
         }
-        // The run's end: every copy is done.
+        // The run's end: every copy is done. With a schedule the blocks still pending go back
+        // by tensor, as `RuntimeGraph::complete_last_copies` gives them back (and the dry run).
         self.dev.complete((1..=self.next_event).map(EventId));
+        if self.releases.is_some() {
+            let mut left: Vec<(u32, Vec<EventId>)> = self.copy_events.drain().collect();
+            left.sort_unstable_by_key(|&(t, _)| t);
+            for e in left.into_iter().flat_map(|(_, es)| es) {
+                self.pool.assume_complete(e);
+            }
+        }
         self.pool.poll_pending(&self.dev);
         self.copy_events.clear();
         let after = self.pool.stats();
@@ -259,6 +272,7 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
         next_event: 0,
         releases: None,
         copy_events: HashMap::new(),
+        lenient: false,
     };
     // The canonical start: the kept tensors on the device.
     for &t in &program.keep {

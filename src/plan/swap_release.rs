@@ -17,9 +17,9 @@
 use crate::device::StreamId;
 use crate::graph::{Node, Tensor};
 use crate::memory::pool::{DryRunStep, PendingTakes, Pool};
-use crate::plan::program::{Buf, PoolCall, PoolWalk, Program, START_STEP};
+use crate::plan::program::{Buf, PoolCall, PoolWalk, Program, Step, START_STEP};
 use crate::plan::swap::{Policy, SwapPlan};
-use crate::plan::swap_fit::PoolMisfit;
+use crate::plan::swap_fit::{PoolMisfit, PoolMoves};
 use crate::plan::swap_model::{estimate, Estimate, Link};
 use std::collections::HashMap;
 
@@ -40,6 +40,9 @@ pub struct Releases {
     tensors: Vec<u32>,
     /// (step, tensor): the copy-outs that copy, sorted.
     copies: Vec<(u32, u32)>,
+    /// (step, tensor): of those, the ones that leave clean in a first run whose tensors all
+    /// start clean (`clean_start`), sorted; empty for a run that starts as a steady one.
+    clean_first: Vec<(u32, u32)>,
 }
 
 impl Releases {
@@ -81,7 +84,44 @@ impl Releases {
             first,
             tensors: at.into_iter().map(|(_, t)| t).collect(),
             copies,
+            clean_first: Vec::new(),
         }
+    }
+
+    /// The schedule for runs whose first starts with every tensor clean on the device (its
+    /// host copy current), as after the tuning emptied the pool and brought the kept tensors
+    /// back from the host (`Executor::bring_kept`): there a copy-out before the run itself
+    /// writes the tensor leaves without a copy, its block free at once, where the model (which
+    /// starts every run as a steady one: `swap_model::dirty_at_end`) has it copy. The plan
+    /// that keeps the embedding's AdamW state copies both out at the next run's first nodes;
+    /// dry runs that kept those blocks pending in the first run too left another layout than
+    /// the real first run, and the steady runs after the real one mapped pages
+    /// (`plan/pool_fidelity_tests.rs`).
+    pub fn clean_start(mut self, program: &Program, nodes: &[Node]) -> Releases {
+        let mut written = std::collections::HashSet::new();
+        for (i, step) in program.steps.iter().enumerate() {
+            match *step {
+                Step::Launch(n) | Step::Collective(n) => {
+                    written.extend(nodes[n as usize].outputs.iter().copied());
+                }
+                Step::Recompute { tensor, .. } => {
+                    written.insert(tensor);
+                }
+                Step::CopyOut(t) | Step::SendHome(t)
+                    if self.copies(i as u32, t) && !written.contains(&t) =>
+                {
+                    self.clean_first.push((i as u32, t));
+                }
+                _ => {}
+            }
+        }
+        self
+    }
+
+    /// Whether the copy-out of `tensor` at step `step` copies in the first run
+    /// (`clean_start`), else in every run.
+    fn copies_in_first(&self, step: u32, tensor: u32) -> bool {
+        self.copies(step, tensor) && self.clean_first.binary_search(&(step, tensor)).is_err()
     }
 
     /// The tensors whose copy-out blocks are given back before step `step`.
@@ -162,11 +202,17 @@ pub fn pending_dry_run_steps(
                     // (A block of the start the caller gave back in `before`.)
                     continue;
                 };
-                match buf {
-                    Buf::Tensor(t) if step != START_STEP && releases.copies(step, t) => {
-                        DryRunStep::FreePending { step: at, copy: t }
-                    }
-                    _ => DryRunStep::Free { step: at },
+                // (The first run's calls come before the second run's start.)
+                let first = run_starts.first().is_none_or(|&second| c < second);
+                let copies = match buf {
+                    Buf::Tensor(_) if step == START_STEP => None,
+                    Buf::Tensor(t) if first => releases.copies_in_first(step, t).then_some(t),
+                    Buf::Tensor(t) => releases.copies(step, t).then_some(t),
+                    _ => None,
+                };
+                match copies {
+                    Some(t) => DryRunStep::FreePending { step: at, copy: t },
+                    None => DryRunStep::Free { step: at },
                 }
             }
         };
@@ -240,10 +286,61 @@ pub fn steady_run(
     }
 }
 
+/// Per run of `steady_run`'s dry run (the first, then the `STEADY_RUNS` steady ones) the nodes
+/// before which the pool maps pages or waits for the device, for the measured timeline to be
+/// read against (`GKRT_SWAP_TIMELINE`: a tuned plan's first run against the first, the later
+/// ones against the steady ones); the canonical start's calls are left out. `Err(node)`: the
+/// node of the first call that fails.
+pub fn released_moves(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    program: &Program,
+    releases: &Releases,
+    pool: &Pool,
+    stream: StreamId,
+    freed: &[u64],
+) -> Result<Vec<Vec<PoolMoves>>, u32> {
+    let (walk, starts) = walk_runs(tensors, nodes, program, 1 + STEADY_RUNS);
+    let before = freed
+        .iter()
+        .map(|&addr| DryRunStep::FreeLive { addr })
+        .collect();
+    let (steps, call_of) = pending_dry_run_steps(&walk, &starts, releases, stream, before, 0);
+    let mut runs: Vec<Vec<PoolMoves>> = vec![Vec::new(); 1 + STEADY_RUNS];
+    let s = pool.stats();
+    let mut last = (s.page_map_count, s.device_wait_count);
+    let result = pool.dry_run_pending(&steps, |i, sim, _, _| {
+        let s = sim.stats();
+        let now = (s.page_map_count, s.device_wait_count);
+        let call = call_of[i].filter(|&c| walk.call_step[c] != START_STEP);
+        if let (Some(c), true) = (call, now != last) {
+            let run = &mut runs[starts.partition_point(|&first| first <= c)];
+            let (node, maps, waits) = (walk.call_node[c], now.0 - last.0, now.1 - last.1);
+            match run.last_mut() {
+                Some(m) if m.node == node => {
+                    m.maps += maps;
+                    m.waits += waits;
+                }
+                _ => run.push(PoolMoves { node, maps, waits }),
+            }
+        }
+        last = now;
+    });
+    match result {
+        Ok(_) => Ok(runs),
+        Err((i, _)) => Err(call_of
+            .get(i)
+            .copied()
+            .flatten()
+            .map_or(0, |c| walk.call_node[c])),
+    }
+}
+
 /// Whether `program` fits the pool with its copy-outs' blocks pending until the model's copies
 /// end: the schedule from the model's estimate on `cost` and `link`, and steady runs that map no
 /// page and never wait for the device (as `swap_fit::fits_pool` asks of the plain dry run).
-/// Returns the schedule.
+/// `clean_start`: the first run starts with every tensor clean (`Releases::clean_start`; the
+/// runtime's tuning after emptying the pool). Returns the schedule.
 #[allow(clippy::too_many_arguments)]
 pub fn fits_pool_released(
     tensors: &[Tensor],
@@ -253,9 +350,13 @@ pub fn fits_pool_released(
     stream: StreamId,
     freed: &[u64],
     (cost, link, align): (&[f64], Link, u64),
+    clean_start: bool,
 ) -> Result<Releases, PoolMisfit> {
     let e = estimate(tensors, nodes, program, cost, link, align);
-    let releases = Releases::from_estimate(program, &e, RELEASE_MARGIN_MS);
+    let mut releases = Releases::from_estimate(program, &e, RELEASE_MARGIN_MS);
+    if clean_start {
+        releases = releases.clean_start(program, nodes);
+    }
     match steady_run(tensors, nodes, program, &releases, pool, stream, freed) {
         Ok(s) if s.page_maps == 0 && s.device_waits == 0 => Ok(releases),
         Ok(s) => Err(PoolMisfit::PendingMoves {

@@ -100,6 +100,7 @@ fn emulate(
         next_event: 0,
         releases,
         copy_events: HashMap::new(),
+        lenient: false,
     };
     for &t in &program.keep {
         let bytes = s.tensors[t as usize].size;
@@ -171,7 +172,8 @@ fn released_candidates(
     let check = |plan: &SwapPlan| {
         let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
         let rates = (&s.cost_ms[..], link, ALIGN);
-        fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates).map(|_| ())
+        let fit = fits_pool_released(&s.tensors, &s.nodes, &program, &pool, S, &[], rates, false);
+        fit.map(|_| ())
     };
     let graph = (&s.tensors[..], &s.nodes[..], &lv, &[][..]);
     let mut cands = fitted_candidates_with(graph, limit, ALIGN, s.knobs, check).1;

@@ -31,6 +31,8 @@
 //! | `GKRT_SWAP_RELEASE_ANY_FIT` | `1`: when the release schedule's refit (`GKRT_SWAP_RELEASE`) finds no plan of the default policy that fits with copy-outs' blocks pending, the other policies' plans that do fit are kept (`plan::swap_release::released_candidates`); `0`: every plan falls back to the fit with blocks free at once, as before (GPT-2 small at ⅓ on the H200: 411 page maps and 3 device waits a step). Read at the tuning | 1 |
 //! | `GKRT_SWAP_PIN_SMALL` | `1`: a swapping graph's plans keep its persistent tensors of at most one pool page (the device's granularity, when the pool grows by pages) on the device all run, never evicted (`plan::swap::Policy::pin_below`), unless together they exceed a 64th of the budget: evicted and brought back, such blocks land wherever a hole's end is free and cut the large ranges (GPT-2 small at ⅓: no plan that keeps the embedding fitted with copy-outs' blocks pending); `0`: they come and go like the others (before session 14). Read at finalize and at the tuning | 1 |
 //! | `GKRT_SWAP_TUNE_EMPTY` | `1`: when a swapping graph's plan is tuned with a release schedule (`GKRT_SWAP_RELEASE`), its tensors on the device go home first and the pool gives its free pages back, so the candidates are fitted to an empty pool, and the chosen plan's kept tensors come back in its canonical start's order: its runs then start as the fit's dry run starts. The first runs' pool (their plan moving pages) left kept blocks scattered; fitted around them, GPT-2 small at ⅓ found no plan between 0.74 and 0.81 of the limit, nor above, that maps no page (the H200: 98.7 ms estimated, 8 ms of it compute waiting for copies). `0`: fitted to the pool as the first runs left it, as before. Read at the tuning | 1 |
+//! | `GKRT_SWAP_RELEASE_HOLD_MARKERS` | `1`: while a swapping graph's run follows a release schedule (`GKRT_SWAP_RELEASE`), its pool records and polls no marker event (`memory::pool::Pool::hold_markers`): the free pages it may move without waiting for the device are those its dry run counts so, not those the device has passed, and it makes the dry run's page moves. With markers, the first run of a tuned plan moved idle pages where the dry run waited for the device and took other victims, and the steady runs then mapped pages where the dry run mapped none (GPT-2 small at ⅓ on the H200: 135–193 maps and 1–2 device waits before the logits' gradient; `plan/pool_fidelity_tests.rs`). `0`: markers as in any run, as before. Read at finalize | 1 |
+//! | `GKRT_SWAP_RELEASE_CLEAN_START` | `1`: when the tuning emptied the pool (`GKRT_SWAP_TUNE_EMPTY`), the release schedule's fits and dry run start the plan's first run with every tensor clean (`plan::swap_release::Releases::clean_start`), as the executor's starts: the kept tensors come back from the host with their host copies current, so a copy-out before the run writes the tensor leaves without a copy, its block free at once, where the model (every run a steady one) has it copied and pending; the dry run's first run then leaves the executor's layout (GPT-2 small at ⅓ on the H200 with the steady-start fit: 22 page maps and 2 device waits in a steady step). `0`: the first run fitted as a steady one, as before. Read at finalize | 1 |
 //! | `GKRT_SWAP_PRUNE_LINKS` | `1`: a swap plan no longer rebuilds a chain link whose rebuild it fed moved to an earlier reader (`plan::swap::Policy::prune_moved_links`: GPT-2's attention scores rebuilt again for nothing after their softmax output was rebuilt earlier); `0`: the planner before session 13. Read at finalize and at the tuning | 1 |
 //! | `GKRT_EXEC_ELIDE` | `1`: a graph's runs leave out the compute-stream records and waits the streams' order already implies (`exec/stream_order.rs`: the marker recorded again only after compute work, a copy stream waiting for a marker record once, a wait for a copy left out when a newer copy of the same stream was waited for, consecutive waits timed by one pair of events, a copy stream's wait for another copy left out when it waited for a newer one of that stream or an earlier run of the swapping graph made it, the tensors' copy events and the runtime's marker made without timing); `0`: one marker record per copy and one timed wait per event, every event timed, as before. Results are the same bits either way. Read at finalize (the marker: at the runtime's creation) | 1 |
 //! | `GKRT_EXEC_POLL_IN_ORDER` | `1`: a swapping graph's runs without a release schedule give back blocks pending on copy-outs by the executor's polling, oldest copy first, stopping at the first still running (`exec/poll.rs`; the pool holds its events); `0`: the pool polls every pending event before every allocation, as before. Read at finalize | 1 |
@@ -245,6 +247,19 @@ pub(crate) fn swap_pin_small() -> bool {
 /// the pool of the graph's blocks and free pages before fitting its candidates; on unless `0`.
 pub(crate) fn swap_tune_empty() -> bool {
     flag("GKRT_SWAP_TUNE_EMPTY", true)
+}
+
+/// `GKRT_SWAP_RELEASE_HOLD_MARKERS`: whether the pool records and polls no marker event while
+/// a run follows a release schedule (`memory::pool::Pool::hold_markers`); on unless `0`.
+pub(crate) fn swap_release_hold_markers() -> bool {
+    flag("GKRT_SWAP_RELEASE_HOLD_MARKERS", true)
+}
+
+/// `GKRT_SWAP_RELEASE_CLEAN_START`: whether, after the tuning emptied the pool, the released
+/// fits' first run starts with every tensor clean (`plan::swap_release::Releases::clean_start`);
+/// on unless `0`.
+pub(crate) fn swap_release_clean_start() -> bool {
+    flag("GKRT_SWAP_RELEASE_CLEAN_START", true)
 }
 
 /// `GKRT_EXEC_POLL_IN_ORDER`: whether a swapping graph's runs without a release schedule poll

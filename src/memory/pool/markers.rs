@@ -17,7 +17,7 @@ impl Pool {
     pub(super) fn note_free(&mut self, backing: &dyn PoolBacking, i: u32) {
         let si = self.blocks[i].owner;
         let st = &mut self.streams[si as usize];
-        if st.range == NIL {
+        if st.range == NIL || self.hold_markers {
             return;
         }
         st.frees += 1;

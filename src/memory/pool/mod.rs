@@ -259,6 +259,9 @@ pub struct Pool {
     no_device_waits: bool,
     /// Pending blocks go back only when the caller says (`hold_events`), never by polling.
     hold_events: bool,
+    /// No marker is recorded or polled (`hold_markers`): which free blocks are idle on the
+    /// device stays what the pool knew when it began holding, as in a dry run.
+    hold_markers: bool,
     stats: PoolStats,
     /// The label the next allocations carry (`set_owner`), kept in their blocks for snapshots.
     owner: u32,
@@ -294,6 +297,7 @@ impl Pool {
             lifetimes: lifetimes::Lifetimes::default(),
             no_device_waits: false,
             hold_events: false,
+            hold_markers: false,
             stats: PoolStats::default(),
             owner: 0,
             history: HistorySlot::default(),

@@ -111,6 +111,19 @@ impl Pool {
         self.hold_events = on;
     }
 
+    /// While `on`, the pool records no marker event and polls none (`markers.rs`): the free
+    /// blocks it counts idle on the device, whose pages recycling may move without waiting,
+    /// stay those it knew idle when it began, and every block freed meanwhile counts busy — as
+    /// in a dry run, whose backing records no marker and sees no event complete. A run
+    /// following a release schedule holds them too (`GKRT_SWAP_RELEASE_HOLD_MARKERS`): with the
+    /// device's progress in its choices (moving idle pages at once where the dry run waits for
+    /// the device, or moves none), its first run left another layout of mapped pages than its
+    /// dry run's, and the steady runs mapped pages where the dry run mapped none
+    /// (`plan/pool_fidelity_tests.rs`).
+    pub fn hold_markers(&mut self, on: bool) {
+        self.hold_markers = on;
+    }
+
     /// Whether some block is pending on `event`.
     pub fn is_pending_on(&self, event: EventId) -> bool {
         self.pending.contains_key(&event)

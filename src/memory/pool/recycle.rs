@@ -40,8 +40,10 @@ impl Pool {
         alias: Option<&AliasMove>,
     ) -> Result<u64, PoolError> {
         let waits = self.config.recycle_waits;
+        // (Holding markers, the device's progress is not looked at: `hold_markers`.)
+        let look = !self.hold_markers;
         for si in 0..self.streams.len() as u32 {
-            if self.streams[si as usize].range != NIL {
+            if look && self.streams[si as usize].range != NIL {
                 if !waits && must < want {
                     // A fresh marker passed at once means the device is idle: nothing to wait for.
                     // It must come after the latest frees even when the usual markers have not
@@ -56,7 +58,7 @@ impl Pool {
         // Let the blocks skipped this time become known-idle for the next time.
         for si in 0..self.streams.len() as u32 {
             let st = &self.streams[si as usize];
-            if st.range != NIL && st.markers.is_empty() {
+            if look && st.range != NIL && st.markers.is_empty() {
                 self.mark(backing, si);
             }
         }

@@ -71,6 +71,8 @@ impl RuntimeGraph {
         let rt = Arc::clone(&self.runtime);
         // (Runs that give copy-outs' blocks back as scheduled find the dry run's placements.)
         self.releases.on = crate::runtime::env::swap_release();
+        self.releases.hold_markers = crate::runtime::env::swap_release_hold_markers();
+        self.releases.clean_start = crate::runtime::env::swap_release_clean_start();
         self.elide_syncs = crate::runtime::env::exec_elide();
         self.poll_in_order = crate::runtime::env::exec_poll_in_order();
         self.placements.on = crate::runtime::env::swap_placements() && !self.releases.on;

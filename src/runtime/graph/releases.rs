@@ -6,14 +6,15 @@
 //! pending block as its dry run did: it then places each block where the dry run placed it.
 
 use super::RuntimeGraph;
-use crate::memory::pool::Pool;
+use crate::memory::pool::{Pool, PoolBacking};
 use crate::plan::program::Program;
 use crate::plan::swap::{SwapPlan, Timings};
 use crate::plan::swap_candidates::{fitted_candidates_with, fitted_timed_candidates_with};
 use crate::plan::swap_fit::PoolMisfit;
 use crate::plan::swap_model::{estimate, Link};
 use crate::plan::swap_release::{
-    fits_pool_released, released_candidates, steady_run, Releases, RELEASE_MARGIN_MS,
+    fits_pool_released, released_candidates, released_moves, steady_run, Releases,
+    RELEASE_MARGIN_MS,
 };
 use crate::runtime::ALIGNMENT;
 
@@ -29,6 +30,14 @@ pub(super) struct ReleaseCopies {
     pub(super) last_released: u64,
     /// The tuning emptied the pool before its refit (`empty_for_tuning`).
     pub(super) tuned_empty: bool,
+    /// `GKRT_SWAP_RELEASE_HOLD_MARKERS` (read at finalize): the pool holds its markers while a
+    /// run follows the schedule (`Pool::hold_markers`), so which pages it may move without
+    /// waiting for the device is what its dry run knew, not what the device has passed.
+    pub(super) hold_markers: bool,
+    /// `GKRT_SWAP_RELEASE_CLEAN_START` (read at finalize): after the tuning emptied the pool,
+    /// the released fits and the schedule's dry run start their first run clean
+    /// (`Releases::clean_start`), as the executor's first run then starts.
+    pub(super) clean_start: bool,
 }
 
 impl RuntimeGraph {
@@ -115,6 +124,29 @@ impl RuntimeGraph {
         }
     }
 
+    /// Whether the tuned plan's first run starts with every tensor clean and its dry runs say
+    /// so: the tuning emptied the pool (the kept tensors come back from the host) and
+    /// `GKRT_SWAP_RELEASE_CLEAN_START` is on.
+    fn first_run_clean(&self) -> bool {
+        self.releases.tuned_empty && self.releases.clean_start
+    }
+
+    /// Before a run that follows the schedule: the blocks the last run's copy-outs left pending
+    /// go back as its dry run gives them back at a run's end (`DryRunStep::CompleteAll`: by
+    /// tensor), each once its copy is seen done (the host synchronised the streams as the run
+    /// ended). Polled, they went back in the order of their events, made as each tensor first
+    /// left: the free blocks then coalesce into the same holes, but the records, free lists and
+    /// victims' order may differ from the dry run's. Blocks on other events are polled after.
+    pub(super) fn complete_last_copies(&self, pool: &mut Pool, backing: &dyn PoolBacking) {
+        for m in self.store.iter() {
+            if let Some(e) = m.event(false) {
+                if pool.is_pending_on(e) && backing.event_complete(e) {
+                    pool.assume_complete(e);
+                }
+            }
+        }
+    }
+
     /// Whether `plan` fits `pool` with its copy-outs' blocks pending until the model's copy
     /// ends on `cost` and `link` (from the graph's blocks given back, as the timed candidates
     /// are fitted).
@@ -131,7 +163,8 @@ impl RuntimeGraph {
         let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
         let stream = self.runtime.compute;
         let rates = (cost, link, ALIGNMENT);
-        fits_pool_released(tensors, nodes, &program, pool, stream, &freed, rates).map(|_| ())
+        let clean = self.first_run_clean();
+        fits_pool_released(tensors, nodes, &program, pool, stream, &freed, rates, clean).map(|_| ())
     }
 
     /// Replaces the candidates with the same policies' plans (and the timed ones) fitted by
@@ -207,7 +240,11 @@ impl RuntimeGraph {
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
         let program = &self.program;
         let e = estimate(tensors, nodes, program, cost, link, ALIGNMENT);
-        let releases = Releases::from_estimate(program, &e, RELEASE_MARGIN_MS);
+        let mut releases = Releases::from_estimate(program, &e, RELEASE_MARGIN_MS);
+        if self.first_run_clean() {
+            // (The plan's first run starts with its kept tensors brought clean from the host.)
+            releases = releases.clean_start(program, nodes);
+        }
         let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
         let stream = self.runtime.compute;
         match steady_run(tensors, nodes, program, &releases, pool, stream, &freed) {
@@ -227,6 +264,14 @@ impl RuntimeGraph {
             Err(node) => log::warn!(
                 "GKRT_SWAP_RELEASE: the chosen plan's pending-aware dry run fails at node {node}"
             ),
+        }
+        // The timeline reads its runs against this dry run's, node by node.
+        let runs = self
+            .writes_timeline()
+            .then(|| released_moves(tensors, nodes, program, &releases, pool, stream, &freed).ok())
+            .flatten();
+        if let (Some(p), Some(runs)) = (&mut self.swap_prediction, runs) {
+            p.released(runs);
         }
         self.releases.current = Some(releases);
     }

@@ -280,15 +280,23 @@ impl RuntimeGraph {
         // (`exec/poll.rs`) and the pool holds them likewise.
         self.polling_in_order = !releasing && self.swap.is_some() && self.poll_in_order;
         let held = releasing || self.polling_in_order;
+        if releasing {
+            self.complete_last_copies(&mut st.pool, &backing);
+        }
         if held {
             st.pool.poll_pending(&backing);
             st.pool.hold_events(true);
         }
+        // Nor does it learn from markers which free pages the device has passed: its dry run
+        // cannot know, and the pages it moves then differ from the dry run's.
+        let markers_held = releasing && self.releases.hold_markers;
+        st.pool.hold_markers(markers_held);
         let (r, counters) = self.execute_with(rt, st, |exec, graph| exec.run(graph), profiled);
         self.polling_in_order = false;
         if held {
             st.pool.hold_events(false);
         }
+        st.pool.hold_markers(false);
         self.releases.last_released = counters.released;
         self.placements_after_run(&counters);
         (r, counters)

@@ -19,7 +19,32 @@ pub(super) struct SwapPrediction {
     estimate: Estimate,
     /// The node times the estimate used (`RunTimings::warmest`).
     cost: Vec<f64>,
+    /// Per node the steady runs' moves: the plain dry run's, or with a release schedule its
+    /// pending-aware dry run's (summed over its steady runs: `released_moves`).
     moves: Vec<PoolMoves>,
+    /// With a release schedule, the pending-aware dry run's first run (what the plan's first run
+    /// should do); empty without.
+    first_moves: Vec<PoolMoves>,
+}
+
+impl SwapPrediction {
+    /// The pending-aware dry run's runs (`swap_release::released_moves`: the first, then the
+    /// steady ones) in place of the plain dry run's moves.
+    pub(super) fn released(&mut self, mut runs: Vec<Vec<PoolMoves>>) {
+        if runs.is_empty() {
+            return;
+        }
+        self.first_moves = runs.remove(0);
+        let mut by_node: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
+        for m in runs.iter().flatten() {
+            let e = by_node.entry(m.node).or_default();
+            (e.0, e.1) = (e.0 + m.maps, e.1 + m.waits);
+        }
+        self.moves = by_node
+            .into_iter()
+            .map(|(node, (maps, waits))| PoolMoves { node, maps, waits })
+            .collect();
+    }
 }
 
 /// How many runs of the default plan are timed before the swap plan is chosen. A first run's
@@ -216,6 +241,7 @@ impl RuntimeGraph {
             estimate: chosen_estimate.clone(),
             cost: cost.clone(),
             moves,
+            first_moves: Vec::new(),
         });
         if let Some(plan) = plan {
             self.set_swap_plan(plan);
@@ -414,7 +440,9 @@ impl RuntimeGraph {
     /// the plan was tuned, the
     /// prediction for it
     /// too: `pred` (node, modelled start and end), `pred_step` (0, modelled step and compute
-    /// waits in ms), `pred_pool` (as `pool`, from the pool's dry run).
+    /// waits in ms), `pred_pool` (as `pool`, from the pool's dry run: with a release schedule
+    /// its pending-aware steady runs', summed), `pred_pool_first` (the pending-aware dry run's
+    /// first run: the plan's first run should match it).
     pub(super) fn write_timeline(
         &self,
         device: &dyn crate::device::Device,
@@ -488,6 +516,9 @@ fn prediction_rows(run: u64, p: &SwapPrediction, nodes: usize) -> String {
     }
     for m in &p.moves {
         text += &format!("{run},pred_pool,{},{},{}\n", m.node, m.maps, m.waits);
+    }
+    for m in &p.first_moves {
+        text += &format!("{run},pred_pool_first,{},{},{}\n", m.node, m.maps, m.waits);
     }
     text
 }

@@ -7,6 +7,7 @@ mod aliases;
 mod dry_run_pending;
 mod fake;
 mod granularity;
+mod hold_markers;
 mod majority_moves;
 mod pending_fit;
 mod placement;

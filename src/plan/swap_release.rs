@@ -239,6 +239,46 @@ pub struct SteadyRun {
 /// page maps in the emulated runs 2–4 of a plan whose second dry run mapped 269).
 pub(crate) const STEADY_RUNS: usize = 3;
 
+/// The first run and the `STEADY_RUNS` steady ones of `program` as the pool's pending-aware dry
+/// run replays them, the blocks at `freed` given back first.
+struct StepsOfRuns {
+    walk: PoolWalk,
+    starts: Vec<usize>,
+    steps: Vec<DryRunStep>,
+    call_of: Vec<Option<usize>>,
+}
+
+fn steps_of_runs(
+    tensors: &[Tensor],
+    nodes: &[Node],
+    program: &Program,
+    releases: &Releases,
+    stream: StreamId,
+    freed: &[u64],
+) -> StepsOfRuns {
+    let (walk, starts) = walk_runs(tensors, nodes, program, 1 + STEADY_RUNS);
+    let before = freed
+        .iter()
+        .map(|&addr| DryRunStep::FreeLive { addr })
+        .collect();
+    let (steps, call_of) = pending_dry_run_steps(&walk, &starts, releases, stream, before, 0);
+    StepsOfRuns {
+        walk,
+        starts,
+        steps,
+        call_of,
+    }
+}
+
+/// The node of the dry run's failing step `i` (0 where the step is no node's call).
+fn failing_node(walk: &PoolWalk, call_of: &[Option<usize>], i: usize) -> u32 {
+    call_of
+        .get(i)
+        .copied()
+        .flatten()
+        .map_or(0, |c| walk.call_node[c])
+}
+
 /// The steady runs (`STEADY_RUNS` after the first) of `program` with `releases` through the
 /// pool's dry run, their counts summed, or `Err(node)`: the node of the first call that fails.
 pub fn steady_run(
@@ -250,12 +290,12 @@ pub fn steady_run(
     stream: StreamId,
     freed: &[u64],
 ) -> Result<SteadyRun, u32> {
-    let (walk, starts) = walk_runs(tensors, nodes, program, 1 + STEADY_RUNS);
-    let before = freed
-        .iter()
-        .map(|&addr| DryRunStep::FreeLive { addr })
-        .collect();
-    let (steps, call_of) = pending_dry_run_steps(&walk, &starts, releases, stream, before, 0);
+    let StepsOfRuns {
+        walk,
+        steps,
+        call_of,
+        ..
+    } = steps_of_runs(tensors, nodes, program, releases, stream, freed);
     // The counts as the first run ends: at the step that completes its copies.
     let first_end = call_of
         .iter()
@@ -278,11 +318,7 @@ pub fn steady_run(
                 all: takes.all - first.2.all,
             },
         }),
-        Err((i, _)) => Err(call_of
-            .get(i)
-            .copied()
-            .flatten()
-            .map_or(0, |c| walk.call_node[c])),
+        Err((i, _)) => Err(failing_node(&walk, &call_of, i)),
     }
 }
 
@@ -300,12 +336,12 @@ pub fn released_moves(
     stream: StreamId,
     freed: &[u64],
 ) -> Result<Vec<Vec<PoolMoves>>, u32> {
-    let (walk, starts) = walk_runs(tensors, nodes, program, 1 + STEADY_RUNS);
-    let before = freed
-        .iter()
-        .map(|&addr| DryRunStep::FreeLive { addr })
-        .collect();
-    let (steps, call_of) = pending_dry_run_steps(&walk, &starts, releases, stream, before, 0);
+    let StepsOfRuns {
+        walk,
+        starts,
+        steps,
+        call_of,
+    } = steps_of_runs(tensors, nodes, program, releases, stream, freed);
     let mut runs: Vec<Vec<PoolMoves>> = vec![Vec::new(); 1 + STEADY_RUNS];
     let s = pool.stats();
     let mut last = (s.page_map_count, s.device_wait_count);
@@ -328,11 +364,7 @@ pub fn released_moves(
     });
     match result {
         Ok(_) => Ok(runs),
-        Err((i, _)) => Err(call_of
-            .get(i)
-            .copied()
-            .flatten()
-            .map_or(0, |c| walk.call_node[c])),
+        Err((i, _)) => Err(failing_node(&walk, &call_of, i)),
     }
 }
 

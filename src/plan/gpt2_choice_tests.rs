@@ -480,22 +480,8 @@ fn first_runs_pool(s: &Step, limit: u64) -> (crate::memory::pool::Pool, Emulated
     let g = (&s.tensors[..], &s.nodes[..], &lv, &[][..]);
     let (default, _) = fitted_candidates_with(g, limit, ALIGN, runtime_knobs(), plain);
     let program = program(&default);
-    let mut emu = Emulator {
-        s,
-        program: &program,
-        dev: Default::default(),
-        pool: pool_for(limit, true),
-        live: Default::default(),
-        newer: vec![false; s.tensors.len()],
-        next_event: 0,
-        releases: None,
-        copy_events: Default::default(),
-        lenient: false,
-    };
-    for &t in &program.keep {
-        let a = emu.pool.alloc(&emu.dev, s.tensors[t as usize].size, S);
-        emu.live.insert(Buf::Tensor(t), a.expect("room"));
-    }
+    let mut emu = Emulator::new(s, &program, Default::default(), pool_for(limit, true), None);
+    emu.place_kept();
     let runs = [emu.run(None), emu.run(None)];
     assert!(runs.iter().all(|r| r.maps > 0), "the first runs move pages");
     (emu.pool, emu.live)
@@ -521,18 +507,9 @@ fn runs_from(
     let releases = Releases::from_estimate(&program, &e, RELEASE_MARGIN_MS);
     let end = dirty_at_end(s.tensors.len(), &s.nodes, &program);
     let from_host = live.is_empty();
-    let mut emu = Emulator {
-        s,
-        program: &program,
-        dev: Default::default(),
-        pool,
-        live: Default::default(),
-        newer: (0..s.tensors.len()).map(|t| end[t] && !from_host).collect(),
-        next_event: 0,
-        releases: Some(&releases),
-        copy_events: Default::default(),
-        lenient: from_host,
-    };
+    let mut emu = Emulator::new(s, &program, Default::default(), pool, Some(&releases));
+    emu.newer = (0..s.tensors.len()).map(|t| end[t] && !from_host).collect();
+    emu.lenient = from_host;
     live.retain(|b, a| {
         let kept = matches!(b, Buf::Tensor(t) if program.keep.binary_search(t).is_ok());
         if !kept {
@@ -540,13 +517,8 @@ fn runs_from(
         }
         kept
     });
-    for &t in &program.keep {
-        if let std::collections::hash_map::Entry::Vacant(v) = live.entry(Buf::Tensor(t)) {
-            let a = emu.pool.alloc(&emu.dev, s.tensors[t as usize].size, S);
-            v.insert(a.expect("room"));
-        }
-    }
     emu.live = live;
+    emu.place_kept();
     (0..4).map(|_| emu.run(None)).collect()
 }
 

@@ -16,7 +16,7 @@ use super::swap_release::{released_moves, steady_run, Releases, SteadyRun, RELEA
 use super::test_vmm::Device;
 use crate::device::StreamId;
 use crate::graph::Liveness;
-use crate::plan::program::{Buf, Program};
+use crate::plan::program::Program;
 use crate::plan::swap::SwapPlan;
 use crate::plan::swap_model::{dirty_at_end, estimate, Link};
 
@@ -55,26 +55,12 @@ fn runs_on(
     assert_eq!(sum(&by_run[1..]), (steady.page_maps, steady.device_waits));
     let first = sum(&by_run[..1]);
     let end = dirty_at_end(s.tensors.len(), &s.nodes, &program);
-    let mut emu = Emulator {
-        s,
-        program: &program,
-        dev,
-        pool,
-        live: Default::default(),
-        newer: if from_host {
-            vec![false; end.len()]
-        } else {
-            end
-        },
-        next_event: 0,
-        releases: Some(&releases),
-        copy_events: Default::default(),
-        lenient: from_host,
-    };
-    for &t in &program.keep {
-        let a = emu.pool.alloc(&emu.dev, s.tensors[t as usize].size, S);
-        emu.live.insert(Buf::Tensor(t), a.expect("room"));
+    let mut emu = Emulator::new(s, &program, dev, pool, Some(&releases));
+    if !from_host {
+        emu.newer = end;
     }
+    emu.lenient = from_host;
+    emu.place_kept();
     // As `RuntimeGraph::execute` holds them around each run (`GKRT_SWAP_RELEASE_HOLD_MARKERS`).
     let runs = (0..5)
         .map(|_| {

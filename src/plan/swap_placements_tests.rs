@@ -63,6 +63,47 @@ pub(super) struct Emulator<'a> {
     pub(super) lenient: bool,
 }
 
+impl<'a> Emulator<'a> {
+    /// `program`'s runs over `pool` with nothing of the graph on the device, every tensor as
+    /// new on the host as on the device (callers set `newer` and `lenient` where a run starts
+    /// otherwise), its copy-outs' blocks given back by `releases` when it has a schedule.
+    pub(super) fn new(
+        s: &'a Shape,
+        program: &'a Program,
+        dev: Device,
+        pool: Pool,
+        releases: Option<&'a Releases>,
+    ) -> Self {
+        Emulator {
+            s,
+            program,
+            dev,
+            pool,
+            live: HashMap::new(),
+            newer: vec![false; s.tensors.len()],
+            next_event: 0,
+            releases,
+            copy_events: HashMap::new(),
+            lenient: false,
+        }
+    }
+
+    /// The canonical start: each kept tensor not yet on the device allocated, in the plan's
+    /// order.
+    pub(super) fn place_kept(&mut self) {
+        for &t in &self.program.keep {
+            if let std::collections::hash_map::Entry::Vacant(v) = self.live.entry(Buf::Tensor(t)) {
+                let bytes = self.s.tensors[t as usize].size;
+                v.insert(
+                    self.pool
+                        .alloc(&self.dev, bytes, S)
+                        .expect("room for the kept"),
+                );
+            }
+        }
+    }
+}
+
 impl Emulator<'_> {
     fn alloc(&mut self, bytes: u64, f: &mut RunFigures) -> u64 {
         let dev = &self.dev;
@@ -262,26 +303,8 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
             cost.iter().sum::<f64>()
         );
     }
-    let mut emu = Emulator {
-        s: &s,
-        program: &program,
-        dev,
-        pool,
-        live: HashMap::new(),
-        newer: vec![false; s.tensors.len()],
-        next_event: 0,
-        releases: None,
-        copy_events: HashMap::new(),
-        lenient: false,
-    };
-    // The canonical start: the kept tensors on the device.
-    for &t in &program.keep {
-        let a = emu
-            .pool
-            .alloc(&emu.dev, s.tensors[t as usize].size, S)
-            .unwrap();
-        emu.live.insert(Buf::Tensor(t), a);
-    }
+    let mut emu = Emulator::new(&s, &program, dev, pool, None);
+    emu.place_kept();
     let mut figures = Vec::new();
     for run in 0..4 {
         let made = std::time::Instant::now();

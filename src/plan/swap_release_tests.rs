@@ -12,12 +12,11 @@ use super::swap_release::{
 use super::test_vmm::Device;
 use crate::device::StreamId;
 use crate::graph::Liveness;
-use crate::plan::program::{Buf, Program, Step};
+use crate::plan::program::{Program, Step};
 use crate::plan::swap::{SwapPlan, Timings};
 use crate::plan::swap_candidates::{fitted_candidates_with, fitted_timed_candidates_with};
 use crate::plan::swap_fit::pool_moves;
 use crate::plan::swap_model::{choose, dirty_at_end, estimate, Estimate, Link};
-use std::collections::HashMap;
 
 const ALIGN: u64 = 256;
 const S: StreamId = StreamId(0);
@@ -90,23 +89,15 @@ fn emulate(
     for &t in &program.keep {
         newer[t as usize] = end[t as usize];
     }
-    let mut emu = Emulator {
+    let mut emu = Emulator::new(
         s,
         program,
-        dev: Device::default(),
-        pool: pool_for(limit, true),
-        live: HashMap::new(),
-        newer,
-        next_event: 0,
+        Device::default(),
+        pool_for(limit, true),
         releases,
-        copy_events: HashMap::new(),
-        lenient: false,
-    };
-    for &t in &program.keep {
-        let bytes = s.tensors[t as usize].size;
-        let a = emu.pool.alloc(&emu.dev, bytes, S).unwrap();
-        emu.live.insert(Buf::Tensor(t), a);
-    }
+    );
+    emu.newer = newer;
+    emu.place_kept();
     (0..=STEADY_RUNS).map(|_| emu.run(None)).skip(1).collect()
 }
 

@@ -26,7 +26,7 @@
  *    GKRT_SWAP_RELEASE_ANY_FIT, GKRT_SWAP_RELEASE_HOLD_MARKERS, GKRT_SWAP_RELEASE_CLEAN_START,
  *    GKRT_SWAP_PIN_SMALL, GKRT_SWAP_TUNE_EMPTY,
  *    GKRT_SWAP_REFINE, GKRT_SWAP_PRUNE_LINKS,
- *    GKRT_EXEC_ELIDE and GKRT_EXEC_POLL_IN_ORDER; the
+ *    GKRT_EXEC_ELIDE, GKRT_EXEC_TIME_STALLS and GKRT_EXEC_POLL_IN_ORDER; the
  *    README's table says what each does.
  *  - Process lifetime: the handle table, the runtimes' homes (a few dozen bytes each) and the
  *    runtime of the PyTorch entry points (with its pool and, on the host backend, its stream
@@ -344,7 +344,8 @@ typedef struct gkrt_stats {
   uint64_t tensors_swapped_in;
   // Evictions the fallback made (see `swap_out_bytes`).
   uint64_t evictions;
-  // Time the compute stream waited for copies, in nanoseconds (see `swap_out_bytes`).
+  // Time the compute stream waited for copies, in nanoseconds (see `swap_out_bytes`); 0 when
+  // `GKRT_EXEC_TIME_STALLS=0` (the waits are then not timed).
   uint64_t copy_wait_ns;
   // Pinned host memory held for swapped tensors: reserved now and at its peak.
   uint64_t pinned_reserved_bytes;

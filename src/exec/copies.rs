@@ -299,7 +299,8 @@ impl Executor<'_> {
 
     /// The compute stream waits for `event`, with the wait timed by a pair of events so the
     /// runtime can report how long compute stalled on copies (consecutive waits share a pair
-    /// when syncs are elided). A wait the streams' order implies is left out.
+    /// when syncs are elided; none with `time_stalls` off). A wait the streams' order implies
+    /// is left out.
     pub(super) fn compute_waits(&mut self, event: EventId) -> Result<()> {
         if self.order.compute_has_waited(event) {
             // (Counted as the record, wait and record it would have queued.)
@@ -311,7 +312,10 @@ impl Executor<'_> {
             p.compute_queued();
         }
         let shared = self.order.on();
-        if !(shared && self.wait_group_open) {
+        if !self.time_stalls {
+            // (Counted as the two timing records it would have queued.)
+            self.counters.syncs_elided += 2;
+        } else if !(shared && self.wait_group_open) {
             let i = self.counters.stall_pairs_used;
             if i == self.stall_pairs.len() {
                 self.stall_pairs

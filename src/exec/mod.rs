@@ -154,6 +154,8 @@ pub struct Executor<'a> {
     scratch_events: Vec<EventId>,
     /// The executor, not the pool, polls the copies' events, oldest first (`poll.rs`).
     poll_in_order: bool,
+    /// Compute-stream waits on copies are timed (`ExecTarget::time_stalls`).
+    time_stalls: bool,
 }
 
 /// What an executor works on: the runtime's device, streams and pools, one graph's program and
@@ -183,6 +185,8 @@ pub struct ExecTarget<'a> {
     /// Every copy the graph's earlier runs queued has completed (they ended with the streams
     /// synchronised: a swapping graph's runs are synchronous), so no wait for one is needed.
     pub earlier_copies_done: bool,
+    /// Time the compute stream's waits on copies with `stall_pairs` (`GKRT_EXEC_TIME_STALLS`).
+    pub time_stalls: bool,
 }
 
 impl<'a> Executor<'a> {
@@ -235,6 +239,7 @@ impl<'a> Executor<'a> {
             syncs_since_launch: 0,
             scratch_events: Vec::new(),
             poll_in_order: target.poll_in_order,
+            time_stalls: target.time_stalls,
         }
     }
 

@@ -74,6 +74,7 @@ impl RuntimeGraph {
         self.releases.hold_markers = crate::runtime::env::swap_release_hold_markers();
         self.releases.clean_start = crate::runtime::env::swap_release_clean_start();
         self.elide_syncs = crate::runtime::env::exec_elide();
+        self.time_stalls = crate::runtime::env::exec_time_stalls();
         self.poll_in_order = crate::runtime::env::exec_poll_in_order();
         self.placements.on = crate::runtime::env::swap_placements() && !self.releases.on;
         let limit = rt.lock_for_call()?.pool.memory_limit();

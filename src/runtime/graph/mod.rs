@@ -127,6 +127,9 @@ pub struct RuntimeGraph {
     /// Runs leave out the syncs the streams' order implies (`GKRT_EXEC_ELIDE`, read at
     /// finalize; `exec/stream_order.rs`).
     elide_syncs: bool,
+    /// Runs time the compute stream's waits on copies (`GKRT_EXEC_TIME_STALLS`, read at
+    /// finalize): the runtime's `copy_wait_ns`.
+    time_stalls: bool,
     /// The last run's compute-stream syncs queued and left out (`RunCounters`).
     last_syncs: (u64, u64),
     /// Swapping runs without a release schedule poll the copies' events oldest first
@@ -195,6 +198,7 @@ impl RuntimeGraph {
             placements: placements::FollowPlacements::default(),
             releases: releases::ReleaseCopies::default(),
             elide_syncs: true,
+            time_stalls: true,
             last_syncs: (0, 0),
             poll_in_order: true,
             polling_in_order: false,
@@ -265,6 +269,13 @@ impl RuntimeGraph {
     /// side-by-side measurements. Results are the same bits either way.
     pub fn elide_implied_syncs(&mut self, on: bool) {
         self.elide_syncs = on;
+    }
+
+    /// Whether runs time the compute stream's waits on copies (`GKRT_EXEC_TIME_STALLS` at
+    /// finalize, on by default): for tests and side-by-side measurements. Off, the runtime's
+    /// `copy_wait_ns` does not grow; results are the same bits either way.
+    pub fn time_copy_waits(&mut self, on: bool) {
+        self.time_stalls = on;
     }
 
     /// The last run's records and waits queued on the compute stream besides its kernels, and

@@ -329,6 +329,7 @@ impl RuntimeGraph {
                 poll_in_order: self.polling_in_order,
                 // (Only a swapping graph's runs are all synchronous.)
                 earlier_copies_done: self.swap.is_some(),
+                time_stalls: self.time_stalls,
             },
             profiled.then_some(&mut self.profile),
             self.pool_calls.as_mut(),

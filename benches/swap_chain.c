@@ -320,6 +320,7 @@ static outcome run_config(cublasHandle_t blas, uint64_t limit, int h, int t, int
                .evictions = (s1.evictions - s0.evictions) / steps,
                .peak_reserved = s1.peak_reserved_bytes,
                .recomputed = (s1.tensors_recomputed - s0.tensors_recomputed) / steps,
+               /* 0 unless the waits are timed (GKRT_EXEC_TIME_STALLS=1). */
                .wait_ms = (double)(s1.copy_wait_ns - s0.copy_wait_ns) / steps / 1e6,
                .result = malloc(c.w_bytes + c.act_bytes)};
   if (forward_only)

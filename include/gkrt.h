@@ -344,8 +344,9 @@ typedef struct gkrt_stats {
   uint64_t tensors_swapped_in;
   // Evictions the fallback made (see `swap_out_bytes`).
   uint64_t evictions;
-  // Time the compute stream waited for copies, in nanoseconds (see `swap_out_bytes`); 0 when
-  // `GKRT_EXEC_TIME_STALLS=0` (the waits are then not timed).
+  // Time the compute stream waited for copies, in nanoseconds (see `swap_out_bytes`), when
+  // the waits are timed (`GKRT_EXEC_TIME_STALLS=1`); 0 otherwise, the default, since timing
+  // them slows the device's stream.
   uint64_t copy_wait_ns;
   // Pinned host memory held for swapped tensors: reserved now and at its peak.
   uint64_t pinned_reserved_bytes;

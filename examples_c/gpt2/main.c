@@ -248,6 +248,7 @@ int main(int argc, char **argv) {
   GPT2_TRY(gkrt_runtime_stats(rt, &st));
   /* What a swapping step spent beyond its nodes, per step (all steps): for reading a limited
    * run's ratio (fallback evictions and the pool's waits for the device are not in the plan). */
+  /* copy_wait_ms is 0 unless the runtime times its waits on copies (GKRT_EXEC_TIME_STALLS=1). */
   printf("SWAPSTATS evictions=%.1f pool_device_waits=%.1f copy_wait_ms=%.2f recomputed=%.1f page_maps=%.1f\n",
          (double)st.evictions / a.steps, (double)st.pool_device_waits / a.steps, st.copy_wait_ns / 1e6 / a.steps,
          (double)st.tensors_recomputed / a.steps, (double)st.page_map_count / a.steps);

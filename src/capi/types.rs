@@ -210,8 +210,9 @@ pub struct gkrt_stats {
     pub tensors_swapped_in: u64,
     /// Evictions the fallback made (see `swap_out_bytes`).
     pub evictions: u64,
-    /// Time the compute stream waited for copies, in nanoseconds (see `swap_out_bytes`); 0 when
-    /// `GKRT_EXEC_TIME_STALLS=0` (the waits are then not timed).
+    /// Time the compute stream waited for copies, in nanoseconds (see `swap_out_bytes`), when
+    /// the waits are timed (`GKRT_EXEC_TIME_STALLS=1`); 0 otherwise, the default, since timing
+    /// them slows the device's stream.
     pub copy_wait_ns: u64,
     /// Pinned host memory held for swapped tensors: reserved now and at its peak.
     pub pinned_reserved_bytes: u64,

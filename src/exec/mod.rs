@@ -185,7 +185,8 @@ pub struct ExecTarget<'a> {
     /// Every copy the graph's earlier runs queued has completed (they ended with the streams
     /// synchronised: a swapping graph's runs are synchronous), so no wait for one is needed.
     pub earlier_copies_done: bool,
-    /// Time the compute stream's waits on copies with `stall_pairs` (`GKRT_EXEC_TIME_STALLS`).
+    /// Time the compute stream's waits on copies with `stall_pairs` (`GKRT_EXEC_TIME_STALLS`;
+    /// always with `elide_syncs` off).
     pub time_stalls: bool,
 }
 
@@ -239,7 +240,8 @@ impl<'a> Executor<'a> {
             syncs_since_launch: 0,
             scratch_events: Vec::new(),
             poll_in_order: target.poll_in_order,
-            time_stalls: target.time_stalls,
+            // Without elision every wait is timed, as before elision existed.
+            time_stalls: target.time_stalls || !target.elide_syncs,
         }
     }
 

@@ -35,7 +35,7 @@
 //! | `GKRT_SWAP_RELEASE_CLEAN_START` | `1`: when the tuning emptied the pool (`GKRT_SWAP_TUNE_EMPTY`), the release schedule's fits and dry run start the plan's first run with every tensor clean (`plan::swap_release::Releases::clean_start`), as the executor's starts: the kept tensors come back from the host with their host copies current, so a copy-out before the run writes the tensor leaves without a copy, its block free at once, where the model (every run a steady one) has it copied and pending; the dry run's first run then leaves the executor's layout (GPT-2 small at ⅓ on the H200 with the steady-start fit: 22 page maps and 2 device waits in a steady step). `0`: the first run fitted as a steady one, as before. Read at finalize | 1 |
 //! | `GKRT_SWAP_PRUNE_LINKS` | `1`: a swap plan no longer rebuilds a chain link whose rebuild it fed moved to an earlier reader (`plan::swap::Policy::prune_moved_links`: GPT-2's attention scores rebuilt again for nothing after their softmax output was rebuilt earlier); `0`: the planner before session 13. Read at finalize and at the tuning | 1 |
 //! | `GKRT_EXEC_ELIDE` | `1`: a graph's runs leave out the compute-stream records and waits the streams' order already implies (`exec/stream_order.rs`: the marker recorded again only after compute work, a copy stream waiting for a marker record once, a wait for a copy left out when a newer copy of the same stream was waited for, consecutive waits timed by one pair of events, a copy stream's wait for another copy left out when it waited for a newer one of that stream or an earlier run of the swapping graph made it, the tensors' copy events and the runtime's marker made without timing); `0`: one marker record per copy and one timed wait per event, every event timed, as before. Results are the same bits either way. Read at finalize (the marker: at the runtime's creation) | 1 |
-//! | `GKRT_EXEC_TIME_STALLS` | `1`: a graph's runs time the compute stream's waits on copies with a pair of timing events around each group of waits (the runtime's `copy_wait_ns`); `0`: the waits are queued untimed and `copy_wait_ns` stays 0. Results are the same bits either way. Read at finalize | 1 |
+//! | `GKRT_EXEC_TIME_STALLS` | `0`: a graph's runs queue the compute stream's waits on copies untimed, and the runtime's `copy_wait_ns` stays 0; `1`: each group of waits is timed by a pair of timing events and `copy_wait_ns` adds up the stalls. Timing costs the device: GPT-2 small at a third of its working set steps 2.5% slower timed (H200, session 16). With `GKRT_EXEC_ELIDE=0` the waits are timed whatever this says, as before. Results are the same bits either way. Read at finalize | 0 |
 //! | `GKRT_EXEC_POLL_IN_ORDER` | `1`: a swapping graph's runs without a release schedule give back blocks pending on copy-outs by the executor's polling, oldest copy first, stopping at the first still running (`exec/poll.rs`; the pool holds its events); `0`: the pool polls every pending event before every allocation, as before. Read at finalize | 1 |
 //!
 //! The `GKRT_POOL_*` knobs (benchmark knobs) apply to every pool a runtime makes; values that do
@@ -220,9 +220,10 @@ fn flag(name: &str, default: bool) -> bool {
 }
 
 /// `GKRT_EXEC_TIME_STALLS`: whether a graph's runs time the compute stream's waits on copies
-/// with a pair of timing events (the runtime's `copy_wait_ns`).
+/// with a pair of timing events (the runtime's `copy_wait_ns`). Off by default: the timing
+/// records cost the device more than the waits they measure.
 pub(crate) fn exec_time_stalls() -> bool {
-    flag("GKRT_EXEC_TIME_STALLS", true)
+    flag("GKRT_EXEC_TIME_STALLS", false)
 }
 
 /// `GKRT_EXEC_ELIDE`: whether a graph's runs leave out the compute-stream records and waits the

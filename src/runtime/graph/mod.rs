@@ -198,7 +198,7 @@ impl RuntimeGraph {
             placements: placements::FollowPlacements::default(),
             releases: releases::ReleaseCopies::default(),
             elide_syncs: true,
-            time_stalls: true,
+            time_stalls: false,
             last_syncs: (0, 0),
             poll_in_order: true,
             polling_in_order: false,
@@ -272,7 +272,7 @@ impl RuntimeGraph {
     }
 
     /// Whether runs time the compute stream's waits on copies (`GKRT_EXEC_TIME_STALLS` at
-    /// finalize, on by default): for tests and side-by-side measurements. Off, the runtime's
+    /// finalize, off by default): for tests and side-by-side measurements. Off, the runtime's
     /// `copy_wait_ns` does not grow; results are the same bits either way.
     pub fn time_copy_waits(&mut self, on: bool) {
         self.time_stalls = on;

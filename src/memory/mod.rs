@@ -32,7 +32,8 @@ impl PoolBacking for DeviceBacking<'_> {
     fn record_marker(&self, stream: StreamId, reuse: Option<EventId>) -> Option<EventId> {
         let event = match reuse {
             Some(e) => e,
-            None => self.0.create_event().ok()?,
+            // Only ever queried or waited for: untimed, which the device records more cheaply.
+            None => self.0.create_sync_event().ok()?,
         };
         match self.0.record_event(event, stream) {
             Ok(()) => Some(event),

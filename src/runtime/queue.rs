@@ -114,8 +114,9 @@ impl DeviceQueue {
         let mut slots: Vec<Slot> = Vec::with_capacity(capacity);
         let made = (|| -> Result<()> {
             for _ in 0..capacity {
-                let filled = device.create_event()?;
-                let consumed = match device.create_event() {
+                // Only ever waited for and queried: untimed.
+                let filled = device.create_sync_event()?;
+                let consumed = match device.create_sync_event() {
                     Ok(e) => e,
                     Err(e) => {
                         let _ = device.destroy_event(filled);

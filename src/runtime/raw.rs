@@ -171,7 +171,7 @@ impl Runtime {
     /// keeps it alive until the wait is resolved.
     fn order_after(&self, freeing: StreamId, owner: StreamId) -> Result<()> {
         let d = &*self.device;
-        let event = d.create_event()?;
+        let event = d.create_sync_event()?;
         let ordered = d
             .record_event(event, freeing)
             .and_then(|()| d.stream_wait_event(owner, event));

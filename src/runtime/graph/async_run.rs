@@ -125,8 +125,9 @@ impl RuntimeGraph {
         if let Some(events) = self.async_events {
             return Ok(events);
         }
-        let fork = rt.device.create_event()?;
-        let done = match rt.device.create_event() {
+        // Only ever waited for and synchronised on: untimed.
+        let fork = rt.device.create_sync_event()?;
+        let done = match rt.device.create_sync_event() {
             Ok(done) => done,
             Err(e) => {
                 let _ = rt.device.destroy_event(fork);

@@ -65,7 +65,8 @@ impl RuntimeGraph {
                     self.collective_events.resize(n + 1, None);
                 }
                 if self.collective_events[n].is_none() {
-                    self.collective_events[n] = Some(device.create_event()?);
+                    // Only ever waited for and queried: untimed.
+                    self.collective_events[n] = Some(device.create_sync_event()?);
                 }
             }
         }

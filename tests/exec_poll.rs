@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::chains::{build, random_chain, read_all, Rng};
+use common::chains::{read_all, swapping_cases, Rng};
 
 #[test]
 fn runs_polling_copies_oldest_first_give_the_same_bits_with_few_queries() {
@@ -15,42 +15,30 @@ fn runs_polling_copies_oldest_first_give_the_same_bits_with_few_queries() {
 
     let mut rng = Rng(57);
     let (mut polled, mut ordered_runs) = (0u64, 0);
-    for _ in 0..12 {
-        let c = random_chain(&mut rng);
-        let size = c.size();
-        let want = c.unconstrained_outputs(RUNS);
-        let working = c.working_set();
-        for divisor in [2, 3] {
-            let limit = working / divisor + 4 * size as u64;
-            let (mut g, ids) = build(&c, limit, false);
-            if g.swap_plan().is_none() {
+    for mut case in swapping_cases(&mut rng, 12, &[2, 3], false, RUNS) {
+        let size = case.chain.size();
+        for run in 0..RUNS {
+            let ordered = run % 2 == 0;
+            let what = format!("{} (in order {ordered})", case.what(run));
+            let g = &mut case.graph;
+            g.poll_copies_in_order(ordered);
+            let before = g.runtime().stats().unwrap().counters;
+            g.run().unwrap();
+            assert_eq!(read_all(g, &case.ids, size), case.want[run], "{what}");
+            let after = g.runtime().stats().unwrap().counters;
+            let queries = g.last_run_events_polled();
+            if !ordered {
+                assert_eq!(queries, 0, "{what}: the pool polls");
                 continue;
             }
-            for (run, want) in want.iter().enumerate() {
-                let ordered = run % 2 == 0;
-                g.poll_copies_in_order(ordered);
-                let before = g.runtime().stats().unwrap().counters;
-                g.run().unwrap();
-                let what = format!(
-                    "{} layers of {}, limit {limit}, run {run} (in order {ordered})",
-                    c.layers, c.side
-                );
-                assert_eq!(&read_all(&mut g, &ids, size), want, "{what}");
-                let after = g.runtime().stats().unwrap().counters;
-                let queries = g.last_run_events_polled();
-                if !ordered {
-                    assert_eq!(queries, 0, "{what}: the pool polls");
-                    continue;
-                }
-                ordered_runs += 1;
-                polled += queries;
-                let out = after.tensors_swapped_out - before.tensors_swapped_out;
-                assert!(
-                    queries <= out + after.last_run_pool_allocs,
-                    "{what}: {queries} queries for {out} copies out and {} allocations",
-                    after.last_run_pool_allocs
-                );
-            }
+            ordered_runs += 1;
+            polled += queries;
+            let out = after.tensors_swapped_out - before.tensors_swapped_out;
+            assert!(
+                queries <= out + after.last_run_pool_allocs,
+                "{what}: {queries} queries for {out} copies out and {} allocations",
+                after.last_run_pool_allocs
+            );
         }
     }
     println!("{ordered_runs} runs polling in order, {polled} events queried");

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::chains::{build, random_chain, read_all, Rng};
+use common::chains::{read_all, swapping_cases, Rng};
 
 #[test]
 fn untimed_waits_give_the_same_bits_and_queue_only_the_timing_records_less() {
@@ -16,53 +16,41 @@ fn untimed_waits_give_the_same_bits_and_queue_only_the_timing_records_less() {
     let mut rng = Rng(43);
     let (mut timed_syncs, mut untimed_syncs, mut compared, mut timed_wait_ns) =
         (0u64, 0u64, 0, 0u64);
-    for _ in 0..12 {
-        let c = random_chain(&mut rng);
-        let size = c.size();
-        let want = c.unconstrained_outputs(RUNS);
-        let working = c.working_set();
-        for divisor in [2, 3] {
-            let limit = working / divisor + 4 * size as u64;
-            let (mut g, ids) = build(&c, limit, true);
-            if g.swap_plan().is_none() {
+    for mut case in swapping_cases(&mut rng, 12, &[2, 3], true, RUNS) {
+        let size = case.chain.size();
+        // Timed in even runs, untimed in odd ones: one plan, one schedule for both.
+        let mut last: Option<(u64, u64)> = None;
+        for run in 0..RUNS {
+            let timed = run % 2 == 0;
+            let what = format!("{} (timed {timed})", case.what(run));
+            let g = &mut case.graph;
+            g.time_copy_waits(timed);
+            let before = g.runtime().stats().unwrap().counters.copy_wait_ns;
+            g.run().unwrap();
+            let waited = g.runtime().stats().unwrap().counters.copy_wait_ns - before;
+            assert_eq!(read_all(g, &case.ids, size), case.want[run], "{what}");
+            if timed {
+                timed_wait_ns += waited;
+            } else {
+                assert_eq!(waited, 0, "{what}: an untimed run adds no copy wait");
+            }
+            if run < 3 {
                 continue;
             }
-            // Timed in even runs, untimed in odd ones: one plan, one schedule for both.
-            let mut last: Option<(u64, u64)> = None;
-            for (run, want) in want.iter().enumerate() {
-                let timed = run % 2 == 0;
-                g.time_copy_waits(timed);
-                let before = g.runtime().stats().unwrap().counters.copy_wait_ns;
-                g.run().unwrap();
-                let waited = g.runtime().stats().unwrap().counters.copy_wait_ns - before;
-                let what = format!(
-                    "{} layers of {}, limit {limit}, run {run} (timed {timed})",
-                    c.layers, c.side
+            let fixed = g.release_schedule_len().is_some() && g.last_run_fallbacks() == 0;
+            let now = fixed.then(|| g.last_run_syncs());
+            if let (Some(a), Some(b)) = (last, now) {
+                let (t, u) = if timed { (b, a) } else { (a, b) };
+                compared += 1;
+                assert_eq!(t.0 + t.1, u.0 + u.1, "{what}: queued + left out");
+                assert!(
+                    u.0 <= t.0,
+                    "{what}: untimed queues no more: {u:?} against {t:?}"
                 );
-                assert_eq!(&read_all(&mut g, &ids, size), want, "{what}");
-                if timed {
-                    timed_wait_ns += waited;
-                } else {
-                    assert_eq!(waited, 0, "{what}: an untimed run adds no copy wait");
-                }
-                if run < 3 {
-                    continue;
-                }
-                let fixed = g.release_schedule_len().is_some() && g.last_run_fallbacks() == 0;
-                let now = fixed.then(|| g.last_run_syncs());
-                if let (Some(a), Some(b)) = (last, now) {
-                    let (t, u) = if timed { (b, a) } else { (a, b) };
-                    compared += 1;
-                    assert_eq!(t.0 + t.1, u.0 + u.1, "{what}: queued + left out");
-                    assert!(
-                        u.0 <= t.0,
-                        "{what}: untimed queues no more: {u:?} against {t:?}"
-                    );
-                    timed_syncs += t.0;
-                    untimed_syncs += u.0;
-                }
-                last = now;
+                timed_syncs += t.0;
+                untimed_syncs += u.0;
             }
+            last = now;
         }
     }
     println!(

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::chains::{build, random_chain, read_all, Rng};
+use common::chains::{read_all, swapping_cases, Rng};
 
 #[test]
 fn runs_giving_copy_outs_blocks_back_as_scheduled_match_the_dry_run_and_the_unconstrained_runs() {
@@ -17,47 +17,35 @@ fn runs_giving_copy_outs_blocks_back_as_scheduled_match_the_dry_run_and_the_unco
 
     let mut rng = Rng(23);
     let (mut scheduled, mut released, mut steady) = (0, 0u64, 0);
-    for _ in 0..24 {
-        let c = random_chain(&mut rng);
-        let size = c.size();
-        let want = c.unconstrained_outputs(RUNS);
-        let working = c.working_set();
-        for divisor in [2, 3] {
-            let limit = working / divisor + 4 * size as u64;
-            let (mut g, ids) = build(&c, limit, true);
-            if g.swap_plan().is_none() {
+    for mut case in swapping_cases(&mut rng, 24, &[2, 3], true, RUNS) {
+        let size = case.chain.size();
+        case.graph.record_pool_calls(true);
+        let mut counts = Vec::new();
+        for run in 0..RUNS {
+            let what = case.what(run);
+            let g = &mut case.graph;
+            g.run().unwrap();
+            assert_eq!(read_all(g, &case.ids, size), case.want[run], "{what}");
+            let stats = g.runtime().stats().unwrap().pool;
+            counts.push((stats.page_map_count, stats.device_wait_count));
+            let Some(n) = g.release_schedule_len() else {
+                continue;
+            };
+            // The runs after the one that tuned the plan (the second).
+            if run < 2 {
                 continue;
             }
-            g.record_pool_calls(true);
-            let mut counts = Vec::new();
-            for (run, want) in want.iter().enumerate() {
-                g.run().unwrap();
-                let what = format!(
-                    "{} layers of {}, limit {limit}, run {run}",
-                    c.layers, c.side
-                );
-                assert_eq!(&read_all(&mut g, &ids, size), want, "{what}");
-                let stats = g.runtime().stats().unwrap().pool;
-                counts.push((stats.page_map_count, stats.device_wait_count));
-                let Some(n) = g.release_schedule_len() else {
-                    continue;
-                };
-                // The runs after the one that tuned the plan (the second).
-                if run < 2 {
-                    continue;
-                }
-                scheduled += (run == 2) as usize;
-                // (Its candidates fitted to the pool emptied of the graph, as its runs start.)
-                assert!(g.tuned_from_empty_pool(), "{what}");
-                released += g.last_run_released();
-                assert!(g.last_run_released() <= n as u64, "{what}");
-                assert_eq!(g.last_run_fallbacks(), 0, "{what}");
-                let made = g.last_pool_calls().unwrap().to_vec();
-                assert_eq!(made, g.planned_pool_calls(), "{what}");
-                if run > 2 {
-                    steady += 1;
-                    assert_eq!(counts[run], counts[run - 1], "{what}: pages mapped, waits");
-                }
+            scheduled += (run == 2) as usize;
+            // (Its candidates fitted to the pool emptied of the graph, as its runs start.)
+            assert!(g.tuned_from_empty_pool(), "{what}");
+            released += g.last_run_released();
+            assert!(g.last_run_released() <= n as u64, "{what}");
+            assert_eq!(g.last_run_fallbacks(), 0, "{what}");
+            let made = g.last_pool_calls().unwrap().to_vec();
+            assert_eq!(made, g.planned_pool_calls(), "{what}");
+            if run > 2 {
+                steady += 1;
+                assert_eq!(counts[run], counts[run - 1], "{what}: pages mapped, waits");
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Random training-like chains on the jittery host backend (products, ReLUs declared
 //! recomputable at random, residual sums, an in-place update of every weight), for the tests of
-//! swapping runs (`swap_release.rs`, `exec_elide.rs`, `exec_poll.rs`, `swap_pin_small.rs`).
+//! swapping runs (`swap_release.rs`, `exec_elide.rs`, `exec_poll.rs`, `exec_time_stalls.rs`,
+//! `swap_pin_small.rs`).
 
 use super::{bytes, floats, DIMS};
 use gkrt::runtime::{
@@ -20,6 +21,7 @@ impl Rng {
 }
 
 /// A random chain: (side, layers, per layer recomputable ReLU, per layer residual sum).
+#[derive(Clone)]
 pub struct Chain {
     pub side: u32,
     pub layers: usize,
@@ -240,4 +242,51 @@ impl Chain {
             })
             .collect()
     }
+}
+
+/// One random chain built to swap: the graph under `limit`, the ids read back after each run,
+/// and every run's bits without a limit.
+pub struct SwappingCase {
+    pub chain: Chain,
+    pub limit: u64,
+    pub graph: RuntimeGraph,
+    pub ids: Vec<u64>,
+    pub want: Vec<Vec<Vec<u32>>>,
+}
+
+impl SwappingCase {
+    /// How an assertion names the case and its run.
+    pub fn what(&self, run: usize) -> String {
+        format!(
+            "{} layers of {}, limit {}, run {run}",
+            self.chain.layers, self.chain.side, self.limit
+        )
+    }
+}
+
+/// `chains` random chains from `rng`, each built under its working set divided by every one of
+/// `divisors` (plus room for four tensors), giving copy-outs' blocks back as scheduled when
+/// `release`; only the graphs that got a swap plan, built one at a time as they are taken.
+pub fn swapping_cases<'a>(
+    rng: &'a mut Rng,
+    chains: usize,
+    divisors: &'a [u64],
+    release: bool,
+    runs: usize,
+) -> impl Iterator<Item = SwappingCase> + 'a {
+    (0..chains).flat_map(move |_| {
+        let c = random_chain(rng);
+        let want = c.unconstrained_outputs(runs);
+        divisors.iter().filter_map(move |&divisor| {
+            let limit = c.working_set() / divisor + 4 * c.size() as u64;
+            let (graph, ids) = build(&c, limit, release);
+            graph.swap_plan().is_some().then(|| SwappingCase {
+                chain: c.clone(),
+                limit,
+                graph,
+                ids,
+                want: want.clone(),
+            })
+        })
+    })
 }

@@ -182,6 +182,23 @@ fn a_held_kept_tensor_leaves_after_the_node_before_its_hold() {
             assert!(end > start_of_k, "copied after node {}", k - 1);
         }
     }
+    // The emulated executor runs it from a steady start (the held tensors newer on the device,
+    // as the last run's optimizer step left them), each copy-out copying where the release
+    // schedule says it does.
+    use super::swap_placements_tests::Emulator;
+    use super::swap_release::{Releases, RELEASE_MARGIN_MS};
+    let releases = Releases::from_estimate(&program, &e, RELEASE_MARGIN_MS);
+    let end = crate::plan::swap_model::dirty_at_end(s.tensors.len(), &s.nodes, &program);
+    let dev = super::test_vmm::Device::default();
+    let mut emu = Emulator::new(&s, &program, dev, pool_for(limit, true), Some(&releases));
+    emu.newer = (0..s.tensors.len())
+        .map(|t| end[t] && program.keep.binary_search(&(t as u32)).is_ok())
+        .collect();
+    assert!(leaving.iter().all(|&t| emu.newer[t as usize]));
+    emu.place_kept();
+    for _ in 0..3 {
+        assert_eq!(emu.run(None).off_schedule, 0);
+    }
 }
 
 const ALIGN: u64 = 256;

@@ -67,6 +67,29 @@ enum Move {
     Hold(Vec<u32>, u32),
 }
 
+impl Move {
+    /// What the move does, for the log.
+    fn describe(&self, input: &RefineInput) -> String {
+        let name = |t: u32| input.tensors[t as usize].name.as_str();
+        match self {
+            Move::Victims(ts, rule) => match (ts.first(), ts.last()) {
+                (Some(&a), Some(&b)) => {
+                    format!(
+                        "{rule:?} for {} tensors ({} .. {})",
+                        ts.len(),
+                        name(a),
+                        name(b)
+                    )
+                }
+                _ => format!("{rule:?} for none"),
+            },
+            Move::Slack(bytes) => format!("slack {bytes} bytes"),
+            Move::Budget(bytes) => format!("budget {bytes} bytes"),
+            Move::Hold(ts, k) => format!("{} kept tensors held until node {k}", ts.len()),
+        }
+    }
+}
+
 impl State {
     fn with(&self, m: &Move) -> State {
         let mut next = self.clone();
@@ -251,7 +274,7 @@ pub fn search(
     for _ in 0..MAX_ROUNDS {
         let goal = (1.0 - MIN_GAIN) * best.estimate.step_ms;
         // Every move's plan and estimate, best first.
-        let mut scored: Vec<(f64, State, SwapPlan, Estimate)> = Vec::new();
+        let mut scored: Vec<(f64, State, SwapPlan, Estimate, String)> = Vec::new();
         for m in moves(input, &state, &best.plan, best.estimate.step_ms, most) {
             if work >= MAX_WORK {
                 break;
@@ -267,20 +290,20 @@ pub fn search(
             }
             let e = estimate_plan(input, &candidate);
             if e.step_ms <= goal {
-                scored.push((e.step_ms, next, candidate, e));
+                scored.push((e.step_ms, next, candidate, e, m.describe(input)));
             }
         }
         scored.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut kept: Option<(State, SwapPlan, Estimate)> = None;
+        let mut kept: Option<(State, SwapPlan, Estimate, String)> = None;
         let mut retried = 0;
-        for (ms, next, candidate, e) in scored {
+        for (ms, next, candidate, e, what) in scored {
             if kept.as_ref().is_some_and(|k| k.2.step_ms <= ms) || work >= MAX_WORK {
                 break;
             }
             work += 1;
             match fits(&candidate) {
                 Ok(()) => {
-                    kept = Some((next, candidate, e));
+                    kept = Some((next, candidate, e, what));
                     continue;
                 }
                 Err(misfit) => log::debug!("searched swap plan {misfit}"),
@@ -304,14 +327,18 @@ pub fn search(
                 if pe.step_ms <= goal && better {
                     work += 1;
                     if fits(&p).is_ok() {
-                        kept = Some((slacked, p, pe));
+                        kept = Some((slacked, p, pe, format!("{what}, slack a {d}th")));
                     }
                 }
             }
         }
-        let Some((next, p, e)) = kept else {
+        let Some((next, p, e, what)) = kept else {
             break;
         };
+        log::info!(
+            "swap plan search kept: {what}: estimated step {:.2} ms",
+            e.step_ms
+        );
         state = next;
         best.plan = p;
         best.estimate = e;

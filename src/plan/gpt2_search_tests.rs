@@ -48,7 +48,8 @@ fn the_search_on_the_h200s_costs() {
     for (name, config, csv) in sets {
         let (s, link) = on_h200_costs(config, csv);
         let nodes: f64 = s.cost_ms.iter().sum();
-        for share in [1.0 / 3.0, 0.5] {
+        // (0.333: `run.sh gpt2swap`'s `--limit-frac`.)
+        for share in [1.0 / 3.0, 0.333, 0.5] {
             let limit = limit_at(&s, share);
             let c = choose_as_runtime(&s, limit, link);
             let ctx = Ctx::new(&s, link, limit);
@@ -61,7 +62,7 @@ fn the_search_on_the_h200s_costs() {
             let greedy_fits = |p: &SwapPlan| ctx.misfit_over(p, STEADY_RUNS).map_or(Ok(()), Err);
             let greedy = refine(&input, c.policy, plan, base, greedy_fits);
             println!(
-                "{name} at {share:.2}: chosen {:.3}x, greedy {:.3}x, searched {:.3}x in {took:.0} ms ({} plans and dry runs, {} moves kept)",
+                "{name} at {share:.4}: chosen {:.3}x, greedy {:.3}x, searched {:.3}x in {took:.0} ms ({} plans and dry runs, {} moves kept)",
                 base.step_ms / nodes,
                 greedy.estimate.step_ms / nodes,
                 searched.estimate.step_ms / nodes,

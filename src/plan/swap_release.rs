@@ -151,10 +151,7 @@ pub fn walk_runs(
     program: &Program,
     runs: usize,
 ) -> (PoolWalk, Vec<usize>) {
-    let starts = (1..runs)
-        .map(|r| PoolWalk::runs(tensors, nodes, program, r).calls.len())
-        .collect();
-    (PoolWalk::runs(tensors, nodes, program, runs), starts)
+    PoolWalk::runs_with_starts(tensors, nodes, program, runs)
 }
 
 /// The pool dry run of `walk` (runs of `program`; `run_starts` as `walk_runs` gives them) with

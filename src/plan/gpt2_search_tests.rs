@@ -8,7 +8,8 @@
 //! range of a tensor role, the budget, the slack, holds, every policy
 //! (`GKRT_TEST_SEARCH_POLICIES=1`) — each move the release dry run rejects retried with a lower
 //! budget or some slack (`GKRT_TEST_SEARCH_NOFIT=1`: no dry run at all, the model's own bound).
-//! `GKRT_TEST_SEARCH=small` picks the cost sets; `GKRT_TEST_SEARCH_BUDGETS=1`,
+//! `GKRT_TEST_SEARCH=small` picks the cost sets (`GKRT_TEST_SEARCH_CSV=FILE`: one more, small's,
+//! one run's node, in and out rows of a `GKRT_SWAP_TIMELINE` file); `GKRT_TEST_SEARCH_BUDGETS=1`,
 //! `GKRT_TEST_SEARCH_HOLD=1` and `GKRT_TEST_SEARCH_LINKS=1` (with `GKRT_TEST_SEARCH_TRY=f` or a
 //! node) print the budget sweep, the holds of the kept AdamW state with layer windows of the
 //! products' outputs copied, and the model's copies, returns and waits.
@@ -447,9 +448,12 @@ fn explore(name: &str, s: &Step, link: Link, share: f64, layers: usize) -> (f64,
     let mut plan = ctx.plan(&st);
     assert_eq!(plan, c.unrefined.0, "the policy's plan again");
     let mut e = ctx.est(&plan);
+    let greedy_fits = |p: &SwapPlan| ctx.misfit_over(p, STEADY_RUNS).map_or(Ok(()), Err);
+    let greedy = refine(&ctx.input(), c.policy, &plan, &e, greedy_fits);
     println!(
-        "{name}: chosen {:.3}x, refined {:.3}x ({:?}, budget {:.3})",
+        "{name}: chosen {:.3}x, greedy {:.3}x, searched {:.3}x ({:?}, budget {:.3})",
         e.step_ms / nodes,
+        greedy.estimate.step_ms / nodes,
         c.estimate.step_ms / nodes,
         c.policy,
         st.budget as f64 / limit as f64
@@ -643,12 +647,19 @@ fn search_for_better_plans() {
         ("medium r9", MEDIUM, MEDIUM_R9, 24),
         ("medium s14", MEDIUM, MEDIUM_S14, 24),
     ];
+    // A newer timeline of small's (one run's node, in and out rows) as a fifth set.
+    let extra = std::env::var("GKRT_TEST_SEARCH_CSV").ok();
+    let extra = extra.map(|p| std::fs::read_to_string(p).expect("a timeline"));
+    let sets: Vec<_> = sets
+        .into_iter()
+        .chain(extra.as_deref().map(|csv| ("small, given", SMALL, csv, 12)))
+        .collect();
     for (name, config, csv, layers) in sets {
         if !only.is_empty() && !name.contains(&only) {
             continue;
         }
         let (s, link) = on_h200_costs(config, csv);
-        for share in [1.0 / 3.0, 0.5] {
+        for share in [1.0 / 3.0, 0.333, 0.5] {
             explore(&format!("{name} at {share:.2}"), &s, link, share, layers);
         }
     }

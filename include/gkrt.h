@@ -25,7 +25,7 @@
  *    GKRT_SWAP_TIMELINE, GKRT_SWAP_BUDGET_PERMILLE, GKRT_SWAP_PLACEMENTS, GKRT_SWAP_RELEASE,
  *    GKRT_SWAP_RELEASE_ANY_FIT, GKRT_SWAP_RELEASE_HOLD_MARKERS, GKRT_SWAP_RELEASE_CLEAN_START,
  *    GKRT_SWAP_PIN_SMALL, GKRT_SWAP_TUNE_EMPTY,
- *    GKRT_SWAP_REFINE, GKRT_SWAP_PRUNE_LINKS,
+ *    GKRT_SWAP_REFINE, GKRT_SWAP_REFINE_SEARCH, GKRT_SWAP_PRUNE_LINKS,
  *    GKRT_EXEC_ELIDE, GKRT_EXEC_TIME_STALLS and GKRT_EXEC_POLL_IN_ORDER; the
  *    README's table says what each does.
  *  - Process lifetime: the handle table, the runtimes' homes (a few dozen bytes each) and the
@@ -61,6 +61,9 @@
 
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
+
+// The steady runs a search's plans are fitted over (`fits_pool_released_over`).
+#define SEARCH_STEADY_RUNS 8
 
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {

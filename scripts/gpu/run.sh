@@ -73,6 +73,8 @@
 #           GPT2SWAP_NOREFINE=1 also runs --recompute 2 with GKRT_SWAP_REFINE=0 (the tuned plan as
 #           the timed runs chose it, not refined on the model: the refinement's A/B): files get _nr.
 #           The 'swap plan refined in X ms' log line gives the refinement's time and estimates.
+#           GPT2SWAP_GREEDY=1 also runs --recompute 2 with GKRT_SWAP_REFINE_SEARCH=0 (the greedy
+#           refinement of before session 16 instead of the search: the search's A/B): files get _gr.
 #           GPT2SWAP_NOPRUNE=1 also runs --recompute 2 with GKRT_SWAP_PRUNE_LINKS=0 (the planner
 #           before session 13, which rebuilt each layer's attention scores a second time for
 #           nothing): files get _np.
@@ -648,6 +650,7 @@ run_gpt2swap() {
     [ "${GPT2SWAP_PENDING:-0}" = 1 ] && runs="$runs 2_p1"
     [ "${GPT2SWAP_PLACEMENTS:-0}" = 1 ] && runs="$runs 2_pl"
     [ "${GPT2SWAP_NOREFINE:-0}" = 1 ] && runs="$runs 2_nr"
+    [ "${GPT2SWAP_GREEDY:-0}" = 1 ] && runs="$runs 2_gr"
     [ "${GPT2SWAP_NORELEASE:-0}" = 1 ] && runs="$runs 2_r0"
     [ "${GPT2SWAP_NOPRUNE:-0}" = 1 ] && runs="$runs 2_np"
     [ "${GPT2SWAP_NOELIDE:-0}" = 1 ] && runs="$runs 2_e0"
@@ -658,15 +661,15 @@ run_gpt2swap() {
     [ "${GPT2SWAP_NOHOLD:-0}" = 1 ] && runs="$runs 2_hm0"
     [ "${GPT2SWAP_NOCLEAN:-0}" = 1 ] && runs="$runs 2_cs0"
     for r in $runs; do
-      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 release=1 prune=1 elide=1 poll=1 anyfit=1 pin=1 empty=1 hold=1 clean=1
-      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 release=0 ;; *_nr) refine=0 ;; *_r0) release=0 ;;
+      local tl="$o/${pre}timeline_r$r.csv" budget=1000 pending=0 placements=0 refine=1 search=1 release=1 prune=1 elide=1 poll=1 anyfit=1 pin=1 empty=1 hold=1 clean=1
+      case $r in *_b*) budget=${r#*_b} ;; *_p1) pending=1 ;; *_pl) placements=1 release=0 ;; *_nr) refine=0 ;; *_gr) search=0 ;; *_r0) release=0 ;;
         *_np) prune=0 ;; *_e0) elide=0 ;; *_q0) release=0 poll=0 ;; *_ra0) anyfit=0 pin=0 empty=0 ;; *_pn0) pin=0 ;; *_te0) empty=0 ;; *_hm0) hold=0 ;; *_cs0) clean=0 ;; esac
       rm -f "$tl"
       # The ratio's run is not timed (events at every node would lengthen its step against an
       # untimed baseline); a second run of 4 steps writes the timeline.
       local run_it=(env LD_LIBRARY_PATH="$ld" GKRT_DEVICE=cuda GKRT_SWAP_BUDGET_PERMILLE=$budget
         GKRT_POOL_PENDING_BEST_FIT=$pending GKRT_SWAP_PLACEMENTS=$placements GKRT_SWAP_REFINE=$refine
-        GKRT_SWAP_RELEASE=$release GKRT_SWAP_PRUNE_LINKS=$prune GKRT_EXEC_ELIDE=$elide GKRT_EXEC_POLL_IN_ORDER=$poll
+        GKRT_SWAP_REFINE_SEARCH=$search GKRT_SWAP_RELEASE=$release GKRT_SWAP_PRUNE_LINKS=$prune GKRT_EXEC_ELIDE=$elide GKRT_EXEC_POLL_IN_ORDER=$poll
         GKRT_SWAP_RELEASE_ANY_FIT=$anyfit GKRT_SWAP_PIN_SMALL=$pin GKRT_SWAP_TUNE_EMPTY=$empty
         GKRT_SWAP_RELEASE_HOLD_MARKERS=$hold GKRT_SWAP_RELEASE_CLEAN_START=$clean)
       "${run_it[@]}" timeout 300 "$b/gkrt_gpt2" ${size[$name]} --recompute "${r%%_*}" --limit-frac 0.333 \
@@ -676,7 +679,7 @@ run_gpt2swap() {
       grep -E 'RESULT|SWAPSTATS|swap plan|placed where|GKRT_SWAP_RELEASE|GKRT_SWAP_TUNE_EMPTY' "$o/${pre}third_r$r.log"
       local step
       step=$(grep RESULT "$o/${pre}third_r$r.log" | sed -n "$step_of")
-      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine release $release prune $prune elide $elide poll $poll anyfit $anyfit pin $pin empty $empty hold $hold clean $clean: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
+      [ -n "$base" ] && [ -n "$step" ] && python3 -c "print('$name recompute ${r%%_*} budget $budget/1000 pending best fit $pending placements $placements refine $refine search $search release $release prune $prune elide $elide poll $poll anyfit $anyfit pin $pin empty $empty hold $hold clean $clean: 1/3 step $step ms / unconstrained $base ms = %.3f' % ($step / $base))" |
         tee -a "$o/ratios.txt"
       local bopt=()
       [ -f "$base_tl" ] && bopt=(--base "$base_tl")

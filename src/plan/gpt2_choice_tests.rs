@@ -19,9 +19,11 @@ use crate::plan::swap_fit::{fits_pool, PoolMisfit};
 use crate::plan::swap_model::dirty_at_end;
 use crate::plan::swap_model::{choose_feasible, estimate, Estimate, Link};
 use crate::plan::swap_placements_tests::{Emulator, RunFigures};
-use crate::plan::swap_refine::{refine, RefineInput};
+use crate::plan::swap_refine::RefineInput;
 use crate::plan::swap_release::{fits_pool_released, released_candidates};
+use crate::plan::swap_release::{fits_pool_released_over, SEARCH_STEADY_RUNS, STEADY_RUNS};
 use crate::plan::swap_release::{Releases, RELEASE_MARGIN_MS};
+use crate::plan::swap_search::search;
 use std::collections::BTreeMap;
 
 const ALIGN: u64 = 256;
@@ -79,6 +81,10 @@ pub(super) struct Choice {
     /// The default policy's plan fitted so.
     pub default_released: bool,
     pub candidates: usize,
+    /// The model's choice before the refinement, and its estimate.
+    pub unrefined: (SwapPlan, Estimate),
+    /// The largest budget a candidate got at finalize (the refinement's most).
+    pub available: u64,
 }
 
 /// What the runtime chooses at `limit` on `s`'s costs and `link` (see the module's comment).
@@ -133,20 +139,12 @@ pub(super) fn choose_started(
     let (tpool, freed) = tuned.unwrap_or((&pool, &[]));
     let program = |p: &SwapPlan| Program::compile(&s.tensors, &s.nodes, &lv, Some(p), None);
     let plain = |p: &SwapPlan| fits_pool(&s.tensors, &s.nodes, &program(p), &pool, S, &[]);
-    let released = |p: &SwapPlan| {
+    let released_over = |p: &SwapPlan, steady| {
         let rates = (&s.cost_ms[..], link, ALIGN);
-        fits_pool_released(
-            &s.tensors,
-            &s.nodes,
-            &program(p),
-            tpool,
-            S,
-            freed,
-            rates,
-            clean,
-        )
-        .map(|_| ())
+        let graph = (&s.tensors[..], &s.nodes[..], &program(p));
+        fits_pool_released_over(graph, (tpool, S, freed), rates, clean, steady).map(|_| ())
     };
+    let released = |p: &SwapPlan| released_over(p, STEADY_RUNS);
     // Finalize: every policy fitted to the pool.
     let g = (&s.tensors[..], &s.nodes[..], &lv, &[][..]);
     let (_, finalized) = fitted_candidates_with(g, limit, ALIGN, knobs, plain);
@@ -199,7 +197,12 @@ pub(super) fn choose_started(
         timings,
     };
     let (policy, plan) = &cands[best];
-    let r = refine(&input, *policy, plan, &estimates[best], fits);
+    // As `RuntimeGraph::refine_swap_plan` by default (`GKRT_SWAP_REFINE_SEARCH`).
+    let searched = |p: &SwapPlan| match is_released {
+        true => released_over(p, SEARCH_STEADY_RUNS),
+        false => plain(p),
+    };
+    let r = search(&input, *policy, plan, &estimates[best], available, searched);
     Choice {
         policy: *policy,
         plan: r.plan,
@@ -207,6 +210,8 @@ pub(super) fn choose_started(
         released: is_released,
         default_released,
         candidates: cands.len(),
+        unrefined: (plan.clone(), estimates[best].clone()),
+        available,
     }
 }
 
@@ -526,9 +531,9 @@ fn runs_from(
 /// with 8 ms of compute waits where this module's choice was 93.9 ms with 0.2): the refit fits
 /// the candidates with the pool's dry run from the pool as the first runs left it, their blocks
 /// given back, and there the kept blocks of the first runs' plan lie where its page moves left
-/// them. On both cost sets the choice from that pool is a plan at under 0.8 of the limit, over
-/// 1.15 of the nodes (its compute waiting for copies at the logits and in every backward
-/// layer), and the plan the choice from a fresh pool makes maps pages there in every run or
+/// them. On both cost sets the choice from that pool is a plan at under 0.8 of the limit, 3%
+/// slower than the fresh pool's on the model (over 1.14 of the nodes: its compute waits for
+/// copies at the logits and in every backward layer), and the plan the choice from a fresh pool makes maps pages there in every run or
 /// fails; with the graph's tensors sent home and the pool's free pages given back before the
 /// refit (`GKRT_SWAP_TUNE_EMPTY`), the choice is the fresh pool's (under 1.12), and its runs
 /// from that pool, the kept tensors brought in in the plan's order, map no page once the first
@@ -557,8 +562,9 @@ fn emptying_the_pool_before_the_refit_gives_the_fresh_pools_choice() {
             &around,
             limit,
         );
+        // (Over 1.15x with the greedy refinement; 1.146x searched, against 1.095x.)
         assert!(
-            around.released && around.estimate.step_ms > 1.15 * nodes,
+            around.released && around.estimate.step_ms > 1.03 * fresh.estimate.step_ms,
             "{name}"
         );
         assert!(around.plan.budget < fresh.plan.budget, "{name}");

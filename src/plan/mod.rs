@@ -13,12 +13,15 @@ pub mod swap_model;
 pub mod swap_placements;
 pub mod swap_refine;
 pub mod swap_release;
+pub mod swap_search;
 mod swap_sim;
 
 #[cfg(test)]
 mod gpt2_choice_tests;
 #[cfg(test)]
 mod gpt2_refine_tests;
+#[cfg(test)]
+mod gpt2_search_tests;
 #[cfg(test)]
 pub(crate) mod gpt2_shape_tests;
 #[cfg(test)]

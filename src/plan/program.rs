@@ -411,6 +411,16 @@ impl PoolWalk {
     /// The walk of `runs` runs one after the other (each ends in the state the next starts
     /// from): the dry run checks the second too, which meets the pool as the first left it.
     pub fn runs(tensors: &[Tensor], nodes: &[Node], program: &Program, runs: usize) -> PoolWalk {
+        Self::runs_with_starts(tensors, nodes, program, runs).0
+    }
+
+    /// `runs`, and the index of the call each run after the first starts at.
+    pub fn runs_with_starts(
+        tensors: &[Tensor],
+        nodes: &[Node],
+        program: &Program,
+        runs: usize,
+    ) -> (PoolWalk, Vec<usize>) {
         let mut has = vec![false; tensors.len()];
         let mut w = PoolWalk {
             calls: Vec::new(),
@@ -430,10 +440,14 @@ impl PoolWalk {
                 },
             );
         }
-        for _ in 0..runs {
+        let mut starts = Vec::new();
+        for r in 0..runs {
+            if r > 0 {
+                starts.push(w.calls.len());
+            }
             w.walk(tensors, nodes, program, &mut has);
         }
-        w
+        (w, starts)
     }
 
     fn walk(&mut self, tensors: &[Tensor], nodes: &[Node], program: &Program, has: &mut [bool]) {

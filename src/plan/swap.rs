@@ -270,6 +270,11 @@ pub enum Victim {
 pub struct Overrides<'a> {
     pub victims: &'a [Victim],
     pub slack: Option<u64>,
+    /// Kept tensors `(t, k)` that stay on the device until node `k`: no victim before it, and
+    /// when one leaves it leaves after node `k - 1` at the earliest (where a kept tensor not
+    /// used yet would leave as the run starts), so its copy runs where the link idles rather
+    /// than with the first nodes' evictions (see `swap_refine`).
+    pub held: &'a [(u32, u32)],
 }
 
 /// `plan_timed` with `overrides`: `swap_refine` turns rebuilds into copies and back with them,
@@ -305,6 +310,7 @@ pub(crate) fn plan_masked(
         timings,
         victims: overrides.victims,
         pinned: &pinned,
+        held: overrides.held,
     };
     let sim = |keep: &[u32]| {
         if pinned.is_empty() {

@@ -68,7 +68,7 @@ pub fn estimate_plan(input: &RefineInput, plan: &SwapPlan) -> Estimate {
 /// `victims` in groups of alike tensors (same size, producer reading inputs of the same
 /// sizes), each group's members in node order, the groups by their producers' summed time,
 /// largest first.
-fn groups_of(input: &RefineInput, victims: impl Iterator<Item = u32>) -> Vec<Vec<u32>> {
+pub(crate) fn groups_of(input: &RefineInput, victims: impl Iterator<Item = u32>) -> Vec<Vec<u32>> {
     let (tensors, nodes) = (input.tensors, input.nodes);
     let size = |t: u32| round_up(tensors[t as usize].size, input.align);
     let mut keyed: Vec<((u64, Vec<u64>), u32)> = Vec::new();
@@ -105,6 +105,27 @@ fn groups_of(input: &RefineInput, victims: impl Iterator<Item = u32>) -> Vec<Vec
     groups
 }
 
+/// `plan`'s rebuilt victims, and its copied ones that a recomputable node writes (intermediates
+/// the rule could rebuild instead).
+pub(crate) fn rebuilt_and_copied(input: &RefineInput, plan: &SwapPlan) -> (Vec<u32>, Vec<u32>) {
+    let (tensors, nodes) = (input.tensors, input.nodes);
+    let rebuilt = plan.drop_after.iter().flatten().copied().collect();
+    let copied = plan
+        .swap_out_after
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|&t| {
+            let tensor = &tensors[t as usize];
+            tensor.kind == TensorKind::Intermediate
+                && tensor
+                    .producer
+                    .is_some_and(|p| nodes[p as usize].recomputable)
+        })
+        .collect();
+    (rebuilt, copied)
+}
+
 /// One change to try: set these tensors' rule, or the slack.
 enum Move {
     Victims(Vec<u32>, Victim),
@@ -114,18 +135,9 @@ enum Move {
 /// The moves for `plan`: its rebuilt victims' groups copied, its copied intermediates' groups
 /// (those a recomputable node writes) rebuilt, the slacks; then the groups' halves.
 fn moves(input: &RefineInput, plan: &SwapPlan) -> Vec<Move> {
-    let (tensors, nodes) = (input.tensors, input.nodes);
-    let rebuilt = groups_of(input, plan.drop_after.iter().flatten().copied());
-    let copied = groups_of(
-        input,
-        plan.swap_out_after.iter().flatten().copied().filter(|&t| {
-            let tensor = &tensors[t as usize];
-            tensor.kind == TensorKind::Intermediate
-                && tensor
-                    .producer
-                    .is_some_and(|p| nodes[p as usize].recomputable)
-        }),
-    );
+    let (rebuilt, copied) = rebuilt_and_copied(input, plan);
+    let rebuilt = groups_of(input, rebuilt.into_iter());
+    let copied = groups_of(input, copied.into_iter());
     let mut out = Vec::new();
     let whole = |groups: &[Vec<u32>], rule, out: &mut Vec<Move>| {
         out.extend(groups.iter().map(|g| Move::Victims(g.clone(), rule)));
@@ -184,6 +196,7 @@ pub fn refine(
         let overrides = Overrides {
             victims: &next_victims,
             slack: next_slack,
+            held: &[],
         };
         let candidate = plan_masked(
             input.tensors,

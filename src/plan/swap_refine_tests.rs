@@ -161,6 +161,7 @@ fn no_overrides_give_the_policys_plan() {
         let overrides = Overrides {
             victims: &victims,
             slack: None,
+            held: &[],
         };
         let masked = plan_masked(
             &g.tensors,
@@ -206,6 +207,7 @@ fn no_overrides_give_the_policys_plan() {
         Overrides {
             victims: &victims,
             slack: None,
+            held: &[],
         },
     );
     assert_eq!(rebuilt.recomputes(), 1, "{rebuilt:?}");

@@ -151,10 +151,7 @@ pub fn walk_runs(
     program: &Program,
     runs: usize,
 ) -> (PoolWalk, Vec<usize>) {
-    let starts = (1..runs)
-        .map(|r| PoolWalk::runs(tensors, nodes, program, r).calls.len())
-        .collect();
-    (PoolWalk::runs(tensors, nodes, program, runs), starts)
+    PoolWalk::runs_with_starts(tensors, nodes, program, runs)
 }
 
 /// The pool dry run of `walk` (runs of `program`; `run_starts` as `walk_runs` gives them) with
@@ -249,14 +246,13 @@ struct StepsOfRuns {
 }
 
 fn steps_of_runs(
-    tensors: &[Tensor],
-    nodes: &[Node],
-    program: &Program,
+    (tensors, nodes, program): (&[Tensor], &[Node], &Program),
     releases: &Releases,
     stream: StreamId,
     freed: &[u64],
+    steady: usize,
 ) -> StepsOfRuns {
-    let (walk, starts) = walk_runs(tensors, nodes, program, 1 + STEADY_RUNS);
+    let (walk, starts) = walk_runs(tensors, nodes, program, 1 + steady);
     let before = freed
         .iter()
         .map(|&addr| DryRunStep::FreeLive { addr })
@@ -290,12 +286,25 @@ pub fn steady_run(
     stream: StreamId,
     freed: &[u64],
 ) -> Result<SteadyRun, u32> {
+    let graph = (tensors, nodes, program);
+    steady_run_over(graph, releases, pool, stream, freed, STEADY_RUNS)
+}
+
+/// `steady_run` over `steady` steady runs.
+fn steady_run_over(
+    graph: (&[Tensor], &[Node], &Program),
+    releases: &Releases,
+    pool: &Pool,
+    stream: StreamId,
+    freed: &[u64],
+    steady: usize,
+) -> Result<SteadyRun, u32> {
     let StepsOfRuns {
         walk,
         steps,
         call_of,
         ..
-    } = steps_of_runs(tensors, nodes, program, releases, stream, freed);
+    } = steps_of_runs(graph, releases, stream, freed, steady);
     // The counts as the first run ends: at the step that completes its copies.
     let first_end = call_of
         .iter()
@@ -341,7 +350,13 @@ pub fn released_moves(
         starts,
         steps,
         call_of,
-    } = steps_of_runs(tensors, nodes, program, releases, stream, freed);
+    } = steps_of_runs(
+        (tensors, nodes, program),
+        releases,
+        stream,
+        freed,
+        STEADY_RUNS,
+    );
     let mut runs: Vec<Vec<PoolMoves>> = vec![Vec::new(); 1 + STEADY_RUNS];
     let s = pool.stats();
     let mut last = (s.page_map_count, s.device_wait_count);
@@ -374,6 +389,7 @@ pub fn released_moves(
 /// `clean_start`: the first run starts with every tensor clean (`Releases::clean_start`; the
 /// runtime's tuning after emptying the pool). Returns the schedule.
 #[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(test), allow(dead_code))] // (the runtime fits with `fits_pool_released_over`)
 pub fn fits_pool_released(
     tensors: &[Tensor],
     nodes: &[Node],
@@ -381,15 +397,37 @@ pub fn fits_pool_released(
     pool: &Pool,
     stream: StreamId,
     freed: &[u64],
+    rates: (&[f64], Link, u64),
+    clean_start: bool,
+) -> Result<Releases, PoolMisfit> {
+    let graph = (tensors, nodes, program);
+    fits_pool_released_over(
+        graph,
+        (pool, stream, freed),
+        rates,
+        clean_start,
+        STEADY_RUNS,
+    )
+}
+
+/// `fits_pool_released` over `steady` steady runs: a search that keeps the best of hundreds of
+/// plans that fit (`swap_search`) finds among them plans whose layout repeats only within
+/// `STEADY_RUNS` (GPT-2 small at a third: page maps and a device wait in the emulated runs 5
+/// and 6 of one), so it looks further ahead (`SEARCH_STEADY_RUNS`).
+pub fn fits_pool_released_over(
+    (tensors, nodes, program): (&[Tensor], &[Node], &Program),
+    (pool, stream, freed): (&Pool, StreamId, &[u64]),
     (cost, link, align): (&[f64], Link, u64),
     clean_start: bool,
+    steady: usize,
 ) -> Result<Releases, PoolMisfit> {
     let e = estimate(tensors, nodes, program, cost, link, align);
     let mut releases = Releases::from_estimate(program, &e, RELEASE_MARGIN_MS);
     if clean_start {
         releases = releases.clean_start(program, nodes);
     }
-    match steady_run(tensors, nodes, program, &releases, pool, stream, freed) {
+    let graph = (tensors, nodes, program);
+    match steady_run_over(graph, &releases, pool, stream, freed, steady) {
         Ok(s) if s.page_maps == 0 && s.device_waits == 0 => Ok(releases),
         Ok(s) => Err(PoolMisfit::PendingMoves {
             maps: s.page_maps,
@@ -398,6 +436,9 @@ pub fn fits_pool_released(
         Err(node) => Err(PoolMisfit::Fails { node }),
     }
 }
+
+/// The steady runs a search's plans are fitted over (`fits_pool_released_over`).
+pub const SEARCH_STEADY_RUNS: usize = 8;
 
 /// The candidates a release schedule's refit keeps (`fitted_candidates_with` with the pending-aware
 /// fit: the default policy's plan first, whether it fits or not, then the other policies' plans

@@ -294,15 +294,19 @@ fn on_the_h200s_timings_the_pending_aware_plan_runs_without_page_moves() {
 
 /// The runtime's choice for the small shape at a third on the H200's run-9 costs with the small
 /// persistent tensors pinned (`Policy::pin_below`, the default: a plan without slack that keeps
-/// the embedding's AdamW state): its steady dry runs and the emulated executor's runs map no
-/// page and never wait for the device.
+/// the embedding's AdamW state), fitted for runs that start as steady ones: its steady dry runs
+/// and the emulated executor's runs map no page and never wait for the device. (The plan fitted
+/// for a clean first run, the runtime's default, is `pool_fidelity_tests`'; since session 16's
+/// search, whose best plans fit with less to spare, the two differ.)
 #[test]
 fn the_pinned_choice_runs_without_page_moves() {
-    use super::gpt2_choice_tests::{choose_as_runtime, limit_at, on_h200_costs, SMALL_R9};
-    let (s, link) = on_h200_costs(SMALL, SMALL_R9);
+    use super::gpt2_choice_tests::{choose_started, limit_at, on_h200_costs, runtime_knobs};
+    let (s, link) = on_h200_costs(SMALL, super::gpt2_choice_tests::SMALL_R9);
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let limit = limit_at(&s, 1.0 / 3.0);
-    let c = choose_as_runtime(&s, limit, link);
+    // Fitted for runs that start as steady ones, as `emulate`'s do (the runtime's tuning with
+    // `GKRT_SWAP_RELEASE_CLEAN_START=0`).
+    let c = choose_started(&s, limit, link, (true, runtime_knobs()), None, false);
     assert!(c.policy.pin_below > 0 && c.released);
     let (releases, steady, runs) = released_runs(&s, &lv, &c.plan, &c.estimate, limit);
     println!(

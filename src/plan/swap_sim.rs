@@ -335,6 +335,8 @@ pub(super) struct Pass<'a> {
     pub victims: &'a [Victim],
     /// The small persistent tensors kept and never evicted (`Policy::pin_below`), sorted.
     pub pinned: &'a [u32],
+    /// Kept tensors held on the device until a node (`swap::Overrides::held`).
+    pub held: &'a [(u32, u32)],
 }
 
 /// One planning pass; `keep` are resident when the run starts and must be again when it ends.
@@ -352,6 +354,7 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         timings,
         victims,
         pinned,
+        held,
     } = pass;
     let (linger, kept_wait) = (policy.linger, policy.kept_wait);
     let n_nodes = nodes.len();
@@ -400,6 +403,18 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
         let first = lv.uses[t as usize].first().copied().unwrap_or(NEVER);
         sim.arrive(t, first);
     }
+    // Held kept tensors are no victims until their node (`swap::Overrides::held`).
+    let held: Vec<(u32, u32)> = held
+        .iter()
+        .copied()
+        .filter(|&(t, k)| k > 0 && kept[t as usize] && !sim.pinned[t as usize] && !holds.held(t))
+        .collect();
+    let mut held_from = vec![None; tensors.len()];
+    for &(t, k) in &held {
+        sim.unindex(t);
+        sim.pinned[t as usize] = true;
+        held_from[t as usize] = Some(k - 1);
+    }
     // (node that needs it, tensor, node after which it left)
     let mut returns: Vec<(u32, u32, i64)> = Vec::new();
 
@@ -414,6 +429,13 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
     };
     for (n, node) in nodes.iter().enumerate() {
         let n32 = n as u32;
+        for &(t, _) in held.iter().filter(|&&(_, k)| k == n32) {
+            sim.pinned[t as usize] = false;
+            if sim.resident[t as usize] {
+                let key = sim.next_key[t as usize].0;
+                sim.index(t, key);
+            }
+        }
         // Collectives' tensors and fused blocks stay from here on (`swap_holds.rs`).
         for &t in &holds.pin_starts[n] {
             sim.pinned[t as usize] = true;
@@ -466,7 +488,10 @@ pub(super) fn simulate(pass: &Pass, keep: &[u32]) -> (SwapPlan, Vec<u32>) {
             // k for a reader whose own rebuild later moved elsewhere): it has been resident since
             // then, and leaves after that node, not before it arrived.
             let arrived = u32::try_from(sim.arrived_at[victim as usize]).ok();
-            let last = sim.last_use_before(lv, victim, n32).max(arrived);
+            let last = sim
+                .last_use_before(lv, victim, n32)
+                .max(arrived)
+                .max(held_from[victim as usize]);
             let next = key; // its next use: the eviction order's key
             let rule = victims.get(victim as usize).copied().unwrap_or_default();
             let source = (rule == Victim::Rebuild || (policy.recompute && rule != Victim::Copy))

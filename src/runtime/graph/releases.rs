@@ -13,8 +13,8 @@ use crate::plan::swap_candidates::{fitted_candidates_with, fitted_timed_candidat
 use crate::plan::swap_fit::PoolMisfit;
 use crate::plan::swap_model::{estimate, Link};
 use crate::plan::swap_release::{
-    fits_pool_released, released_candidates, released_moves, steady_run, Releases,
-    RELEASE_MARGIN_MS,
+    fits_pool_released_over, released_candidates, released_moves, steady_run, Releases,
+    RELEASE_MARGIN_MS, STEADY_RUNS,
 };
 use crate::runtime::ALIGNMENT;
 
@@ -154,7 +154,18 @@ impl RuntimeGraph {
         &self,
         plan: &SwapPlan,
         pool: &Pool,
+        rates: (&[f64], Link),
+    ) -> Result<(), PoolMisfit> {
+        self.fits_released_over(plan, pool, rates, STEADY_RUNS)
+    }
+
+    /// `fits_released` over `steady` steady runs of the dry run (`fits_pool_released_over`).
+    pub(super) fn fits_released_over(
+        &self,
+        plan: &SwapPlan,
+        pool: &Pool,
         (cost, link): (&[f64], Link),
+        steady: usize,
     ) -> Result<(), PoolMisfit> {
         let lv = self.graph.liveness().expect("finalized");
         let (tensors, nodes) = (self.graph.tensors(), self.graph.nodes());
@@ -164,7 +175,8 @@ impl RuntimeGraph {
         let stream = self.runtime.compute;
         let rates = (cost, link, ALIGNMENT);
         let clean = self.first_run_clean();
-        fits_pool_released(tensors, nodes, &program, pool, stream, &freed, rates, clean).map(|_| ())
+        let graph = (tensors, nodes, &program);
+        fits_pool_released_over(graph, (pool, stream, &freed), rates, clean, steady).map(|_| ())
     }
 
     /// Replaces the candidates with the same policies' plans (and the timed ones) fitted by
@@ -255,7 +267,7 @@ impl RuntimeGraph {
                  every one {} times",
                 releases.count(),
                 e.copy_ends.len(),
-                crate::plan::swap_release::STEADY_RUNS,
+                STEADY_RUNS,
                 s.page_maps,
                 s.device_waits,
                 s.takes.one,

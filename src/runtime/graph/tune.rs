@@ -11,6 +11,8 @@ use crate::plan::swap_fit::{fits_pool, pool_moves, PoolMoves};
 use crate::plan::swap_model::{choose_feasible, estimate_with_copy_waits, Estimate, Link};
 use crate::plan::swap_placements::{placements, Start};
 use crate::plan::swap_refine::{estimate_plan, refine, RefineInput, Refined};
+use crate::plan::swap_release::{SEARCH_STEADY_RUNS, STEADY_RUNS};
+use crate::plan::swap_search::search;
 use crate::runtime::{Error, Result, ALIGNMENT};
 
 /// The chosen plan's predicted run: the timeline model's estimate on the timed runs' timings,
@@ -253,7 +255,7 @@ impl RuntimeGraph {
     }
 
     /// The chosen candidate `best` (estimated `base`) refined on the timed runs' figures
-    /// (`swap_refine::refine`), each change fitted to the pool as the timed candidates are;
+    /// (`swap_search::search`, or with `GKRT_SWAP_REFINE_SEARCH=0` `swap_refine::refine`), each change fitted to the pool as the timed candidates are;
     /// `None` when no change shortened its estimate or `GKRT_SWAP_REFINE` is 0. The refinement
     /// judges plans on the model without waits for copy-outs whose ranges placed blocks take
     /// (`GKRT_SWAP_PLACEMENTS=1`), so `base` is estimated again that way: like with like.
@@ -274,9 +276,16 @@ impl RuntimeGraph {
         let freed: Vec<u64> = self.store.iter().filter_map(|m| m.device()).collect();
         let stream = self.runtime.compute;
         let released = self.releases.on;
+        let searched = crate::runtime::env::swap_refine_search();
+        // (A search keeps the best of hundreds of plans: its fits look further ahead.)
+        let steady = if searched {
+            SEARCH_STEADY_RUNS
+        } else {
+            STEADY_RUNS
+        };
         let fits = |plan: &SwapPlan| {
             if released {
-                return self.fits_released(plan, pool, (cost, link));
+                return self.fits_released_over(plan, pool, (cost, link), steady);
             }
             let program = Program::compile_fused(tensors, nodes, lv, Some(plan), None, fused);
             fits_pool(tensors, nodes, &program, pool, stream, &freed)
@@ -301,10 +310,22 @@ impl RuntimeGraph {
         } else {
             base
         };
-        let r = refine(&input, *policy, plan, base, fits);
+        let r = if searched {
+            // Budgets up to the largest a candidate got at finalize.
+            let most = self
+                .swap_candidates
+                .iter()
+                .map(|(_, p)| p.budget)
+                .max()
+                .unwrap_or(plan.budget);
+            search(&input, *policy, plan, base, most, fits)
+        } else {
+            refine(&input, *policy, plan, base, fits)
+        };
         log::info!(
-            "swap plan refined in {:.1} ms: {} plans tried, {} changes kept; estimated step {:.2} -> {:.2} ms \
+            "swap plan refined{} in {:.1} ms: {} plans tried, {} changes kept; estimated step {:.2} -> {:.2} ms \
              (rebuilds {:.2} -> {:.2} ms)",
+            if searched { " (searched)" } else { "" },
             started.elapsed().as_secs_f64() * 1e3,
             r.tried,
             r.kept,

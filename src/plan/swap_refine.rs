@@ -41,6 +41,20 @@ pub struct Refined {
     pub kept: usize,
 }
 
+impl Refined {
+    /// Of two refinements of one plan, the one with the shorter estimated step (`self` on a
+    /// tie), counting the plans both tried.
+    pub fn shorter(self, other: Refined) -> Refined {
+        let tried = self.tried + other.tried;
+        let best = if other.estimate.step_ms < self.estimate.step_ms {
+            other
+        } else {
+            self
+        };
+        Refined { tried, ..best }
+    }
+}
+
 /// The graph and figures a refinement plans with.
 pub struct RefineInput<'a> {
     pub tensors: &'a [Tensor],

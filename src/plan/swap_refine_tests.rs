@@ -212,3 +212,27 @@ fn no_overrides_give_the_policys_plan() {
     );
     assert_eq!(rebuilt.recomputes(), 1, "{rebuilt:?}");
 }
+
+/// Of two refinements the shorter estimate is kept (the first on a tie), with both searches'
+/// plans counted: the runtime keeps the better of the search and the greedy refinement.
+#[test]
+fn the_shorter_of_two_refinements_is_kept() {
+    let made = |ms: f64, tried: usize, budget: u64| Refined {
+        plan: SwapPlan {
+            budget,
+            ..SwapPlan::default()
+        },
+        estimate: Estimate {
+            step_ms: ms,
+            ..Estimate::default()
+        },
+        tried,
+        kept: 1,
+    };
+    let r = made(10.0, 3, 1).shorter(made(9.5, 4, 2));
+    assert_eq!((r.plan.budget, r.tried), (2, 7));
+    let r = made(9.0, 3, 1).shorter(made(9.5, 4, 2));
+    assert_eq!((r.plan.budget, r.tried), (1, 7));
+    let r = made(9.0, 1, 1).shorter(made(9.0, 1, 2));
+    assert_eq!(r.plan.budget, 1, "a tie keeps the first");
+}

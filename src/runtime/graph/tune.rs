@@ -255,7 +255,9 @@ impl RuntimeGraph {
     }
 
     /// The chosen candidate `best` (estimated `base`) refined on the timed runs' figures
-    /// (`swap_search::search`, or with `GKRT_SWAP_REFINE_SEARCH=0` `swap_refine::refine`), each change fitted to the pool as the timed candidates are;
+    /// (the better of `swap_search::search` and `swap_refine::refine`, or with
+    /// `GKRT_SWAP_REFINE_SEARCH=0` the latter alone), each change fitted to the pool as the timed
+    /// candidates are;
     /// `None` when no change shortened its estimate or `GKRT_SWAP_REFINE` is 0. The refinement
     /// judges plans on the model without waits for copy-outs whose ranges placed blocks take
     /// (`GKRT_SWAP_PLACEMENTS=1`), so `base` is estimated again that way: like with like.
@@ -318,7 +320,11 @@ impl RuntimeGraph {
                 .map(|(_, p)| p.budget)
                 .max()
                 .unwrap_or(plan.budget);
-            search(&input, *policy, plan, base, most, fits)
+            // The search's moves are not a superset of the greedy refinement's (its slack and
+            // linger steps, tried one victim at a time): of the two, the shorter estimate.
+            let searched = search(&input, *policy, plan, base, most, fits);
+            let greedy = refine(&input, *policy, plan, base, fits);
+            searched.shorter(greedy)
         } else {
             refine(&input, *policy, plan, base, fits)
         };

@@ -34,6 +34,13 @@ pub(super) const MEDIUM_R9: &str = include_str!("testdata/gpt2_medium_third_r9_h
 /// Session 14's run 2 (the interim with small tensors pinned): the timed run's last step.
 pub(super) const SMALL_S14: &str = include_str!("testdata/gpt2_small_third_s14_h200.csv");
 pub(super) const MEDIUM_S14: &str = include_str!("testdata/gpt2_medium_third_s14_h200.csv");
+/// The stored H200 cost sets, named: (name, shape, timeline).
+pub(super) const H200_SETS: [(&str, Config, &str); 4] = [
+    ("small, run 9", SMALL, SMALL_R9),
+    ("small, session 14", SMALL, SMALL_S14),
+    ("medium, run 9", MEDIUM, MEDIUM_R9),
+    ("medium, session 14", MEDIUM, MEDIUM_S14),
+];
 
 /// The shape of `config` (products recomputable, `--recompute 2`) with the node times of a
 /// timeline's last run and the link speeds its copies measured.
@@ -293,13 +300,7 @@ pub(super) fn limit_at(s: &Step, share: f64) -> u64 {
 /// the figures).
 #[test]
 fn the_runtimes_choice_on_the_h200s_costs() {
-    let sets = [
-        ("small, run 9", SMALL, SMALL_R9),
-        ("small, session 14", SMALL, SMALL_S14),
-        ("medium, run 9", MEDIUM, MEDIUM_R9),
-        ("medium, session 14", MEDIUM, MEDIUM_S14),
-    ];
-    for (name, config, csv) in sets {
+    for (name, config, csv) in H200_SETS {
         let (s, link) = on_h200_costs(config, csv);
         for (share, label) in [(1.0 / 3.0, "a third"), (0.5, "a half")] {
             let limit = limit_at(&s, share);

@@ -15,7 +15,8 @@
 //! products' outputs copied, and the model's copies, returns and waits.
 
 use super::gpt2_choice_tests::{
-    choose_as_runtime, limit_at, on_h200_costs, MEDIUM_R9, MEDIUM_S14, SMALL_R9, SMALL_S14,
+    choose_as_runtime, limit_at, on_h200_costs, H200_SETS, MEDIUM_R9, MEDIUM_S14, SMALL_R9,
+    SMALL_S14,
 };
 use super::gpt2_shape_tests::{pool_for, Step, MEDIUM, SMALL};
 use crate::device::StreamId;
@@ -40,13 +41,7 @@ use crate::plan::swap_search::search;
 /// and the planning time on this host.
 #[test]
 fn the_search_on_the_h200s_costs() {
-    let sets = [
-        ("small, run 9", SMALL, SMALL_R9),
-        ("small, session 14", SMALL, SMALL_S14),
-        ("medium, run 9", MEDIUM, MEDIUM_R9),
-        ("medium, session 14", MEDIUM, MEDIUM_S14),
-    ];
-    for (name, config, csv) in sets {
+    for (name, config, csv) in H200_SETS {
         let (s, link) = on_h200_costs(config, csv);
         let nodes: f64 = s.cost_ms.iter().sum();
         // (0.333: `run.sh gpt2swap`'s `--limit-frac`.)

@@ -277,7 +277,12 @@ pub(super) fn print_choice(what: &str, s: &Step, c: &Choice, limit: u64) {
         .map(|&(n, w)| format!("{w:.2} ms before node {n}"))
         .collect();
     println!("  largest compute waits: {}", waits.join(", "));
-    let roles: Vec<String> = by_role(s, &c.plan)
+    println!("  {}", roles_line(s, &c.plan));
+}
+
+/// `by_role` as one line: per role, tensors copied out (their bytes) and rebuilt (their time).
+pub(super) fn roles_line(s: &Step, plan: &SwapPlan) -> String {
+    let roles: Vec<String> = by_role(s, plan)
         .into_iter()
         .map(|(r, (o, b, n, ms))| {
             format!(
@@ -286,7 +291,7 @@ pub(super) fn print_choice(what: &str, s: &Step, c: &Choice, limit: u64) {
             )
         })
         .collect();
-    println!("  {}", roles.join("; "));
+    roles.join("; ")
 }
 
 /// A share of the working set of `s`.

@@ -608,22 +608,13 @@ fn explore(name: &str, s: &Step, link: Link, share: f64, layers: usize) -> (f64,
             break;
         }
     }
-    let roles: Vec<String> = super::gpt2_choice_tests::by_role(s, &plan)
-        .into_iter()
-        .map(|(r, (o, b, n, ms))| {
-            format!(
-                "{r} out {o} ({:.0} MB) rebuilt {n} ({ms:.2} ms)",
-                b as f64 / 1e6
-            )
-        })
-        .collect();
     println!(
         "  rebuilds {:.2} ms, compute waits {:.2} ms, budget {:.3}, slack {:?}; {}",
         e.compute_ms - nodes,
         e.compute_waited_ms,
         st.budget as f64 / limit as f64,
         st.slack,
-        roles.join("; ")
+        super::gpt2_choice_tests::roles_line(s, &plan)
     );
     println!(
         "{name}: best {:.3}x (refinement {:.3}x), {evals} plans in {:.1} s",

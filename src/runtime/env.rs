@@ -25,7 +25,7 @@
 //! | `GKRT_MEMORY_LIMIT` | the PyTorch entry points' runtime: cap on the device memory its pool takes, bytes with an optional suffix `K`/`M`/`G`/`T` (powers of 1024, `KiB`…`TiB` too) or a fraction of the device's memory such as `0.9` | the device's memory |
 //! | `GKRT_SWAP_TIMELINE` | a file to which every run of a swapping graph (or any dynamic-mode graph: the unconstrained baseline) appends its measured timeline (a diagnostic: such runs are timed with events) | none |
 //! | `GKRT_SWAP_REFINE` | `0` keeps a swapping graph's tuned plan as the timed runs chose it among the policies' candidates; `1`: refined move by move on the timeline model (`plan::swap_refine`; an experiment knob, to compare both in one run) | 1 |
-//! | `GKRT_SWAP_REFINE_SEARCH` | with `GKRT_SWAP_REFINE` on, `1`: the tuned plan is refined by a steepest-descent search on the timeline model (`plan::swap_search`: each round the best of every move, windows of alike tensors along the step, slacks, the budget, kept tensors held until the out-link idles; a move the pool's dry run rejects retried with finer slack); `0`: the greedy refinement (`plan::swap_refine`, before session 16). Read at the tuning | 1 |
+//! | `GKRT_SWAP_REFINE_SEARCH` | with `GKRT_SWAP_REFINE` on, `1`: the tuned plan is refined by a steepest-descent search on the timeline model (`plan::swap_search`: each round the best of every move, windows of alike tensors along the step, slacks, the budget, kept tensors held until the out-link idles; a move the pool's dry run rejects retried with finer slack), the greedy refinement run too and the shorter estimate kept; `0`: the greedy refinement alone (`plan::swap_refine`, before session 16). Read at the tuning | 1 |
 //! | `GKRT_SWAP_BUDGET_PERMILLE` | thousandths of what the memory limit leaves a graph that its swap plans may use (1..1000; an experiment knob: the rest is headroom for the pool) | 1000 |
 //! | `GKRT_SWAP_PLACEMENTS` | `1`: a swapping graph's runs take the ranges the plan's dry run placed each block in (`plan::swap_placements`), waiting for the copy-outs still reading them, and the timeline model charges those waits; `0`: the pool places every block. An experiment knob (slower on the H200: session 11, run 2). Read at finalize | 0 |
 //! | `GKRT_SWAP_RELEASE` | `1`: once a swapping graph's plan is tuned, its candidates are fitted with each copy-out's block pending until the timeline model's end of the copy (`plan::swap_release`: steady runs of the pool's dry run that map no page and never wait for the device), and its runs give those blocks back at the same steps (the compute stream waiting for the copy), so the pool places every block where the dry run did; turns `GKRT_SWAP_PLACEMENTS` off. `0`: blocks stay pending until taken (the plan fitted with copy-outs' blocks free at once). On by default since session 12 (the H200: GPT-2 medium at ⅓ 1.186 and 1.202 of its unconstrained step against 1.328 and 1.301, small no worse, the swap chain's goals still met). Read at finalize | 1 |
@@ -291,7 +291,8 @@ pub(crate) fn swap_refine() -> bool {
 }
 
 /// `GKRT_SWAP_REFINE_SEARCH`: whether the refinement is `plan::swap_search`'s steepest descent
-/// (else `plan::swap_refine`'s greedy one); on unless `0`.
+/// beside `plan::swap_refine`'s greedy one, the better kept (else the greedy one alone); on
+/// unless `0`.
 pub(crate) fn swap_refine_search() -> bool {
     flag("GKRT_SWAP_REFINE_SEARCH", true)
 }

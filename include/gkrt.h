@@ -62,9 +62,6 @@
 // Patch version of the API this header declares (see `GKRT_VERSION_MAJOR`).
 #define GKRT_VERSION_PATCH 0
 
-// The steady runs a search's plans are fitted over (`fits_pool_released_over`).
-#define SEARCH_STEADY_RUNS 8
-
 // The result of every fallible call. Values are fixed and never renumbered.
 typedef enum gkrt_status {
   // The call succeeded.

@@ -438,7 +438,7 @@ pub fn fits_pool_released_over(
 }
 
 /// The steady runs a search's plans are fitted over (`fits_pool_released_over`).
-pub const SEARCH_STEADY_RUNS: usize = 8;
+pub(crate) const SEARCH_STEADY_RUNS: usize = 8;
 
 /// The candidates a release schedule's refit keeps (`fitted_candidates_with` with the pending-aware
 /// fit: the default policy's plan first, whether it fits or not, then the other policies' plans

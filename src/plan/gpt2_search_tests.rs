@@ -27,7 +27,7 @@ use crate::plan::swap::{plan_masked, Link, Overrides, Policy, SwapPlan, Timings,
 use crate::plan::swap_fit::PoolMisfit;
 use crate::plan::swap_holds::CommHolds;
 use crate::plan::swap_model::{estimate, Estimate};
-use crate::plan::swap_refine::{refine, RefineInput};
+use crate::plan::swap_refine::{refine, RefineInput, Refined};
 use crate::plan::swap_release::{fits_pool_released_over, SEARCH_STEADY_RUNS, STEADY_RUNS};
 use crate::plan::swap_search::search;
 
@@ -55,9 +55,8 @@ fn the_search_on_the_h200s_costs() {
             let started = std::time::Instant::now();
             let searched = search(&input, c.policy, plan, base, c.available, fits);
             let took = started.elapsed().as_secs_f64() * 1e3;
-            let greedy_fits = |p: &SwapPlan| ctx.misfit_over(p, STEADY_RUNS).map_or(Ok(()), Err);
             let started = std::time::Instant::now();
-            let greedy = refine(&input, c.policy, plan, base, greedy_fits);
+            let greedy = ctx.greedy(c.policy, plan, base);
             let greedy_took = started.elapsed().as_secs_f64() * 1e3;
             println!(
                 "{name} at {share:.4}: chosen {:.3}x, greedy {:.3}x in {greedy_took:.0} ms, searched {:.3}x in {took:.0} ms ({} plans and dry runs, {} moves kept)",
@@ -295,6 +294,12 @@ impl<'a> Ctx<'a> {
     fn fits(&self, p: &SwapPlan) -> bool {
         std::env::var("GKRT_TEST_SEARCH_NOFIT").is_ok() || self.misfit(p).is_none()
     }
+    /// The greedy refinement of `plan` (estimated `base`), fitted as the runtime fits it alone
+    /// (`STEADY_RUNS` steady runs of the release dry run).
+    fn greedy(&self, policy: Policy, plan: &SwapPlan, base: &Estimate) -> Refined {
+        let fits = |p: &SwapPlan| self.misfit_over(p, STEADY_RUNS).map_or(Ok(()), Err);
+        refine(&self.input(), policy, plan, base, fits)
+    }
     /// What the release schedule's dry run over `steady` runs finds wrong with `p`.
     fn misfit_over(&self, p: &SwapPlan, steady: usize) -> Option<PoolMisfit> {
         let s = self.s;
@@ -445,8 +450,7 @@ fn explore(name: &str, s: &Step, link: Link, share: f64, layers: usize) -> (f64,
     let mut plan = ctx.plan(&st);
     assert_eq!(plan, c.unrefined.0, "the policy's plan again");
     let mut e = ctx.est(&plan);
-    let greedy_fits = |p: &SwapPlan| ctx.misfit_over(p, STEADY_RUNS).map_or(Ok(()), Err);
-    let greedy = refine(&ctx.input(), c.policy, &plan, &e, greedy_fits);
+    let greedy = ctx.greedy(c.policy, &plan, &e);
     println!(
         "{name}: chosen {:.3}x, greedy {:.3}x, searched {:.3}x ({:?}, budget {:.3})",
         e.step_ms / nodes,

@@ -30,23 +30,13 @@ fn the_table_keeps_a_running_mean_per_size_and_forgets_a_size_another_displaced(
     assert_eq!(t.expected(4096), None);
 }
 
-/// A virtual range holding a warm 4-page hole (kept from coalescing by a live page above it)
-/// and, above that, the range's last block whose first page is mapped: (pool, fake, the hole).
+/// `tail_first::hole_and_mapped_tail_by` with `TailFirst::ShortLived` (`rule`) or off.
 fn hole_and_mapped_tail(rule: bool) -> (Pool, Fake, u64) {
-    let f = Fake::virtual_memory();
-    let mut p = vpool(u64::MAX);
-    p.config.tail_first = if rule {
+    super::tail_first::hole_and_mapped_tail_by(if rule {
         TailFirst::ShortLived
     } else {
         TailFirst::Off
-    };
-    let hole = p.alloc(&f, 4 * PAGE, st(0)).unwrap();
-    let _sep = p.alloc(&f, PAGE, st(0)).unwrap();
-    let last = p.alloc(&f, PAGE, st(0)).unwrap();
-    p.free(&f, last).unwrap();
-    p.free(&f, hole).unwrap();
-    check(&p);
-    (p, f, hole)
+    })
 }
 
 /// Teaches the pool that blocks of `size` bytes live no allocation at all (freed at once).
@@ -63,15 +53,7 @@ fn a_short_lived_size_takes_the_mapped_tail_and_the_hole_stays_whole() {
     assert!((hole..hole + 4 * PAGE).contains(&first));
     p.free(&f, first).unwrap();
     teach_short(&mut p, &f, PAGE / 2);
-    let maps = f.maps();
-    let small = p.alloc(&f, PAGE / 2, st(0)).unwrap();
-    assert!(
-        small >= hole + 5 * PAGE,
-        "the short-lived request went to the range's last block, not into the hole"
-    );
-    assert_eq!(p.alloc(&f, 4 * PAGE, st(0)).unwrap(), hole);
-    assert_eq!(f.maps(), maps, "no page was mapped for either request");
-    check(&p);
+    super::tail_first::small_takes_the_tail(&mut p, &f, hole, "short-lived");
 }
 
 #[test]

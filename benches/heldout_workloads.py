@@ -155,6 +155,164 @@ def cnn_tiny_train():
     return step
 
 
+# --- session 17: six more programs, of kinds not among the traces before ---------------------------
+
+
+def detection_train():
+    """A detector's training step with images of varying shape: torchvision's Faster R-CNN
+    (MobileNetV3-Large FPN backbone, random weights), batch 4, each image 320-640 by 320-640,
+    1-8 random boxes each, SGD with momentum."""
+    import torchvision
+
+    model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_fpn(
+        weights=None, weights_backbone=None, num_classes=91, min_size=320, max_size=640
+    ).to(DEV)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    rng = random.Random(21)
+
+    def target(h, w):
+        n = rng.randint(1, 8)
+        x0 = torch.rand(n, device=DEV) * (w - 32)
+        y0 = torch.rand(n, device=DEV) * (h - 32)
+        bw = 16 + torch.rand(n, device=DEV) * (w - x0 - 16)
+        bh = 16 + torch.rand(n, device=DEV) * (h - y0 - 16)
+        boxes = torch.stack([x0, y0, x0 + bw, y0 + bh], 1)
+        return {"boxes": boxes, "labels": torch.randint(1, 91, (n,), device=DEV)}
+
+    def step(i):
+        shapes = [(rng.randint(320, 640), rng.randint(320, 640)) for _ in range(4)]
+        images = [torch.rand(3, h, w, device=DEV) for h, w in shapes]
+        losses = model(images, [target(h, w) for h, w in shapes])
+        sum(losses.values()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def whisper_train():
+    """A speech encoder-decoder's training step: Whisper-like (4 + 4 layers, width 384), batch 8,
+    30 s of 80-bin log-mel input, transcripts of 32-224 tokens varying per step, bf16 autocast,
+    AdamW."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    cfg = WhisperConfig(
+        vocab_size=51865, num_mel_bins=80, d_model=384, encoder_layers=4, decoder_layers=4,
+        encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
+        decoder_ffn_dim=1536, max_source_positions=1500, max_target_positions=448,
+    )
+    model = WhisperForConditionalGeneration(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(22)
+
+    def step(i):
+        feats = torch.randn(8, 80, 3000, device=DEV)
+        labels = torch.randint(0, 51865, (8, rng.choice([32, 64, 96, 160, 224])), device=DEV)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_features=feats, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def efficientnet_train():
+    """Many small tensors: timm's EfficientNet-B0 training step (depthwise convolutions, squeeze
+    and excitation), batch 64 at 224, channels-last, bf16 autocast, RMSprop."""
+    import timm
+
+    model = timm.create_model("efficientnet_b0", pretrained=False).to(DEV)
+    model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.RMSprop(model.parameters(), lr=1e-3)
+
+    def step(i):
+        x = torch.randn(64, 3, 224, 224, device=DEV).to(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), torch.randint(0, 1000, (64,), device=DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def mixtral_train():
+    """A sparse mixture-of-experts decoder's training step: HF Mixtral (4 layers, width 512, 8
+    experts, 2 per token: each expert's batch is what the router sends it), batch 8, sequence
+    length 128-512 varying per step, bf16 autocast, AdamW."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = MixtralConfig(
+        vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=8, num_local_experts=8,
+        num_experts_per_tok=2, max_position_embeddings=512,
+    )
+    model = MixtralForCausalLM(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(24)
+
+    def step(i):
+        ids = torch.randint(0, 32000, (8, rng.choice([128, 256, 384, 512])), device=DEV)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def segmentation_infer_sizes():
+    """A segmentation model's inference at varying batch and resolution: torchvision's
+    DeepLabV3 (MobileNetV3-Large backbone, random weights), fp16, batch 1-8, 256-768 by
+    256-768 pixels in steps of 64."""
+    import torchvision
+
+    model = torchvision.models.segmentation.deeplabv3_mobilenet_v3_large(
+        weights=None, weights_backbone=None
+    ).to(DEV).half().eval()
+    rng = random.Random(25)
+
+    def step(i):
+        h, w = 64 * rng.randint(4, 12), 64 * rng.randint(4, 12)
+        with torch.no_grad():
+            model(torch.randn(rng.randint(1, 8), 3, h, w, device=DEV, dtype=torch.half))
+
+    return step
+
+
+def bert_ckpt_train():
+    """Activation checkpointing: a 24-layer transformer encoder (width 768, 12 heads, BERT-base's
+    layer) trained as a masked LM with every layer recomputed in the backward pass
+    (torch.utils.checkpoint), batch 16, sequence length 128-512 varying per step, bf16 autocast,
+    AdamW."""
+    from torch.utils.checkpoint import checkpoint
+
+    emb = nn.Embedding(30522, 768).to(DEV)
+    layers = nn.ModuleList(
+        nn.TransformerEncoderLayer(768, 12, 3072, activation="gelu", batch_first=True)
+        for _ in range(24)
+    ).to(DEV)
+    head = nn.Linear(768, 30522).to(DEV)
+    params = list(emb.parameters()) + list(layers.parameters()) + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    rng = random.Random(26)
+
+    def step(i):
+        ids = torch.randint(0, 30522, (16, rng.choice([128, 256, 384, 512])), device=DEV)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            x = emb(ids)
+            for layer in layers:
+                x = checkpoint(layer, x, use_reentrant=False)
+            loss = F.cross_entropy(head(x).flatten(0, 1), ids.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
 HELDOUT = {
     "llama_train": (llama_train, 4),
     "t5_train": (t5_train, 4),
@@ -163,4 +321,10 @@ HELDOUT = {
     "lstm_train": (lstm_train, 6),
     "gpt2_generate_batches": (gpt2_generate_batches, 3),
     "cnn_tiny_train": (cnn_tiny_train, 20),
+    "detection_train": (detection_train, 6),
+    "whisper_train": (whisper_train, 4),
+    "efficientnet_train": (efficientnet_train, 4),
+    "mixtral_train": (mixtral_train, 4),
+    "segmentation_infer_sizes": (segmentation_infer_sizes, 12),
+    "bert_ckpt_train": (bert_ckpt_train, 4),
 }

@@ -365,7 +365,9 @@ def record(name, make, steps, out_dir, warmup=2):
         step(i)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+    # No stacks (context=None): the traces use none, and capturing them made the backward of
+    # a checkpointed model fail while recording (PyTorch 2.11, session 17).
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=2_000_000)
     start = live_blocks()
     times = []
     for i in range(steps):

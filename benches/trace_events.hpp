@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,7 +48,14 @@ static inline bool parse_trace(FILE *f, const std::string &name, Trace &t, std::
   uint64_t live = 0;
   char line[512];
   while (std::fgets(line, sizeof line, f)) {
-    if (line[0] == '#' || line[0] == '\n') continue;
+    if (line[0] == '#') {
+      // A comment (the metadata line) may be longer than the buffer: skip to its end, so its
+      // tail is not read as an event.
+      while (!std::strchr(line, '\n') && std::fgets(line, sizeof line, f)) {
+      }
+      continue;
+    }
+    if (line[0] == '\n') continue;
     char op = 0;
     unsigned long long id = 0, bytes = 0, stream = 0;
     int n = std::sscanf(line, "%c %llu %llu %llu", &op, &id, &bytes, &stream);

@@ -77,6 +77,11 @@ int main() {
                       "a 9 524288 0\n"
                       "f 8\n"
                       "f 9\n");
+  // A metadata line longer than the reader's line buffer (a long workload description) is one
+  // comment: its tail is not read as an event.
+  std::string meta = "# {\"workload\": \"" + std::string(1500, 'x') + "\", \"gpu\": \"H200\"}\n";
+  Trace described = parse("described", (meta + "a 1 4096 0\nf 1\n").c_str());
+  CHECK(described.evs.size() == 2 && described.peak_live == 4096);
   CHECK(leaky.unfreed.size() == 1 && leaky.unfreed[0].second == 50331648);
   CHECK(small.unfreed.empty());
   CHECK(small.peak_live == 3145728);

@@ -15,6 +15,19 @@ import torch.nn.functional as F
 DEV = "cuda"
 
 
+def step_on(opt, loss):
+    """Backward, an optimizer step, gradients freed: the end of every training step here."""
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def autocast_loss(model, **inputs):
+    """A Hugging Face model's loss under bf16 autocast (its backward runs outside, as usual)."""
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return model(**inputs).loss
+
+
 def llama_train():
     """A LLaMA-style decoder's training step (8 layers, width 1024, SwiGLU, RoPE), batch 8,
     sequence length varying 256-1024 per step, bf16 autocast, AdamW."""
@@ -31,11 +44,7 @@ def llama_train():
     def step(i):
         n = rng.choice([256, 384, 512, 768, 1024])
         ids = torch.randint(0, 32000, (8, n), device=DEV)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_on(opt, autocast_loss(model, input_ids=ids, labels=ids))
 
     return step
 
@@ -58,9 +67,7 @@ def t5_train():
         src = torch.randint(0, 32128, (16, s), device=DEV)
         tgt = torch.randint(0, 32128, (16, t), device=DEV)
         loss = model(input_ids=src, labels=tgt).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_on(opt, loss)
 
     return step
 
@@ -78,9 +85,7 @@ def convnext_train():
         y = torch.randint(0, 1000, (32,), device=DEV)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_on(opt, loss)
 
     return step
 
@@ -112,9 +117,7 @@ def lstm_train():
     def step(i):
         x = torch.randn(64, rng.randint(50, 200), 256, device=DEV)
         loss = F.mse_loss(head(rnn(x)[0]), x)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_on(opt, loss)
 
     return step
 
@@ -148,9 +151,7 @@ def cnn_tiny_train():
     def step(i):
         x = torch.randn(64, 1, 28, 28, device=DEV)
         loss = F.cross_entropy(model(x), torch.randint(0, 10, (64,), device=DEV))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_on(opt, loss)
 
     return step
 
@@ -209,11 +210,7 @@ def whisper_train():
     def step(i):
         feats = torch.randn(8, 80, 3000, device=DEV)
         labels = torch.randint(0, 51865, (8, rng.choice([32, 64, 96, 160, 224])), device=DEV)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_features=feats, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_on(opt, autocast_loss(model, input_features=feats, labels=labels))
 
     return step
 
@@ -231,9 +228,7 @@ def efficientnet_train():
         x = torch.randn(64, 3, 224, 224, device=DEV).to(memory_format=torch.channels_last)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = F.cross_entropy(model(x), torch.randint(0, 1000, (64,), device=DEV))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_on(opt, loss)
 
     return step
 
@@ -255,11 +250,7 @@ def mixtral_train():
 
     def step(i):
         ids = torch.randint(0, 32000, (8, rng.choice([128, 256, 384, 512])), device=DEV)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_on(opt, autocast_loss(model, input_ids=ids, labels=ids))
 
     return step
 
@@ -307,9 +298,7 @@ def bert_ckpt_train():
             for layer in layers:
                 x = checkpoint(layer, x, use_reentrant=False)
             loss = F.cross_entropy(head(x).flatten(0, 1), ids.flatten())
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step_on(opt, loss)
 
     return step
 

@@ -42,14 +42,31 @@ impl<'a> ColdSearch<'a> {
         {
             return;
         }
+        let key = (self.unmapped_at(pos), bsize, pos);
+        if self.best.is_none_or(|(k, _)| key < k) {
+            self.best = Some((key, i));
+        }
+    }
+
+    /// `offer` of a position whose pages are all mapped (known to the caller: it lies inside a
+    /// run of mapped pages), without counting them.
+    #[inline(always)]
+    pub(super) fn offer_mapped(&mut self, i: u32, pos: u64, bsize: u64) {
+        debug_assert_eq!(self.unmapped_at(pos), 0, "{pos:#x} touches unmapped pages");
+        let key = (0, bsize, pos);
+        if self.best.is_none_or(|(k, _)| key < k) {
+            self.best = Some((key, i));
+        }
+    }
+
+    /// Unmapped pages the request touches at `pos`.
+    #[inline(always)]
+    fn unmapped_at(&self, pos: u64) -> u64 {
         // The pages `[p0, p1)` the request touches there (`Pool::touched`).
         let page_mask = (1u64 << self.shift) - 1;
         let p0 = (pos - self.base) >> self.shift;
         let p1 = (pos + self.size - self.base + page_mask) >> self.shift;
-        let key = (self.pages.count_unmapped(p0, p1), bsize, pos);
-        if self.best.is_none_or(|(k, _)| key < k) {
-            self.best = Some((key, i));
-        }
+        self.pages.count_unmapped(p0, p1)
     }
 
     /// Offers both ends of block `i`.

@@ -408,6 +408,13 @@ impl Pool {
                 let mut runs = 0;
                 pages.each_run(q0, q1, true, |(p, n)| {
                     let (lo, hi) = (base + p * self.page, base + (p + n) * self.page);
+                    // A request inside the run touches only its mapped pages: no count.
+                    if lo + size <= hi {
+                        best.offer_mapped(i, lo, b.size);
+                        best.offer_mapped(i, hi - size, b.size);
+                        runs += 1;
+                        return runs < MAPPED_RUNS_TRIED;
+                    }
                     if lo + size <= hi_end {
                         best.offer(i, lo, b.size);
                     }

@@ -88,6 +88,41 @@ impl ColdSet {
         }
     }
 
+    /// Puts `new` (not in the set) in the place of `old`; false (and nothing changes) if `old`
+    /// is not there. Only the entries between the two places move, where a removal and an
+    /// insertion would each move everything after their place (a cold block carved).
+    pub(super) fn replace(&mut self, old: &ColdKey, new: ColdKey) -> bool {
+        let Some(from) = find(&self.keys, old) else {
+            return false;
+        };
+        debug_assert!(search(&self.keys, &new).is_err(), "{new:?} is in the set");
+        let rn = rank(&new);
+        if rn > rank(old) {
+            // The entries above `old` and below `new` move down one place.
+            let to = from + self.keys[from + 1..].partition_point(|k| rank(k) < rn);
+            if to - from > SHORT {
+                self.keys.copy_within(from + 1..=to, from);
+            } else {
+                for j in from..to {
+                    self.keys[j] = self.keys[j + 1];
+                }
+            }
+            self.keys[to] = new;
+        } else {
+            // The entries at or above `new` and below `old` move up one place.
+            let to = self.keys[..from].partition_point(|k| rank(k) < rn);
+            if from - to > SHORT {
+                self.keys.copy_within(to..from, to + 1);
+            } else {
+                for j in (to..from).rev() {
+                    self.keys[j + 1] = self.keys[j];
+                }
+            }
+            self.keys[to] = new;
+        }
+        true
+    }
+
     pub(super) fn contains(&self, key: &ColdKey) -> bool {
         find(&self.keys, key).is_some()
     }
@@ -145,8 +180,31 @@ mod tests {
             let key_at =
                 |size: u64, addr: u64| (size, addr, (size / 4096 * 8 + addr / 65536) as u32);
             let key = key_at(next() % 16 * 4096, next() % 8 * 65536);
-            if next() % 3 == 0 {
+            let op = next() % 4;
+            if op == 0 {
                 assert_eq!(set.remove(&key), model.remove(&key), "step {step}");
+            } else if op == 1 {
+                // Replace an entry (most often a present one) by a key not present.
+                let old = match next() % 4 {
+                    0 => key,
+                    _ => {
+                        let n = model.len().max(1);
+                        model
+                            .iter()
+                            .nth(next() as usize % n)
+                            .copied()
+                            .unwrap_or(key)
+                    }
+                };
+                let new = key_at(next() % 16 * 4096, next() % 8 * 65536);
+                if model.contains(&new) {
+                    continue;
+                }
+                let had = model.remove(&old);
+                if had {
+                    model.insert(new);
+                }
+                assert_eq!(set.replace(&old, new), had, "step {step}: replace");
             } else {
                 assert_eq!(set.insert(key), model.insert(key), "step {step}");
             }

@@ -3,8 +3,16 @@
 //! range's free blocks with unmapped pages) in an ordered set (`cold_set.rs`). Linking, unlinking, best fit.
 
 use super::block::Kind;
+use super::cold_set::ColdKey;
 use super::tlsf::{class_of, NIL};
 use super::Pool;
+
+/// A cold set entry left in place by `unlink_held`: the stream whose set holds it, and the key.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Held {
+    stream: u32,
+    key: ColdKey,
+}
 
 /// Entries of one size-class list looked at for the best fit.
 pub(super) const FIT_SCAN: usize = 32;
@@ -44,6 +52,54 @@ impl Pool {
             self.blocks[head].fprev = i;
         }
         self.streams[si].warm[kind].set_head(c, i);
+    }
+
+    /// `unlink(i)`, except that a block in its stream's cold set leaves its entry there, held
+    /// for `link_held` to reuse (one shift of the set's entries where removing and inserting
+    /// make two). Returns the held entry. Until `link_held`, nothing may read the cold set.
+    #[inline(always)]
+    pub(super) fn unlink_held(&mut self, i: u32) -> Option<Held> {
+        let b = &self.blocks[i];
+        if b.cold && !self.is_range_tail(i) {
+            let held = Held {
+                stream: b.owner,
+                key: (b.size, b.addr, i),
+            };
+            self.blocks[i].cold = false;
+            return Some(held);
+        }
+        self.unlink(i);
+        None
+    }
+
+    /// `link(i)` in place of the entry `unlink_held` left in the cold set, if any: the entry
+    /// becomes `i`'s when `i` goes into the same set, and is removed otherwise.
+    #[inline(always)]
+    pub(super) fn link_held(&mut self, i: u32, held: Option<Held>) {
+        let Some(Held { stream, key }) = held else {
+            return self.link(i);
+        };
+        let b = &self.blocks[i];
+        if b.kind == Kind::Virtual && b.unmapped > 0 && b.owner == stream && !self.is_range_tail(i)
+        {
+            let replaced = self.streams[stream as usize]
+                .cold
+                .replace(&key, (b.size, b.addr, i));
+            debug_assert!(replaced);
+            self.blocks[i].cold = true;
+            return;
+        }
+        self.drop_held(held);
+        self.link(i);
+    }
+
+    /// Removes the entry `unlink_held` left, if any.
+    #[inline(always)]
+    pub(super) fn drop_held(&mut self, held: Option<Held>) {
+        if let Some(Held { stream, key }) = held {
+            let removed = self.streams[stream as usize].cold.remove(&key);
+            debug_assert!(removed);
+        }
     }
 
     /// Takes a free block out of its list or set.

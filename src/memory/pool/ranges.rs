@@ -5,6 +5,7 @@
 use super::alias::AliasMove;
 use super::block::{Block, Kind, State};
 use super::cold_search::{ColdKey, ColdSearch};
+use super::free_index::Held;
 use super::pages::PageMap;
 use super::tlsf::NIL;
 use super::{pages32, Pool, PoolBacking, PoolError};
@@ -119,7 +120,14 @@ impl Pool {
         let Some((cand, pos, need)) = self.place_cold(si, r, rounded, first) else {
             return Ok(None);
         };
-        self.unlink(cand);
+        // With no page to map nothing reads the cold set before the carve: `cand`'s entry can
+        // wait there for a piece of it.
+        let held = if need == 0 {
+            self.unlink_held(cand)
+        } else {
+            self.unlink(cand);
+            None
+        };
         let (p0, p1) = self.touched(r, pos, rounded);
         debug_assert_eq!(need, self.pages_of(r).count_unmapped(p0, p1));
         if need > 0 {
@@ -135,14 +143,23 @@ impl Pool {
             }
         }
         let total = self.blocks[cand].unmapped as u64 - need;
-        Ok(Some(self.carve_cold(r, cand, pos, rounded, total)))
+        Ok(Some(self.carve_cold(r, cand, pos, rounded, total, held)))
     }
 
     /// Carves `[pos, pos + size)` out of the unlinked free block `cand` of range `r`, every page
     /// under it mapped, the rest of the block keeping `total` unmapped pages: the pieces around
-    /// it are linked with their counts, and the carved block (unlinked) is returned.
+    /// it are linked with their counts, and the carved block (unlinked) is returned. `held`:
+    /// `cand`'s cold set entry, left for the larger piece (`unlink_held`).
     #[inline(always)]
-    fn carve_cold(&mut self, r: u32, cand: u32, pos: u64, size: u64, total: u64) -> u32 {
+    fn carve_cold(
+        &mut self,
+        r: u32,
+        cand: u32,
+        pos: u64,
+        size: u64,
+        total: u64,
+        held: Option<Held>,
+    ) -> u32 {
         let (addr, bsize) = (self.blocks[cand].addr, self.blocks[cand].size);
         let mut block = cand;
         let mut low = None;
@@ -174,14 +191,24 @@ impl Pool {
                 let n = count(self, small);
                 self.blocks[small].unmapped = pages32(n);
                 self.blocks[big].unmapped = pages32(total - n);
-                self.link(l);
-                self.link(h);
+                // In the order `l`, `h` (the warm lists keep it); the held entry to the
+                // larger piece, the likelier to stay cold.
+                if big == l {
+                    self.link_held(l, held);
+                    self.link(h);
+                } else {
+                    self.link(l);
+                    self.link_held(h, held);
+                }
             }
             (Some(p), None) | (None, Some(p)) => {
                 self.blocks[p].unmapped = pages32(total);
-                self.link(p);
+                self.link_held(p, held);
             }
-            (None, None) => debug_assert_eq!(total, 0),
+            (None, None) => {
+                debug_assert_eq!(total, 0);
+                self.drop_held(held);
+            }
         }
         self.blocks[block].unmapped = 0;
         block
@@ -208,9 +235,9 @@ impl Pool {
             "take_cold_end differs from place_cold"
         );
         self.cold_placements += 1;
-        self.unlink(cand);
+        let held = self.unlink_held(cand);
         let total = self.blocks[cand].unmapped as u64;
-        Some(self.carve_cold(r, cand, pos, size, total))
+        Some(self.carve_cold(r, cand, pos, size, total, held))
     }
 
     /// The common cold placement in one step: no other cold block has an end that holds `size`

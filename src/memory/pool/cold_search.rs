@@ -82,6 +82,14 @@ impl<'a> ColdSearch<'a> {
         self.best.is_some_and(|((u, _, _), _)| u == 0)
     }
 
+    /// Whether the best so far needs no new page in a block smaller than `bsize` bytes: then
+    /// no position in a block of that size can win (an equal size loses on address only when
+    /// the block lies above, so it is not counted here).
+    #[inline(always)]
+    pub(super) fn beats_block(&self, bsize: u64) -> bool {
+        self.best.is_some_and(|((u, s, _), _)| u == 0 && s < bsize)
+    }
+
     /// Whether the best so far needs new pages.
     #[inline(always)]
     pub(super) fn needs_pages(&self) -> bool {

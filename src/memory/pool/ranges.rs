@@ -425,13 +425,18 @@ impl Pool {
             // inside large blocks, so mapped memory in the middle of a block is used where it
             // is rather than moved to an end (which moves pages back and forth every step on
             // a trace like GPT-2's: BENCHMARKS.md §3).
-            for i in candidates() {
+            //
+            // A position needing no page lies on mapped pages: at most one edge page on either
+            // side of a run of the block's own. So the blocks with enough mapped pages go first;
+            // once one of them gives such a position the others cannot (and larger blocks lose
+            // to it on size). Only when none does are the rest offered: every block once, and
+            // the best of all offers does not depend on their order.
+            let least = size.div_ceil(self.page);
+            // The runs of block `i` offered to `best`, if it has mapped pages inside.
+            let offer_runs = |best: &mut ColdSearch, i: u32| {
                 let b = &self.blocks[i];
-                let (q0, q1) = self.interior(r, b.addr, b.size);
-                if b.size <= size + self.page || q1.saturating_sub(q0) <= b.unmapped as u64 {
-                    continue;
-                }
                 let (lo_end, hi_end) = (b.addr, b.addr + b.size);
+                let (q0, q1) = self.interior(r, b.addr, b.size);
                 let mut runs = 0;
                 pages.each_run(q0, q1, true, |(p, n)| {
                     let (lo, hi) = (base + p * self.page, base + (p + n) * self.page);
@@ -451,7 +456,38 @@ impl Pool {
                     runs += 1;
                     runs < MAPPED_RUNS_TRIED
                 });
+            };
+            let inside = |i: u32| {
+                let b = &self.blocks[i];
+                let (q0, q1) = self.interior(r, b.addr, b.size);
+                let mapped = q1.saturating_sub(q0).saturating_sub(b.unmapped as u64);
+                (b.size > size + self.page && mapped > 0).then_some(mapped)
+            };
+            #[cfg(all(test, debug_assertions))]
+            let mut every = ColdSearch::new(pages, base, self.page, size).resume(best.best());
+            #[cfg(all(test, debug_assertions))]
+            for i in candidates() {
+                if inside(i).is_some() {
+                    offer_runs(&mut every, i);
+                }
             }
+            for holds in [true, false] {
+                for i in candidates() {
+                    let Some(mapped) = inside(i) else {
+                        continue;
+                    };
+                    let may_hold = mapped + 2 >= least;
+                    if may_hold == holds && !best.beats_block(self.blocks[i].size) {
+                        offer_runs(&mut best, i);
+                    }
+                }
+                if best.needs_no_page() {
+                    break;
+                }
+            }
+            // Unit tests hold the two rounds to one round over every block.
+            #[cfg(all(test, debug_assertions))]
+            assert_eq!(best.best(), every.best(), "the rounds changed the choice");
         }
         best.chosen()
     }

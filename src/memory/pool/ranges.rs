@@ -432,11 +432,10 @@ impl Pool {
             // to it on size). Only when none does are the rest offered: every block once, and
             // the best of all offers does not depend on their order.
             let least = size.div_ceil(self.page);
-            // The runs of block `i` offered to `best`, if it has mapped pages inside.
-            let offer_runs = |best: &mut ColdSearch, i: u32| {
+            // The runs of mapped pages `[q0, q1)` of block `i` offered to `best`.
+            let offer_runs = |best: &mut ColdSearch, i: u32, (q0, q1): (u64, u64)| {
                 let b = &self.blocks[i];
                 let (lo_end, hi_end) = (b.addr, b.addr + b.size);
-                let (q0, q1) = self.interior(r, b.addr, b.size);
                 let mut runs = 0;
                 pages.each_run(q0, q1, true, |(p, n)| {
                     let (lo, hi) = (base + p * self.page, base + (p + n) * self.page);
@@ -457,28 +456,30 @@ impl Pool {
                     runs < MAPPED_RUNS_TRIED
                 });
             };
+            // Block `i`'s interior pages and how many of them are mapped, if it is large enough
+            // and any is.
             let inside = |i: u32| {
                 let b = &self.blocks[i];
                 let (q0, q1) = self.interior(r, b.addr, b.size);
                 let mapped = q1.saturating_sub(q0).saturating_sub(b.unmapped as u64);
-                (b.size > size + self.page && mapped > 0).then_some(mapped)
+                (b.size > size + self.page && mapped > 0).then_some(((q0, q1), mapped))
             };
             #[cfg(all(test, debug_assertions))]
             let mut every = ColdSearch::new(pages, base, self.page, size).resume(best.best());
             #[cfg(all(test, debug_assertions))]
             for i in candidates() {
-                if inside(i).is_some() {
-                    offer_runs(&mut every, i);
+                if let Some((q, _)) = inside(i) {
+                    offer_runs(&mut every, i, q);
                 }
             }
             for holds in [true, false] {
                 for i in candidates() {
-                    let Some(mapped) = inside(i) else {
+                    let Some((q, mapped)) = inside(i) else {
                         continue;
                     };
                     let may_hold = mapped + 2 >= least;
                     if may_hold == holds && !best.beats_block(self.blocks[i].size) {
-                        offer_runs(&mut best, i);
+                        offer_runs(&mut best, i, q);
                     }
                 }
                 if best.needs_no_page() {

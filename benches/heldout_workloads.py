@@ -6,6 +6,7 @@ step(i), which runs one iteration.
 
     python3 record_traces.py OUT_DIR --heldout [--only NAME,...]
 """
+import math
 import random
 
 import torch
@@ -302,6 +303,221 @@ def bert_ckpt_train():
 
     return step
 
+
+# --- session 19: six more, of kinds the traces above do not hold ----------------------------------
+
+
+def opt_beam_generate():
+    """Beam search: an OPT-like decoder (12 layers, width 768) generating with 4 beams, whose key/value
+    cache is reordered by beam every token, batch 1-8, prompts of 32-160 tokens, 32 new tokens, fp16."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    cfg = OPTConfig(
+        vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
+        num_attention_heads=12, max_position_embeddings=2048, word_embed_proj_dim=768,
+    )
+    model = OPTForCausalLM(cfg).to(DEV).half().eval()
+    rng = random.Random(31)
+
+    def step(i):
+        ids = torch.randint(4, 50272, (rng.randint(1, 8), rng.randint(32, 160)), device=DEV)
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=32, min_new_tokens=32, num_beams=4, do_sample=False,
+                           early_stopping=False, pad_token_id=1)
+
+    return step
+
+
+class _ResBlock(nn.Module):
+    """A diffusion UNet's residual block: group norm, SiLU, 3x3 convolutions, the timestep added."""
+
+    def __init__(self, cin, cout, tdim):
+        super().__init__()
+        self.n1, self.c1 = nn.GroupNorm(32, cin), nn.Conv2d(cin, cout, 3, padding=1)
+        self.t = nn.Linear(tdim, cout)
+        self.n2, self.c2 = nn.GroupNorm(32, cout), nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x, t):
+        h = self.c1(F.silu(self.n1(x))) + self.t(t)[:, :, None, None]
+        return self.skip(x) + self.c2(F.silu(self.n2(h)))
+
+
+class _Attn(nn.Module):
+    """Self-attention over a feature map's positions (the UNet's lower resolutions)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.n, self.a = nn.GroupNorm(32, c), nn.MultiheadAttention(c, 8, batch_first=True)
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        s = self.n(x).flatten(2).transpose(1, 2)
+        return x + self.a(s, s, s, need_weights=False)[0].transpose(1, 2).reshape(b, c, h, w)
+
+
+class _UNet(nn.Module):
+    """A latent-diffusion UNet (channels 128-256-512, attention at the two lower levels)."""
+
+    def __init__(self, ch=(128, 256, 512), tdim=512):
+        super().__init__()
+        self.tdim = tdim
+        self.temb = nn.Sequential(nn.Linear(tdim, tdim), nn.SiLU(), nn.Linear(tdim, tdim))
+        self.inp = nn.Conv2d(4, ch[0], 3, padding=1)
+        self.down, self.up, cin, skips = nn.ModuleList(), nn.ModuleList(), ch[0], []
+        for i, c in enumerate(ch):
+            self.down.append(nn.ModuleList([_ResBlock(cin, c, tdim), _Attn(c) if i else nn.Identity()]))
+            skips.append(c)
+            cin = c
+        self.mid = _ResBlock(cin, cin, tdim)
+        for i, c in reversed(list(enumerate(ch))):
+            self.up.append(nn.ModuleList([_ResBlock(cin + skips[i], c, tdim), _Attn(c) if i else nn.Identity()]))
+            cin = c
+        self.out = nn.Sequential(nn.GroupNorm(32, cin), nn.SiLU(), nn.Conv2d(cin, 4, 3, padding=1))
+
+    def forward(self, x, t):
+        half = self.tdim // 2
+        f = torch.exp(-math.log(10000) * torch.arange(half, device=x.device) / half)
+        e = t[:, None].float() * f[None]
+        temb = self.temb(torch.cat([e.sin(), e.cos()], 1).to(x.dtype))
+        h, hs = self.inp(x), []
+        for i, (res, attn) in enumerate(self.down):
+            h = attn(res(h, temb))
+            hs.append(h)
+            if i < len(self.down) - 1:
+                h = F.avg_pool2d(h, 2)
+        h = self.mid(h, temb)
+        for i, (res, attn) in enumerate(self.up):
+            h = attn(res(torch.cat([h, hs.pop()], 1), temb))
+            if i < len(self.up) - 1:
+                h = F.interpolate(h, scale_factor=2.0, mode="nearest")
+        return self.out(h)
+
+
+def diffusion_unet_infer():
+    """A diffusion model's sampling loop: a latent UNet (channels 128-512, attention at the lower
+    levels) run 10 denoising steps with classifier-free guidance (the batch doubled), latents of
+    32-96 by 32-96 in steps of 16, batch 1-4, fp16."""
+    model = _UNet().to(DEV).half().eval()
+    rng = random.Random(32)
+
+    def step(i):
+        b, h, w = rng.randint(1, 4), 16 * rng.randint(2, 6), 16 * rng.randint(2, 6)
+        x = torch.randn(b, 4, h, w, device=DEV, dtype=torch.half)
+        with torch.no_grad():
+            for t in range(10, 0, -1):
+                eps = model(torch.cat([x, x]), torch.full((2 * b,), t * 100, device=DEV))
+                cond, unc = eps.chunk(2)
+                x = x - 0.1 * (unc + 7.5 * (cond - unc))
+
+    return step
+
+
+def vit_accum_train():
+    """Gradient accumulation: timm's ViT-Small trained on 4 micro-batches of 32 at 224 per
+    optimizer step (the gradients live across them), bf16 autocast, AdamW."""
+    import timm
+
+    model = timm.create_model("vit_small_patch16_224", pretrained=False).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(i):
+        for _ in range(4):
+            x = torch.randn(32, 3, 224, 224, device=DEV)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x), torch.randint(0, 1000, (32,), device=DEV)) / 4
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def roberta_infer_varlen():
+    """An encoder serving requests: HF RoBERTa-base-like (12 layers, width 768) inference on
+    batches of 1-64 padded to their longest sequence, 16-512 tokens, fp16."""
+    from transformers import RobertaConfig, RobertaModel
+
+    model = RobertaModel(RobertaConfig(max_position_embeddings=514)).to(DEV).half().eval()
+    rng = random.Random(34)
+
+    def step(i):
+        b, n = rng.randint(1, 64), rng.randint(16, 512)
+        ids = torch.randint(3, 50265, (b, n), device=DEV)
+        mask = (torch.arange(n, device=DEV)[None] < torch.randint(1, n + 1, (b, 1), device=DEV)).long()
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+
+    return step
+
+
+class _LoRA(nn.Module):
+    """A frozen linear layer with a trained low-rank update (rank 16)."""
+
+    def __init__(self, base, r=16):
+        super().__init__()
+        self.base = base
+        self.a = nn.Parameter(torch.randn(r, base.in_features, device=DEV) / r)
+        self.b = nn.Parameter(torch.zeros(base.out_features, r, device=DEV))
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.a.t()) @ self.b.t()
+
+
+def lora_finetune():
+    """Parameter-efficient fine-tuning: a GPT-2-medium-like decoder (24 layers, width 1024) frozen,
+    rank-16 adapters on every layer's attention and MLP projections trained, batch 4, sequence
+    length 256-1024 varying per step, bf16 autocast, AdamW over the adapters only."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_embd=1024, n_layer=24, n_head=16)
+    model = GPT2LMHeadModel(cfg).to(DEV)
+    model.requires_grad_(False)
+    for blk in model.transformer.h:
+        # GPT-2's projections are Conv1D (weight in x out); the adapters wrap an equivalent Linear.
+        for name in ("c_attn", "c_proj"):
+            conv = getattr(blk.attn, name)
+            lin = nn.Linear(conv.weight.shape[0], conv.weight.shape[1]).to(DEV).requires_grad_(False)
+            setattr(blk.attn, name, _LoRA(lin))
+        conv = blk.mlp.c_fc
+        lin = nn.Linear(conv.weight.shape[0], conv.weight.shape[1]).to(DEV).requires_grad_(False)
+        blk.mlp.c_fc = _LoRA(lin)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    rng = random.Random(35)
+
+    def step(i):
+        ids = torch.randint(0, 50257, (4, rng.choice([256, 512, 768, 1024])), device=DEV)
+        step_on(opt, autocast_loss(model, input_ids=ids, labels=ids))
+
+    return step
+
+
+def dlrm_train():
+    """A recommendation model's training step: 8 embedding tables of 400k rows by 64 (dense
+    gradients the size of each table, made and freed every step), a bottom and a top MLP, feature
+    interactions by dot products, batch 2048-8192 varying, Adagrad."""
+    tables = nn.ModuleList(nn.EmbeddingBag(400_000, 64, mode="sum") for _ in range(8)).to(DEV)
+    bottom = nn.Sequential(nn.Linear(13, 512), nn.ReLU(), nn.Linear(512, 64), nn.ReLU()).to(DEV)
+    top = nn.Sequential(nn.Linear(64 + 36, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(),
+                        nn.Linear(512, 1)).to(DEV)
+    params = list(tables.parameters()) + list(bottom.parameters()) + list(top.parameters())
+    opt = torch.optim.Adagrad(params, lr=1e-2)
+    rng = random.Random(36)
+
+    def step(i):
+        b = rng.choice([2048, 4096, 6144, 8192])
+        dense = bottom(torch.randn(b, 13, device=DEV))
+        feats = [dense] + [t(torch.randint(0, 400_000, (b, 20), device=DEV)) for t in tables]
+        z = torch.stack(feats, 1)
+        inter = torch.bmm(z, z.transpose(1, 2))
+        iu = torch.triu_indices(9, 9, 1, device=DEV)
+        x = torch.cat([dense, inter[:, iu[0], iu[1]]], 1)
+        loss = F.binary_cross_entropy_with_logits(top(x).squeeze(1), torch.rand(b, device=DEV))
+        step_on(opt, loss)
+
+    return step
+
+
 HELDOUT = {
     "llama_train": (llama_train, 4),
     "t5_train": (t5_train, 4),
@@ -316,4 +532,10 @@ HELDOUT = {
     "mixtral_train": (mixtral_train, 4),
     "segmentation_infer_sizes": (segmentation_infer_sizes, 12),
     "bert_ckpt_train": (bert_ckpt_train, 4),
+    "opt_beam_generate": (opt_beam_generate, 3),
+    "diffusion_unet_infer": (diffusion_unet_infer, 6),
+    "vit_accum_train": (vit_accum_train, 4),
+    "roberta_infer_varlen": (roberta_infer_varlen, 16),
+    "lora_finetune": (lora_finetune, 4),
+    "dlrm_train": (dlrm_train, 8),
 }

@@ -29,6 +29,17 @@ def autocast_loss(model, **inputs):
         return model(**inputs).loss
 
 
+def causal_lm_step(model, opt, rng, vocab, batch, lengths):
+    """step(i) training `model` as a causal LM on random ids: `batch` rows, of a length drawn
+    from `lengths` each step (by `rng`), under bf16 autocast."""
+
+    def step(i):
+        ids = torch.randint(0, vocab, (batch, rng.choice(lengths)), device=DEV)
+        step_on(opt, autocast_loss(model, input_ids=ids, labels=ids))
+
+    return step
+
+
 def llama_train():
     """A LLaMA-style decoder's training step (8 layers, width 1024, SwiGLU, RoPE), batch 8,
     sequence length varying 256-1024 per step, bf16 autocast, AdamW."""
@@ -40,14 +51,7 @@ def llama_train():
     )
     model = LlamaForCausalLM(cfg).to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rng = random.Random(11)
-
-    def step(i):
-        n = rng.choice([256, 384, 512, 768, 1024])
-        ids = torch.randint(0, 32000, (8, n), device=DEV)
-        step_on(opt, autocast_loss(model, input_ids=ids, labels=ids))
-
-    return step
+    return causal_lm_step(model, opt, random.Random(11), 32000, 8, [256, 384, 512, 768, 1024])
 
 
 def t5_train():
@@ -247,13 +251,7 @@ def mixtral_train():
     )
     model = MixtralForCausalLM(cfg).to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rng = random.Random(24)
-
-    def step(i):
-        ids = torch.randint(0, 32000, (8, rng.choice([128, 256, 384, 512])), device=DEV)
-        step_on(opt, autocast_loss(model, input_ids=ids, labels=ids))
-
-    return step
+    return causal_lm_step(model, opt, random.Random(24), 32000, 8, [128, 256, 384, 512])
 
 
 def segmentation_infer_sizes():
@@ -483,13 +481,7 @@ def lora_finetune():
         lin = nn.Linear(conv.weight.shape[0], conv.weight.shape[1]).to(DEV).requires_grad_(False)
         blk.mlp.c_fc = _LoRA(lin)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    rng = random.Random(35)
-
-    def step(i):
-        ids = torch.randint(0, 50257, (4, rng.choice([256, 512, 768, 1024])), device=DEV)
-        step_on(opt, autocast_loss(model, input_ids=ids, labels=ids))
-
-    return step
+    return causal_lm_step(model, opt, random.Random(35), 50257, 4, [256, 512, 768, 1024])
 
 
 def dlrm_train():

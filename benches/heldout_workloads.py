@@ -472,14 +472,12 @@ def lora_finetune():
     model = GPT2LMHeadModel(cfg).to(DEV)
     model.requires_grad_(False)
     for blk in model.transformer.h:
-        # GPT-2's projections are Conv1D (weight in x out); the adapters wrap an equivalent Linear.
-        for name in ("c_attn", "c_proj"):
-            conv = getattr(blk.attn, name)
-            lin = nn.Linear(conv.weight.shape[0], conv.weight.shape[1]).to(DEV).requires_grad_(False)
-            setattr(blk.attn, name, _LoRA(lin))
-        conv = blk.mlp.c_fc
-        lin = nn.Linear(conv.weight.shape[0], conv.weight.shape[1]).to(DEV).requires_grad_(False)
-        blk.mlp.c_fc = _LoRA(lin)
+        # GPT-2's projections are Conv1D (weight in x out): each is replaced by a frozen Linear of
+        # the same shape (random weights, as everywhere here) under an adapter.
+        for mod, name in ((blk.attn, "c_attn"), (blk.attn, "c_proj"), (blk.mlp, "c_fc")):
+            fan_in, fan_out = getattr(mod, name).weight.shape
+            lin = nn.Linear(fan_in, fan_out).to(DEV).requires_grad_(False)
+            setattr(mod, name, _LoRA(lin))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     return causal_lm_step(model, opt, random.Random(35), 50257, 4, [256, 512, 768, 1024])
 

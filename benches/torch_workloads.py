@@ -20,6 +20,11 @@ those; and over the pairs the median and a distribution-free 95% interval.
 
     python3 torch_workloads.py --model gpt2 --lockstep 8 [--steps 100] [--warmup 5]
 
+--model heldout:NAME runs a program of benches/heldout_workloads.py instead (built in each child
+after its allocator is installed, seeded as record_traces.py seeds it, step(i) called with i = 0,
+1, ...: both sides run the same shapes turn by turn); `run.sh heldlock` runs every one of them.
+Each process's figures include every timed step (steps_ms), for how a run changes over its steps.
+
 The allocation sequence of a run (--record-trace PATH.trace.gz): the same program on PyTorch's
 allocator, recorded from before the model moves to the GPU, for replay by benches/trace_replay
 and the pool's host replay (the lockstep's peak is set in its first steps).
@@ -70,8 +75,20 @@ def gkrt_stats(lib):
     return s
 
 
+HELDOUT_PREFIX = "heldout:"
+
+
+def heldout_name(model):
+    """The held-out program a `--model heldout:NAME` names (benches/heldout_workloads.py), or
+    None for gpt2 / resnet50."""
+    return model[len(HELDOUT_PREFIX):] if model.startswith(HELDOUT_PREFIX) else None
+
+
 def build_on_host(model, torch):
-    """The model with its random weights, on the host (no CUDA yet)."""
+    """The model with its random weights, on the host (no CUDA yet). A held-out program builds
+    itself on the GPU, so nothing here (`make_step` builds it, after the allocator is in place)."""
+    if heldout_name(model):
+        return None
     torch.manual_seed(0)
     if model == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -83,7 +100,16 @@ def build_on_host(model, torch):
 
 
 def make_step(model, m, torch):
-    """Moves the model to the GPU and returns one training step."""
+    """Moves the model to the GPU and returns one training step. A held-out program is built
+    here, seeded as benches/record_traces.py seeds it, and its step(i) called with i = 0, 1, ...:
+    both sides of a lockstep run the same sequence of shapes, turn by turn."""
+    name = heldout_name(model)
+    if name:
+        from heldout_workloads import HELDOUT
+
+        torch.manual_seed(0)
+        step_i, count = HELDOUT[name][0](), iter(range(1 << 62))
+        return lambda: step_i(next(count))
     dev = "cuda"
     m = m.to(dev)
     torch.manual_seed(1)
@@ -195,6 +221,9 @@ class Trainer:
             "cpu_ms": statistics.median(cpu),
             "process_cpu_ms": statistics.median(process_cpu),
             "steps": len(times),
+            # Every timed step in order (ms): how a run's steps change over it (warming up,
+            # page moves that stop), which the medians above do not show.
+            "steps_ms": [round(w, 3) for w in wall],
         }
         if self.lib is not None:
             s = gkrt_stats(self.lib)
@@ -529,7 +558,7 @@ def report(paths):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["gpt2", "resnet50"])
+    ap.add_argument("--model", help="gpt2, resnet50, or heldout:NAME (a program of benches/heldout_workloads.py)")
     ap.add_argument("--report", nargs="+", metavar="JSONL", help="print the table of saved --lockstep outputs")
     ap.add_argument("--alloc", help="one run on this allocator (torch, gkrt, ...: see install_allocator)")
     ap.add_argument("--base", default="torch", help="--lockstep / --pairs: the allocator compared against")
@@ -554,6 +583,15 @@ def main():
         return
     if not a.model:
         ap.error("--model is required")
+    if a.model not in ("gpt2", "resnet50") and not heldout_name(a.model):
+        ap.error(f"--model {a.model}: not gpt2, resnet50 or heldout:NAME")
+    if heldout_name(a.model):
+        from heldout_workloads import HELDOUT
+
+        if heldout_name(a.model) not in HELDOUT:
+            ap.error(f"--model {a.model}: no such held-out program ({', '.join(HELDOUT)})")
+        if a.record_trace:
+            ap.error("--record-trace: held-out programs are recorded by benches/record_traces.py --heldout")
     if a.cpus:
         os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})  # children inherit it
     import torch

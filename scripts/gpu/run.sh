@@ -22,6 +22,10 @@
 #           first each run's whole allocation sequence recorded to $OUT/workload_traces/ (the
 #           pool mode, when given after it, replays those too); WORKLOAD_GPT2_VARIANTS="SPEC ..."
 #           adds a GPT-2 lockstep per gkrt configuration (e.g. gkrt:GKRT_POOL_RECYCLE_TIME_PERMILLE=1000)
+#   heldlock  each held-out program (benches/heldout_workloads.py) in PyTorch on each allocator, in
+#           lockstep as in workloads: HELDLOCK_PAIRS (1) pairs of processes, HELDLOCK_STEPS (12)
+#           steps after HELDLOCK_WARMUP (3), HELDLOCK_ONLY=a,b for some; $OUT/heldlock/NAME.jsonl
+#           and one table, $OUT/heldlock.md (step ratio gkrt / PyTorch, peak reserved of each)
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
 #   hostint gkrt inside a host program (benches/host_integration.c): eager launches against a
 #           cuLaunchKernel loop, asynchronous against synchronous runs, the cost of rebinding a
@@ -340,6 +344,23 @@ find_compute_sanitizer() {
     if [ -n "$c" ] && [ -x "$c" ]; then echo "$c"; return 0; fi
   done
   return 1
+}
+
+# The held-out programs on each allocator in lockstep (the lockstep goal on programs the pool was
+# not tuned on). One program failing (its error is in heldlock.err) does not stop the others.
+run_heldlock() {
+  local names n
+  names=${HELDLOCK_ONLY:-$(cd benches && python3 -c 'from heldout_workloads import HELDOUT; print(",".join(HELDOUT))')}
+  mkdir -p "$OUT/heldlock"
+  export PYTHONUNBUFFERED=1
+  for n in ${names//,/ }; do
+    echo "heldlock: $n" >>"$OUT/heldlock.err"
+    timeout "${HELDLOCK_TIMEOUT:-180}" python3 benches/torch_workloads.py --lib .gpu/lib/libgkrt.so --cpus 4,5 \
+      --model "heldout:$n" --lockstep "${HELDLOCK_PAIRS:-1}" --steps "${HELDLOCK_STEPS:-12}" \
+      --warmup "${HELDLOCK_WARMUP:-3}" >"$OUT/heldlock/$n.jsonl" 2>>"$OUT/heldlock.err" \
+      || echo "heldlock: $n exited with $?" >>"$OUT/heldlock.err"
+  done
+  python3 benches/torch_workloads.py --report "$OUT"/heldlock/*.jsonl | tee "$OUT/heldlock.md"
 }
 
 # One program under one tool: writes "<exit status> <errors, or - without a summary line>
@@ -740,6 +761,7 @@ for w in "${what[@]}"; do
     swap) run_swap ;;
     workloads) run_workloads ;;
     heldout) run_heldout ;;
+    heldlock) run_heldlock ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
     hostint) run_hostint ;;
@@ -751,7 +773,7 @@ for w in "${what[@]}"; do
     nccl) run_nccl ;;
     dp) run_dp ;;
     mgpu) source scripts/gpu/mgpu.sh && run_mgpu ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, poolab, workloads, heldout, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, poolab, workloads, heldout, heldlock, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

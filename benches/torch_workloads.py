@@ -42,6 +42,7 @@ same for unchanged programs); its statistics come from gkrt_torch_runtime + gkrt
 """
 import argparse
 import ctypes
+import itertools
 import json
 import math
 import os
@@ -108,7 +109,7 @@ def make_step(model, m, torch):
         from heldout_workloads import HELDOUT
 
         torch.manual_seed(0)
-        step_i, count = HELDOUT[name][0](), iter(range(1 << 62))
+        step_i, count = HELDOUT[name][0](), itertools.count()
         return lambda: step_i(next(count))
     dev = "cuda"
     m = m.to(dev)

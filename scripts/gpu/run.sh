@@ -24,7 +24,8 @@
 #           adds a GPT-2 lockstep per gkrt configuration (e.g. gkrt:GKRT_POOL_RECYCLE_TIME_PERMILLE=1000)
 #   heldlock  each held-out program (benches/heldout_workloads.py) in PyTorch on each allocator, in
 #           lockstep as in workloads: HELDLOCK_PAIRS (1) pairs of processes, HELDLOCK_STEPS (12)
-#           steps after HELDLOCK_WARMUP (3), HELDLOCK_ONLY=a,b for some; $OUT/heldlock/NAME.jsonl
+#           steps after HELDLOCK_WARMUP (3), HELDLOCK_ONLY=a,b for some, HELDLOCK_TIMEOUT (180) s
+#           a program; $OUT/heldlock/NAME.jsonl
 #           and one table, $OUT/heldlock.md (step ratio gkrt / PyTorch, peak reserved of each)
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
 #   hostint gkrt inside a host program (benches/host_integration.c): eager launches against a

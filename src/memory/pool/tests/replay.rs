@@ -160,6 +160,10 @@ struct CostModel {
     /// Time before every event (`GKRT_REPLAY_WORK_NS`, default 0): a program's compute between
     /// its calls, as in the PyTorch lockstep runs (`benches/traces/*_run_train`).
     work_ns: u64,
+    /// Time between the pool's first memory (the warm-up allocation) and the trace's first
+    /// event (`GKRT_REPLAY_START_NS`, default 0): a program's start-up, which the move budget's
+    /// lifetime share counts.
+    start_ns: u64,
 }
 
 impl CostModel {
@@ -175,6 +179,7 @@ impl CostModel {
             alloc_ns: var("GKRT_REPLAY_ALLOC_US", ALLOC_US) * 1000,
             gap_ns: var("GKRT_REPLAY_GAP_NS", GAP_NS),
             work_ns: var("GKRT_REPLAY_WORK_NS", 0),
+            start_ns: var("GKRT_REPLAY_START_NS", 0),
         }
     }
 
@@ -262,14 +267,7 @@ fn replay_with(
     });
     let warm = p.alloc(&b, 256, st(other)).unwrap();
     p.free(&b, warm).unwrap();
-    // GKRT_REPLAY_START_NS: time passing between the pool's first memory and the trace's first
-    // event, as a program's start-up (model built, data loaded) passes before its first step.
-    if let Some(ns) = std::env::var("GKRT_REPLAY_START_NS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        b.advance(ns);
-    }
+    b.advance(cost.start_ns);
     let n = evs.len();
     let mut addr = vec![0u64; n];
     let mut stream = vec![0u32; n];
@@ -586,6 +584,7 @@ fn the_cost_model_charges_each_physical_allocation_and_the_gap() {
         alloc_ns: 46_000,
         gap_ns: 1_600,
         work_ns: 0,
+        start_ns: 0,
     };
     assert_eq!(cost.driver_ns(2, 9), 2 * 5_000 + 9 * 46_000);
     // The fake's clock: one call mapping four allocations, one unmapping one, then a gap.
@@ -621,6 +620,7 @@ fn bert_train_at_h200_pace() -> (Vec<Ev>, Vec<u32>, CostModel) {
         alloc_ns: ALLOC_US * 1000,
         gap_ns: 8000,
         work_ns: 400,
+        start_ns: 0,
     };
     (evs, unfreed, cost)
 }
@@ -708,6 +708,7 @@ fn trace_at_pace(name: &str, fast: bool) -> (Vec<Ev>, Vec<u32>, CostModel) {
         alloc_ns: ALLOC_US * 1000,
         gap_ns,
         work_ns,
+        start_ns: 0,
     };
     (evs, unfreed, cost)
 }

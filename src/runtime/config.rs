@@ -43,9 +43,10 @@ pub struct Config {
     /// Whether the pool may wait for the device to finish queued work so that free pages can
     /// move where a large request needs them (`PoolConfig::recycle_waits`), rather than map
     /// new ones. Off by default (graph runtimes never stall their own queue for it); on for the
-    /// PyTorch entry points, where the pool's placement leaves no page to move once a training
-    /// loop is warm, so the waits come only while it warms up and buy a lower peak (GPT-2:
-    /// BENCHMARKS.md §3, "What each change did").
+    /// PyTorch entry points, where they keep GPT-2's peak reserved under PyTorch's own
+    /// allocator's (two waits, in its first steps; without them one run in two went over:
+    /// BENCHMARKS.md §3, sessions 3 and 21). A loop whose shapes change every step keeps
+    /// waiting now and then, within the move budget (lstm_train: 10 waits in 15 steps).
     /// `GKRT_POOL_RECYCLE_WAIT=1|0` overrides.
     pub pool_recycle_waits: bool,
     /// Host backend only: random delay (µs) before each queued item.

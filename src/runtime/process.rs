@@ -55,8 +55,8 @@ fn create_process_runtime(ordinal: u32) -> Shared {
     let config = Config {
         device_ordinal: ordinal,
         log_level: level,
-        // PyTorch's allocation stream is where fragmentation bites (BENCHMARKS.md §3); a
-        // training loop needs page moves only while it warms up, so they may wait for the device.
+        // PyTorch's allocation stream is where fragmentation bites (BENCHMARKS.md §3): page
+        // moves may wait for the device there, which keeps GPT-2 under PyTorch's peak.
         pool_virtual_memory: Some(true),
         pool_recycle_waits: true,
         ..Config::default()

@@ -584,12 +584,13 @@ def main():
         return
     if not a.model:
         ap.error("--model is required")
-    if a.model not in ("gpt2", "resnet50") and not heldout_name(a.model):
+    name = heldout_name(a.model)
+    if a.model not in ("gpt2", "resnet50") and not name:
         ap.error(f"--model {a.model}: not gpt2, resnet50 or heldout:NAME")
-    if heldout_name(a.model):
+    if name:
         from heldout_workloads import HELDOUT
 
-        if heldout_name(a.model) not in HELDOUT:
+        if name not in HELDOUT:
             ap.error(f"--model {a.model}: no such held-out program ({', '.join(HELDOUT)})")
         if a.record_trace:
             ap.error("--record-trace: held-out programs are recorded by benches/record_traces.py --heldout")

@@ -4,7 +4,9 @@
 //! `capi` → `runtime` → `exec` → `plan` → `graph` → `memory` → `device` → `kernels` → `error`.
 //!
 //! `error` (the crate's `Error`/`Result`, re-exported as `runtime::{Error, Result}`) imports
-//! nothing and every layer may use it. `kernels` describes what a node runs (built-in ops,
+//! nothing and every layer may use it; so does `arena`, the offline arena planner (buffers with
+//! lifetimes given offsets), which `plan` uses for planned mode and `memory` for the pool's
+//! epoch plans. `kernels` describes what a node runs (built-in ops,
 //! launch dimensions, function ids, the callback ABI, the built-ins' CPU arithmetic);
 //! `device` implements it, and `device::open` is the one place a backend is chosen. A layer
 //! may skip layers downward (`exec` names `device` streams), never import upward.
@@ -18,6 +20,7 @@
 //! Every other layer is `pub(crate)`: an implementation detail, free to change.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub(crate) mod arena;
 pub mod capi;
 pub(crate) mod device;
 pub(crate) mod error;
@@ -32,7 +35,7 @@ pub mod runtime;
 /// from CSV, solved greedily or by a time-limited search, checked, and bounded from below.
 /// The runtime uses it at finalize in planned mode; `gkrt-plans` runs it on instance files.
 pub mod planner {
-    pub use crate::plan::arena::{
+    pub use crate::arena::{
         check_placement, lower_bound, parse_csv, plan_greedy, plan_search, ArenaProblem, BufferSpec,
     };
 }

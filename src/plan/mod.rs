@@ -1,8 +1,7 @@
-//! Planning: fixed arena offsets for planned mode (`arena` is the general planner; this module
-//! turns a finalized graph into its problem and back), the swap plan and its timeline model, and
-//! the step program (`program`) that a run executes, compiled from all of them.
+//! Planning: fixed arena offsets for planned mode (`crate::arena` is the general planner; this
+//! module turns a finalized graph into its problem and back), the swap plan and its timeline
+//! model, and the step program (`program`) that a run executes, compiled from all of them.
 
-pub mod arena;
 pub mod min_limit;
 pub mod program;
 pub mod swap;
@@ -35,9 +34,9 @@ mod test_graph;
 #[cfg(test)]
 mod test_vmm;
 
+use crate::arena::{self, ArenaProblem, BufferSpec};
 use crate::graph::liveness::round_up;
 use crate::graph::{Graph, TensorKind};
-use arena::{ArenaProblem, BufferSpec};
 use std::time::Duration;
 
 /// Where every transient buffer of a graph lives inside one arena.

@@ -18,6 +18,7 @@
 //! | `GKRT_POOL_SHORT_LIVED_TAIL` | `PoolConfig::tail_first`, 0 or 1 (1: `TailFirst::ShortLived`, over `GKRT_POOL_TAIL_PREFIX_FIRST`): as `GKRT_POOL_TAIL_PREFIX_FIRST`, only for requests whose size the pool has seen live fewer allocations than there are live blocks (placement by lifetime; an experiment knob) | 0 |
 //! | `GKRT_POOL_MAJORITY_MOVES` | `PoolConfig::recycle_majority_moves`, 0 or 1: a slack-rule page move that cannot keep mapping under the cap, when more than one physical allocation is over it, goes ahead only when it moves at least half of the pages over it (0: every such move is made) | 1 |
 //! | `GKRT_POOL_ALIASES` | `PoolConfig::page_aliases`, 0, 1, 2 or 3: a page move keeps the moved physical allocation mapped at its old address too (an alias no block may use while it is live elsewhere), so moving it back is bookkeeping with no driver call; 2 also `PoolConfig::alias_moves_again` (pages a move placed may move again within the time budget); 3 also `PoolConfig::alias_again_until_undone` (moving again ends when a move is first undone at the cost of an unmap) | 0 |
+//! | `GKRT_POOL_EPOCH_PLANS` | `PoolConfig::epoch_plans`, 0 or 1: a stream's range that empties and fills again the same way is placed by an offline plan of the last time (`memory/pool/epochs.rs`) | 1 |
 //! | `GKRT_POOL_RECYCLE_SPIN_US` | `PoolConfig::recycle_spin_ns`, µs | `PoolConfig::default()` |
 //! | `GKRT_POOL_MARKER_EVERY` | `PoolConfig::marker_every` | `PoolConfig::default()` |
 //! | `GKRT_POOL_MARKER_MIN_US` | `PoolConfig::marker_min_interval_ns`, µs | `PoolConfig::default()` |
@@ -139,6 +140,9 @@ pub(crate) fn pool_overrides(mut pool: PoolConfig) -> PoolConfig {
         pool.page_aliases = b != 0;
         pool.alias_moves_again = b >= 2;
         pool.alias_again_until_undone = b >= 3;
+    }
+    if let Some(b) = read("GKRT_POOL_EPOCH_PLANS") {
+        pool.epoch_plans = b != 0;
     }
     if let Some(us) = read("GKRT_POOL_RECYCLE_SPIN_US") {
         pool.recycle_spin_ns = us.saturating_mul(1000);

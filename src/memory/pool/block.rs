@@ -175,6 +175,9 @@ impl Pool {
             if s.busy == 0 {
                 self.idle.insert(seg);
             }
+        } else if self.blocks[i].prev == NIL && self.blocks[i].next == NIL {
+            // The whole range is free: its epoch ends (`epochs.rs`).
+            self.range_emptied(self.blocks[i].owner);
         }
     }
 

@@ -124,6 +124,10 @@ pub struct PoolConfig {
     /// progress matters to recycling only on the scale of kernels and steps, where real programs
     /// keep their markers (figures: BENCHMARKS.md §3).
     pub marker_min_interval_ns: u64,
+    /// Whether a stream's range that empties and fills again the same way is placed by an
+    /// offline plan of the last time (`epochs.rs`; ARCHITECTURE.md, "Epoch plans"). Default
+    /// true; not with `page_aliases` (gathering the pages under the plan moves them plainly).
+    pub epoch_plans: bool,
 }
 
 /// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
@@ -168,6 +172,7 @@ impl Default for PoolConfig {
             recycle_time_permille: 10,
             marker_every: 256,
             marker_min_interval_ns: 1_000_000,
+            epoch_plans: true,
         }
     }
 }

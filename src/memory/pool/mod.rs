@@ -144,6 +144,7 @@ mod cold_search;
 mod cold_set;
 mod config;
 mod dry_run;
+mod epochs;
 mod free_index;
 mod lifetimes;
 mod markers;
@@ -375,6 +376,12 @@ impl Pool {
         };
         let si = self.stream_ix(stream);
         if self.streams[si as usize].virtual_growth {
+            // An epoch that follows its plan (`epochs.rs`).
+            if self.streams[si as usize].epochs.mode.plans() {
+                if let Some(i) = self.alloc_planned(backing, si, rounded)? {
+                    return Ok(i);
+                }
+            }
             // The two common cases first, without asking the backing for its virtual memory:
             // a mapped free block, and the mapped start of the range's last block.
             if let Some(i) = self.take_fit(si, Kind::Virtual, rounded) {
@@ -675,6 +682,15 @@ impl Pool {
             // Unused while allocated: it holds the allocation's order, so that a free can
             // tell how many allocations the block lived (`lifetimes.rs`).
             b.freed_epoch = seq;
+            // Unused while allocated too: the allocation's index in its stream's epoch log
+            // (`epochs.rs`), or NIL.
+            b.fprev = NIL;
+            if b.kind == Kind::Virtual {
+                let e = &mut self.streams[b.owner as usize].epochs;
+                if e.mode == epochs::Mode::Recording {
+                    b.fprev = e.log_alloc(b.size);
+                }
+            }
             (b.addr, b.size)
         };
         self.note_block(Action::Alloc, idx);
@@ -708,6 +724,13 @@ impl Pool {
             let life = self.stats.alloc_count.saturating_sub(b.freed_epoch);
             self.lifetimes.note(b.size, life);
         }
+        if b.fprev != NIL && b.kind == Kind::Virtual {
+            let e = &mut self.streams[b.owner as usize].epochs;
+            if e.mode == epochs::Mode::Recording {
+                e.log_free(b.fprev);
+            }
+        }
+        let b = &self.blocks[idx];
         let s = &mut self.stats;
         s.allocated_bytes -= b.size;
         s.requested_bytes -= b.requested;

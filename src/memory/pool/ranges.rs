@@ -151,7 +151,7 @@ impl Pool {
     /// it are linked with their counts, and the carved block (unlinked) is returned. `held`:
     /// `cand`'s cold set entry, left for the larger piece (`unlink_held`).
     #[inline(always)]
-    fn carve_cold(
+    pub(super) fn carve_cold(
         &mut self,
         r: u32,
         cand: u32,
@@ -188,7 +188,8 @@ impl Pool {
                 } else {
                     (h, l)
                 };
-                let n = count(self, small);
+                // (None to count when the block had none: a carve in a warm block.)
+                let n = if total == 0 { 0 } else { count(self, small) };
                 self.blocks[small].unmapped = pages32(n);
                 self.blocks[big].unmapped = pages32(total - n);
                 // In the order `l`, `h` (the warm lists keep it); the held entry to the

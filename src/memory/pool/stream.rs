@@ -5,6 +5,7 @@
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::cold_set::ColdSet;
+use super::epochs::Epochs;
 use super::tlsf::{Classes, NIL};
 use super::Pool;
 use crate::device::{EventId, StreamId};
@@ -66,6 +67,8 @@ pub(super) struct StreamState {
     /// Spin opportunities to skip after consecutive misses (backoff), and the current streak.
     pub(super) spin_skip: u32,
     pub(super) spin_misses: u32,
+    /// The range's epochs: the log being recorded, the plan being followed (`epochs.rs`).
+    pub(super) epochs: Epochs,
 }
 
 /// The pool's stream states, indexed by `si`. Lookups are not bounds-checked in release builds:
@@ -171,6 +174,7 @@ impl Pool {
             last_marker: None,
             spin_skip: 0,
             spin_misses: 0,
+            epochs: Epochs::new(self.config.epoch_plans && !self.config.page_aliases),
         });
         self.stream_index.insert(stream, s);
         s

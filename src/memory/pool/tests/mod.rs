@@ -5,6 +5,7 @@
 
 mod aliases;
 mod dry_run_pending;
+mod epochs;
 mod fake;
 mod granularity;
 mod hold_markers;

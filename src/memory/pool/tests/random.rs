@@ -17,6 +17,9 @@ enum Op {
     BadFree(usize),
     ReleaseCached,
     ResetPeaks,
+    /// Every live block freed and every event completed: the ranges empty, and the next
+    /// operations start a new epoch (`epochs.rs`). Only in the virtual-memory sequences.
+    FreeAll,
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -292,6 +295,7 @@ fn run_ops(cfg: PoolConfig, nstreams: u32, capacity: u64, ops: &[Op]) -> Result<
                 let mut s = f.state_mut();
                 s.peak = s.reserved;
             }
+            Op::FreeAll => unreachable!("not generated for plain segments"),
         }
         check_state(&p, &f, &mut m)?;
     }
@@ -486,6 +490,18 @@ fn run_virtual_ops(
                 prop_assert_eq!(released, Ok(before - p.stats().reserved_bytes));
             }
             Op::ResetPeaks => p.reset_peaks(),
+            Op::FreeAll => {
+                for b in live.drain(..) {
+                    stamps.remove(&b.addr);
+                    prop_assert_eq!(p.free(&f, b.addr), Ok(()));
+                    f.note_freed(b.addr, b.size, b.stream);
+                }
+                for e in incomplete.drain(..) {
+                    f.complete(e);
+                }
+                f.complete_marker();
+                retired.clear();
+            }
         }
         if let Err(e) = p.validate() {
             return Err(TestCaseError::fail(format!("invariant: {e}")));
@@ -552,12 +568,18 @@ proptest! {
         aliases in any::<bool>(),
         idle in any::<bool>(),
         // The sequence run 1–3 times in a row, as training steps repeat (moves then repeat,
-        // and chunks go back to their shadows).
+        // and chunks go back to their shadows); with `empty`, everything is freed after each
+        // run, so the later runs follow the plan of the one before (`epochs.rs`).
         repeats in 1usize..=3,
+        empty in any::<bool>(),
         // Physical allocations of one page, or growing with the heap up to 16 pages.
         chunk in prop_oneof![Just(PAGE), Just(16 * PAGE)],
         ops in proptest::collection::vec(op_strategy(), 1..200),
     ) {
+        let mut ops = ops;
+        if empty {
+            ops.push(Op::FreeAll);
+        }
         run_virtual_ops(limit, capacity, nstreams, (waits, aliases, idle), chunk, &ops.repeat(repeats))?;
     }
 }

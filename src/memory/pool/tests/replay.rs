@@ -119,33 +119,35 @@ fn trace_paths() -> Vec<String> {
     out
 }
 
-struct Figures {
-    peak_live: u64,
-    peak_reserved: u64,
-    per_pass_ns: Vec<f64>,
+pub(super) struct Figures {
+    pub(super) peak_live: u64,
+    pub(super) peak_reserved: u64,
+    pub(super) per_pass_ns: Vec<f64>,
     /// The modelled driver time of each pass (map and unmap calls), ns per event.
-    driver_ns: Vec<f64>,
+    pub(super) driver_ns: Vec<f64>,
     /// Requests of each pass placed by the cold path (`alloc_virtual`: no mapped free block
     /// fits), per event: the pool's own cost of a layout with unmapped pages among mapped ones.
-    cold_per_op: Vec<f64>,
-    unmaps_after_first: u64,
+    pub(super) cold_per_op: Vec<f64>,
+    pub(super) unmaps_after_first: u64,
     /// Physical allocations mapped (aliases included) and unmapped in each pass after the
     /// first.
-    steady_maps: Vec<u64>,
-    steady_unmaps: Vec<u64>,
+    pub(super) steady_maps: Vec<u64>,
+    pub(super) steady_unmaps: Vec<u64>,
     /// Chunks moved back to a shadow (no driver call) and mapped as aliases, in all passes.
-    alias_switches: u64,
-    alias_maps: u64,
-    alias_conflicts: u64,
-    maps: u64,
-    map_calls: u64,
+    pub(super) alias_switches: u64,
+    pub(super) alias_maps: u64,
+    pub(super) alias_conflicts: u64,
+    pub(super) maps: u64,
+    pub(super) map_calls: u64,
     /// Map calls and physical allocations mapped in the first pass.
-    first_map_calls: u64,
-    first_maps: u64,
-    declined: u64,
+    pub(super) first_map_calls: u64,
+    pub(super) first_maps: u64,
+    pub(super) declined: u64,
     /// The last pass in which the peak of reserved bytes grew (0: the first pass set it; later:
     /// a steady pass needed pages the first pass's layout had moved away).
-    peak_pass: usize,
+    pub(super) peak_pass: usize,
+    /// Epochs (passes) that followed the plan of the last to its end, and plans left.
+    pub(super) epochs: (u64, u64),
 }
 
 /// The H200's costs as the replay models them (BENCHMARKS.md §3, "the host replay's cost
@@ -153,17 +155,17 @@ struct Figures {
 /// allocation it creates or releases; `gap_ns` per event of the trace passes between two passes
 /// (in `trace_replay`, the other allocators' passes of a round).
 #[derive(Clone, Copy)]
-struct CostModel {
-    call_ns: u64,
-    alloc_ns: u64,
-    gap_ns: u64,
+pub(super) struct CostModel {
+    pub(super) call_ns: u64,
+    pub(super) alloc_ns: u64,
+    pub(super) gap_ns: u64,
     /// Time before every event (`GKRT_REPLAY_WORK_NS`, default 0): a program's compute between
     /// its calls, as in the PyTorch lockstep runs (`benches/traces/*_run_train`).
-    work_ns: u64,
+    pub(super) work_ns: u64,
     /// Time between the pool's first memory (the warm-up allocation) and the trace's first
     /// event (`GKRT_REPLAY_START_NS`, default 0): a program's start-up, which the move budget's
     /// lifetime share counts.
-    start_ns: u64,
+    pub(super) start_ns: u64,
 }
 
 impl CostModel {
@@ -225,6 +227,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         cfg.alias_moves_again = v == "2" || v == "3";
         cfg.alias_again_until_undone = v == "3";
     }
+    // GKRT_REPLAY_EPOCH_PLANS=0: `PoolConfig::epoch_plans` off.
+    if let Ok(v) = std::env::var("GKRT_REPLAY_EPOCH_PLANS") {
+        cfg.epoch_plans = v != "0";
+    }
     // GKRT_REPLAY_TAIL_FIRST=1: `TailFirst::Always`; GKRT_REPLAY_SHORT_TAIL=1:
     // `TailFirst::ShortLived`.
     if std::env::var("GKRT_REPLAY_TAIL_FIRST").is_ok_and(|v| v == "1") {
@@ -245,7 +251,7 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
 
 /// `passes` passes of the trace through `p` (on virtual memory when `vmm`), the fake device
 /// charging `cost`, on the real clock plus those costs or (not `real_clock`) on them alone.
-fn replay_with(
+pub(super) fn replay_with(
     evs: &[Ev],
     unfreed: &[u32],
     mut p: Pool,
@@ -412,6 +418,7 @@ fn replay_with(
         alias_switches: p.alias_counts().0,
         alias_maps: p.alias_counts().1,
         alias_conflicts: p.alias_conflicts(),
+        epochs: p.epoch_counts(),
         first_map_calls,
         first_maps,
         maps: b.maps(),
@@ -514,8 +521,10 @@ fn replay_traces_through_the_pool() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let passes = 1 + 2 * rounds;
-    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | driver ns/op (mean of later passes; of the last half) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined | peak set in pass | steady pass: allocations mapped, unmapped (median) | chunks switched back, mapped as aliases, shadows undone |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | driver ns/op (mean of later passes; of the last half) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined | peak set in pass | steady pass: allocations mapped, unmapped (median) | chunks switched back, mapped as aliases, shadows undone | epochs followed, left |");
+    println!(
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for path in trace_paths() {
         let (evs, unfreed) = load_trace(&path);
         let name = path
@@ -548,7 +557,7 @@ fn replay_traces_through_the_pool() {
             let g = goal(name, f.peak_live);
             let mib = |x: u64| x as f64 / MIB as f64;
             println!(
-                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.1}; {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} | {} | {}, {} | {}, {}, {} |",
+                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.1}; {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} | {} | {}, {} | {}, {}, {} | {}, {} |",
                 mib(f.peak_live),
                 mib(f.peak_reserved),
                 f.peak_reserved as f64 / f.peak_live as f64,
@@ -571,7 +580,9 @@ fn replay_traces_through_the_pool() {
                 median_u(&f.steady_unmaps),
                 f.alias_switches,
                 f.alias_maps,
-                f.alias_conflicts
+                f.alias_conflicts,
+                f.epochs.0,
+                f.epochs.1
             );
         }
     }
@@ -634,8 +645,10 @@ fn bert_train_at_h200_pace() -> (Vec<Ev>, Vec<u32>, CostModel) {
 fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
     let (evs, unfreed, cost) = bert_train_at_h200_pace();
     let run = |majority: bool| {
+        // Later passes follow the first's plan with epoch plans: these passes test the moves.
         let cfg = PoolConfig {
             recycle_majority_moves: majority,
+            epoch_plans: false,
             ..PoolConfig::default()
         };
         replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
@@ -662,6 +675,8 @@ fn bert_train_moves_pages_back_for_free_with_aliases() {
             page_aliases: aliases,
             alias_moves_again: again,
             recycle_time_permille: permille,
+            // (Later passes follow the first's plan with epoch plans; with aliases there are none.)
+            epoch_plans: false,
             ..PoolConfig::default()
         };
         replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)

@@ -1,0 +1,453 @@
+//! Epoch plans: a virtual range that empties and then fills again the same way is placed by an
+//! offline plan of the last time it did.
+//!
+//! An *epoch* of a stream's range runs from the range empty (every block free) to empty again.
+//! While the pool records one, it logs each allocation's rounded size and when it was made and
+//! freed (a clock that ticks at every allocation and free of the stream). When the range empties,
+//! the log is an arena problem (`crate::arena`): the greedy planner gives every allocation an
+//! offset from the range's base, its footprint within a few thousandths of the epoch's peak of
+//! live bytes on every recorded trace — where the online placement, which cannot know the
+//! future, leaves holes that its later passes drift on (ARCHITECTURE.md, "Epoch plans").
+//!
+//! The next epoch *follows* the plan: its first allocation first gathers the range's mapped pages
+//! under the plan's footprint (free pages above it moved down, as recycling moves them, never
+//! mapping more than the range has mapped), then allocation k goes to its planned offset when
+//! its rounded size is the log's and the place is free — found in O(1) from the planned block
+//! just below it (live then by the plan, so the pool's block after it is the free one holding
+//! the place). Anything else (another size, the place not free, the log longer than the epoch)
+//! leaves the plan for the rest of the epoch: those allocations are placed as usual, and the
+//! range records again after some epochs (each further miss doubles the wait), so a program
+//! whose epochs differ pays a plan now and then, not every epoch.
+//!
+//! Only a stream whose range empties is concerned: a program keeping any block of a stream live
+//! for good records one log (at most `LOG_MAX` allocations) and never plans.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::block::State;
+use super::tlsf::NIL;
+use super::{Pool, PoolBacking, PoolError};
+use crate::arena::{plan_greedy, ArenaProblem, BufferSpec};
+use crate::device::VirtualMemory;
+
+/// Allocations one epoch may log: beyond, it is not planned (bounds the log's memory and the
+/// planner's time, O(n log n) in it: 30 ms for 14,000 allocations on the build machine).
+const LOG_MAX: usize = 1 << 20;
+/// Most epochs a stream waits before following or logging again after plans were left.
+const MAX_WAIT: u32 = 1 << 10;
+/// Plans a stream keeps (one per first size; their allocations at most `LOG_MAX` in all): a
+/// program whose epochs take turns — requests of a few batch sizes, each emptying the range —
+/// follows each one's own. The first allocation looks through them.
+const PLANS: usize = 16;
+
+/// What a stream's epochs are doing now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Mode {
+    /// Not planned (`PoolConfig::epoch_plans` off, or page aliases on).
+    #[default]
+    Off,
+    /// Logging this epoch.
+    Recording,
+    /// The plan was left in this epoch.
+    Left,
+    /// Neither logging nor following until the range has emptied `wait` more times.
+    Waiting,
+    /// The range is empty: the next allocation follows the plan that starts with its size, or
+    /// starts logging when none does.
+    Ready,
+    /// Following a plan: `next` is its next allocation.
+    Following,
+}
+
+impl Mode {
+    /// `Ready` or `Following`: the allocation path asks `alloc_planned` (one comparison: they
+    /// are the last two).
+    #[inline(always)]
+    pub(super) fn plans(self) -> bool {
+        self >= Mode::Ready
+    }
+}
+
+/// One logged allocation: rounded size, and the clock at its allocation and its free.
+#[derive(Clone, Copy, Debug)]
+struct Logged {
+    size: u64,
+    start: u32,
+    end: u32,
+}
+
+/// The plan of an epoch, per allocation in order: rounded size, offset from the range's base,
+/// and the planned allocation just below it when it is made (`NIL`: none, the range's first
+/// block holds it).
+#[derive(Debug)]
+pub(super) struct Plan {
+    sizes: Vec<u64>,
+    offsets: Vec<u64>,
+    anchors: Vec<u32>,
+    /// Bytes from the range's base that the plan uses.
+    footprint: u64,
+}
+
+/// A stream's epochs: the log being recorded, the plans kept, the one being followed.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Epochs {
+    pub(super) mode: Mode,
+    log: Vec<Logged>,
+    clock: u32,
+    /// The log outgrew `LOG_MAX`: this epoch is not planned.
+    overflow: bool,
+    /// The latest plans, oldest first, at most `PLANS`; at most one per first size.
+    plans: Vec<Arc<Plan>>,
+    /// The plan being followed (`Following`, `Left`).
+    plan: Option<Arc<Plan>>,
+    /// The plan's next allocation (`Following`), and the block each one followed so far took:
+    /// how the next finds the one below it without a lookup by address.
+    next: u32,
+    placed: Vec<u32>,
+    /// Epochs left to wait (`Waiting`), and plans left in a row (the wait doubles with each).
+    wait: u32,
+    misses: u32,
+    /// Epochs followed to the end, and plans left (the host replay prints them).
+    pub(super) followed: u64,
+    pub(super) left: u64,
+}
+
+impl Epochs {
+    pub(super) fn new(on: bool) -> Epochs {
+        Epochs {
+            mode: if on { Mode::Ready } else { Mode::Off },
+            ..Epochs::default()
+        }
+    }
+
+    /// Logs an allocation of `size` bytes; returns its index, for `log_free` (`NIL` past the
+    /// log's limit).
+    #[inline]
+    pub(super) fn log_alloc(&mut self, size: u64) -> u32 {
+        if self.log.len() >= LOG_MAX || self.clock == u32::MAX {
+            self.overflow = true;
+            return NIL;
+        }
+        self.clock += 1;
+        self.log.push(Logged {
+            size,
+            start: self.clock,
+            end: u32::MAX,
+        });
+        self.log.len() as u32 - 1
+    }
+
+    /// Logs the free of allocation `k` (from `log_alloc`).
+    #[inline]
+    pub(super) fn log_free(&mut self, k: u32) {
+        if let Some(l) = self.log.get_mut(k as usize) {
+            self.clock = self.clock.saturating_add(1);
+            l.end = self.clock;
+        }
+    }
+
+    /// At an epoch's first allocation (`Ready`), of `size` bytes: the plan that starts with it
+    /// becomes the one followed (true); with none, this epoch is logged (false).
+    fn choose(&mut self, size: u64) -> bool {
+        self.plan = self
+            .plans
+            .iter()
+            .rev()
+            .find(|p| p.sizes[0] == size)
+            .cloned();
+        self.next = 0;
+        self.placed.clear();
+        if let Some(p) = &self.plan {
+            self.placed.resize(p.sizes.len(), NIL);
+        }
+        self.mode = if self.plan.is_some() {
+            Mode::Following
+        } else {
+            Mode::Recording
+        };
+        self.plan.is_some()
+    }
+
+    /// The range emptied: the epoch ends (`align`: the pool's alignment, the plan's offsets').
+    pub(super) fn end_epoch(&mut self, align: u64) {
+        match self.mode {
+            Mode::Off | Mode::Ready => {}
+            Mode::Recording => {
+                let log = std::mem::take(&mut self.log);
+                let overflow = std::mem::replace(&mut self.overflow, false);
+                self.clock = 0;
+                if let Some(p) = (!overflow && !log.is_empty())
+                    .then(|| plan(&log, align))
+                    .flatten()
+                {
+                    // One plan per first size: the new one replaces an older one; the oldest go
+                    // beyond the bounds.
+                    self.plans.retain(|q| q.sizes[0] != p.sizes[0]);
+                    self.plans.push(Arc::new(p));
+                    let mut total: usize = self.plans.iter().map(|q| q.sizes.len()).sum();
+                    while self.plans.len() > PLANS || total > LOG_MAX {
+                        total -= self.plans.remove(0).sizes.len();
+                    }
+                }
+                self.mode = Mode::Ready;
+            }
+            Mode::Following => {
+                if self
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| self.next as usize == p.sizes.len())
+                {
+                    self.followed += 1;
+                    self.misses = 0;
+                    self.plan = None;
+                    self.mode = Mode::Ready;
+                } else {
+                    self.miss();
+                }
+            }
+            Mode::Left => self.miss(),
+            Mode::Waiting => {
+                self.wait = self.wait.saturating_sub(1);
+                if self.wait == 0 {
+                    self.mode = Mode::Ready;
+                }
+            }
+        }
+    }
+
+    /// The plan followed was left (or could not start): it is dropped, and 2^misses − 1 epochs
+    /// (at most `MAX_WAIT`) pass before the next is followed or logged.
+    fn miss(&mut self) {
+        self.left += 1;
+        if let Some(p) = self.plan.take() {
+            self.plans.retain(|q| !Arc::ptr_eq(q, &p));
+        }
+        self.misses += 1;
+        self.wait = (1u32 << self.misses.min(10)).min(MAX_WAIT) - 1;
+        self.mode = if self.wait == 0 {
+            Mode::Ready
+        } else {
+            Mode::Waiting
+        };
+    }
+}
+
+/// The plan of a logged epoch (every allocation freed), its offsets multiples of `align` as
+/// the pool's blocks are. `None` when the planner refuses it.
+fn plan(log: &[Logged], align: u64) -> Option<Plan> {
+    let problem = ArenaProblem {
+        buffers: log
+            .iter()
+            .map(|l| BufferSpec {
+                start: l.start,
+                end: l.end.max(l.start + 1),
+                size: l.size,
+                align,
+            })
+            .collect(),
+        groups: Vec::new(),
+    };
+    let placed = plan_greedy(&problem).ok()?;
+    // Anchors: the live planned block with the highest offset below each allocation's, swept in
+    // clock order.
+    let mut events: Vec<(u32, u32)> = Vec::with_capacity(2 * log.len());
+    for (k, l) in log.iter().enumerate() {
+        events.push((l.start, k as u32));
+        events.push((l.end, k as u32));
+    }
+    events.sort_unstable();
+    let mut live: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut anchors = vec![NIL; log.len()];
+    for (t, k) in events {
+        let off = placed.offsets[k as usize];
+        if t == log[k as usize].start {
+            anchors[k as usize] = live.range(..off).next_back().map_or(NIL, |(_, &j)| j);
+            live.insert(off, k);
+        } else {
+            live.remove(&off);
+        }
+    }
+    Some(Plan {
+        sizes: log.iter().map(|l| l.size).collect(),
+        offsets: placed.offsets,
+        anchors,
+        footprint: placed.size,
+    })
+}
+
+impl Pool {
+    /// The range `r` of stream `si` has emptied.
+    #[inline(never)]
+    pub(super) fn range_emptied(&mut self, si: u32) {
+        let align = self.config.alignment;
+        self.streams[si as usize].epochs.end_epoch(align);
+    }
+
+    /// Allocation `rounded` on stream `si` (range `r`) while its epochs are ready to follow a
+    /// plan or following one: the planned block, or `None` (placed as usual; the plan is left).
+    #[inline(never)]
+    pub(super) fn alloc_planned(
+        &mut self,
+        backing: &dyn PoolBacking,
+        si: u32,
+        rounded: u64,
+    ) -> Result<Option<u32>, PoolError> {
+        let r = self.streams[si as usize].range;
+        if self.streams[si as usize].epochs.mode == Mode::Ready {
+            if !self.streams[si as usize].epochs.choose(rounded) {
+                // Logged (`hand_out`), placed as usual.
+                return Ok(None);
+            }
+            let gathered = match backing.vmm() {
+                Some(vm) if r != NIL => self.gather_pages(backing, vm, si, r)?,
+                _ => false,
+            };
+            let e = &mut self.streams[si as usize].epochs;
+            if !gathered {
+                e.mode = Mode::Left;
+                return Ok(None);
+            }
+        }
+        let placed = self.take_planned(si, r, rounded);
+        let e = &mut self.streams[si as usize].epochs;
+        match placed {
+            Some(i) => {
+                e.placed[e.next as usize] = i;
+                e.next += 1;
+                Ok(Some(i))
+            }
+            None => {
+                e.mode = Mode::Left;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The plan's next allocation, carved at its planned place when it is `rounded` bytes and
+    /// the place lies in one free block with its pages mapped.
+    #[inline(always)]
+    fn take_planned(&mut self, si: u32, r: u32, rounded: u64) -> Option<u32> {
+        let e = &self.streams[si as usize].epochs;
+        let plan = e.plan.as_ref()?;
+        let k = e.next as usize;
+        if *plan.sizes.get(k)? != rounded {
+            return None;
+        }
+        let base = self.segs[r].base;
+        let pos = base + plan.offsets[k];
+        let anchor = plan.anchors[k];
+        let cand = if anchor == NIL {
+            self.segs[r].first
+        } else {
+            // The block the anchor took, if it still is that (freed, its record may be vacant
+            // or reused: indexes stay valid, `slab.rs`).
+            let below = &self.blocks[e.placed[anchor as usize]];
+            if below.state != State::Allocated || below.addr != base + plan.offsets[anchor as usize]
+            {
+                return None;
+            }
+            below.next
+        };
+        if cand == NIL {
+            return None;
+        }
+        let b = &self.blocks[cand];
+        if b.state != State::Free || b.addr > pos || b.addr + b.size < pos + rounded {
+            return None;
+        }
+        let total = b.unmapped as u64;
+        if b.cold {
+            let (p0, p1) = self.touched(r, pos, rounded);
+            if !self.pages_of(r).all_mapped(p0, p1) {
+                return None;
+            }
+        }
+        let held = self.unlink_held(cand);
+        Some(self.carve_cold(r, cand, pos, rounded, total, held))
+    }
+
+    /// Before following a plan in the empty range `r`: its footprint mapped, by free pages
+    /// moved there (from blocks the device is done with, without waiting for it: recycling's
+    /// victims, above the footprint first), then new pages as long as the pool maps no more than
+    /// the slack rule allows or it ever has, within its limit. False when that is not enough:
+    /// the plan is not followed (what moved stays where it went).
+    fn gather_pages(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        si: u32,
+        r: u32,
+    ) -> Result<bool, PoolError> {
+        let Some(plan) = self.streams[si as usize].epochs.plan.clone() else {
+            return Ok(false);
+        };
+        let t = self.segs[r].first;
+        debug_assert!(t == self.segs[r].tail && self.blocks[t].state == State::Free);
+        let page = self.page;
+        let pp = plan.footprint.div_ceil(page);
+        let pages = self.pages_of(r);
+        if pp > pages.pages() {
+            return Ok(false);
+        }
+        let need = pages.count_unmapped(0, pp);
+        if need == 0 {
+            return Ok(true);
+        }
+        let placing = Some((t, 0, pp));
+        self.unlink(t);
+        let moved = self.recycle(backing, vm, need, 0, placing, true, None);
+        let moved = match moved {
+            Ok(n) => n,
+            Err(e) => {
+                self.relink_counted(r, t);
+                return Err(e);
+            }
+        };
+        // New pages up to the most ever mapped, or the slack rule's cap over the high-water mark
+        // of bytes in use (which the epoch's peak, and so about the plan's footprint, is under):
+        // what the usual placement may map without moving pages.
+        let new = need.saturating_sub(moved);
+        let hw = self.high_water;
+        let cap = (hw + hw / 1000 * self.config.recycle_slack_permille).div_ceil(page);
+        let room = self.mapped_pages + new <= self.mapped_peak.max(cap)
+            && self.stats.reserved_bytes + new * page <= self.config.memory_limit;
+        if !room {
+            // What moved stays unmapped: reserved fell, nothing is mapped in its place.
+            self.relink_counted(r, t);
+            vm.trim()?;
+            return Ok(false);
+        }
+        let base = self.segs[r].base;
+        let runs = self.pages_of(r).runs(0, pp, false);
+        let mapped = self.map_runs(backing, vm, r, base, &runs, placing, pp * page);
+        self.relink_counted(r, t);
+        let trimmed = vm.trim();
+        mapped?;
+        trimmed?;
+        Ok(true)
+    }
+
+    /// Links the free block `t` of range `r` again with its unmapped pages counted afresh.
+    fn relink_counted(&mut self, r: u32, t: u32) {
+        let (addr, size) = (self.blocks[t].addr, self.blocks[t].size);
+        let (q0, q1) = self.interior(r, addr, size);
+        let n = if q0 < q1 {
+            self.pages_of(r).count_unmapped(q0, q1)
+        } else {
+            0
+        };
+        self.blocks[t].unmapped = super::pages32(n);
+        self.link(t);
+    }
+}
+
+impl Pool {
+    /// Epochs followed to the end of their plan, and plans left (or not started), over all
+    /// streams so far.
+    pub fn epoch_counts(&self) -> (u64, u64) {
+        self.streams.iter().fold((0, 0), |(f, l), s| {
+            (f + s.epochs.followed, l + s.epochs.left)
+        })
+    }
+}

@@ -1,0 +1,264 @@
+//! Epoch plans (`epochs.rs`): a range that empties and fills again the same way follows an
+//! offline plan of the last time; anything else leaves the plan and is placed as usual.
+
+use super::replay::{load_trace, replay_with, CostModel};
+use super::*;
+
+fn epoch_pool(on: bool) -> Pool {
+    Pool::new(PoolConfig {
+        vmm_reserve_bytes: 4 << 30,
+        vmm_page_bytes: PAGE,
+        epoch_plans: on,
+        ..PoolConfig::default()
+    })
+}
+
+/// One epoch whose online placement leaves a hole its largest block cannot use: a block that
+/// outlives its neighbours splits the free memory. Returns the addresses in allocation order.
+fn epoch(p: &mut Pool, f: &Fake, sizes: &[u64; 4]) -> Vec<u64> {
+    let a = p.alloc(f, sizes[0], st(0)).unwrap();
+    let keep = p.alloc(f, sizes[1], st(0)).unwrap();
+    let b = p.alloc(f, sizes[2], st(0)).unwrap();
+    p.free(f, a).unwrap();
+    p.free(f, b).unwrap();
+    let big = p.alloc(f, sizes[3], st(0)).unwrap();
+    check(p);
+    p.free(f, keep).unwrap();
+    p.free(f, big).unwrap();
+    check(p);
+    vec![a, keep, b, big]
+}
+
+/// Bytes from the lowest block's start to the highest block's end.
+fn span(addrs: &[u64], sizes: &[u64]) -> u64 {
+    let low = addrs.iter().min().copied().unwrap_or(0);
+    let high = addrs.iter().zip(sizes).map(|(&a, &s)| a + s).max();
+    high.unwrap_or(0) - low
+}
+
+const SIZES: [u64; 4] = [16 * MIB, 2 * MIB, 16 * MIB, 30 * MIB];
+
+#[test]
+fn an_epoch_that_repeats_follows_the_plan_of_the_last() {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    let mut p = epoch_pool(true);
+    let first = epoch(&mut p, &f, &SIZES);
+    // Online, the 30 MiB block cannot use the hole under the 2 MiB one (16 MiB): above it.
+    assert!(first[3] > first[1]);
+    assert_eq!(p.epoch_counts(), (0, 0));
+    let second = epoch(&mut p, &f, &SIZES);
+    let third = epoch(&mut p, &f, &SIZES);
+    assert_eq!(p.epoch_counts(), (2, 0));
+    // The plan puts each block where its lifetime fits: the same places every epoch, and the
+    // footprint at the peak of live bytes (34 MiB at once at most: 16 + 2 + 16, then 2 + 30).
+    assert_eq!(second, third);
+    assert_eq!(span(&second, &SIZES), 34 * MIB, "{second:?}");
+    // Following maps nothing: the pages the first epoch mapped suffice.
+    let maps = f.map_calls();
+    epoch(&mut p, &f, &SIZES);
+    assert_eq!(f.map_calls(), maps);
+    assert_eq!(p.epoch_counts(), (3, 0));
+}
+
+#[test]
+fn an_epoch_that_differs_leaves_the_plan_and_logs_again_after_a_wait() {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    let mut p = epoch_pool(true);
+    epoch(&mut p, &f, &SIZES);
+    // Another size at the third allocation: the plan is left there, the rest placed as usual
+    // (the pool stays valid, every block usable).
+    let other = [16 * MIB, 2 * MIB, 8 * MIB, 30 * MIB];
+    let got = epoch(&mut p, &f, &other);
+    assert!(got.iter().zip(other).all(|(&a, s)| f.covers(a, s)));
+    assert_eq!(p.epoch_counts(), (0, 1));
+    // One epoch waits (neither logged nor followed), the next logs, the one after follows.
+    epoch(&mut p, &f, &other);
+    epoch(&mut p, &f, &other);
+    assert_eq!(p.epoch_counts(), (0, 1));
+    let followed = epoch(&mut p, &f, &other);
+    assert_eq!(p.epoch_counts(), (1, 1));
+    // The plan's footprint: the peak of live bytes (2 + 30 MiB).
+    assert_eq!(span(&followed, &other), 32 * MIB, "{followed:?}");
+}
+
+#[test]
+fn a_planned_place_still_taken_leaves_the_plan() {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    let mut p = epoch_pool(true);
+    epoch(&mut p, &f, &SIZES);
+    // The same sizes, but the first block is not freed before the 30 MiB one, which the plan
+    // places over it: that allocation leaves the plan and goes elsewhere.
+    let a = p.alloc(&f, SIZES[0], st(0)).unwrap();
+    let keep = p.alloc(&f, SIZES[1], st(0)).unwrap();
+    let b = p.alloc(&f, SIZES[2], st(0)).unwrap();
+    p.free(&f, b).unwrap();
+    let big = p.alloc(&f, SIZES[3], st(0)).unwrap();
+    check(&p);
+    assert!(
+        big >= a + SIZES[0] || big + SIZES[3] <= a,
+        "overlaps the live block"
+    );
+    for x in [a, keep, big] {
+        p.free(&f, x).unwrap();
+    }
+    check(&p);
+    assert_eq!(p.epoch_counts(), (0, 1));
+}
+
+#[test]
+fn a_range_that_never_empties_plans_nothing() {
+    let f = Fake::virtual_memory();
+    let mut p = epoch_pool(true);
+    let weights = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    for _ in 0..4 {
+        let x = p.alloc(&f, 8 * MIB, st(0)).unwrap();
+        p.free(&f, x).unwrap();
+    }
+    assert_eq!(p.epoch_counts(), (0, 0));
+    p.free(&f, weights).unwrap();
+    check(&p);
+}
+
+/// segmentation_infer_sizes (held out, recorded in session 17): an inference trace whose first
+/// pass holds 1.098 of its peak live by moving pages, and whose later passes drifted on the holes
+/// those moves left until one mapped 52 MiB more (1.2397, ARCHITECTURE.md "Later passes that
+/// drift"). With epoch plans every later pass follows the first's plan: its peak stays the first
+/// pass's; the second pass's start moves the pages the plan needs under its footprint, and
+/// nothing is mapped or unmapped after that.
+#[test]
+fn later_passes_of_a_replayed_trace_keep_the_first_passs_peak() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/traces_heldout/segmentation_infer_sizes.trace.gz"
+    );
+    let (evs, unfreed) = load_trace(path);
+    let cost = CostModel {
+        call_ns: 0,
+        alloc_ns: 46_000,
+        gap_ns: 1600,
+        work_ns: 0,
+        start_ns: 0,
+    };
+    let run = |on: bool| {
+        let cfg = PoolConfig {
+            epoch_plans: on,
+            ..PoolConfig::default()
+        };
+        replay_with(&evs, &unfreed, Pool::new(cfg), (true, 7), cost, false)
+    };
+    let ratio = |f: &super::replay::Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    let off = run(false);
+    assert!(ratio(&off) > 1.2 && off.peak_pass > 0, "{}", ratio(&off));
+    let on = run(true);
+    assert!(ratio(&on) < 1.10, "{}", ratio(&on));
+    assert_eq!(on.peak_pass, 0);
+    assert!(on.steady_maps[0] > 0, "{:?}", on.steady_maps);
+    assert!(
+        on.steady_maps[1..].iter().all(|&n| n == 0),
+        "{:?}",
+        on.steady_maps
+    );
+    assert!(
+        on.steady_unmaps[1..].iter().all(|&n| n == 0),
+        "{:?}",
+        on.steady_unmaps
+    );
+}
+
+#[test]
+fn epochs_that_take_turns_each_follow_their_own_plan() {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    let mut p = epoch_pool(true);
+    // Two kinds of epoch, told apart by their first request (a batch of another size).
+    let other = [12 * MIB, 4 * MIB, 12 * MIB, 20 * MIB];
+    for _ in 0..2 {
+        epoch(&mut p, &f, &SIZES);
+        epoch(&mut p, &f, &other);
+    }
+    assert_eq!(p.epoch_counts(), (2, 0));
+    let maps = f.map_calls();
+    for _ in 0..3 {
+        assert_eq!(span(&epoch(&mut p, &f, &SIZES), &SIZES), 34 * MIB);
+        assert_eq!(span(&epoch(&mut p, &f, &other), &other), 28 * MIB);
+    }
+    assert_eq!(p.epoch_counts(), (8, 0));
+    assert_eq!(f.map_calls(), maps);
+}
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A random epoch: a first block kept to its end (so the range empties only then),
+    /// allocations of 256 B to 40 MiB and frees of random live blocks, then every block freed;
+    /// run `times` times over one pool on an idle device. Every block must be
+    /// usable and apart from every other live one (the fake keeps the words written through any
+    /// address), and the pool valid, after every operation. Returns the epoch counts.
+    fn run(ops: &[(u64, usize)], times: usize) -> Result<(u64, u64), TestCaseError> {
+        let f = Fake::virtual_memory();
+        f.state_mut().idle_device = true;
+        let mut p = epoch_pool(true);
+        for _ in 0..times {
+            let first = p.alloc(&f, 4096, st(0)).unwrap();
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            for (n, (size, pick)) in ops.iter().enumerate() {
+                if *size == 0 {
+                    if !live.is_empty() {
+                        let (a, _) = live.swap_remove(pick % live.len());
+                        prop_assert_eq!(p.free(&f, a), Ok(()));
+                    }
+                } else {
+                    let a = p.alloc(&f, *size, st(0)).unwrap();
+                    let r = size.div_ceil(256) * 256;
+                    prop_assert!(f.write(a, n as u64) && f.write(a + r - 8, n as u64));
+                    live.push((a, r));
+                }
+                for &(a, r) in &live {
+                    prop_assert!(f.covers(a, r), "live block unmapped");
+                }
+                if let Err(e) = p.validate() {
+                    return Err(TestCaseError::fail(format!("invariant: {e}")));
+                }
+            }
+            // Every live block still holds its own words.
+            for &(a, r) in &live {
+                let (lo, hi) = (f.read(a), f.read(a + r - 8));
+                prop_assert!(lo.is_some() && lo == hi, "block {a:#x} overwritten");
+            }
+            for (a, _) in live.drain(..) {
+                prop_assert_eq!(p.free(&f, a), Ok(()));
+            }
+            prop_assert_eq!(p.free(&f, first), Ok(()));
+        }
+        Ok(p.epoch_counts())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 128,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn repeated_random_epochs_follow_their_plan_without_harm(
+            ops in proptest::collection::vec(
+                (prop_oneof![2 => Just(0u64), 1 => 256u64..=MIB, 2 => MIB..=40 * MIB], any::<usize>()),
+                1..120,
+            ),
+        ) {
+            let (followed, left) = run(&ops, 4)?;
+            // Every epoch after the first follows the plan, unless the plan's footprint is more
+            // than the pool may map (the greedy plan is not always the tighter): it is then left
+            // at the start of the second, and the third waits.
+            prop_assert!(
+                (followed, left) == (3, 0) || (followed, left) == (0, 1),
+                "{} followed, {} left", followed, left
+            );
+        }
+    }
+}

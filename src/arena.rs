@@ -126,6 +126,25 @@ pub fn plan_greedy(p: &ArenaProblem) -> Result<Placement, PlanError> {
     prep.expand(p, &offs)
 }
 
+/// Greedy by size and greedy in order of start (each buffer at the lowest offset free over its
+/// interval), the smaller arena of the two. The second is what an allocator that knew each
+/// buffer's end would do placing them as they come; it wins where buffers grow a little at a time
+/// (a cache grown a row per step: 1.33 of the lower bound by size, 1.03 in order of start), the
+/// first nearly everywhere else.
+pub fn plan_greedy_either(p: &ArenaProblem) -> Result<Placement, PlanError> {
+    let prep = Prepared::new(p)?;
+    let by_size = greedy::place(&prep.items, prep.sections, &greedy::size_order(&prep.items));
+    let mut order: Vec<u32> = (0..prep.items.len() as u32).collect();
+    order.sort_by_key(|&i| (prep.items[i as usize].ss, i));
+    let by_start = greedy::place(&prep.items, prep.sections, &order);
+    let offs = if items_size(&prep.items, &by_start) < items_size(&prep.items, &by_size) {
+        by_start
+    } else {
+        by_size
+    };
+    prep.expand(p, &offs)
+}
+
 /// Greedy, then a search for a smaller arena until `time_limit` has passed. Stops early on
 /// reaching the lower bound, or `target` if given (e.g. a capacity: any arena of at most `target`
 /// bytes is good enough). Returns the best placement found, never one larger than greedy's.
@@ -529,6 +548,10 @@ mod tests {
             assert_layout(&p, &s);
             prop_assert!(lb <= s.size);
             prop_assert!(s.size <= g.size, "search {} worse than greedy {}", s.size, g.size);
+            let e = plan_greedy_either(&p).unwrap();
+            prop_assert_eq!(check_placement(&p, &e), Ok(e.size));
+            assert_layout(&p, &e);
+            prop_assert!(lb <= e.size && e.size <= g.size, "either {} against greedy {}", e.size, g.size);
         }
 
         #[test]
@@ -539,6 +562,43 @@ mod tests {
             prop_assert_eq!(check_placement(&p, &s), Ok(s.size));
             prop_assert!(s.size <= g.size);
         }
+    }
+
+    #[test]
+    fn greedy_in_order_of_start_wins_on_a_growing_cache() {
+        // Two caches grown by one unit per step, each copy freed right after the next exists
+        // (concatenation), as a decoder's key/value cache: by size the largest copies take the
+        // bottom and the smaller ones stack above them; in order of start each copy reuses the
+        // space the previous ones left.
+        let mut bufs: Vec<(u32, u32, u64)> = Vec::new();
+        let mut t = 0u32;
+        let mut last = [None::<usize>; 2];
+        for k in 1..=12u64 {
+            for slot in last.iter_mut() {
+                t += 1;
+                bufs.push((t, u32::MAX, k * 256));
+                if let Some(j) = *slot {
+                    t += 1;
+                    bufs[j].1 = t;
+                }
+                *slot = Some(bufs.len() - 1);
+            }
+        }
+        for b in &mut bufs {
+            if b.1 == u32::MAX {
+                b.1 = t + 1;
+            }
+        }
+        let p = problem(&bufs);
+        let g = plan_greedy(&p).unwrap();
+        let e = plan_greedy_either(&p).unwrap();
+        assert_eq!(check_placement(&p, &e), Ok(e.size));
+        assert!(
+            e.size < g.size,
+            "either {} against greedy {}",
+            e.size,
+            g.size
+        );
     }
 
     #[test]

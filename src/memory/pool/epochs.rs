@@ -20,7 +20,7 @@
 //! whose epochs differ pays a plan now and then, not every epoch.
 //!
 //! Only a stream whose range empties is concerned: a program keeping any block of a stream live
-//! for good records one log (at most `LOG_MAX` allocations) and never plans.
+//! for good records one log (at most `LOG_MAX` allocations, then dropped) and never plans.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,12 +28,13 @@ use std::sync::Arc;
 use super::block::State;
 use super::tlsf::NIL;
 use super::{Pool, PoolBacking, PoolError};
-use crate::arena::{plan_greedy, ArenaProblem, BufferSpec};
+use crate::arena::{plan_greedy_either, ArenaProblem, BufferSpec};
 use crate::device::VirtualMemory;
 
-/// Allocations one epoch may log: beyond, it is not planned (bounds the log's memory and the
-/// planner's time, O(n log n) in it: 30 ms for 14,000 allocations on the build machine).
-const LOG_MAX: usize = 1 << 20;
+/// Allocations one epoch may log: beyond, it is not planned and the log is dropped (bounds the
+/// log's memory, 16 bytes an allocation, and the planner's time, O(n log n) in it: 30 ms for
+/// 14,000 allocations on the build machine; the recorded traces' passes hold at most 51,000).
+pub(super) const LOG_MAX: usize = 1 << 18;
 /// Most epochs a stream waits before following or logging again after plans were left.
 const MAX_WAIT: u32 = 1 << 10;
 /// Plans a stream keeps (one per first size; their allocations at most `LOG_MAX` in all): a
@@ -90,7 +91,7 @@ pub(super) struct Plan {
 }
 
 /// A stream's epochs: the log being recorded, the plans kept, the one being followed.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub(super) struct Epochs {
     pub(super) mode: Mode,
     log: Vec<Logged>,
@@ -113,6 +114,27 @@ pub(super) struct Epochs {
     pub(super) left: u64,
 }
 
+/// A clone (the pool's dry runs play on one) follows the same plans but logs nothing: its log
+/// would be up to `LOG_MAX` entries copied per dry run, for an epoch the clone never plans.
+impl Clone for Epochs {
+    fn clone(&self) -> Epochs {
+        Epochs {
+            mode: self.mode,
+            log: Vec::new(),
+            clock: self.clock,
+            overflow: true,
+            plans: self.plans.clone(),
+            plan: self.plan.clone(),
+            next: self.next,
+            placed: self.placed.clone(),
+            wait: self.wait,
+            misses: self.misses,
+            followed: self.followed,
+            left: self.left,
+        }
+    }
+}
+
 impl Epochs {
     pub(super) fn new(on: bool) -> Epochs {
         Epochs {
@@ -125,8 +147,14 @@ impl Epochs {
     /// log's limit).
     #[inline]
     pub(super) fn log_alloc(&mut self, size: u64) -> u32 {
+        if self.overflow {
+            return NIL;
+        }
         if self.log.len() >= LOG_MAX || self.clock == u32::MAX {
+            // Not planned: the log's memory goes back at once (a program that never empties
+            // the range would otherwise keep it).
             self.overflow = true;
+            self.log = Vec::new();
             return NIL;
         }
         self.clock += 1;
@@ -248,7 +276,7 @@ fn plan(log: &[Logged], align: u64) -> Option<Plan> {
             .collect(),
         groups: Vec::new(),
     };
-    let placed = plan_greedy(&problem).ok()?;
+    let placed = plan_greedy_either(&problem).ok()?;
     // Anchors: the live planned block with the highest offset below each allocation's, swept in
     // clock order.
     let mut events: Vec<(u32, u32)> = Vec::with_capacity(2 * log.len());

@@ -262,3 +262,27 @@ mod random {
         }
     }
 }
+
+#[test]
+fn an_epoch_longer_than_the_log_is_not_planned() {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    let mut p = epoch_pool(true);
+    let long = |p: &mut Pool| {
+        let keep = p.alloc(&f, 4096, st(0)).unwrap();
+        for _ in 0..super::super::epochs::LOG_MAX {
+            let x = p.alloc(&f, 8192, st(0)).unwrap();
+            p.free(&f, x).unwrap();
+        }
+        p.free(&f, keep).unwrap();
+    };
+    long(&mut p);
+    // Not planned, so the next epoch, the same, is logged again rather than followed.
+    long(&mut p);
+    assert_eq!(p.epoch_counts(), (0, 0));
+    // A short one is planned and followed as usual.
+    epoch(&mut p, &f, &SIZES);
+    epoch(&mut p, &f, &SIZES);
+    assert_eq!(p.epoch_counts(), (1, 0));
+    check(&p);
+}

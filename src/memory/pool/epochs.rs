@@ -4,14 +4,16 @@
 //! An *epoch* of a stream's range runs from the range empty (every block free) to empty again.
 //! While the pool records one, it logs each allocation's rounded size and when it was made and
 //! freed (a clock that ticks at every allocation and free of the stream). When the range empties,
-//! the log is an arena problem (`crate::arena`): the greedy planner gives every allocation an
-//! offset from the range's base, its footprint within a few thousandths of the epoch's peak of
-//! live bytes on every recorded trace — where the online placement, which cannot know the
-//! future, leaves holes that its later passes drift on (ARCHITECTURE.md, "Epoch plans").
+//! the log is an arena problem (`crate::arena`): the smaller of two greedy plans gives every
+//! allocation an offset from the range's base, its footprint within 1.05 of the epoch's peak of
+//! live bytes on every recorded trace (most within a few thousandths) — where the online
+//! placement, which cannot know the future, leaves holes that its later passes drift on
+//! (ARCHITECTURE.md, "Epoch plans").
 //!
-//! The next epoch *follows* the plan: its first allocation first gathers the range's mapped pages
-//! under the plan's footprint (free pages above it moved down, as recycling moves them, never
-//! mapping more than the range has mapped), then allocation k goes to its planned offset when
+//! The next epoch whose first request has the plan's first size *follows* it: that request first
+//! gathers the range's mapped pages under the plan's footprint (free pages moved down, as
+//! recycling moves them, then new ones only within the slack rule's cap or the most ever
+//! mapped), then allocation k goes to its planned offset when
 //! its rounded size is the log's and the place is free — found in O(1) from the planned block
 //! just below it (live then by the plan, so the pool's block after it is the free one holding
 //! the place). Anything else (another size, the place not free, the log longer than the epoch)
@@ -323,6 +325,12 @@ impl Pool {
     ) -> Result<Option<u32>, PoolError> {
         let r = self.streams[si as usize].range;
         if self.streams[si as usize].epochs.mode == Mode::Ready {
+            if r != NIL && !self.range_is_empty(r) {
+                // Blocks came by another way since the range emptied (`take_at`): this epoch's
+                // start was missed, so it is neither logged nor followed.
+                self.streams[si as usize].epochs.mode = Mode::Left;
+                return Ok(None);
+            }
             if !self.streams[si as usize].epochs.choose(rounded) {
                 // Logged (`hand_out`), placed as usual.
                 return Ok(None);
@@ -410,8 +418,8 @@ impl Pool {
         let Some(plan) = self.streams[si as usize].epochs.plan.clone() else {
             return Ok(false);
         };
+        debug_assert!(self.range_is_empty(r), "gathering in a range in use");
         let t = self.segs[r].first;
-        debug_assert!(t == self.segs[r].tail && self.blocks[t].state == State::Free);
         let page = self.page;
         let pp = plan.footprint.div_ceil(page);
         let pages = self.pages_of(r);
@@ -454,6 +462,12 @@ impl Pool {
         mapped?;
         trimmed?;
         Ok(true)
+    }
+
+    /// Whether range `r` is one free block.
+    fn range_is_empty(&self, r: u32) -> bool {
+        let t = self.segs[r].first;
+        t == self.segs[r].tail && self.blocks[t].state == State::Free
     }
 
     /// Links the free block `t` of range `r` again with its unmapped pages counted afresh.

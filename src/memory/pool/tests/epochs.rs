@@ -286,3 +286,27 @@ fn an_epoch_longer_than_the_log_is_not_planned() {
     assert_eq!(p.epoch_counts(), (1, 0));
     check(&p);
 }
+
+#[test]
+fn a_block_taken_at_an_address_before_an_epoch_starts_is_not_followed_over() {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    let mut p = epoch_pool(true);
+    epoch(&mut p, &f, &SIZES);
+    // A place learnt from a live block (as a dry run's placements are), taken once the range is
+    // empty and a plan is ready: the epoch's start is missed, so it places as usual around it.
+    let a = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    let at = p.placement_of(a).unwrap();
+    p.free(&f, a).unwrap();
+    epoch(&mut p, &f, &SIZES);
+    let mut events = Vec::new();
+    let taken = p.take_at(&f, at, 4 * MIB, st(0), &mut events).unwrap();
+    let got = epoch(&mut p, &f, &SIZES);
+    check(&p);
+    assert!(got
+        .iter()
+        .zip(SIZES)
+        .all(|(&x, s)| x >= taken + 4 * MIB || x + s <= taken));
+    p.free(&f, taken).unwrap();
+    check(&p);
+}

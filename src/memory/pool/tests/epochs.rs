@@ -4,13 +4,21 @@
 use super::replay::{load_trace, replay_with, CostModel};
 use super::*;
 
-fn epoch_pool(on: bool) -> Pool {
+/// A pool with epoch plans (the default), physical allocations of one page.
+fn epoch_pool() -> Pool {
     Pool::new(PoolConfig {
         vmm_reserve_bytes: 4 << 30,
         vmm_page_bytes: PAGE,
-        epoch_plans: on,
+        epoch_plans: true,
         ..PoolConfig::default()
     })
+}
+
+/// A pool with epoch plans over a fake device that is always idle (free pages move at once).
+fn idle_pool() -> (Pool, Fake) {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    (epoch_pool(), f)
 }
 
 /// One epoch whose online placement leaves a hole its largest block cannot use: a block that
@@ -40,9 +48,7 @@ const SIZES: [u64; 4] = [16 * MIB, 2 * MIB, 16 * MIB, 30 * MIB];
 
 #[test]
 fn an_epoch_that_repeats_follows_the_plan_of_the_last() {
-    let f = Fake::virtual_memory();
-    f.state_mut().idle_device = true;
-    let mut p = epoch_pool(true);
+    let (mut p, f) = idle_pool();
     let first = epoch(&mut p, &f, &SIZES);
     // Online, the 30 MiB block cannot use the hole under the 2 MiB one (16 MiB): above it.
     assert!(first[3] > first[1]);
@@ -63,9 +69,7 @@ fn an_epoch_that_repeats_follows_the_plan_of_the_last() {
 
 #[test]
 fn an_epoch_that_differs_leaves_the_plan_and_logs_again_after_a_wait() {
-    let f = Fake::virtual_memory();
-    f.state_mut().idle_device = true;
-    let mut p = epoch_pool(true);
+    let (mut p, f) = idle_pool();
     epoch(&mut p, &f, &SIZES);
     // Another size at the third allocation: the plan is left there, the rest placed as usual
     // (the pool stays valid, every block usable).
@@ -85,9 +89,7 @@ fn an_epoch_that_differs_leaves_the_plan_and_logs_again_after_a_wait() {
 
 #[test]
 fn a_planned_place_still_taken_leaves_the_plan() {
-    let f = Fake::virtual_memory();
-    f.state_mut().idle_device = true;
-    let mut p = epoch_pool(true);
+    let (mut p, f) = idle_pool();
     epoch(&mut p, &f, &SIZES);
     // The same sizes, but the first block is not freed before the 30 MiB one, which the plan
     // places over it: that allocation leaves the plan and goes elsewhere.
@@ -111,7 +113,7 @@ fn a_planned_place_still_taken_leaves_the_plan() {
 #[test]
 fn a_range_that_never_empties_plans_nothing() {
     let f = Fake::virtual_memory();
-    let mut p = epoch_pool(true);
+    let mut p = epoch_pool();
     let weights = p.alloc(&f, 4 * MIB, st(0)).unwrap();
     for _ in 0..4 {
         let x = p.alloc(&f, 8 * MIB, st(0)).unwrap();
@@ -170,9 +172,7 @@ fn later_passes_of_a_replayed_trace_keep_the_first_passs_peak() {
 
 #[test]
 fn epochs_that_take_turns_each_follow_their_own_plan() {
-    let f = Fake::virtual_memory();
-    f.state_mut().idle_device = true;
-    let mut p = epoch_pool(true);
+    let (mut p, f) = idle_pool();
     // Two kinds of epoch, told apart by their first request (a batch of another size).
     let other = [12 * MIB, 4 * MIB, 12 * MIB, 20 * MIB];
     for _ in 0..2 {
@@ -199,9 +199,7 @@ mod random {
     /// usable and apart from every other live one (the fake keeps the words written through any
     /// address), and the pool valid, after every operation. Returns the epoch counts.
     fn run(ops: &[(u64, usize)], times: usize) -> Result<(u64, u64), TestCaseError> {
-        let f = Fake::virtual_memory();
-        f.state_mut().idle_device = true;
-        let mut p = epoch_pool(true);
+        let (mut p, f) = idle_pool();
         for _ in 0..times {
             let first = p.alloc(&f, 4096, st(0)).unwrap();
             let mut live: Vec<(u64, u64)> = Vec::new();
@@ -265,9 +263,7 @@ mod random {
 
 #[test]
 fn an_epoch_longer_than_the_log_is_not_planned() {
-    let f = Fake::virtual_memory();
-    f.state_mut().idle_device = true;
-    let mut p = epoch_pool(true);
+    let (mut p, f) = idle_pool();
     let long = |p: &mut Pool| {
         let keep = p.alloc(&f, 4096, st(0)).unwrap();
         for _ in 0..super::super::epochs::LOG_MAX {
@@ -289,9 +285,7 @@ fn an_epoch_longer_than_the_log_is_not_planned() {
 
 #[test]
 fn a_block_taken_at_an_address_before_an_epoch_starts_is_not_followed_over() {
-    let f = Fake::virtual_memory();
-    f.state_mut().idle_device = true;
-    let mut p = epoch_pool(true);
+    let (mut p, f) = idle_pool();
     epoch(&mut p, &f, &SIZES);
     // A place learnt from a live block (as a dry run's placements are), taken once the range is
     // empty and a plan is ready: the epoch's start is missed, so it places as usual around it.

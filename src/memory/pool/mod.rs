@@ -18,6 +18,8 @@
 //!   the live blocks by address;
 //! - `segments.rs` plain segments and what all segments share; `ranges.rs` virtual ranges and
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
+//! - `epochs.rs` epoch plans: a range that empties and fills again the same way, placed by an
+//!   offline plan (`crate::arena`) of the last time;
 //! - `move_budget.rs` the time budget of the slack rule's moves; `alias.rs` a moved chunk's old
 //!   address kept mapped as its shadow, so moving it back is bookkeeping (`page_aliases`);
 //! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
@@ -104,6 +106,12 @@
 //!   the pool never stalls the device for the slack and maps new pages instead). Before picking,
 //!   the slack rule records a marker after the latest frees and polls it briefly
 //!   (`recycle_spin_ns`): an idle device passes it, a busy one does not.
+//! - **Epoch plans** (`epoch_plans`, `epochs.rs`). From a stream's range empty to empty again the
+//!   pool logs each allocation's size and lifetime; the next epoch starting with the same size
+//!   takes each allocation at the offset an offline plan of the log gave it, after gathering
+//!   the plan's footprint under mapped pages, until a request differs (the rest placed as
+//!   above). Repeated passes then keep the first pass's footprint instead of drifting on the
+//!   holes its page moves left.
 //! - **Plain segments (devices without virtual memory, the pinned pool, fallbacks).** As in
 //!   PyTorch, requests of at most `small_request_max` (1 MiB) are served only from the small
 //!   pool, whose segments are `small_segment_bytes` (2 MiB); larger requests only from the large

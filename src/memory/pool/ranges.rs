@@ -188,7 +188,7 @@ impl Pool {
                 } else {
                     (h, l)
                 };
-                // (None to count when the block had none: a carve in a warm block.)
+                // (Nothing to count when the block had no unmapped page: a carve in a warm block.)
                 let n = if total == 0 { 0 } else { count(self, small) };
                 self.blocks[small].unmapped = pages32(n);
                 self.blocks[big].unmapped = pages32(total - n);

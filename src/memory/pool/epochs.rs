@@ -432,22 +432,19 @@ impl Pool {
         }
         let placing = Some((t, 0, pp));
         self.unlink(t);
-        let moved = self.recycle(backing, vm, need, 0, placing, true, None);
-        let moved = match moved {
-            Ok(n) => n,
-            Err(e) => {
-                self.relink_counted(r, t);
-                return Err(e);
-            }
-        };
-        // New pages up to the most ever mapped, or the slack rule's cap over the high-water mark
-        // of bytes in use (which the epoch's peak, and so about the plan's footprint, is under):
-        // what the usual placement may map without moving pages.
-        let new = need.saturating_sub(moved);
+        // Free pages moved first: they leave the counts below, and what they saved is mapped
+        // again under the footprint.
+        if let Err(e) = self.recycle(backing, vm, need, 0, placing, true, None) {
+            self.relink_counted(r, t);
+            return Err(e);
+        }
+        // Mapping up to the most ever mapped, or the slack rule's cap over the high-water mark of
+        // bytes in use (which the epoch's peak, and so about the plan's footprint, is under):
+        // what the usual placement may map without moving pages; and within the limit.
         let hw = self.high_water;
         let cap = (hw + hw / 1000 * self.config.recycle_slack_permille).div_ceil(page);
-        let room = self.mapped_pages + new <= self.mapped_peak.max(cap)
-            && self.stats.reserved_bytes + new * page <= self.config.memory_limit;
+        let room = self.mapped_pages + need <= self.mapped_peak.max(cap)
+            && self.stats.reserved_bytes + need * page <= self.config.memory_limit;
         if !room {
             // What moved stays unmapped: reserved fell, nothing is mapped in its place.
             self.relink_counted(r, t);

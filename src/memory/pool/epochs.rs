@@ -441,8 +441,7 @@ impl Pool {
         // Mapping up to the most ever mapped, or the slack rule's cap over the high-water mark of
         // bytes in use (which the epoch's peak, and so about the plan's footprint, is under):
         // what the usual placement may map without moving pages; and within the limit.
-        let hw = self.high_water;
-        let cap = (hw + hw / 1000 * self.config.recycle_slack_permille).div_ceil(page);
+        let cap = self.slack_cap(self.high_water);
         let room = self.mapped_pages + need <= self.mapped_peak.max(cap)
             && self.stats.reserved_bytes + need * page <= self.config.memory_limit;
         if !room {
@@ -465,19 +464,6 @@ impl Pool {
     fn range_is_empty(&self, r: u32) -> bool {
         let t = self.segs[r].first;
         t == self.segs[r].tail && self.blocks[t].state == State::Free
-    }
-
-    /// Links the free block `t` of range `r` again with its unmapped pages counted afresh.
-    fn relink_counted(&mut self, r: u32, t: u32) {
-        let (addr, size) = (self.blocks[t].addr, self.blocks[t].size);
-        let (q0, q1) = self.interior(r, addr, size);
-        let n = if q0 < q1 {
-            self.pages_of(r).count_unmapped(q0, q1)
-        } else {
-            0
-        };
-        self.blocks[t].unmapped = super::pages32(n);
-        self.link(t);
     }
 }
 

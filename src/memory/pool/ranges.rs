@@ -133,12 +133,7 @@ impl Pool {
         if need > 0 {
             if let Err(e) = self.map_pages(backing, vm, r, cand, (p0, p1), need, (bytes, rounded)) {
                 // Pages mapped before the failure stay mapped inside the (still free) block.
-                let (q0, q1) = {
-                    let b = &self.blocks[cand];
-                    self.interior(r, b.addr, b.size)
-                };
-                self.blocks[cand].unmapped = pages32(self.pages_of(r).count_unmapped(q0, q1));
-                self.link(cand);
+                self.relink_counted(r, cand);
                 return Err(e);
             }
         }
@@ -543,13 +538,8 @@ impl Pool {
         // Growth that alone exceeds the slack counts too (on a small heap, a granule may).
         let slack_bytes = hw / 1000 * self.config.recycle_slack_permille;
         if add >= self.config.recycle_min_bytes.min(slack_bytes) {
-            let allowed = hw + slack_bytes;
-            // At least one granule of slack (the rounding of the top of used memory), and no
-            // move below the most ever mapped: there a move lowers no peak, it only costs time.
-            let cap = allowed
-                .div_ceil(page)
-                .max(hw.div_ceil(page) + 1)
-                .max(self.mapped_peak);
+            // No move below the most ever mapped: there a move lowers no peak, it only costs time.
+            let cap = self.slack_cap(hw).max(self.mapped_peak);
             let slack = (self.mapped_pages + need).saturating_sub(cap);
             // Only while moves have paid for themselves (move_budget.rs).
             let (now, permille) = (backing.now_ns(), self.config.recycle_time_permille);
@@ -627,6 +617,26 @@ impl Pool {
         }
         mapped?;
         Ok(trimmed?)
+    }
+
+    /// The slack rule's cap, in pages, over `hw` bytes in use: `recycle_slack_permille` of it
+    /// more, and at least one granule (the rounding of the top of used memory).
+    pub(super) fn slack_cap(&self, hw: u64) -> u64 {
+        let allowed = hw + hw / 1000 * self.config.recycle_slack_permille;
+        allowed.div_ceil(self.page).max(hw.div_ceil(self.page) + 1)
+    }
+
+    /// Links the free block `t` of range `r` again with its unmapped pages counted afresh.
+    pub(super) fn relink_counted(&mut self, r: u32, t: u32) {
+        let (addr, size) = (self.blocks[t].addr, self.blocks[t].size);
+        let (q0, q1) = self.interior(r, addr, size);
+        let n = if q0 < q1 {
+            self.pages_of(r).count_unmapped(q0, q1)
+        } else {
+            0
+        };
+        self.blocks[t].unmapped = pages32(n);
+        self.link(t);
     }
 
     /// Pages per physical allocation when `run` more pages are to be mapped: a 32nd of what

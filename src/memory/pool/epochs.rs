@@ -406,8 +406,8 @@ impl Pool {
     /// Before following a plan in the empty range `r`: its footprint mapped, by free pages
     /// moved there (from blocks the device is done with, without waiting for it: recycling's
     /// victims, above the footprint first), then new pages as long as the pool maps no more than
-    /// the slack rule allows or it ever has, within its limit. False when that is not enough:
-    /// the plan is not followed (what moved stays where it went).
+    /// the slack rule allows or it ever has, within its limit. False when that is not enough,
+    /// or the device has no more: the plan is not followed (what moved stays where it went).
     fn gather_pages(
         &mut self,
         backing: &dyn PoolBacking,
@@ -454,10 +454,15 @@ impl Pool {
         let runs = self.pages_of(r).runs(0, pp, false);
         let mapped = self.map_runs(backing, vm, r, base, &runs, placing, pp * page);
         self.relink_counted(r, t);
-        let trimmed = vm.trim();
-        mapped?;
-        trimmed?;
-        Ok(true)
+        vm.trim()?;
+        match mapped {
+            Ok(()) => Ok(true),
+            // The device has less than the footprint (it may be shared, or smaller than the
+            // epoch that made the plan): the plan is not followed, and the request is placed as
+            // usual, which needs only its own bytes. What did map stays, counted.
+            Err(PoolError::OutOfMemory { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether range `r` is one free block.

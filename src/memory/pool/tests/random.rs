@@ -583,3 +583,69 @@ proptest! {
         run_virtual_ops(limit, capacity, nstreams, (waits, aliases, idle), chunk, &ops.repeat(repeats))?;
     }
 }
+
+/// Found by the property test above (CI, session 22): after the first run emptied the range,
+/// the second run's first request of one byte was refused with nothing held.
+#[test]
+fn a_followed_epoch_on_a_small_device_still_finds_memory() {
+    let mut ops = vec![
+        Op::Alloc(1, 0),
+        Op::Alloc(1, 0),
+        Op::Alloc(1, 0),
+        Op::Alloc(7948289, 0),
+        Op::Free(175384476876014972),
+        Op::Alloc(3841, 0),
+        Op::Free(0),
+        Op::Free(17096114642653471),
+        Op::Free(3366886441952709175),
+        Op::Alloc(1, 0),
+        Op::Alloc(8773633, 0),
+        Op::Free(3457503771510669346),
+        Op::Alloc(20018689, 0),
+        Op::Free(1275981285793436165),
+        Op::Alloc(1, 0),
+        Op::FreeAfterEvent(2990806084120561658, false),
+        Op::Alloc(5993985, 0),
+        Op::Alloc(1, 0),
+        Op::Alloc(11422721, 0),
+        Op::Alloc(1, 0),
+        Op::Alloc(2666, 2),
+        Op::Alloc(165834, 2),
+        Op::Alloc(2567, 1),
+        Op::Free(5069671550103834521),
+        Op::FreeAfterEvent(7419432618091082785, true),
+        Op::Free(7073057689693395580),
+        Op::Complete(15515221870152366069),
+        Op::Alloc(28792494, 1),
+        Op::Alloc(3697, 1),
+        Op::Alloc(9473927, 0),
+        Op::Alloc(2622, 2),
+        Op::Free(677235134189969042),
+        Op::Alloc(2364, 1),
+        Op::FreeAfterEvent(9105304249561570304, true),
+        Op::Alloc(3043, 2),
+        Op::Alloc(3391, 1),
+        Op::FreeAfterEvent(16761690202455100987, true),
+        Op::Alloc(577008, 2),
+        Op::Alloc(4013, 0),
+        Op::Alloc(270455, 2),
+        Op::Free(6371855611595630249),
+        Op::Alloc(832497, 0),
+        Op::Free(10222823187650185182),
+        Op::Complete(10750730067407751582),
+        Op::Alloc(589954, 0),
+        Op::Free(11583872224356630771),
+        Op::Alloc(19700122, 1),
+        Op::Alloc(672955, 2),
+    ];
+    ops.push(Op::FreeAll);
+    run_virtual_ops(
+        u64::MAX,
+        60 * MIB,
+        1,
+        (false, false, true),
+        PAGE,
+        &ops.repeat(2),
+    )
+    .unwrap();
+}

@@ -23,9 +23,13 @@
 //!
 //! Only a stream whose range empties is concerned: a program keeping any block of a stream live
 //! for good records one log (at most `LOG_MAX` allocations, then dropped) and never plans.
+//! A log is planned only when an epoch starts with its first size, not when the range empties:
+//! planning takes about 1 ms per 300 allocations (0.9 s for a log of `LOG_MAX` on the build
+//! machine), which a program that empties the range once — at its end, or between phases that
+//! differ — would pay for a plan it never follows.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::block::State;
 use super::tlsf::NIL;
@@ -92,6 +96,21 @@ pub(super) struct Plan {
     footprint: u64,
 }
 
+/// A logged epoch, kept for the next epoch that starts with its first size, and its plan, made
+/// when the first such epoch starts (`None` inside: the planner refused it). Dry-run clones share
+/// it, so an epoch is planned once.
+#[derive(Debug)]
+struct Kept {
+    log: Vec<Logged>,
+    plan: OnceLock<Option<Arc<Plan>>>,
+}
+
+impl Kept {
+    fn first_size(&self) -> u64 {
+        self.log[0].size
+    }
+}
+
 /// A stream's epochs: the log being recorded, the plans kept, the one being followed.
 #[derive(Debug, Default)]
 pub(super) struct Epochs {
@@ -100,8 +119,8 @@ pub(super) struct Epochs {
     clock: u32,
     /// The log outgrew `LOG_MAX`: this epoch is not planned.
     overflow: bool,
-    /// The latest plans, oldest first, at most `PLANS`; at most one per first size.
-    plans: Vec<Arc<Plan>>,
+    /// The latest logged epochs, oldest first, at most `PLANS`; at most one per first size.
+    kept: Vec<Arc<Kept>>,
     /// The plan being followed (`Following`, `Left`).
     plan: Option<Arc<Plan>>,
     /// The plan's next allocation (`Following`), and the block each one followed so far took:
@@ -114,6 +133,8 @@ pub(super) struct Epochs {
     /// Epochs followed to the end, and plans left (the host replay prints them).
     pub(super) followed: u64,
     pub(super) left: u64,
+    /// Logged epochs planned (at most once each, when an epoch first starts like one).
+    pub(super) planned: u64,
 }
 
 /// A clone (the pool's dry runs play on one) follows the same plans but logs nothing: its log
@@ -125,7 +146,7 @@ impl Clone for Epochs {
             log: Vec::new(),
             clock: self.clock,
             overflow: true,
-            plans: self.plans.clone(),
+            kept: self.kept.clone(),
             plan: self.plan.clone(),
             next: self.next,
             placed: self.placed.clone(),
@@ -133,6 +154,7 @@ impl Clone for Epochs {
             misses: self.misses,
             followed: self.followed,
             left: self.left,
+            planned: self.planned,
         }
     }
 }
@@ -177,15 +199,24 @@ impl Epochs {
         }
     }
 
-    /// At an epoch's first allocation (`Ready`), of `size` bytes: the plan that starts with it
-    /// becomes the one followed (true); with none, this epoch is logged (false).
-    fn choose(&mut self, size: u64) -> bool {
-        self.plan = self
-            .plans
-            .iter()
-            .rev()
-            .find(|p| p.sizes[0] == size)
-            .cloned();
+    /// At an epoch's first allocation (`Ready`), of `size` bytes: the plan of the kept epoch that
+    /// starts with it (planned now, the first time) becomes the one followed (true); with none,
+    /// this epoch is logged (false).
+    fn choose(&mut self, size: u64, align: u64) -> bool {
+        self.plan = None;
+        if let Some(i) = self.kept.iter().rposition(|k| k.first_size() == size) {
+            let k = &self.kept[i];
+            let fresh = k.plan.get().is_none();
+            self.plan = k
+                .plan
+                .get_or_init(|| plan(&k.log, align).map(Arc::new))
+                .clone();
+            self.planned += u64::from(fresh);
+            if self.plan.is_none() {
+                // Refused by the planner: this epoch is logged in its place.
+                self.kept.remove(i);
+            }
+        }
         self.next = 0;
         self.placed.clear();
         if let Some(p) = &self.plan {
@@ -199,25 +230,26 @@ impl Epochs {
         self.plan.is_some()
     }
 
-    /// The range emptied: the epoch ends (`align`: the pool's alignment, the plan's offsets').
-    pub(super) fn end_epoch(&mut self, align: u64) {
+    /// The range emptied: the epoch ends; a logged one is kept for `choose` to plan.
+    pub(super) fn end_epoch(&mut self) {
         match self.mode {
             Mode::Off | Mode::Ready => {}
             Mode::Recording => {
                 let log = std::mem::take(&mut self.log);
                 let overflow = std::mem::replace(&mut self.overflow, false);
                 self.clock = 0;
-                if let Some(p) = (!overflow && !log.is_empty())
-                    .then(|| plan(&log, align))
-                    .flatten()
-                {
-                    // One plan per first size: the new one replaces an older one; the oldest go
+                if !overflow && !log.is_empty() {
+                    // One per first size: the new one replaces an older one; the oldest go
                     // beyond the bounds.
-                    self.plans.retain(|q| q.sizes[0] != p.sizes[0]);
-                    self.plans.push(Arc::new(p));
-                    let mut total: usize = self.plans.iter().map(|q| q.sizes.len()).sum();
-                    while self.plans.len() > PLANS || total > LOG_MAX {
-                        total -= self.plans.remove(0).sizes.len();
+                    let first = log[0].size;
+                    self.kept.retain(|k| k.first_size() != first);
+                    self.kept.push(Arc::new(Kept {
+                        log,
+                        plan: OnceLock::new(),
+                    }));
+                    let mut total: usize = self.kept.iter().map(|k| k.log.len()).sum();
+                    while self.kept.len() > PLANS || total > LOG_MAX {
+                        total -= self.kept.remove(0).log.len();
                     }
                 }
                 self.mode = Mode::Ready;
@@ -251,7 +283,11 @@ impl Epochs {
     fn miss(&mut self) {
         self.left += 1;
         if let Some(p) = self.plan.take() {
-            self.plans.retain(|q| !Arc::ptr_eq(q, &p));
+            self.kept.retain(|k| {
+                !k.plan
+                    .get()
+                    .is_some_and(|q| q.as_ref().is_some_and(|q| Arc::ptr_eq(q, &p)))
+            });
         }
         self.misses += 1;
         self.wait = (1u32 << self.misses.min(10)).min(MAX_WAIT) - 1;
@@ -310,8 +346,7 @@ impl Pool {
     /// The range `r` of stream `si` has emptied.
     #[inline(never)]
     pub(super) fn range_emptied(&mut self, si: u32) {
-        let align = self.config.alignment;
-        self.streams[si as usize].epochs.end_epoch(align);
+        self.streams[si as usize].epochs.end_epoch();
     }
 
     /// Allocation `rounded` on stream `si` (range `r`) while its epochs are ready to follow a
@@ -331,7 +366,8 @@ impl Pool {
                 self.streams[si as usize].epochs.mode = Mode::Left;
                 return Ok(None);
             }
-            if !self.streams[si as usize].epochs.choose(rounded) {
+            let align = self.config.alignment;
+            if !self.streams[si as usize].epochs.choose(rounded, align) {
                 // Logged (`hand_out`), placed as usual.
                 return Ok(None);
             }

@@ -3,8 +3,9 @@
 //!
 //! An *epoch* of a stream's range runs from the range empty (every block free) to empty again.
 //! While the pool records one, it logs each allocation's rounded size and when it was made and
-//! freed (a clock that ticks at every allocation and free of the stream). When the range empties,
-//! the log is an arena problem (`crate::arena`): the smaller of two greedy plans gives every
+//! freed (a clock that ticks at every allocation and free of the stream). When the range empties
+//! the log is kept, and when a later epoch starts with the log's first size it becomes an arena
+//! problem (`crate::arena`): the smaller of two greedy plans gives every
 //! allocation an offset from the range's base, its footprint within 1.05 of the epoch's peak of
 //! live bytes on every recorded trace (most within a few thousandths) — where the online
 //! placement, which cannot know the future, leaves holes that its later passes drift on
@@ -23,10 +24,11 @@
 //!
 //! Only a stream whose range empties is concerned: a program keeping any block of a stream live
 //! for good records one log (at most `LOG_MAX` allocations, then dropped) and never plans.
-//! A log is planned only when an epoch starts with its first size, not when the range empties:
-//! planning takes about 1 ms per 300 allocations (0.9 s for a log of `LOG_MAX` on the build
-//! machine), which a program that empties the range once — at its end, or between phases that
-//! differ — would pay for a plan it never follows.
+//! Planning waits for that later epoch rather than running when the range empties: it takes
+//! about 1 ms per 300 allocations (0.9 s for a log of `LOG_MAX` on the build machine), which a
+//! program that empties the range once — at its end, or between phases that differ — would pay
+//! for a plan it never follows. A kept epoch holds its log and, once planned, its plan: 36 bytes
+//! an allocation, at most `LOG_MAX` allocations a stream.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};

@@ -108,9 +108,9 @@
 //!   (`recycle_spin_ns`): an idle device passes it, a busy one does not.
 //! - **Epoch plans** (`epoch_plans`, `epochs.rs`). From a stream's range empty to empty again the
 //!   pool logs each allocation's size and lifetime; the next epoch starting with the same size
-//!   plans the log offline and takes each allocation at the offset the plan gave it, after gathering
-//!   the plan's footprint under mapped pages, until a request differs (the rest placed as
-//!   above). Repeated passes then keep the first pass's footprint instead of drifting on the
+//!   plans the log offline and takes each allocation at the offset the plan gave it, after
+//!   gathering the plan's footprint under mapped pages, until a request differs (the rest placed
+//!   as above). Repeated passes then keep the first pass's footprint instead of drifting on the
 //!   holes its page moves left.
 //! - **Plain segments (devices without virtual memory, the pinned pool, fallbacks).** As in
 //!   PyTorch, requests of at most `small_request_max` (1 MiB) are served only from the small

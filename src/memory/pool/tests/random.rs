@@ -584,7 +584,8 @@ proptest! {
     }
 }
 
-/// Found by the property test above (CI, session 22): after the first run emptied the range,
+/// Found by the property test above (CI, session 22; its minimal case less a `ReleaseCached`,
+/// which the failure does not need): after the first run emptied the range,
 /// the second run's first request of one byte was refused with nothing held. The first run's
 /// plan needs 61 MiB, more than the device's 60 (the online placement had fitted; the pool held
 /// 52 MiB, cached): gathering its footprint ran the device out of memory, and that error reached

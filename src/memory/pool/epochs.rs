@@ -285,11 +285,9 @@ impl Epochs {
     fn miss(&mut self) {
         self.left += 1;
         if let Some(p) = self.plan.take() {
-            self.kept.retain(|k| {
-                !k.plan
-                    .get()
-                    .is_some_and(|q| q.as_ref().is_some_and(|q| Arc::ptr_eq(q, &p)))
-            });
+            // The kept epoch it came from: the one of its first size (a stream keeps one per
+            // first size, and adds none while it follows).
+            self.kept.retain(|k| k.first_size() != p.sizes[0]);
         }
         self.misses += 1;
         self.wait = (1u32 << self.misses.min(10)).min(MAX_WAIT) - 1;

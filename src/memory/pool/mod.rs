@@ -179,6 +179,7 @@ use addr_map::AddrMap;
 use block::{Block, Kind, State};
 use segments::Segment;
 use slab::Slab;
+pub use stream::Lane;
 use stream::{FastHash, Streams};
 use tlsf::NIL;
 
@@ -234,9 +235,11 @@ pub struct Pool {
     segs: Slab<Segment>,
     live: AddrMap,
     streams: Streams,
-    stream_index: HashMap<StreamId, u32, FastHash>,
-    /// The stream of the latest allocation and the index of its state (nearly every allocation repeats it).
-    last_stream: (StreamId, u32),
+    /// Each stream lane's `si`, by `stream::lane_key`.
+    stream_index: HashMap<u64, u32, FastHash>,
+    /// The lane key of the latest allocation and the index of its state (nearly every allocation
+    /// repeats it).
+    last_stream: (u64, u32),
     pending: BTreeMap<EventId, Vec<u32>>,
     pending_bytes: u64,
     pending_blocks: u64,
@@ -289,7 +292,7 @@ impl Pool {
             live: AddrMap::default(),
             streams: Streams::default(),
             stream_index: HashMap::default(),
-            last_stream: (StreamId(u32::MAX), NIL),
+            last_stream: (u64::MAX, NIL),
             pending: BTreeMap::new(),
             pending_bytes: 0,
             pending_blocks: 0,
@@ -328,6 +331,18 @@ impl Pool {
         self.alloc_tagged(backing, bytes, stream, 0)
     }
 
+    /// `alloc` in `stream`'s `lane`: `Lane::Lasting` for a block held across the stream's epochs
+    /// (a graph's persistent tensor), so that the working lane's range can empty between them.
+    pub fn alloc_in(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+        lane: Lane,
+    ) -> Result<u64, PoolError> {
+        self.alloc_lane(backing, bytes, stream, lane, 0)
+    }
+
     /// `alloc`, except that moving pages under the memory limit may not wait for the device
     /// (`VirtualMemory::quiesce`, a synchronisation of the whole context on CUDA): where only
     /// pages that queued work may still touch would make room, it fails with `OutOfMemory`
@@ -342,8 +357,19 @@ impl Pool {
         bytes: u64,
         stream: StreamId,
     ) -> Result<u64, PoolError> {
+        self.alloc_no_wait_in(backing, bytes, stream, Lane::Working)
+    }
+
+    /// `alloc_no_wait` in `stream`'s `lane` (`alloc_in`).
+    pub fn alloc_no_wait_in(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+        lane: Lane,
+    ) -> Result<u64, PoolError> {
         self.no_device_waits = true;
-        let r = self.alloc_tagged(backing, bytes, stream, 0);
+        let r = self.alloc_lane(backing, bytes, stream, lane, 0);
         self.no_device_waits = false;
         r
     }
@@ -356,13 +382,25 @@ impl Pool {
         stream: StreamId,
         tag: u8,
     ) -> Result<u64, PoolError> {
+        self.alloc_lane(backing, bytes, stream, Lane::Working, tag)
+    }
+
+    #[inline(always)]
+    fn alloc_lane(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+        lane: Lane,
+        tag: u8,
+    ) -> Result<u64, PoolError> {
         if bytes == 0 {
             return Err(PoolError::ZeroSize);
         }
         if !self.pending.is_empty() {
             self.process_events(backing);
         }
-        let idx = match self.alloc_inner(backing, bytes, stream) {
+        let idx = match self.alloc_inner(backing, bytes, stream, lane) {
             Ok(i) => i,
             Err(e) => {
                 self.stats.failed_alloc_count += 1;
@@ -378,11 +416,12 @@ impl Pool {
         backing: &dyn PoolBacking,
         bytes: u64,
         stream: StreamId,
+        lane: Lane,
     ) -> Result<u32, PoolError> {
         let Some(rounded) = round_up(bytes, self.config.alignment) else {
             return Err(self.oom(bytes));
         };
-        let si = self.stream_ix(stream);
+        let si = self.stream_ix(stream, lane);
         if self.streams[si as usize].virtual_growth {
             // An epoch that follows its plan (`epochs.rs`).
             if self.streams[si as usize].epochs.mode.plans() {
@@ -608,7 +647,12 @@ impl Pool {
     }
 
     pub fn stats(&self) -> PoolStats {
-        self.stats
+        let (epochs_followed, epochs_left) = self.epoch_counts();
+        PoolStats {
+            epochs_followed,
+            epochs_left,
+            ..self.stats
+        }
     }
 
     /// Slack-rule page moves declined because moving had used up its share of time.

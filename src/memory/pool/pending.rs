@@ -3,6 +3,7 @@
 //! (`assume_complete`), and meanwhile reusable on the same stream through `take_pending`.
 
 use super::block::{Kind, State};
+use super::stream::{lane_key, Lane};
 use super::{round_up, Pool, PoolBacking, PoolError};
 use crate::device::{EventId, StreamId};
 use crate::memory::history::Action;
@@ -53,7 +54,7 @@ impl Pool {
     /// enough.
     pub fn take_pending(&mut self, bytes: u64, stream: StreamId) -> Option<(u64, EventId)> {
         let rounded = round_up(bytes, self.config.alignment)?;
-        let si = *self.stream_index.get(&stream)?;
+        let si = *self.stream_index.get(&lane_key(stream, Lane::Working))?;
         let mut best: Option<(u64, u64, EventId, usize)> = None;
         for (&event, blocks) in &self.pending {
             for (pos, &i) in blocks.iter().enumerate() {

@@ -8,6 +8,7 @@
 
 use super::block::Kind;
 use super::block::State;
+use super::stream::{lane_key, Lane};
 use super::{round_up, Pool, PoolBacking};
 use crate::device::{EventId, StreamId};
 
@@ -29,7 +30,7 @@ impl Pool {
         }
         self.process_events(backing);
         let rounded = round_up(bytes, self.config.alignment)?;
-        let si = *self.stream_index.get(&stream)?;
+        let si = *self.stream_index.get(&lane_key(stream, Lane::Working))?;
         let pending = self.smallest_pending(si, rounded)?;
         if self
             .warm_fit_size(si, rounded)

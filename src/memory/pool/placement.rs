@@ -15,6 +15,7 @@
 //! segment's base, and the range is found by walking at most `WALK` blocks up from there.
 
 use super::block::{Kind, State};
+use super::stream::{lane_key, Lane};
 use super::tlsf::NIL;
 use super::{pages32, round_up, Pool, PoolBacking};
 use crate::device::{EventId, StreamId};
@@ -98,7 +99,7 @@ impl Pool {
         }
         let rounded = round_up(bytes, self.config.alignment)?;
         let end = at.addr.checked_add(rounded)?;
-        let si = *self.stream_index.get(&stream)?;
+        let si = *self.stream_index.get(&lane_key(stream, Lane::Working))?;
         let (first, last) = self.range_blocks(at, end, si)?;
         let (seg, kind) = (self.blocks[first].seg, self.blocks[first].kind);
         // Plain segments count their allocated and pending blocks (`Segment::busy`): the range

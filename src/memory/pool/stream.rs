@@ -1,6 +1,6 @@
-//! Per-stream state: each stream the pool serves has one [`StreamState`] (its free indexes,
-//! its virtual range, its marker events), found from the stream id through a fast hash map and
-//! a one-entry cache of the latest allocation's stream.
+//! Per-stream state: each stream the pool serves has one [`StreamState`] per [`Lane`] it uses
+//! (its free indexes, its virtual range, its marker events), found from the stream id and lane
+//! through a fast hash map and a one-entry cache of the latest allocation's.
 
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -39,9 +39,30 @@ impl Hasher for AddrHasher {
 
 pub(super) type FastHash = BuildHasherDefault<AddrHasher>;
 
+/// Which of a stream's two sets of blocks an allocation joins. Blocks that outlast the stream's
+/// epochs — a graph's persistent tensors, held from one run to the next — go in the `Lasting`
+/// lane: a range (and free lists) of their own, so the `Working` lane's range can empty between
+/// runs and its runs follow epoch plans (`epochs.rs`), which a single block held for good would
+/// stop. Both lanes order their blocks by the same device stream (their markers are recorded on
+/// it), so reuse within either is the stream's own; the lasting lane makes no epochs. A stream
+/// of plain segments (no virtual range, so no epochs) has one lane: its lasting blocks join the
+/// working ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Lane {
+    #[default]
+    Working,
+    Lasting,
+}
+
+/// The key of a lane's state in `Pool::stream_index`: the stream id, the lane above it.
+#[inline(always)]
+pub(super) fn lane_key(stream: StreamId, lane: Lane) -> u64 {
+    stream.0 as u64 | (lane as u64) << 32
+}
+
 /// The state of one stream the pool serves: its free indexes, its virtual range, its marker
-/// events. Throughout the pool `si` is a stream's index in `Pool::streams`, and a block's
-/// `owner` is the `si` of the stream it belongs to.
+/// events — one per lane the stream uses. Throughout the pool `si` is a stream lane's index in
+/// `Pool::streams`, and a block's `owner` is the `si` of the lane it belongs to.
 #[derive(Clone, Debug)]
 pub(super) struct StreamState {
     pub(super) stream: StreamId,
@@ -134,31 +155,48 @@ impl Pool {
     /// A stream the pool already serves keeps its way (false is returned).
     #[inline]
     pub fn set_new_stream_growth(&mut self, stream: StreamId, virtual_ranges: bool) -> bool {
-        if self.stream_index.contains_key(&stream) {
+        if self
+            .stream_index
+            .contains_key(&lane_key(stream, Lane::Working))
+        {
             return false;
         }
-        let si = self.stream_ix(stream);
+        let si = self.stream_ix(stream, Lane::Working);
         self.streams[si as usize].virtual_growth = virtual_ranges;
         true
     }
 
-    /// The `si` of `stream`, its state made on first use. Forced inline: nearly every
-    /// allocation repeats the latest one's stream, checked here without a call.
+    /// The `si` of `stream`'s `lane`, its state made on first use. Forced inline: nearly every
+    /// allocation repeats the latest one's stream and lane, checked here without a call.
     #[inline(always)]
-    pub(super) fn stream_ix(&mut self, stream: StreamId) -> u32 {
-        if self.last_stream.0 == stream && self.last_stream.1 != NIL {
+    pub(super) fn stream_ix(&mut self, stream: StreamId, lane: Lane) -> u32 {
+        let key = lane_key(stream, lane);
+        if self.last_stream.0 == key && self.last_stream.1 != NIL {
             return self.last_stream.1;
         }
-        self.stream_ix_other(stream)
+        self.stream_ix_other(stream, lane)
     }
 
-    /// `stream_ix` for a stream other than the latest allocation's.
+    /// `stream_ix` for a stream or lane other than the latest allocation's.
     #[inline(never)]
-    pub(super) fn stream_ix_other(&mut self, stream: StreamId) -> u32 {
-        if let Some(&s) = self.stream_index.get(&stream) {
-            self.last_stream = (stream, s);
+    pub(super) fn stream_ix_other(&mut self, stream: StreamId, lane: Lane) -> u32 {
+        let key = lane_key(stream, lane);
+        if let Some(&s) = self.stream_index.get(&key) {
+            self.last_stream = (key, s);
             return s;
         }
+        if lane == Lane::Lasting {
+            // Only a stream that grows by a virtual range has epochs to keep its range free
+            // for: one of plain segments keeps its lasting blocks with the rest, where they
+            // cost no segment of their own.
+            let working = self.stream_ix(stream, Lane::Working);
+            if !self.streams[working as usize].virtual_growth {
+                self.stream_index.insert(key, working);
+                self.last_stream = (key, working);
+                return working;
+            }
+        }
+        let epochs = lane == Lane::Working && self.config.epoch_plans && !self.config.page_aliases;
         let s = self.streams.len() as u32;
         self.streams.push(StreamState {
             stream,
@@ -174,9 +212,10 @@ impl Pool {
             last_marker: None,
             spin_skip: 0,
             spin_misses: 0,
-            epochs: Epochs::new(self.config.epoch_plans && !self.config.page_aliases),
+            epochs: Epochs::new(epochs),
         });
-        self.stream_index.insert(stream, s);
+        self.stream_index.insert(key, s);
+        self.last_stream = (key, s);
         s
     }
 }

@@ -15,7 +15,7 @@ fn epoch_pool() -> Pool {
 }
 
 /// A pool with epoch plans over a fake device that is always idle (free pages move at once).
-fn idle_pool() -> (Pool, Fake) {
+pub(super) fn idle_pool() -> (Pool, Fake) {
     let f = Fake::virtual_memory();
     f.state_mut().idle_device = true;
     (epoch_pool(), f)
@@ -23,7 +23,7 @@ fn idle_pool() -> (Pool, Fake) {
 
 /// One epoch whose online placement leaves a hole its largest block cannot use: a block that
 /// outlives its neighbours splits the free memory. Returns the addresses in allocation order.
-fn epoch(p: &mut Pool, f: &Fake, sizes: &[u64; 4]) -> Vec<u64> {
+pub(super) fn epoch(p: &mut Pool, f: &Fake, sizes: &[u64; 4]) -> Vec<u64> {
     let a = p.alloc(f, sizes[0], st(0)).unwrap();
     let keep = p.alloc(f, sizes[1], st(0)).unwrap();
     let b = p.alloc(f, sizes[2], st(0)).unwrap();
@@ -44,7 +44,7 @@ fn span(addrs: &[u64], sizes: &[u64]) -> u64 {
     high.unwrap_or(0) - low
 }
 
-const SIZES: [u64; 4] = [16 * MIB, 2 * MIB, 16 * MIB, 30 * MIB];
+pub(super) const SIZES: [u64; 4] = [16 * MIB, 2 * MIB, 16 * MIB, 30 * MIB];
 
 #[test]
 fn an_epoch_that_repeats_follows_the_plan_of_the_last() {

@@ -9,6 +9,7 @@ mod epochs;
 mod fake;
 mod granularity;
 mod hold_markers;
+mod lanes;
 mod layout_dump;
 mod majority_moves;
 mod pending_fit;

@@ -30,7 +30,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => 12 * MIB + 1..=40 * MIB,
     ];
     prop_oneof![
-        8 => (size, 0u32..3).prop_map(|(n, s)| Op::Alloc(n, s)),
+        // Stream 3 and 4: streams 0 and 1's lasting lanes (in the virtual-memory sequences).
+        8 => (size, 0u32..5).prop_map(|(n, s)| Op::Alloc(n, s)),
         5 => any::<usize>().prop_map(Op::Free),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(i, r)| Op::FreeAfterEvent(i, r)),
         2 => any::<usize>().prop_map(Op::Complete),
@@ -153,7 +154,7 @@ fn run_ops(cfg: PoolConfig, nstreams: u32, capacity: u64, ops: &[Op]) -> Result<
     for op in ops {
         match *op {
             Op::Alloc(n, s) => {
-                let s = s % nstreams;
+                let s = s % 3 % nstreams;
                 let r = n.div_ceil(align) * align;
                 // Nothing in use once completed events are polled: the request must succeed
                 // whenever it fits the budget and the device on its own.
@@ -399,8 +400,9 @@ fn run_virtual_ops(
     for op in ops {
         match *op {
             Op::Alloc(n, s) => {
-                let s = s % nstreams;
-                match p.alloc(&f, n, st(s)) {
+                let lane = if s >= 3 { Lane::Lasting } else { Lane::Working };
+                let s = s % 3 % nstreams;
+                match p.alloc_in(&f, n, st(s), lane) {
                     Ok(addr) => {
                         let r = n.div_ceil(256) * 256;
                         for b in &live {

@@ -7,7 +7,7 @@ use crate::device::DevPtr;
 use crate::error::{Error, Result};
 use crate::graph::liveness::NEVER;
 use crate::graph::Graph;
-use crate::memory::pool::PoolError;
+use crate::memory::pool::{Lane, PoolError};
 use crate::memory::residency::Residency;
 use crate::memory::DeviceBacking;
 use crate::plan::program::{Buf, PoolCall};
@@ -201,18 +201,35 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// A block for the compute stream from the pool: `Pool::alloc` when it may wait for the
-    /// device to move pages, else `Pool::alloc_no_wait`.
+    /// The pool lane of `buf`'s block. A persistent tensor of a graph that does not swap stays on
+    /// the device from one run to the next: it goes in the compute stream's lasting lane, so the
+    /// working lane's range empties at each run's end and the next run follows the epoch plan of
+    /// the last (`memory::pool` `epochs.rs`). A swapping graph's persistent tensors come and go
+    /// as its plan says, in the one lane its dry runs model.
+    pub(super) fn lane_of(&self, graph: &Graph, buf: Buf) -> Lane {
+        match buf {
+            Buf::Tensor(t)
+                if !self.program.swapping && graph.tensors()[t as usize].kind.persists() =>
+            {
+                Lane::Lasting
+            }
+            _ => Lane::Working,
+        }
+    }
+
+    /// A block for the compute stream from the pool, in `lane`: `Pool::alloc_in` when it may
+    /// wait for the device to move pages, else `Pool::alloc_no_wait_in`.
     pub(super) fn pool_alloc(
         &mut self,
         bytes: u64,
         may_wait: bool,
+        lane: Lane,
     ) -> std::result::Result<DevPtr, PoolError> {
         let (backing, stream) = (DeviceBacking(self.device), self.streams.compute);
         if may_wait {
-            self.pool.alloc(&backing, bytes, stream)
+            self.pool.alloc_in(&backing, bytes, stream, lane)
         } else {
-            self.pool.alloc_no_wait(&backing, bytes, stream)
+            self.pool.alloc_no_wait_in(&backing, bytes, stream, lane)
         }
     }
 
@@ -253,7 +270,8 @@ impl Executor<'_> {
         step: usize,
     ) -> Result<DevPtr> {
         let Some(ptr) = self.take_placed(buf, bytes, step) else {
-            return self.alloc(graph, bytes);
+            let lane = self.lane_of(graph, buf);
+            return self.alloc(graph, bytes, lane);
         };
         for i in 0..self.placed_events.len() {
             if let Err(e) = self.compute_waits(self.placed_events[i]) {
@@ -266,21 +284,25 @@ impl Executor<'_> {
         Ok(ptr)
     }
 
-    /// Device memory (for the compute stream): first, where the pool's config allows, a block
-    /// pending on a copy-out that fits more closely than any free one
-    /// (`Pool::take_pending_if_closer`: the placement of the pool's dry run, which the swap
-    /// plan was fitted with and which frees such blocks at once; the compute stream waits for
-    /// that copy); else from the pool, without the pool waiting for the
-    /// device (`Pool::alloc_no_wait`); on failure takes one block pending on a copy-out, else
+    /// Device memory (for the compute stream, in `lane`): first, in the working lane and where
+    /// the pool's config allows, a block pending on a copy-out that fits more closely than any
+    /// free one (`Pool::take_pending_if_closer`: the placement of the pool's dry run, which the
+    /// swap plan was fitted with and which frees such blocks at once; the compute stream waits
+    /// for that copy); else from the pool, without the pool waiting for the
+    /// device (`Pool::alloc_no_wait_in`); on failure takes one block pending on a copy-out, else
     /// all of them; only then lets the pool wait for the device to move pages, then evicts the
     /// resident tensor used farthest in the future, and retries.
-    pub(super) fn alloc(&mut self, graph: &Graph, bytes: u64) -> Result<DevPtr> {
+    pub(super) fn alloc(&mut self, graph: &Graph, bytes: u64, lane: Lane) -> Result<DevPtr> {
         self.poll_copies();
         let backing = DeviceBacking(self.device);
-        if let Some((ptr, event)) =
-            self.pool
-                .take_pending_if_closer(&backing, bytes, self.streams.compute)
-        {
+        let closer = match lane {
+            Lane::Working => {
+                self.pool
+                    .take_pending_if_closer(&backing, bytes, self.streams.compute)
+            }
+            Lane::Lasting => None,
+        };
+        if let Some((ptr, event)) = closer {
             self.counters.pool_allocs += 1;
             self.compute_waits(event)?;
             return Ok(ptr);
@@ -288,7 +310,7 @@ impl Executor<'_> {
         let mut may_wait = false;
         loop {
             self.counters.pool_allocs += 1;
-            match self.pool_alloc(bytes, may_wait) {
+            match self.pool_alloc(bytes, may_wait, lane) {
                 Ok(ptr) => return Ok(ptr),
                 Err(PoolError::OutOfMemory { .. }) => {}
                 Err(e) => return Err(e.into()),

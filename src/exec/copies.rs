@@ -7,6 +7,7 @@ use crate::device::{EventId, StreamId};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::memory::history::Action;
+use crate::memory::pool::Lane;
 use crate::memory::residency::Residency;
 use crate::memory::{DeviceBacking, PinnedBacking};
 use crate::plan::program::{Buf, PoolCall};
@@ -78,17 +79,21 @@ impl Executor<'_> {
         Ok(true)
     }
 
-    /// A block without evicting, for a copy in: the free pool (without the pool waiting for
+    /// A block in `lane` without evicting, for a copy in: the free pool (without the pool waiting for
     /// the device), else one block whose copy-out is queued (returned with the copy's event,
     /// which the copy-in stream then waits for: compute does not stall), else all such blocks
     /// (the compute stream waits for them: the memory the plan counted on is exactly theirs,
     /// and the link is the bottleneck whenever they are not done yet), else the pool moving
     /// pages however it must (`Executor::alloc`'s order).
-    fn alloc_without_evicting(&mut self, bytes: u64) -> Result<Option<(u64, Option<EventId>)>> {
+    fn alloc_without_evicting(
+        &mut self,
+        bytes: u64,
+        lane: Lane,
+    ) -> Result<Option<(u64, Option<EventId>)>> {
         use crate::memory::pool::PoolError::OutOfMemory;
         self.poll_copies();
         self.counters.pool_allocs += 1;
-        match self.pool_alloc(bytes, false) {
+        match self.pool_alloc(bytes, false, lane) {
             Ok(ptr) => return Ok(Some((ptr, None))),
             Err(OutOfMemory { .. }) => {}
             Err(e) => return Err(e.into()),
@@ -104,7 +109,7 @@ impl Executor<'_> {
         };
         for &may_wait in tries {
             self.counters.pool_allocs += 1;
-            match self.pool_alloc(bytes, may_wait) {
+            match self.pool_alloc(bytes, may_wait, lane) {
                 Ok(ptr) => return Ok(Some((ptr, None))),
                 Err(OutOfMemory { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -143,7 +148,8 @@ impl Executor<'_> {
             }
             (ptr, None)
         } else {
-            match self.alloc_without_evicting(tensor.size)? {
+            let lane = self.lane_of(graph, Buf::Tensor(t));
+            match self.alloc_without_evicting(tensor.size, lane)? {
                 Some(found) => found,
                 None => {
                     if let Some(trace) = self.trace.as_deref_mut() {

@@ -5,7 +5,7 @@
 
 use crate::device::{DevPtr, Device, StreamId};
 use crate::error::{Error, Result};
-use crate::memory::pool::{Pool, PoolError};
+use crate::memory::pool::{Lane, Pool, PoolError};
 use crate::memory::residency::{Residency, TensorMemory};
 use crate::memory::{DeviceBacking, PinnedBacking};
 
@@ -192,8 +192,11 @@ impl TensorStore {
             let ptr = match m.device() {
                 Some(p) => p,
                 None => {
+                    // Held across runs: in the lasting lane (`Executor::lane_of`); a
+                    // swapping graph's never-written tensors went to the host above.
                     a.pool.set_owner(label);
-                    a.pool.alloc(&DeviceBacking(a.device), bytes, a.stream)?
+                    a.pool
+                        .alloc_in(&DeviceBacking(a.device), bytes, a.stream, Lane::Lasting)?
                 }
             };
             m.placed(ptr);

@@ -7,8 +7,9 @@
  * - a newer program reading stats: the library fills its own fields, zeroes the rest and says
  *   how many bytes it filled;
  * - sizes below the first version, NULLs, garbage struct_size: argument errors;
- * - the first version's entry points (gkrt_config_init, gkrt_runtime_stats) write exactly
- *   sizeof of this header's structs, no byte past them.
+ * - the first version's entry points write exactly the first version: gkrt_config_init
+ *   sizeof(gkrt_config) (no field added since), gkrt_runtime_stats 224 bytes (the fields after
+ *   tensors_recomputed came later), no byte past them.
  * (The other direction, an older program on a newer library, needs a library with a field this
  * header lacks: src/capi/sized.rs tests it with two versions of a struct.)
  */
@@ -69,15 +70,18 @@ int main(void) {
   FAILS(gkrt_runtime_create(&c, &rt2), GKRT_STATUS_INVALID_ARGUMENT, "gkrt_config size");
   CHECK(rt2 == NULL);
 
-  /* Stats: the first version's call fills sizeof(gkrt_stats); a newer program's struct gets
-   * this library's fields, zeros after them, and struct_size saying where they end. */
+  /* Stats: the first version's call fills the first version (224 bytes, up to
+   * tensors_recomputed) and nothing after it; a newer program's struct gets this library's
+   * fields, zeros after them, and struct_size saying where they end. */
   void *p = NULL;
   OK(gkrt_malloc(rt, 1000, NULL, &p));
   newer_stats s;
   memset(&s, 0xCD, sizeof s);
   OK(gkrt_runtime_stats(rt, &s.base));
-  CHECK_EQ_U64(s.base.struct_size, sizeof(gkrt_stats));
+  CHECK_EQ_U64(s.base.struct_size, 224);
+  CHECK_EQ_U64(offsetof(gkrt_stats, tensors_recomputed) + 8, 224);
   CHECK_EQ_U64(s.base.allocated_bytes, 1024);
+  CHECK_EQ_U64(s.base.pool_epochs_followed, 0xCDCDCDCDCDCDCDCDull);
   CHECK_EQ_U64(s.added_later[0], 0xCDCDCDCDCDCDCDCDull);
   memset(&s, 0xCD, sizeof s);
   OK(gkrt_runtime_stats_sized(rt, &s.base, sizeof s));

@@ -363,6 +363,15 @@ typedef struct gkrt_stats {
   // Tensors a swap plan rebuilt by running their producer again (nodes declared with
   // `gkrt_graph_set_node_recomputable`) instead of copying them out and back, cumulative.
   uint64_t tensors_recomputed;
+  // Runs (or other epochs: the compute stream's working blocks all freed, then allocated
+  // again the same way) that the pool placed by the plan of the one before, cumulative. On a
+  // device with virtual memory a graph's second run is planned from its first, and every
+  // run after that that allocates alike follows a plan: no search, no page mapped. 0 on the
+  // host backend (no virtual memory) and with `GKRT_POOL_EPOCH_PLANS=0`.
+  uint64_t pool_epochs_followed;
+  // Plans the pool left before their end: a run that allocated otherwise than the one it
+  // was planned from (the rest of it placed as usual), cumulative.
+  uint64_t pool_epochs_left;
 } gkrt_stats;
 
 // The GPU when a CUDA driver and device are present, else the host backend.
@@ -1054,8 +1063,8 @@ enum gkrt_status gkrt_runtime_device(const struct gkrt_runtime *runtime,
                                      gkrt_device_kind *out);
 
 // Copies the runtime's statistics into `*out` as the first version of `gkrt_stats` (224
-// bytes: `struct_size` .. `tensors_recomputed`, which is `sizeof(gkrt_stats)` in this header),
-// `struct_size` set to 224. Programs that read fields added later call
+// bytes: `struct_size` .. `tensors_recomputed`), `struct_size` set to 224; the fields added
+// after it are not written. Programs that read them call
 // `gkrt_runtime_stats_sized(runtime, out, sizeof *out)`.
 GKRT_MUST_USE
 enum gkrt_status gkrt_runtime_stats(const struct gkrt_runtime *runtime,

@@ -1,7 +1,8 @@
 /*
  * gkrt_gpt2: trains GPT-2 (model.h) on a fixed synthetic batch with gkrt, on the GPU when there is
  * one (cuBLAS + NVRTC kernels) and on the host backend otherwise (GKRT_DEVICE=host|cuda|auto).
- * Prints the loss each step and one RESULT line (step time, memory, swapping figures).
+ * Prints the loss each step and one RESULT line (step time, memory, swapping figures, runs the pool
+ * placed by the plan of the run before).
  *
  *   gkrt_gpt2 [--layers 2] [--channels 64] [--heads 4] [--seq 32] [--batch 4] [--vocab 256]
  *             [--steps 10] [--mode dynamic|planned] [--limit BYTES[K|M|G]] [--limit-frac F]
@@ -245,7 +246,7 @@ int main(int argc, char **argv) {
     if (s == STEADY_FROM) GPT2_TRY(gkrt_runtime_stats(rt, &st0));
   }
   gkrt_stats st;
-  GPT2_TRY(gkrt_runtime_stats(rt, &st));
+  GPT2_TRY(gkrt_runtime_stats_sized(rt, &st, sizeof st));
   /* What a swapping step spent beyond its nodes, per step (all steps): for reading a limited
    * run's ratio (fallback evictions and the pool's waits for the device are not in the plan). */
   /* copy_wait_ms is 0 unless the runtime times its waits on copies (GKRT_EXEC_TIME_STALLS=1). */
@@ -270,14 +271,16 @@ int main(int argc, char **argv) {
   double median = times[skip + (a.steps - skip) / 2];
   printf("RESULT device=%s layers=%u channels=%u heads=%u seq=%u batch=%u vocab=%u mode=%s recompute=%d "
          "limit=%llu working_set=%llu persistent=%llu peak_transient=%llu step_ms=%.3f peak_reserved=%llu "
-         "peak_allocated=%llu swap_out=%llu swap_in=%llu recomputed=%llu nodes=%llu build_ms=%.1f dtype=%s\n",
+         "peak_allocated=%llu swap_out=%llu swap_in=%llu recomputed=%llu nodes=%llu build_ms=%.1f dtype=%s "
+         "epochs_followed=%llu epochs_left=%llu\n",
          dev == GKRT_DEVICE_CUDA ? "cuda" : "host", a.cfg.layers, a.cfg.channels, a.cfg.heads, a.cfg.seq,
          a.cfg.batch, a.cfg.vocab, a.mode == GKRT_MEMORY_PLANNED ? "planned" : "dynamic", a.opt.recompute,
          (unsigned long long)limit, (unsigned long long)(info.persistent_bytes + info.peak_transient_bytes),
          (unsigned long long)info.persistent_bytes, (unsigned long long)info.peak_transient_bytes, median,
          (unsigned long long)st.peak_reserved_bytes, (unsigned long long)st.peak_allocated_bytes,
          (unsigned long long)st.swap_out_bytes, (unsigned long long)st.swap_in_bytes,
-         (unsigned long long)st.tensors_recomputed, (unsigned long long)info.num_nodes, build_ms, dtype);
+         (unsigned long long)st.tensors_recomputed, (unsigned long long)info.num_nodes, build_ms, dtype,
+         (unsigned long long)st.pool_epochs_followed, (unsigned long long)st.pool_epochs_left);
   GPT2_TRY(gkrt_graph_release(m->graph));
   gpt2_kernels_release(&ks);
   GPT2_TRY(gkrt_runtime_release(rt));

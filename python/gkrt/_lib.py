@@ -28,6 +28,8 @@ STATS_FIELDS = [
     "tensors_swapped_in", "evictions", "copy_wait_ns", "pinned_reserved_bytes",
     "pinned_peak_reserved_bytes", "page_map_count", "page_unmap_count", "pool_device_waits",
     "tensors_recomputed",
+    "pool_epochs_followed",
+    "pool_epochs_left",
 ]
 
 

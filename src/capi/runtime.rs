@@ -228,8 +228,8 @@ pub unsafe extern "C" fn gkrt_runtime_device(
 }
 
 /// Copies the runtime's statistics into `*out` as the first version of `gkrt_stats` (224
-/// bytes: `struct_size` .. `tensors_recomputed`, which is `sizeof(gkrt_stats)` in this header),
-/// `struct_size` set to 224. Programs that read fields added later call
+/// bytes: `struct_size` .. `tensors_recomputed`), `struct_size` set to 224; the fields added
+/// after it are not written. Programs that read them call
 /// `gkrt_runtime_stats_sized(runtime, out, sizeof *out)`.
 #[must_use]
 #[no_mangle]
@@ -298,6 +298,8 @@ unsafe fn runtime_stats(
         page_unmap_count: s.pool.page_unmap_count,
         pool_device_waits: s.pool.device_wait_count,
         tensors_recomputed: s.counters.tensors_recomputed,
+        pool_epochs_followed: s.pool.epochs_followed,
+        pool_epochs_left: s.pool.epochs_left,
     };
     // SAFETY: forwarded to the caller.
     unsafe { sized::write_sized(&value, out as *mut u8, size, STATS_V1_BYTES, "gkrt_stats") }?;

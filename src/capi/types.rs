@@ -228,6 +228,15 @@ pub struct gkrt_stats {
     /// Tensors a swap plan rebuilt by running their producer again (nodes declared with
     /// `gkrt_graph_set_node_recomputable`) instead of copying them out and back, cumulative.
     pub tensors_recomputed: u64,
+    /// Runs (or other epochs: the compute stream's working blocks all freed, then allocated
+    /// again the same way) that the pool placed by the plan of the one before, cumulative. On a
+    /// device with virtual memory a graph's second run is planned from its first, and every
+    /// run after that that allocates alike follows a plan: no search, no page mapped. 0 on the
+    /// host backend (no virtual memory) and with `GKRT_POOL_EPOCH_PLANS=0`.
+    pub pool_epochs_followed: u64,
+    /// Plans the pool left before their end: a run that allocated otherwise than the one it
+    /// was planned from (the rest of it placed as usual), cumulative.
+    pub pool_epochs_left: u64,
 }
 
 /// What finalize derived from a graph (`gkrt_graph_get_info`).

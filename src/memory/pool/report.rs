@@ -37,6 +37,10 @@ pub struct PoolStats {
     pub recycle_count: u64,
     /// Times recycling waited for the device (`VirtualMemory::quiesce`), cumulative.
     pub device_wait_count: u64,
+    /// Epochs placed by their plan to the end, and plans left before it (`epochs.rs`), over
+    /// every stream, cumulative (filled by `Pool::stats`).
+    pub epochs_followed: u64,
+    pub epochs_left: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]

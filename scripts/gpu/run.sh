@@ -15,6 +15,9 @@
 #   poolab  the pool's replay with this library and a baseline's (POOL_BASE_LIB, default .gpu/lib_base:
 #           a staged libgkrt.so, e.g. main's), new / baseline / new again in one call, PyTorch and
 #           cuMemAllocAsync beside each (scripts/gpu/poolab.sh; $OUT/pool_replay_{new,base,new2}.md)
+#   gpt2ab  examples_c/gpt2 in dynamic mode, no limit, with this library and a baseline's (GPT2AB_BASE_LIB,
+#           default .gpu/lib_base) in turn, GPT2AB_PAIRS (2) pairs in one call: step time, peak reserved
+#           over the working set, runs placed by an epoch plan (scripts/gpu/gpt2ab.sh; $OUT/gpt2ab.md)
 #   heldout records benches/heldout_workloads.py's traces (PyTorch programs that only check the
 #           pool's rules, never choose them) into $OUT/heldout_traces/; the pool mode, when given
 #           after it, replays those too (benches/traces_heldout/ keeps the committed ones)
@@ -759,6 +762,7 @@ for w in "${what[@]}"; do
     bench) run_bench ;;
     pool) run_pool ;;
     poolab) source scripts/gpu/poolab.sh && run_poolab ;;
+    gpt2ab) source scripts/gpu/gpt2ab.sh && run_gpt2ab ;;
     swap) run_swap ;;
     workloads) run_workloads ;;
     heldout) run_heldout ;;
@@ -774,7 +778,7 @@ for w in "${what[@]}"; do
     nccl) run_nccl ;;
     dp) run_dp ;;
     mgpu) source scripts/gpu/mgpu.sh && run_mgpu ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, poolab, workloads, heldout, heldlock, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, poolab, gpt2ab, workloads, heldout, heldlock, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

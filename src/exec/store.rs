@@ -105,9 +105,10 @@ impl TensorStore {
         if self.arena.is_none() && size > 0 {
             a.pool
                 .set_owner(self.label_of(self.mem.len() as u32 + nodes));
+            // Held while the graph lives: in the lasting lane, with the persistent tensors.
             let base = a
                 .pool
-                .alloc(&DeviceBacking(a.device), size, a.stream)
+                .alloc_in(&DeviceBacking(a.device), size, a.stream, Lane::Lasting)
                 .map_err(|e| {
                     Error::from(e).context(format!("allocating the planned arena of {size} bytes"))
                 })?;

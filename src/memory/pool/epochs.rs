@@ -23,7 +23,9 @@
 //! whose epochs differ pays a plan now and then, not every epoch.
 //!
 //! Only a stream whose range empties is concerned: a program keeping any block of a stream live
-//! for good records one log (at most `LOG_MAX` allocations, then dropped) and never plans.
+//! for good records one log (at most `LOG_MAX` allocations, then dropped) and never plans, unless
+//! it puts such blocks in the stream's lasting lane (`stream.rs`: `Lane`; gkrt's graphs do so
+//! with their persistent tensors), which makes no epochs.
 //! Planning waits for that later epoch rather than running when the range empties: it takes
 //! about 1 ms per 300 allocations (0.9 s for a log of `LOG_MAX` on the build machine), which a
 //! program that empties the range once — at its end, or between phases that differ — would pay

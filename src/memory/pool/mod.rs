@@ -11,8 +11,9 @@
 //! - `mod.rs` (here): [`PoolBacking`], [`Pool`] and its core API — allocation, stream-ordered
 //!   free, lookup, statistics, releasing memory to the device;
 //! - `config.rs` [`PoolConfig`]; `report.rs` [`PoolStats`], [`PoolError`], [`BlockInfo`];
-//! - `stream.rs` per-stream state; `markers.rs` the marker events that tell which frees the
-//!   device has passed;
+//! - `stream.rs` per-stream state, one per lane (`Lane`: a stream's lasting blocks apart, so its
+//!   working range can empty); `markers.rs` the marker events that tell which frees the device
+//!   has passed;
 //! - `slab.rs` the record store; `block.rs` block records, cutting and coalescing;
 //!   `free_index.rs` the free lists and best fit, over `tlsf.rs`'s size classes; `addr_map.rs`
 //!   the live blocks by address;
@@ -59,8 +60,9 @@
 //!   always the rounded request (planners predict `allocated_bytes` from it).
 //! - **Virtual ranges (devices with virtual memory, `config.vmm`, or per stream with
 //!   `set_new_stream_growth`).** The first allocation on a stream reserves one address range
-//!   (`vmm_reserve_bytes`, default twice the memory limit, at most 1 TiB) for that stream;
-//!   every block of the stream is carved from it and physical pages (the device's granularity,
+//!   (`vmm_reserve_bytes`, default twice the memory limit, at most 1 TiB) for that stream (and
+//!   lane: its lasting blocks get a range of their own);
+//!   every block of the stream's lane is carved from it and physical pages (the device's granularity,
 //!   2 MiB) are mapped under a block when it is allocated, several consecutive pages per device
 //!   allocation ("chunks": a 32nd of what will then be mapped, a power of two up to
 //!   `vmm_page_bytes`, 8 MiB), so a small heap rounds to a granule and a large one grows by

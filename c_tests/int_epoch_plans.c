@@ -4,7 +4,9 @@
  * one run to the next in a lane of the pool of their own, so the compute stream's working range
  * empties at each run's end; on a device with virtual memory the second run is planned from the
  * first and every later run follows its plan to the end (gkrt_stats.pool_epochs_followed), maps
- * no page and reserves nothing more. The host backend has no virtual memory: no epochs there.
+ * no page and reserves nothing more. The runtime has a memory limit: its own streams grow by
+ * virtual ranges only under one (gkrt_config.pool_growth, auto). The host backend has no
+ * virtual memory: no epochs there.
  * Each run gets a new input, and every output is checked bit-exact against plain C, so a block
  * handed out twice shows up as a wrong number.
  */
@@ -33,7 +35,7 @@ static gkrt_stats stats_now(gkrt_runtime *rt) {
 }
 
 int main(void) {
-  gkrt_runtime *rt = test_runtime(0);
+  gkrt_runtime *rt = test_runtime(1ull << 30);
   const int host = test_on_host(rt);
   gkrt_kernel *kadd = builtin_kernel(rt, GKRT_BUILTIN_ADD), *krelu = builtin_kernel(rt, GKRT_BUILTIN_RELU);
   gkrt_kernel *kscale = builtin_kernel(rt, GKRT_BUILTIN_SCALE);

@@ -196,6 +196,8 @@ impl Pool {
                 return working;
             }
         }
+        // (A lasting lane comes here only beside a working lane of virtual ranges: it grows so too.)
+        let virtual_growth = lane == Lane::Lasting || self.config.vmm;
         let epochs = lane == Lane::Working && self.config.epoch_plans && !self.config.page_aliases;
         let s = self.streams.len() as u32;
         self.streams.push(StreamState {
@@ -204,7 +206,7 @@ impl Pool {
             cold: ColdSet::new(),
             range: NIL,
             range_failed: false,
-            virtual_growth: self.config.vmm,
+            virtual_growth,
             markers: Default::default(),
             spare_markers: Vec::new(),
             safe_epoch: 1,

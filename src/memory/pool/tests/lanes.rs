@@ -60,6 +60,20 @@ fn only_a_stream_of_virtual_memory_has_a_lasting_lane() {
         p.free(&f, x).unwrap();
     }
     check(&p);
+    // A pool of plain segments whose stream was made to grow by a virtual range (as the
+    // runtime does for raw calls): its lasting lane has a range too.
+    let mut p = Pool::new(PoolConfig {
+        vmm: false,
+        ..PoolConfig::default()
+    });
+    assert!(p.set_new_stream_growth(st(5), true));
+    let c = p.alloc_in(&f, MIB, st(5), Lane::Lasting).unwrap();
+    let d = p.alloc(&f, MIB, st(5)).unwrap();
+    assert_eq!(p.segs.iter().filter(|s| s.pages.is_some()).count(), 2);
+    for x in [c, d] {
+        p.free(&f, x).unwrap();
+    }
+    check(&p);
 }
 
 /// Under the memory limit, pages a freed lasting block held serve the working lane: recycling

@@ -271,6 +271,8 @@ pub struct Pool {
     lifetimes: lifetimes::Lifetimes,
     /// Set only during `alloc_no_wait`: recycling may not wait for the device.
     no_device_waits: bool,
+    /// The lane of the allocation being made: `Lasting` only during `alloc_in`.
+    lane: Lane,
     /// Pending blocks go back only when the caller says (`hold_events`), never by polling.
     hold_events: bool,
     /// No marker is recorded or polled (`hold_markers`): which free blocks are idle on the
@@ -310,6 +312,7 @@ impl Pool {
             cold_placements: 0,
             lifetimes: lifetimes::Lifetimes::default(),
             no_device_waits: false,
+            lane: Lane::Working,
             hold_events: false,
             hold_markers: false,
             stats: PoolStats::default(),
@@ -342,7 +345,10 @@ impl Pool {
         stream: StreamId,
         lane: Lane,
     ) -> Result<u64, PoolError> {
-        self.alloc_lane(backing, bytes, stream, lane, 0)
+        self.lane = lane;
+        let r = self.alloc_tagged(backing, bytes, stream, 0);
+        self.lane = Lane::Working;
+        r
     }
 
     /// `alloc`, except that moving pages under the memory limit may not wait for the device
@@ -371,29 +377,21 @@ impl Pool {
         lane: Lane,
     ) -> Result<u64, PoolError> {
         self.no_device_waits = true;
-        let r = self.alloc_lane(backing, bytes, stream, lane, 0);
+        self.lane = lane;
+        let r = self.alloc_tagged(backing, bytes, stream, 0);
+        self.lane = Lane::Working;
         self.no_device_waits = false;
         r
     }
 
-    /// `alloc`, marking the block with `tag` (the runtime's own blocks have tag 0).
+    /// `alloc`, marking the block with `tag` (the runtime's own blocks have tag 0). Every
+    /// allocation comes through here, so `alloc_inner` has one call site and is inlined into it:
+    /// the lane and the no-wait rule reach it as fields, set around the call, not as arguments.
     pub fn alloc_tagged(
         &mut self,
         backing: &dyn PoolBacking,
         bytes: u64,
         stream: StreamId,
-        tag: u8,
-    ) -> Result<u64, PoolError> {
-        self.alloc_lane(backing, bytes, stream, Lane::Working, tag)
-    }
-
-    #[inline(always)]
-    fn alloc_lane(
-        &mut self,
-        backing: &dyn PoolBacking,
-        bytes: u64,
-        stream: StreamId,
-        lane: Lane,
         tag: u8,
     ) -> Result<u64, PoolError> {
         if bytes == 0 {
@@ -402,7 +400,7 @@ impl Pool {
         if !self.pending.is_empty() {
             self.process_events(backing);
         }
-        let idx = match self.alloc_inner(backing, bytes, stream, lane) {
+        let idx = match self.alloc_inner(backing, bytes, stream) {
             Ok(i) => i,
             Err(e) => {
                 self.stats.failed_alloc_count += 1;
@@ -418,12 +416,11 @@ impl Pool {
         backing: &dyn PoolBacking,
         bytes: u64,
         stream: StreamId,
-        lane: Lane,
     ) -> Result<u32, PoolError> {
         let Some(rounded) = round_up(bytes, self.config.alignment) else {
             return Err(self.oom(bytes));
         };
-        let si = self.stream_ix(stream, lane);
+        let si = self.stream_ix(stream, self.lane);
         if self.streams[si as usize].virtual_growth {
             // An epoch that follows its plan (`epochs.rs`).
             if self.streams[si as usize].epochs.mode.plans() {

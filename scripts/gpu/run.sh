@@ -15,9 +15,10 @@
 #   poolab  the pool's replay with this library and a baseline's (POOL_BASE_LIB, default .gpu/lib_base:
 #           a staged libgkrt.so, e.g. main's), new / baseline / new again in one call, PyTorch and
 #           cuMemAllocAsync beside each (scripts/gpu/poolab.sh; $OUT/pool_replay_{new,base,new2}.md)
-#   gpt2ab  examples_c/gpt2 in dynamic mode under a limit it does not need, with this library and a baseline's (GPT2AB_BASE_LIB,
-#           default .gpu/lib_base) in turn, GPT2AB_PAIRS (2) pairs in one call: step time, peak reserved
-#           over the working set, runs placed by an epoch plan (scripts/gpu/gpt2ab.sh; $OUT/gpt2ab.md)
+#   gpt2ab  examples_c/gpt2 in dynamic mode under a limit it does not need, with this library and a
+#           baseline's (GPT2AB_BASE_LIB, default .gpu/lib_base) in turn, GPT2AB_PAIRS (2) pairs in one
+#           call: step time, peak reserved over the working set, runs placed by an epoch plan
+#           (scripts/gpu/gpt2ab.sh; $OUT/gpt2ab.md)
 #   heldout records benches/heldout_workloads.py's traces (PyTorch programs that only check the
 #           pool's rules, never choose them) into $OUT/heldout_traces/; the pool mode, when given
 #           after it, replays those too (benches/traces_heldout/ keeps the committed ones)

@@ -79,12 +79,12 @@ impl Executor<'_> {
         Ok(true)
     }
 
-    /// A block in `lane` without evicting, for a copy in: the free pool (without the pool waiting for
-    /// the device), else one block whose copy-out is queued (returned with the copy's event,
-    /// which the copy-in stream then waits for: compute does not stall), else all such blocks
-    /// (the compute stream waits for them: the memory the plan counted on is exactly theirs,
-    /// and the link is the bottleneck whenever they are not done yet), else the pool moving
-    /// pages however it must (`Executor::alloc`'s order).
+    /// A block in `lane` without evicting, for a copy in: the free pool (without the pool
+    /// waiting for the device), else one block whose copy-out is queued (returned with the
+    /// copy's event, which the copy-in stream then waits for: compute does not stall), else all
+    /// such blocks (the compute stream waits for them: the memory the plan counted on is exactly
+    /// theirs, and the link is the bottleneck whenever they are not done yet), else the pool
+    /// moving pages however it must (`Executor::alloc`'s order).
     fn alloc_without_evicting(
         &mut self,
         bytes: u64,

@@ -196,7 +196,7 @@ impl Pool {
                 return working;
             }
         }
-        // (A lasting lane comes here only beside a working lane of virtual ranges: it grows so too.)
+        // (A lasting lane comes here only beside a working lane of virtual ranges: so it grows.)
         let virtual_growth = lane == Lane::Lasting || self.config.vmm;
         let epochs = lane == Lane::Working && self.config.epoch_plans && !self.config.page_aliases;
         let s = self.streams.len() as u32;

@@ -377,9 +377,7 @@ impl Pool {
         lane: Lane,
     ) -> Result<u64, PoolError> {
         self.no_device_waits = true;
-        self.lane = lane;
-        let r = self.alloc_tagged(backing, bytes, stream, 0);
-        self.lane = Lane::Working;
+        let r = self.alloc_in(backing, bytes, stream, lane);
         self.no_device_waits = false;
         r
     }

@@ -12,8 +12,8 @@
 //!   free, lookup, statistics, releasing memory to the device;
 //! - `config.rs` [`PoolConfig`]; `report.rs` [`PoolStats`], [`PoolError`], [`BlockInfo`];
 //! - `stream.rs` per-stream state, one per lane (`Lane`: a stream's lasting blocks apart, so its
-//!   working range can empty); `markers.rs` the marker events that tell which frees the device
-//!   has passed;
+//!   working range can empty), and the lanes' allocation entry points (`alloc_in`);
+//!   `markers.rs` the marker events that tell which frees the device has passed;
 //! - `slab.rs` the record store; `block.rs` block records, cutting and coalescing;
 //!   `free_index.rs` the free lists and best fit, over `tlsf.rs`'s size classes; `addr_map.rs`
 //!   the live blocks by address;
@@ -336,21 +336,6 @@ impl Pool {
         self.alloc_tagged(backing, bytes, stream, 0)
     }
 
-    /// `alloc` in `stream`'s `lane`: `Lane::Lasting` for a block held across the stream's epochs
-    /// (a graph's persistent tensor), so that the working lane's range can empty between them.
-    pub fn alloc_in(
-        &mut self,
-        backing: &dyn PoolBacking,
-        bytes: u64,
-        stream: StreamId,
-        lane: Lane,
-    ) -> Result<u64, PoolError> {
-        self.lane = lane;
-        let r = self.alloc_tagged(backing, bytes, stream, 0);
-        self.lane = Lane::Working;
-        r
-    }
-
     /// `alloc`, except that moving pages under the memory limit may not wait for the device
     /// (`VirtualMemory::quiesce`, a synchronisation of the whole context on CUDA): where only
     /// pages that queued work may still touch would make room, it fails with `OutOfMemory`
@@ -366,20 +351,6 @@ impl Pool {
         stream: StreamId,
     ) -> Result<u64, PoolError> {
         self.alloc_no_wait_in(backing, bytes, stream, Lane::Working)
-    }
-
-    /// `alloc_no_wait` in `stream`'s `lane` (`alloc_in`).
-    pub fn alloc_no_wait_in(
-        &mut self,
-        backing: &dyn PoolBacking,
-        bytes: u64,
-        stream: StreamId,
-        lane: Lane,
-    ) -> Result<u64, PoolError> {
-        self.no_device_waits = true;
-        let r = self.alloc_in(backing, bytes, stream, lane);
-        self.no_device_waits = false;
-        r
     }
 
     /// `alloc`, marking the block with `tag` (the runtime's own blocks have tag 0). Every

@@ -7,7 +7,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use super::cold_set::ColdSet;
 use super::epochs::Epochs;
 use super::tlsf::{Classes, NIL};
-use super::Pool;
+use super::{Pool, PoolBacking, PoolError};
 use crate::device::{EventId, StreamId};
 
 /// Multiplicative hashing for the map from stream id to stream state (and any other integer
@@ -150,6 +150,35 @@ impl<'a> IntoIterator for &'a mut Streams {
 }
 
 impl Pool {
+    /// `alloc` in `stream`'s `lane`: `Lane::Lasting` for a block held across the stream's epochs
+    /// (a graph's persistent tensor), so that the working lane's range can empty between them.
+    pub fn alloc_in(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+        lane: Lane,
+    ) -> Result<u64, PoolError> {
+        self.lane = lane;
+        let r = self.alloc_tagged(backing, bytes, stream, 0);
+        self.lane = Lane::Working;
+        r
+    }
+
+    /// `alloc_no_wait` in `stream`'s `lane` (`alloc_in`).
+    pub fn alloc_no_wait_in(
+        &mut self,
+        backing: &dyn PoolBacking,
+        bytes: u64,
+        stream: StreamId,
+        lane: Lane,
+    ) -> Result<u64, PoolError> {
+        self.no_device_waits = true;
+        let r = self.alloc_in(backing, bytes, stream, lane);
+        self.no_device_waits = false;
+        r
+    }
+
     /// How a stream the pool has not seen yet will grow: by a virtual range (where the backing
     /// has virtual memory) or by plain segments, whatever `config.vmm` says for other streams.
     /// A stream the pool already serves keeps its way (false is returned).

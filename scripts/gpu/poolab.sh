@@ -7,10 +7,13 @@
 # by hand in POOL_BASE_LIB (default .gpu/lib_base, e.g. main's library, stripped as stage.sh does).
 # POOL_PASSES (default 10) and POOL_ONLY (default "gkrt async torch") as for the pool mode.
 # Output: $OUT/pool_replay_{new,base,new2}.md. Each replay is cut at POOL_AB_TIMEOUT s (170: three
-# of them and the build fit one 600 s device call).
+# of them and the build fit one 600 s device call). POOL_AB_ENV="K=V ..." makes the middle run this
+# build's library with those variables set instead of the baseline's (a knob's A/B in one call;
+# its file is then pool_replay_env.md).
 run_poolab() {
-  local b=/tmp/gkrt-pool base=${POOL_BASE_LIB:-.gpu/lib_base} run from traces
-  if [ ! -f "$base/libgkrt.so" ]; then
+  local b=/tmp/gkrt-pool base=${POOL_BASE_LIB:-.gpu/lib_base} run from traces mid=base
+  [ -n "${POOL_AB_ENV:-}" ] && mid=env && base=.gpu/lib_new
+  if [ "$mid" = base ] && [ ! -f "$base/libgkrt.so" ]; then
     echo "poolab: no $base/libgkrt.so (stage the baseline's library there)"
     return 1
   fi
@@ -20,13 +23,16 @@ run_poolab() {
     benches/traces_heldout/*.trace.gz)
   # trace_replay loads .gpu/lib/libgkrt.so (its rpath): the library under test is swapped in there.
   rm -rf .gpu/lib_new && cp -a .gpu/lib .gpu/lib_new
-  for run in new base new2; do
+  for run in new $mid new2; do
     from=.gpu/lib_new
     [ "$run" = base ] && from=$base
     cp "$from/libgkrt.so" .gpu/lib/libgkrt.so && cp "$from/libgkrt.so" .gpu/lib/libgkrt.so.0
+    local vars=()
+    # shellcheck disable=SC2206  # K=V words, split on purpose
+    [ "$run" = env ] && vars=($POOL_AB_ENV) && echo "poolab: env run with ${vars[*]}"
     # shellcheck disable=SC2086  # trace paths have no spaces
-    timeout "${POOL_AB_TIMEOUT:-170}" "$b/trace_replay" --passes "${POOL_PASSES:-10}" --only "${POOL_ONLY:-gkrt async torch}" \
-      $traces >"$OUT/pool_replay_$run.md" 2>&1
+    env "${vars[@]}" timeout "${POOL_AB_TIMEOUT:-170}" "$b/trace_replay" --passes "${POOL_PASSES:-10}" \
+      --only "${POOL_ONLY:-gkrt async torch}" $traces >"$OUT/pool_replay_$run.md" 2>&1
     echo "poolab: $run ($from): $(grep -c '^| ' "$OUT/pool_replay_$run.md") table rows in $OUT/pool_replay_$run.md"
   done
   cp .gpu/lib_new/libgkrt.so .gpu/lib/libgkrt.so && cp .gpu/lib_new/libgkrt.so .gpu/lib/libgkrt.so.0

@@ -32,6 +32,8 @@
 #           a program; $OUT/heldlock/NAME.jsonl
 #           and one table, $OUT/heldlock.md (step ratio gkrt / PyTorch, peak reserved of each)
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
+#   vmm     benches/vmm_cost.c: what cuMemCreate, cuMemMap + cuMemSetAccess, cuMemUnmap and
+#           cuMemRelease cost by physical allocation size, and a move's remap ($OUT/vmm_cost.md)
 #   hostint gkrt inside a host program (benches/host_integration.c): eager launches against a
 #           cuLaunchKernel loop, asynchronous against synchronous runs, the cost of rebinding a
 #           replayed graph, a queue-fed step against one with its batch on the device and the
@@ -455,6 +457,12 @@ run_sanitize() {
 }
 
 # gkrt inside a host program: benches/host_integration.c, then the PyTorch binding check.
+run_vmm() {
+  local cuda=${CUDA_HOME:-/usr/local/cuda}
+  cc -O2 -I"$cuda/include" benches/vmm_cost.c -L"$cuda/lib64/stubs" -lcuda -o /tmp/vmm_cost || return
+  timeout 300 /tmp/vmm_cost "${VMM_REPS:-64}" 2>&1 | tee "$OUT/vmm_cost.md"
+}
+
 run_hostint() {
   local b=/tmp/gkrt-bench
   mkdir -p "$b"
@@ -770,6 +778,7 @@ for w in "${what[@]}"; do
     heldlock) run_heldlock ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
+    vmm) run_vmm ;;
     hostint) run_hostint ;;
     gpt2) run_gpt2 ;;
     gpt2swap) run_gpt2swap ;;

@@ -128,6 +128,10 @@ pub struct PoolConfig {
     /// offline plan of the last time (`epochs.rs`; ARCHITECTURE.md, "Epoch plans"). Default
     /// true; not with `page_aliases` (gathering the pages under the plan moves them plainly).
     pub epoch_plans: bool,
+    /// Start-up moves (experiment, default false): slack-rule page moves free of the time
+    /// budget, pages moved before allowed to move again, until they have moved as many bytes as
+    /// the high-water mark of bytes in use or a range that moved pages so first empties.
+    pub startup_moves: bool,
 }
 
 /// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
@@ -173,6 +177,7 @@ impl Default for PoolConfig {
             marker_every: 256,
             marker_min_interval_ns: 1_000_000,
             epoch_plans: true,
+            startup_moves: false,
         }
     }
 }

@@ -349,6 +349,10 @@ impl Pool {
     #[inline(never)]
     pub(super) fn range_emptied(&mut self, si: u32) {
         self.streams[si as usize].epochs.end_epoch();
+        if self.streams[si as usize].moved_at_start {
+            // The range start-up moves held has emptied: its first step is over.
+            self.moves.startup_over = true;
+        }
     }
 
     /// Allocation `rounded` on stream `si` (range `r`) while its epochs are ready to follow a

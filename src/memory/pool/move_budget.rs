@@ -54,6 +54,9 @@ pub(super) struct MoveBudget {
     /// (`note_undone`): with `alias_again_until_undone`, pages moved once move again only
     /// before that.
     undone: bool,
+    /// Bytes moved by start-up moves (`PoolConfig::startup_moves`), and whether they are over.
+    pub(super) startup_moved: u64,
+    pub(super) startup_over: bool,
 }
 
 impl MoveBudget {

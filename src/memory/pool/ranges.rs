@@ -525,6 +525,7 @@ impl Pool {
         }
         let mut want = must;
         let mut repeat = false;
+        let mut startup = false;
         // With aliases, a move keeps the chunks it takes mapped until they are placed
         // (`alias.rs`), and switching one back to its shadow here costs nothing.
         let aliasing = self.aliasing(vm);
@@ -549,11 +550,17 @@ impl Pool {
                 } else {
                     Vec::new()
                 };
-                if self.moves.allows(now, permille) {
+                // Start-up moves (an experiment, off by default): the first step held tight,
+                // outside the budget and uncharged (BENCHMARKS.md, session 25).
+                startup = self.config.startup_moves
+                    && !self.moves.startup_over
+                    && self.moves.startup_moved < hw;
+                if startup || self.moves.allows(now, permille) {
                     want = slack;
                     // With aliases a move back is a switch, free: `alias_moves_again` lets
                     // pages a move placed move again without the lifetime share.
-                    repeat = self.moves.allows_repeat(now, permille)
+                    repeat = startup
+                        || self.moves.allows_repeat(now, permille)
                         || (aliasing && self.moves_again_allowed());
                     alias = aliasing.then_some(AliasMove {
                         targets,
@@ -612,7 +619,13 @@ impl Pool {
         }
         // Spares left by recycling that the new pages did not reuse go back to the device.
         let trimmed = vm.trim();
-        if let Some(t0) = started {
+        if startup {
+            self.moves.startup_moved += moved * page;
+            if moved > 0 {
+                let si = self.blocks[self.segs[r].first].owner as usize;
+                self.streams[si].moved_at_start = true;
+            }
+        } else if let Some(t0) = started {
             self.moves.charge(backing.now_ns().saturating_sub(t0));
         }
         mapped?;

@@ -90,6 +90,8 @@ pub(super) struct StreamState {
     pub(super) spin_misses: u32,
     /// The range's epochs: the log being recorded, the plan being followed (`epochs.rs`).
     pub(super) epochs: Epochs,
+    /// A start-up move placed pages in this stream's range (`PoolConfig::startup_moves`).
+    pub(super) moved_at_start: bool,
 }
 
 /// The pool's stream states, indexed by `si`. Lookups are not bounds-checked in release builds:
@@ -244,6 +246,7 @@ impl Pool {
             spin_skip: 0,
             spin_misses: 0,
             epochs: Epochs::new(epochs),
+            moved_at_start: false,
         });
         self.stream_index.insert(key, s);
         self.last_stream = (key, s);

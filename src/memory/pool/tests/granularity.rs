@@ -260,3 +260,63 @@ fn a_long_start_up_pays_for_moves_in_back_to_back_steps() {
     let cap = (192 * MIB / 1000 * 1030).div_ceil(PAGE) * PAGE;
     assert!(peak_long <= cap, "{}", peak_long >> 20);
 }
+
+/// `PoolConfig::startup_moves` (off by default): slack-rule moves free of the time budget until
+/// a range that moved pages so empties, or until they have moved the high-water mark's bytes.
+#[test]
+fn start_up_moves_end_when_the_moving_range_empties_or_have_moved_the_high_water_mark() {
+    let run = |startup_moves: bool, hold: bool, steps: usize| {
+        let f = FakeConfig::virtual_memory().move_cost(50_000).build();
+        f.state_mut().idle_device = true;
+        let mut p = Pool::new(PoolConfig {
+            vmm_reserve_bytes: 4 << 30,
+            vmm_page_bytes: PAGE,
+            epoch_plans: false,
+            // No bucket and no lifetime share: every budgeted move is declined.
+            recycle_time_permille: 0,
+            startup_moves,
+            ..PoolConfig::default()
+        });
+        let held = hold.then(|| p.alloc(&f, MIB, st(0)).unwrap());
+        let mut unmaps = Vec::new();
+        for _ in 0..steps {
+            churn_step(&mut p, &f);
+            unmaps.push(p.stats().page_unmap_count);
+            check(&p);
+        }
+        if let Some(h) = held {
+            p.free(&f, h).unwrap();
+        }
+        (
+            p.stats().peak_reserved_bytes,
+            unmaps,
+            p.recycle_declined_count(),
+        )
+    };
+    // Without them the budget declines every move: the 96 MiB transient maps new pages.
+    let (peak_off, unmaps_off, declined_off) = run(false, false, 1);
+    assert_eq!(unmaps_off, [0]);
+    assert!(declined_off > 0);
+    // With them the first step moves the freed block's pages under the transient instead.
+    let (peak_on, unmaps_on, _) = run(true, false, 1);
+    assert!(unmaps_on[0] > 0);
+    assert!(
+        peak_on < peak_off,
+        "{} MiB against {} MiB",
+        peak_on >> 20,
+        peak_off >> 20
+    );
+    // The range empties at the end of the step: start-up is over, and later steps move nothing
+    // (the budget declines), reusing what the first one mapped.
+    let (_, unmaps, declined) = run(true, false, 6);
+    assert!(unmaps[1..].iter().all(|&u| u == unmaps[0]), "{unmaps:?}");
+    assert!(declined > 0);
+    // A range that never empties (a block held throughout) stops once the moves have moved as
+    // many bytes as the high-water mark of bytes in use (161 MiB here): a step moves at most
+    // 32 pages, so that is within a few steps, and then no step moves again.
+    let (_, unmaps, _) = run(true, true, 16);
+    let last = *unmaps.last().unwrap();
+    assert!(last * PAGE <= 161 * MIB + 32 * PAGE, "{unmaps:?}");
+    let settled = unmaps.iter().position(|&u| u == last).unwrap();
+    assert!(settled < 12, "still moving at step {settled}: {unmaps:?}");
+}

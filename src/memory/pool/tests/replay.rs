@@ -42,7 +42,8 @@
 //! the alias counts so far, then the marker events recorded and queried (driver calls on the
 //! H200; their number follows this machine's clock, so it is not part of what must stay the
 //! same). `GKRT_REPLAY_ALIASES=0`–`3` sets the page-alias level as
-//! `GKRT_POOL_ALIASES`; `GKRT_REPLAY_AGAIN_PASSES=K` turns `alias_moves_again` off from pass K
+//! `GKRT_POOL_ALIASES`; `GKRT_REPLAY_STARTUP_MOVES=1` turns `startup_moves` on;
+//! `GKRT_REPLAY_AGAIN_PASSES=K` turns `alias_moves_again` off from pass K
 //! (an experiment: what the layout of K passes of moving again needs without it). The driver
 //! time of passes after the first is given as a median and as means (all of them; the last
 //! half, where transients of the first passes have settled).
@@ -232,6 +233,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         cfg.page_aliases = v != "0";
         cfg.alias_moves_again = v == "2" || v == "3";
         cfg.alias_again_until_undone = v == "3";
+    }
+    // GKRT_REPLAY_STARTUP_MOVES=1: `PoolConfig::startup_moves` on.
+    if let Ok(v) = std::env::var("GKRT_REPLAY_STARTUP_MOVES") {
+        cfg.startup_moves = v == "1";
     }
     // GKRT_REPLAY_EPOCH_PLANS=0: `PoolConfig::epoch_plans` off.
     if let Ok(v) = std::env::var("GKRT_REPLAY_EPOCH_PLANS") {

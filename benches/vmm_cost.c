@@ -10,45 +10,18 @@
 //             pays beside its unmap: the pool keeps unmapped allocations as spares)
 //   region    a 256 MiB region mapped from scratch with chunks of this size (create + map each,
 //             one cuMemSetAccess for the region), then unmapped and released: per MiB
-// Usage: vmm_cost [REPS]  (default 64). Build: cc -O2 -I$CUDA_HOME/include benches/vmm_cost.c
-// -L$CUDA_HOME/lib64/stubs -lcuda -o vmm_cost
-#include <cuda.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
+// Usage: vmm_cost [REPS]  (default 64). Build: cc -O2 -Iinclude -I$CUDA_HOME/include
+// benches/vmm_cost.c -L$CUDA_HOME/lib64/stubs -lcuda -o vmm_cost
+#include "bench_util.h"
 
-#define CHECK(x)                                                      \
-  do {                                                                \
-    CUresult r_ = (x);                                                \
-    if (r_ != CUDA_SUCCESS) {                                         \
-      const char* s_ = NULL;                                          \
-      cuGetErrorString(r_, &s_);                                      \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_); \
-      exit(1);                                                        \
-    }                                                                 \
-  } while (0)
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double* v, int n) {
-  qsort(v, n, sizeof *v, cmp);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+/* Microseconds on the monotonic clock (bench_host.h's). */
+static double now_us(void) { return now_ns() / 1e3; }
 
 static CUmemAllocationProp prop;
 static CUmemAccessDesc access_desc;
 
 static void set_access(CUdeviceptr at, size_t bytes) {
-  CHECK(cuMemSetAccess(at, bytes, &access_desc, 1));
+  CU(cuMemSetAccess(at, bytes, &access_desc, 1));
 }
 
 int main(int argc, char** argv) {
@@ -56,19 +29,19 @@ int main(int argc, char** argv) {
   if (reps < 1) reps = 1;
   CUdevice dev;
   CUcontext ctx;
-  CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
+  CU(cuInit(0));
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU(cuCtxSetCurrent(ctx));
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = 0;
   access_desc.location = prop.location;
   access_desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   size_t gran = 0;
-  CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   char name[256];
-  CHECK(cuDeviceGetName(name, sizeof name, dev));
+  CU(cuDeviceGetName(name, sizeof name, dev));
   printf("# %s, granularity %zu KiB, %d repetitions, times in microseconds (median)\n\n", name,
          gran >> 10, reps);
   printf("| chunk MiB | create | map | unmap | release | remap | region 256 MiB per MiB: map, unmap |\n");
@@ -83,24 +56,24 @@ int main(int argc, char** argv) {
     size_t bytes = sizes[si] << 20;
     if (bytes % gran) continue;
     CUdeviceptr va, vb;
-    CHECK(cuMemAddressReserve(&va, bytes, 0, 0, 0));
-    CHECK(cuMemAddressReserve(&vb, bytes, 0, 0, 0));
+    CU(cuMemAddressReserve(&va, bytes, 0, 0, 0));
+    CU(cuMemAddressReserve(&vb, bytes, 0, 0, 0));
     for (int r = 0; r < reps; r++) {
       CUmemGenericAllocationHandle h;
       double t0 = now_us();
-      CHECK(cuMemCreate(&h, bytes, &prop, 0));
+      CU(cuMemCreate(&h, bytes, &prop, 0));
       double t1 = now_us();
-      CHECK(cuMemMap(va, bytes, 0, h, 0));
+      CU(cuMemMap(va, bytes, 0, h, 0));
       set_access(va, bytes);
       double t2 = now_us();
-      CHECK(cuMemUnmap(va, bytes));
+      CU(cuMemUnmap(va, bytes));
       double t3 = now_us();
-      CHECK(cuMemMap(vb, bytes, 0, h, 0));
+      CU(cuMemMap(vb, bytes, 0, h, 0));
       set_access(vb, bytes);
       double t4 = now_us();
-      CHECK(cuMemUnmap(vb, bytes));
+      CU(cuMemUnmap(vb, bytes));
       double t5 = now_us();
-      CHECK(cuMemRelease(h));
+      CU(cuMemRelease(h));
       double t6 = now_us();
       t[0][r] = t1 - t0;
       t[1][r] = t2 - t1;
@@ -108,32 +81,32 @@ int main(int argc, char** argv) {
       t[3][r] = t6 - t5;
       t[4][r] = t4 - t3;
     }
-    CHECK(cuMemAddressFree(va, bytes));
-    CHECK(cuMemAddressFree(vb, bytes));
+    CU(cuMemAddressFree(va, bytes));
+    CU(cuMemAddressFree(vb, bytes));
     // The region: chunks created and mapped one after another, one access call for it all.
     CUdeviceptr base;
-    CHECK(cuMemAddressReserve(&base, region, 0, 0, 0));
+    CU(cuMemAddressReserve(&base, region, 0, 0, 0));
     size_t n = region / bytes;
     CUmemGenericAllocationHandle* hs = malloc(sizeof *hs * n);
     int rr = reps < 8 ? reps : 8;
     for (int r = 0; r < rr; r++) {
       double t0 = now_us();
       for (size_t i = 0; i < n; i++) {
-        CHECK(cuMemCreate(&hs[i], bytes, &prop, 0));
-        CHECK(cuMemMap(base + i * bytes, bytes, 0, hs[i], 0));
+        CU(cuMemCreate(&hs[i], bytes, &prop, 0));
+        CU(cuMemMap(base + i * bytes, bytes, 0, hs[i], 0));
       }
       set_access(base, region);
       double t1 = now_us();
       for (size_t i = 0; i < n; i++) {
-        CHECK(cuMemUnmap(base + i * bytes, bytes));
-        CHECK(cuMemRelease(hs[i]));
+        CU(cuMemUnmap(base + i * bytes, bytes));
+        CU(cuMemRelease(hs[i]));
       }
       double t2 = now_us();
       rmap[r] = (t1 - t0) / (region >> 20);
       runmap[r] = (t2 - t1) / (region >> 20);
     }
     free(hs);
-    CHECK(cuMemAddressFree(base, region));
+    CU(cuMemAddressFree(base, region));
     printf("| %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f, %.2f |\n", sizes[si],
            median(t[0], reps), median(t[1], reps), median(t[2], reps), median(t[3], reps),
            median(t[4], reps), median(rmap, rr), median(runmap, rr));
@@ -141,6 +114,6 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 5; k++) free(t[k]);
   free(rmap);
   free(runmap);
-  CHECK(cuDevicePrimaryCtxRelease(dev));
+  CU(cuDevicePrimaryCtxRelease(dev));
   return 0;
 }

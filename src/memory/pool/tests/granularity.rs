@@ -130,22 +130,40 @@ fn churn_step(p: &mut Pool, f: &Fake) {
 /// Steps of `churn_step` with `between_ns` of other work after each; driver calls take 50 µs.
 /// Returns the pool and the unmap counts after each step.
 fn churn(between_ns: u64, steps: usize) -> (Pool, Fake, Vec<u64>) {
-    let f = FakeConfig::virtual_memory().move_cost(50_000).build();
-    f.state_mut().idle_device = true;
     // Each step empties the range: epoch plans would place the next one by a plan of the last,
     // with no move (`epochs.rs`'s tests). These test the moves themselves.
+    let cfg = PoolConfig {
+        epoch_plans: false,
+        ..PoolConfig::default()
+    };
+    churn_with(cfg, between_ns, steps, false)
+}
+
+/// `churn` with `cfg` (over 2 MiB allocations and a 4 GiB range), and with `hold`, a block
+/// allocated before the steps and freed after them, so that the range never empties between.
+fn churn_with(
+    cfg: PoolConfig,
+    between_ns: u64,
+    steps: usize,
+    hold: bool,
+) -> (Pool, Fake, Vec<u64>) {
+    let f = FakeConfig::virtual_memory().move_cost(50_000).build();
+    f.state_mut().idle_device = true;
     let mut p = Pool::new(PoolConfig {
         vmm_reserve_bytes: 4 << 30,
         vmm_page_bytes: PAGE,
-        epoch_plans: false,
-        ..PoolConfig::default()
+        ..cfg
     });
+    let held = hold.then(|| p.alloc(&f, MIB, st(0)).unwrap());
     let mut unmaps = Vec::new();
     for _ in 0..steps {
         f.advance(between_ns);
         churn_step(&mut p, &f);
         unmaps.push(p.stats().page_unmap_count);
         check(&p);
+    }
+    if let Some(h) = held {
+        p.free(&f, h).unwrap();
     }
     (p, f, unmaps)
 }
@@ -266,27 +284,14 @@ fn a_long_start_up_pays_for_moves_in_back_to_back_steps() {
 #[test]
 fn start_up_moves_end_when_the_moving_range_empties_or_have_moved_the_high_water_mark() {
     let run = |startup_moves: bool, hold: bool, steps: usize| {
-        let f = FakeConfig::virtual_memory().move_cost(50_000).build();
-        f.state_mut().idle_device = true;
-        let mut p = Pool::new(PoolConfig {
-            vmm_reserve_bytes: 4 << 30,
-            vmm_page_bytes: PAGE,
+        let cfg = PoolConfig {
             epoch_plans: false,
             // No bucket and no lifetime share: every budgeted move is declined.
             recycle_time_permille: 0,
             startup_moves,
             ..PoolConfig::default()
-        });
-        let held = hold.then(|| p.alloc(&f, MIB, st(0)).unwrap());
-        let mut unmaps = Vec::new();
-        for _ in 0..steps {
-            churn_step(&mut p, &f);
-            unmaps.push(p.stats().page_unmap_count);
-            check(&p);
-        }
-        if let Some(h) = held {
-            p.free(&f, h).unwrap();
-        }
+        };
+        let (p, _, unmaps) = churn_with(cfg, 0, steps, hold);
         (
             p.stats().peak_reserved_bytes,
             unmaps,

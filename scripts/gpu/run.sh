@@ -456,13 +456,14 @@ run_sanitize() {
   return $status
 }
 
-# gkrt inside a host program: benches/host_integration.c, then the PyTorch binding check.
+# What CUDA's virtual-memory calls cost by allocation size: benches/vmm_cost.c.
 run_vmm() {
   local cuda=${CUDA_HOME:-/usr/local/cuda}
   cc -O2 -Iinclude -I"$cuda/include" benches/vmm_cost.c -L"$cuda/lib64/stubs" -lcuda -o /tmp/vmm_cost || return
   timeout 300 /tmp/vmm_cost "${VMM_REPS:-64}" 2>&1 | tee "$OUT/vmm_cost.md"
 }
 
+# gkrt inside a host program: benches/host_integration.c, then the PyTorch binding check.
 run_hostint() {
   local b=/tmp/gkrt-bench
   mkdir -p "$b"

@@ -17,6 +17,18 @@
     }                                                                          \
   } while (0)
 
+/* Device 0's primary context (the one gkrt uses), retained and current on this thread, for a
+ * bench's own CUDA calls; returns the device (for cuDevicePrimaryCtxRelease). */
+static inline CUdevice use_primary_context(void) {
+  CUdevice dev;
+  CUcontext ctx;
+  CU(cuInit(0));
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU(cuCtxSetCurrent(ctx));
+  return dev;
+}
+
 /* The parameters of benches/chain_kernel.cu's axpb kernel (out = a*in + b over n floats). */
 typedef struct {
   float a, b;

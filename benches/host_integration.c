@@ -50,16 +50,6 @@ static gkrt_runtime *cuda_runtime(unsigned mode) {
   return rt;
 }
 
-/* The primary context gkrt uses, current on this thread, for the program's own CUDA calls. */
-static void use_primary_context(void) {
-  CUdevice dev;
-  CUcontext ctx;
-  CU(cuInit(0));
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CU(cuCtxSetCurrent(ctx));
-}
-
 static float host_axpb(float v, const axpb_params *p, int times) {
   for (int k = 0; k < times; k++) v = p->a * v + p->b;
   return v;

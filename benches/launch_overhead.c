@@ -84,12 +84,7 @@ static double bench_gkrt(const char *ptx, int n, int reps, unsigned mode, const 
 }
 
 static double bench_loop(const char *ptx, int n, int reps, const float *x, const float *want) {
-  CUdevice dev;
-  CUcontext ctx;
-  CU(cuInit(0));
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CU(cuCtxSetCurrent(ctx));
+  CUdevice dev = use_primary_context();
   CUmodule mod;
   CUfunction fn;
   CU(cuModuleLoadData(&mod, ptx));

@@ -178,12 +178,7 @@ static void destroy(chain *c) {
  * and both at once on two streams (h2d_both, d2h_both: what a step that copies both ways at
  * the same time can get). */
 static void measure_link(double *h2d, double *d2h, double *h2d_both, double *d2h_both) {
-  CUdevice dev;
-  CUcontext ctx;
-  CU(cuInit(0));
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CU(cuCtxSetCurrent(ctx));
+  CUdevice dev = use_primary_context();
   size_t n = (size_t)1 << 30;
   void *host, *host2;
   CUdeviceptr d, d2;

@@ -27,12 +27,7 @@ static void set_access(CUdeviceptr at, size_t bytes) {
 int main(int argc, char** argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 64;
   if (reps < 1) reps = 1;
-  CUdevice dev;
-  CUcontext ctx;
-  CU(cuInit(0));
-  CU(cuDeviceGet(&dev, 0));
-  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CU(cuCtxSetCurrent(ctx));
+  CUdevice dev = use_primary_context();
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = 0;

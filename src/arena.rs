@@ -132,11 +132,43 @@ pub fn plan_greedy(p: &ArenaProblem) -> Result<Placement, PlanError> {
 /// (a cache grown a row per step: 1.33 of the lower bound by size, 1.03 in order of start), the
 /// first nearly everywhere else.
 pub fn plan_greedy_either(p: &ArenaProblem) -> Result<Placement, PlanError> {
+    plan_greedy_either_around(p, &[])
+}
+
+/// [`plan_greedy_either`] with some buffers already placed: `fixed` lists `(buffer, offset)`
+/// pairs, held there while the others are placed around them (a pool planning the next use of
+/// a range whose lasting blocks stay where they are). Not for problems with groups.
+pub fn plan_greedy_either_around(
+    p: &ArenaProblem,
+    fixed: &[(usize, u64)],
+) -> Result<Placement, PlanError> {
+    if !fixed.is_empty() && !p.groups.is_empty() {
+        return Err(PlanError::Invalid(
+            "fixed offsets are not supported with groups".into(),
+        ));
+    }
     let prep = Prepared::new(p)?;
-    let by_size = greedy::place(&prep.items, prep.sections, &greedy::size_order(&prep.items));
-    let mut order: Vec<u32> = (0..prep.items.len() as u32).collect();
+    let n = prep.items.len();
+    let mut held = vec![false; n];
+    let mut pins = Vec::with_capacity(fixed.len());
+    for &(b, o) in fixed {
+        if b >= n || held[b] {
+            return Err(PlanError::Invalid(format!(
+                "fixed buffer {b}: out of range ({n} buffers) or listed twice"
+            )));
+        }
+        held[b] = true;
+        pins.push((b as u32, o));
+    }
+    let free = |i: &u32| !held[*i as usize];
+    let by_size: Vec<u32> = greedy::size_order(&prep.items)
+        .into_iter()
+        .filter(free)
+        .collect();
+    let by_size = greedy::place_around(&prep.items, prep.sections, &by_size, &pins);
+    let mut order: Vec<u32> = (0..n as u32).filter(free).collect();
     order.sort_by_key(|&i| (prep.items[i as usize].ss, i));
-    let by_start = greedy::place(&prep.items, prep.sections, &order);
+    let by_start = greedy::place_around(&prep.items, prep.sections, &order, &pins);
     let offs = if items_size(&prep.items, &by_start) < items_size(&prep.items, &by_size) {
         by_start
     } else {

@@ -70,23 +70,41 @@ pub(crate) fn size_order(items: &[Item]) -> Vec<u32> {
 
 /// Places the items in `order` (indices into `items`); returns one offset per item.
 pub(crate) fn place(items: &[Item], sections: usize, order: &[u32]) -> Vec<u64> {
+    place_around(items, sections, order, &[])
+}
+
+/// [`place`] with the items of `fixed` — `(item, offset)`, none of them in `order` — held at
+/// their offsets first: the others are placed around them.
+pub(crate) fn place_around(
+    items: &[Item],
+    sections: usize,
+    order: &[u32],
+    fixed: &[(u32, u64)],
+) -> Vec<u64> {
     if sections == 0 {
-        return vec![0; items.len()];
+        let mut offs = vec![0; items.len()];
+        for &(i, o) in fixed {
+            offs[i as usize] = o;
+        }
+        return offs;
     }
-    // Every offset is a multiple of the common divisor of sizes and alignments, and below the
-    // sum of all sizes and alignments.
-    let unit = items
+    // Every offset is a multiple of the common divisor of sizes, alignments and fixed offsets,
+    // and below the sum of all sizes and alignments past the highest fixed end.
+    let unit = items.iter().fold(0, |g, it| gcd(gcd(g, it.size), it.align));
+    let unit = fixed.iter().fold(unit, |g, &(_, o)| gcd(g, o)).max(1);
+    let top = fixed
         .iter()
-        .fold(0, |g, it| gcd(gcd(g, it.size), it.align))
-        .max(1);
-    let bound = items.iter().fold(0u64, |b, it| {
+        .map(|&(i, o)| (o + items[i as usize].size) / unit)
+        .max()
+        .unwrap_or(0);
+    let bound = items.iter().fold(top, |b, it| {
         b.saturating_add(it.size / unit)
             .saturating_add(it.align / unit)
     });
     let mut offs = if bound < u32::MAX as u64 {
-        place_in::<u32>(items, sections, order, unit)
+        place_in::<u32>(items, sections, order, fixed, unit)
     } else {
-        place_in::<u64>(items, sections, order, unit)
+        place_in::<u64>(items, sections, order, fixed, unit)
     };
     for o in &mut offs {
         *o *= unit;
@@ -95,9 +113,31 @@ pub(crate) fn place(items: &[Item], sections: usize, order: &[u32]) -> Vec<u64> 
 }
 
 /// [`place`] with offsets and sizes in units of `unit`, stored as `T`.
-fn place_in<T: Off>(items: &[Item], sections: usize, order: &[u32], unit: u64) -> Vec<u64> {
+fn place_in<T: Off>(
+    items: &[Item],
+    sections: usize,
+    order: &[u32],
+    fixed: &[(u32, u64)],
+    unit: u64,
+) -> Vec<u64> {
     let mut offs = vec![0u64; items.len()];
     let mut t = Tree::<T>::new(sections);
+    for &(i, o) in fixed {
+        let it = &items[i as usize];
+        let o = o / unit;
+        offs[i as usize] = o;
+        if it.size > 0 {
+            let hi = o + it.size / unit;
+            t.insert(
+                t.top,
+                0,
+                it.ss as usize,
+                it.se as usize,
+                T::from64(o),
+                T::from64(hi),
+            );
+        }
+    }
     let mut lists: Vec<u32> = Vec::with_capacity(64);
     let mut cursors: Vec<usize> = Vec::with_capacity(64);
     for &i in order {

@@ -97,6 +97,26 @@ proptest! {
     }
 
     #[test]
+    fn fixed_buffers_stay_and_the_rest_go_around_them(
+        p in arb_problem(),
+        picks in prop::collection::vec(any::<bool>(), 40),
+    ) {
+        let p = ArenaProblem { groups: vec![], ..p };
+        // Offsets no two live buffers share: a greedy plan's, some of them held.
+        let g = plan_greedy(&p).unwrap();
+        let fixed: Vec<(usize, u64)> = (0..p.buffers.len())
+            .filter(|&i| picks[i])
+            .map(|i| (i, g.offsets[i]))
+            .collect();
+        let e = plan_greedy_either_around(&p, &fixed).unwrap();
+        prop_assert_eq!(check_placement(&p, &e), Ok(e.size));
+        assert_layout(&p, &e);
+        for &(i, o) in &fixed {
+            prop_assert_eq!(e.offsets[i], o, "fixed buffer {} moved", i);
+        }
+    }
+
+    #[test]
     fn search_with_a_target_meets_it_or_keeps_the_best(p in arb_problem()) {
         let g = plan_greedy(&p).unwrap();
         let target = g.size - g.size / 8;
@@ -141,6 +161,28 @@ fn greedy_in_order_of_start_wins_on_a_growing_cache() {
         e.size,
         g.size
     );
+}
+
+#[test]
+fn a_fixed_buffer_splits_the_arena_and_others_fill_both_sides() {
+    // 64 bytes held at 32 for the whole time: a 32-byte buffer fits below it, a 40-byte one
+    // only above.
+    let p = problem(&[(0, 10, 64), (1, 5, 40), (2, 6, 32)]);
+    let e = plan_greedy_either_around(&p, &[(0, 32)]).unwrap();
+    assert_eq!(e.offsets, vec![32, 96, 0]);
+    assert_eq!(e.size, 136);
+    let grouped = ArenaProblem {
+        groups: vec![vec![1, 2]],
+        ..p.clone()
+    };
+    assert!(matches!(
+        plan_greedy_either_around(&grouped, &[(0, 32)]),
+        Err(PlanError::Invalid(_))
+    ));
+    assert!(matches!(
+        plan_greedy_either_around(&p, &[(3, 0)]),
+        Err(PlanError::Invalid(m)) if m.contains("fixed buffer 3")
+    ));
 }
 
 #[test]

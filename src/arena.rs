@@ -130,15 +130,10 @@ pub fn plan_greedy(p: &ArenaProblem) -> Result<Placement, PlanError> {
 /// interval), the smaller arena of the two. The second is what an allocator that knew each
 /// buffer's end would do placing them as they come; it wins where buffers grow a little at a time
 /// (a cache grown a row per step: 1.33 of the lower bound by size, 1.03 in order of start), the
-/// first nearly everywhere else.
-pub fn plan_greedy_either(p: &ArenaProblem) -> Result<Placement, PlanError> {
-    plan_greedy_either_around(p, &[])
-}
-
-/// [`plan_greedy_either`] with some buffers already placed: `fixed` lists `(buffer, offset)`
-/// pairs, held there while the others are placed around them (a pool planning the next use of
-/// a range whose lasting blocks stay where they are). Not for problems with groups.
-pub fn plan_greedy_either_around(
+/// first nearly everywhere else. Buffers may be placed already: `fixed` lists `(buffer,
+/// offset)` pairs, held there while the others are placed around them (a pool planning the
+/// next use of a range whose lasting blocks stay where they are). Not for problems with groups.
+pub fn plan_greedy_either(
     p: &ArenaProblem,
     fixed: &[(usize, u64)],
 ) -> Result<Placement, PlanError> {

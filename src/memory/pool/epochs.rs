@@ -1,36 +1,51 @@
-//! Epoch plans: a virtual range that empties and then fills again the same way is placed by an
-//! offline plan of the last time it did.
+//! Epoch plans: a virtual range whose blocks of some time all go again, and that then fills
+//! again the same way, is placed by an offline plan of the last time it did.
 //!
-//! An *epoch* of a stream's range runs from the range empty (every block free) to empty again.
-//! While the pool records one, it logs each allocation's rounded size and when it was made and
-//! freed (a clock that ticks at every allocation and free of the stream). When the range empties
-//! the log is kept, and when a later epoch starts with the log's first size it becomes an arena
-//! problem (`crate::arena`): the smaller of two greedy plans gives every
-//! allocation an offset from the range's base, its footprint within 1.05 of the epoch's peak of
-//! live bytes on every recorded trace (most within a few thousandths) — where the online
-//! placement, which cannot know the future, leaves holes that its later passes drift on
-//! (ARCHITECTURE.md, "Epoch plans").
+//! An *epoch* of a stream's range runs from a time its live blocks are some set — its *floor*:
+//! none when the range is empty, a program's weights and optimizer state when it never empties —
+//! to the first time every block allocated since is free again. While the pool records, it
+//! logs each allocation's rounded size and when it was made and freed (a clock that ticks at
+//! every allocation and free of the stream), and finds the epochs in the log as they end
+//! (`Start`, below). An ended epoch is kept with its floor (the live blocks' offsets and sizes,
+//! read when the next allocation comes), and when a later epoch starts with the log's first
+//! size over the same floor (a hash of the live blocks, then each one looked up) it becomes an
+//! arena problem (`crate::arena`): the smaller of two greedy plans gives every allocation an
+//! offset from the range's base around the floor's blocks, its footprint within 1.05 of the
+//! epoch's peak of live bytes on every recorded trace (most within a few thousandths) — where
+//! the online placement, which cannot know the future, leaves holes that its later passes drift
+//! on (ARCHITECTURE.md, "Epoch plans").
 //!
-//! The next epoch whose first request has the plan's first size *follows* it: that request first
-//! gathers the range's mapped pages under the plan's footprint (free pages moved down, as
-//! recycling moves them, then new ones only within the slack rule's cap or the most ever
-//! mapped), then allocation k goes to its planned offset when
-//! its rounded size is the log's and the place is free — found in O(1) from the planned block
-//! just below it (live then by the plan, so the pool's block after it is the free one holding
-//! the place). Anything else (another size, the place not free, the log longer than the epoch)
-//! leaves the plan for the rest of the epoch: those allocations are placed as usual, and the
-//! range records again after some epochs (each further miss doubles the wait), so a program
-//! whose epochs differ pays a plan now and then, not every epoch.
+//! The next epoch whose first request has the plan's first size over the plan's floor
+//! *follows* it: that request first gathers mapped pages under the plan (into an empty range,
+//! free pages moved down, as recycling moves them, then new ones only within the slack rule's
+//! cap or the most ever mapped; around a floor, new ones within the same cap), then allocation
+//! k goes to its planned offset when its rounded size is the log's and the place is free —
+//! found in O(1) from the planned or floor block just below it (live then by the plan, so the
+//! pool's block after it is the free one holding the place). Anything else (another size, the
+//! place not free, the log longer than the epoch) leaves the plan for the rest of the epoch:
+//! those allocations are placed as usual, and the range records again after some epochs (each
+//! further miss doubles the wait), so a program whose epochs differ pays a plan now and then,
+//! not every epoch.
 //!
-//! Only a stream whose range empties is concerned: a program keeping any block of a stream live
-//! for good records one log (at most `LOG_MAX` allocations, then dropped) and never plans, unless
-//! it puts such blocks in the stream's lasting lane (`stream.rs`: `Lane`; gkrt's graphs do so
-//! with their persistent tensors), which makes no epochs.
-//! Planning waits for that later epoch rather than running when the range empties: it takes
-//! about 1 ms per 300 allocations (0.9 s for a log of `LOG_MAX` on the build machine), which a
-//! program that empties the range once — at its end, or between phases that differ — would pay
-//! for a plan it never follows. A kept epoch holds its log and, once planned, its plan: 36 bytes
-//! an allocation, at most `LOG_MAX` allocations a stream.
+//! Finding epochs: after each allocation the log's newest live entry is the allocation; when
+//! the newest live entry is freed the pointer walks down to the next live one (each entry
+//! passed once). Every allocation may start an epoch, which ends when the newest live entry is
+//! older than it: the starts form a stack ordered by that mark, a free that lowers the newest
+//! live entry ends every start above it, and the lowest of those is the epoch found, provided
+//! no older block was freed during it (its floor stayed) and its allocations reached at least
+//! half of the range's most live bytes above that floor (a step, not a temporary inside one).
+//! An epoch over an empty floor is kept whatever its size, as it always was. A program whose
+//! weights stay (PyTorch's allocator on the pool, the replay's `GKRT_REPLAY_HOLD`) thus
+//! follows plans from its second or third step: its first step makes the optimizer's state,
+//! which joins the floor.
+//!
+//! Planning waits for that later epoch rather than running when the epoch ends: it takes about
+//! 1 ms per 300 allocations (0.9 s for a log of `LOG_MAX` on the build machine), which a program
+//! that ends the epoch once — at its end, or between phases that differ — would pay for a plan
+//! it never follows. A kept epoch holds its log and, once planned, its plan: 36 bytes an
+//! allocation, at most `LOG_MAX` allocations a stream. Recording costs a push per allocation
+//! (the log's entry, a start) and a store per free; a range that never repeats records for good,
+//! starting over every `LOG_MAX` allocations.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -41,15 +56,21 @@ use super::{Pool, PoolBacking, PoolError};
 use crate::arena::{plan_greedy_either, ArenaProblem, BufferSpec};
 use crate::device::VirtualMemory;
 
-/// Allocations one epoch may log: beyond, it is not planned and the log is dropped (bounds the
-/// log's memory, 16 bytes an allocation, and the planner's time, O(n log n) in it: 30 ms for
-/// 14,000 allocations on the build machine; the recorded traces' passes hold at most 51,000).
+/// Allocations one recording may log: beyond, it starts over (bounds the log's memory, 16 bytes
+/// an allocation, and the planner's time, O(n log n) in it: 30 ms for 14,000 allocations on the
+/// build machine; the recorded traces' passes hold at most 51,000).
 pub(super) const LOG_MAX: usize = 1 << 18;
 /// Most epochs a stream waits before following or logging again after plans were left.
 const MAX_WAIT: u32 = 1 << 10;
-/// Plans a stream keeps (one per first size; their allocations at most `LOG_MAX` in all): a
-/// program whose epochs take turns — requests of a few batch sizes, each emptying the range —
-/// follows each one's own. The first allocation looks through them.
+/// Plans over a floor followed to the end in a row after which the recording stops while
+/// following. It goes on to find an epoch holding the ones followed (a pass of a few steps
+/// that empties the range); after this many steps followed none is likely, and recording
+/// costs a tenth again per operation (callgrind, lstm_train held: 459 instructions an
+/// operation with this, 611 recording for good).
+const SURE: u32 = 8;
+/// Plans a stream keeps (one per first size and floor; their allocations at most `LOG_MAX` in
+/// all): a program whose epochs take turns — requests of a few batch sizes, each emptying the
+/// range — follows each one's own. The first allocation looks through them.
 const PLANS: usize = 16;
 
 /// What a stream's epochs are doing now.
@@ -58,14 +79,14 @@ pub(super) enum Mode {
     /// Not planned (`PoolConfig::epoch_plans` off, or page aliases on).
     #[default]
     Off,
-    /// Logging this epoch.
+    /// Logging, and finding epochs in the log.
     Recording,
     /// The plan was left in this epoch.
     Left,
-    /// Neither logging nor following until the range has emptied `wait` more times.
+    /// Neither logging nor following until `wait` more epochs have ended.
     Waiting,
-    /// The range is empty: the next allocation follows the plan that starts with its size, or
-    /// starts logging when none does.
+    /// An epoch ended: the next allocation follows the plan that starts with its size over the
+    /// range's live blocks, or logs when none does.
     Ready,
     /// Following a plan: `next` is its next allocation.
     Following,
@@ -89,23 +110,33 @@ struct Logged {
 }
 
 /// The plan of an epoch, per allocation in order: rounded size, offset from the range's base,
-/// and the planned allocation just below it when it is made (`NIL`: none, the range's first
-/// block holds it).
+/// and the planned or floor block just below it when it is made (`NIL`: none, the range's first
+/// block holds it). The floor's blocks follow the epoch's allocations in `sizes` and `offsets`.
 #[derive(Debug)]
 pub(super) struct Plan {
     sizes: Vec<u64>,
     offsets: Vec<u64>,
     anchors: Vec<u32>,
+    /// The epoch's allocations (the rest of `sizes` is the floor).
+    young: usize,
     /// Bytes from the range's base that the plan uses.
     footprint: u64,
+    /// Runs of pages `(first, count)` the epoch's allocations touch (gathered around a floor).
+    pages: Vec<(u64, u64)>,
+    /// The floor's blocks some allocation is planned right above (their indexes here).
+    pins: Vec<u32>,
 }
 
-/// A logged epoch, kept for the next epoch that starts with its first size, and its plan, made
-/// when the first such epoch starts (`None` inside: the planner refused it). Dry-run clones share
-/// it, so an epoch is planned once.
+/// A logged epoch with its floor, kept for the next epoch that starts like it, and its plan,
+/// made when the first such epoch starts (`None` inside: the planner refused it). Dry-run clones
+/// share it, so an epoch is planned once.
 #[derive(Debug)]
 struct Kept {
     log: Vec<Logged>,
+    /// The live blocks when it started (and ended): offset from the range's base, size.
+    floor: Vec<(u64, u64)>,
+    /// `Epochs::hash` of those blocks.
+    hash: u64,
     plan: OnceLock<Option<Arc<Plan>>>,
 }
 
@@ -115,25 +146,74 @@ impl Kept {
     }
 }
 
-/// A stream's epochs: the log being recorded, the plans kept, the one being followed.
+/// A point an epoch may start at: before the allocation logged at `pos`, when the newest live
+/// logged allocation was `mark` (−1: none). The epoch ends when the newest live one is at most
+/// `mark` again. Starts above it on the stack fold what they saw into it when they end.
+#[derive(Clone, Copy, Debug)]
+struct Start {
+    mark: i64,
+    pos: u32,
+    clock: u32,
+    /// The range's live bytes at the start, and the most since; its live blocks at the start.
+    live: u64,
+    peak: u64,
+    count: u64,
+    /// The oldest logged allocation freed since (−1: a block older than the log).
+    oldest_freed: i64,
+}
+
+/// A stream's epochs: the log being recorded and its starts, the plans kept, the one being
+/// followed, and the range's live bytes and live-set hash.
 #[derive(Debug, Default)]
 pub(super) struct Epochs {
     pub(super) mode: Mode,
     log: Vec<Logged>,
     clock: u32,
-    /// The log outgrew `LOG_MAX`: this epoch is not planned.
-    overflow: bool,
-    /// The latest logged epochs, oldest first, at most `PLANS`; at most one per first size.
+    /// The allocation order (`Pool::hand_out`'s sequence) before the log's first entry: older
+    /// blocks are not in it.
+    log_from: u64,
+    /// The newest live entry of the log (−1: none).
+    newest: i64,
+    /// Where epochs may start, their marks increasing upwards.
+    starts: Vec<Start>,
+    /// The log is kept (`Recording`, or `Ready` after an epoch it found).
+    recording: bool,
+    /// A dry-run clone: logs nothing.
+    quiet: bool,
+    /// Nothing to do per operation: off, or following a plan over an empty floor (and leaving
+    /// it, and waiting after), whose epoch ends when the range empties (`range_emptied`), not
+    /// by a count. Then `young` counts allocations only, for `force_end`.
+    quick: bool,
+    /// The live figures below missed blocks (`force_end`).
+    stale: bool,
+    /// An epoch found at a free, to keep with its floor (`keep_ended`).
+    ended: Option<Vec<Logged>>,
+    /// The range's live bytes, their most (while recording), its live blocks, and a hash of
+    /// them (addresses and sizes).
+    live: u64,
+    peak_live: u64,
+    count: u64,
+    hash: u64,
+    /// The latest logged epochs, oldest first, at most `PLANS`; at most one per first size and
+    /// floor.
     kept: Vec<Arc<Kept>>,
-    /// The plan being followed (`Following`, `Left`).
+    /// The kept epoch whose plan is being followed (`Following`, `Left`), and that plan.
+    following: Option<Arc<Kept>>,
     plan: Option<Arc<Plan>>,
-    /// The plan's next allocation (`Following`), and the block each one followed so far took:
-    /// how the next finds the one below it without a lookup by address.
+    /// The plan's next allocation (`Following`), and the block each one followed so far took
+    /// (then the floor's blocks): how the next finds the one below it without a lookup by
+    /// address.
     next: u32,
     placed: Vec<u32>,
-    /// Epochs left to wait (`Waiting`), and plans left in a row (the wait doubles with each).
+    /// Outside recording: the allocation order before this epoch's first allocation (`u64::MAX`:
+    /// it has not come yet), and its allocations still live — none, and the epoch ends.
+    since: u64,
+    young: u64,
+    /// Epochs left to wait (`Waiting`), and plans left in a row (the wait doubles with each);
+    /// plans followed to the end in a row.
     wait: u32,
     misses: u32,
+    in_row: u32,
     /// Epochs followed to the end, and plans left (the host replay prints them).
     pub(super) followed: u64,
     pub(super) left: u64,
@@ -149,13 +229,28 @@ impl Clone for Epochs {
             mode: self.mode,
             log: Vec::new(),
             clock: self.clock,
-            overflow: true,
+            log_from: self.log_from,
+            newest: -1,
+            starts: Vec::new(),
+            recording: false,
+            quiet: true,
+            quick: self.quick,
+            stale: self.stale,
+            ended: None,
+            live: self.live,
+            peak_live: self.peak_live,
+            count: self.count,
+            hash: self.hash,
             kept: self.kept.clone(),
+            following: self.following.clone(),
             plan: self.plan.clone(),
             next: self.next,
             placed: self.placed.clone(),
+            since: self.since,
+            young: self.young,
             wait: self.wait,
             misses: self.misses,
+            in_row: self.in_row,
             followed: self.followed,
             left: self.left,
             planned: self.planned,
@@ -163,27 +258,177 @@ impl Clone for Epochs {
     }
 }
 
+/// A live block's share of `Epochs::hash`.
+#[inline(always)]
+fn mix(addr: u64, size: u64) -> u64 {
+    (addr ^ size.rotate_left(40)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 impl Epochs {
     pub(super) fn new(on: bool) -> Epochs {
         Epochs {
             mode: if on { Mode::Ready } else { Mode::Off },
+            quick: !on,
+            newest: -1,
+            since: u64::MAX,
             ..Epochs::default()
         }
     }
 
-    /// Logs an allocation of `size` bytes; returns its index, for `log_free` (`NIL` past the
-    /// log's limit).
-    #[inline]
-    pub(super) fn log_alloc(&mut self, size: u64) -> u32 {
-        if self.overflow {
+    /// Allocation `seq` (the pool's order) of a `size`-byte block at `addr` in the range;
+    /// returns its index in the log, for `on_free` (`NIL`: not logged).
+    ///
+    /// The range's live bytes, blocks and hash count every block while the stream records or is
+    /// ready, but outside recording only the blocks older than the epoch: the epoch's own all go
+    /// before it ends (what following costs stays a count), so the figures are whole again then.
+    #[inline(always)]
+    pub(super) fn on_alloc(&mut self, addr: u64, size: u64, seq: u64) -> u32 {
+        if self.quick {
+            self.young += 1;
+            if self.young > LOG_MAX as u64 && self.mode != Mode::Off {
+                self.force_end(seq);
+                self.young = 1;
+            }
             return NIL;
         }
-        if self.log.len() >= LOG_MAX || self.clock == u32::MAX {
-            // Not planned: the log's memory goes back at once (a program that never empties
-            // the range would otherwise keep it).
-            self.overflow = true;
-            self.log = Vec::new();
+        match self.mode {
+            Mode::Following | Mode::Left | Mode::Waiting => {
+                if self.since == u64::MAX {
+                    self.since = seq - 1;
+                } else if seq - self.since > LOG_MAX as u64 {
+                    self.force_end(seq);
+                }
+                self.young += 1;
+                if !self.recording {
+                    return NIL;
+                }
+                self.count_in(addr, size);
+                self.log_alloc(size, seq)
+            }
+            Mode::Off => NIL,
+            Mode::Recording => {
+                self.count_in(addr, size);
+                self.log_alloc(size, seq)
+            }
+            Mode::Ready if self.recording => {
+                // Not through `alloc_planned` (`take_at`): the recording goes on.
+                self.mode = Mode::Recording;
+                self.count_in(addr, size);
+                self.log_alloc(size, seq)
+            }
+            Mode::Ready => {
+                // Not through `alloc_planned` (`take_at`): this epoch's start was missed, so
+                // it is neither logged nor followed.
+                self.mode = Mode::Left;
+                self.since = seq - 1;
+                self.young = 1;
+                NIL
+            }
+        }
+    }
+
+    /// Free of the block of allocation `seq`, `size` bytes at `addr`, logged at `k` (`on_alloc`).
+    /// True when the recording found an epoch ending here: the pool reads its floor for
+    /// `keep_ended`.
+    #[inline(always)]
+    pub(super) fn on_free(&mut self, addr: u64, size: u64, seq: u64, k: u32) -> bool {
+        if self.quick {
+            return false;
+        }
+        let young =
+            matches!(self.mode, Mode::Following | Mode::Left | Mode::Waiting) && seq > self.since;
+        if young {
+            self.young -= 1;
+            if self.young == 0 {
+                self.end_epoch();
+            }
+            if !self.recording {
+                return false;
+            }
+        }
+        self.count_out(addr, size);
+        self.recording && self.log_free(seq, k)
+    }
+
+    #[inline(always)]
+    fn count_in(&mut self, addr: u64, size: u64) {
+        self.live = self.live.wrapping_add(size);
+        self.count = self.count.wrapping_add(1);
+        self.hash ^= mix(addr, size);
+    }
+
+    #[inline(always)]
+    fn count_out(&mut self, addr: u64, size: u64) {
+        // Wrapping: after `force_end` the figures are wrong until `recount`.
+        self.live = self.live.wrapping_sub(size);
+        self.count = self.count.wrapping_sub(1);
+        self.hash ^= mix(addr, size);
+    }
+
+    /// An epoch outside recording that does not end (a floor that keeps growing) is counted as
+    /// ended after `LOG_MAX` allocations, so that a wait runs out and the stream records again.
+    /// Its live blocks, uncounted, become older than the next: the figures wait for `recount`.
+    #[cold]
+    fn force_end(&mut self, seq: u64) {
+        self.quick = false;
+        self.end_epoch();
+        self.since = seq - 1;
+        self.stale = !self.recording;
+    }
+
+    /// The range emptied: a plan over an empty floor (`quick`) ends its epoch here.
+    pub(super) fn on_empty(&mut self) {
+        if self.quick && self.mode != Mode::Off {
+            self.end_epoch();
+            self.quick = self.mode != Mode::Ready;
+        }
+    }
+
+    /// Whether the range's figures need `recount` before the next epoch starts.
+    pub(super) fn stale(&self) -> bool {
+        self.stale
+    }
+
+    /// The range's live blocks counted afresh (`Pool::recount_epochs`).
+    pub(super) fn recount(&mut self, blocks: impl Iterator<Item = (u64, u64)>) {
+        (self.live, self.count, self.hash) = (0, 0, 0);
+        for (addr, size) in blocks {
+            self.count_in(addr, size);
+        }
+        self.stale = false;
+    }
+
+    /// Starts recording afresh: every live block is older than the log.
+    fn restart_log(&mut self, seq_before: u64) {
+        self.recording = true;
+        self.log.clear();
+        self.starts.clear();
+        self.clock = 0;
+        self.newest = -1;
+        self.log_from = seq_before;
+        self.peak_live = self.live;
+    }
+
+    #[inline]
+    fn log_alloc(&mut self, size: u64, seq: u64) -> u32 {
+        if self.quiet {
             return NIL;
+        }
+        if self.log.len() >= LOG_MAX || self.clock >= u32::MAX - 1 {
+            // The log's memory stays bounded: it starts over from here.
+            self.restart_log(seq - 1);
+        }
+        let k = self.log.len() as i64;
+        if self.starts.last().is_none_or(|s| s.mark < self.newest) {
+            self.starts.push(Start {
+                mark: self.newest,
+                pos: k as u32,
+                clock: self.clock,
+                live: self.live - size,
+                peak: self.live,
+                count: self.count - 1,
+                oldest_freed: i64::MAX,
+            });
         }
         self.clock += 1;
         self.log.push(Logged {
@@ -191,82 +436,180 @@ impl Epochs {
             start: self.clock,
             end: u32::MAX,
         });
-        self.log.len() as u32 - 1
+        self.newest = k;
+        self.peak_live = self.peak_live.max(self.live);
+        let top = self.starts.last_mut().expect("a start");
+        top.peak = top.peak.max(self.live);
+        k as u32
     }
 
-    /// Logs the free of allocation `k` (from `log_alloc`).
     #[inline]
-    pub(super) fn log_free(&mut self, k: u32) {
-        if let Some(l) = self.log.get_mut(k as usize) {
-            self.clock = self.clock.saturating_add(1);
-            l.end = self.clock;
+    fn log_free(&mut self, seq: u64, k: u32) -> bool {
+        if self.quiet {
+            return false;
+        }
+        let logged = seq > self.log_from && (k as usize) < self.log.len();
+        let freed = if logged { k as i64 } else { -1 };
+        if let Some(top) = self.starts.last_mut() {
+            top.oldest_freed = top.oldest_freed.min(freed);
+        }
+        if !logged {
+            return false;
+        }
+        self.clock += 1;
+        self.log[k as usize].end = self.clock;
+        freed == self.newest && self.drop_newest()
+    }
+
+    /// The newest live entry went: the pointer walks down to the next live one, and the starts
+    /// above it end; the lowest of them is an epoch (true) when its floor stayed, it was large,
+    /// and it made at least as many allocations as its floor has blocks (reading the floor, and
+    /// looking for the plan's blocks in it, then cost at most one step an allocation).
+    #[inline(never)]
+    fn drop_newest(&mut self) -> bool {
+        let mut v = self.newest - 1;
+        while v >= 0 && self.log[v as usize].end != u32::MAX {
+            v -= 1;
+        }
+        self.newest = v;
+        let mut ended = None;
+        while let Some(&s) = self.starts.last() {
+            if s.mark < v {
+                break;
+            }
+            self.starts.pop();
+            if let Some(below) = self.starts.last_mut() {
+                below.peak = below.peak.max(s.peak);
+                below.oldest_freed = below.oldest_freed.min(s.oldest_freed);
+            }
+            ended = Some(s);
+        }
+        let Some(s) = ended else { return false };
+        let clean = s.oldest_freed >= s.pos as i64;
+        let large = s.live == 0 || 2 * (s.peak - s.live) >= self.peak_live - s.live;
+        let n = self.log.len() - s.pos as usize;
+        let long = n as u64 >= s.count;
+        // The same epoch as one kept (its first size, floor and length): its plan stays, made
+        // once (a program following its steps' plan finds each step again).
+        let first = self.log[s.pos as usize].size;
+        let known = || {
+            self.kept
+                .iter()
+                .any(|k| k.hash == self.hash && k.log.len() == n && k.first_size() == first)
+        };
+        if clean && large && long && !known() {
+            let c0 = s.clock;
+            let log = self.log[s.pos as usize..]
+                .iter()
+                .map(|l| Logged {
+                    size: l.size,
+                    start: l.start - c0,
+                    end: l.end - c0,
+                })
+                .collect();
+            self.ended = Some(log);
+            // The next allocation may follow it. Outside recording a plan's epoch is under way
+            // — unless the range is empty: every epoch has ended, and one that empties it holds
+            // every other, so a wait (for plans of steps left) gives way to it.
+            if self.mode == Mode::Recording || (s.live == 0 && self.mode == Mode::Waiting) {
+                self.mode = Mode::Ready;
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Keeps the epoch found at the last free (`ended`), over the range's live blocks now.
+    pub(super) fn keep_ended(&mut self, floor: Vec<(u64, u64)>) {
+        let Some(log) = self.ended.take() else { return };
+        let (first, hash) = (log[0].size, self.hash);
+        // One per first size and floor: the new one replaces an older one; the oldest go
+        // beyond the bounds.
+        self.kept
+            .retain(|k| k.first_size() != first || k.hash != hash);
+        self.kept.push(Arc::new(Kept {
+            log,
+            floor,
+            hash,
+            plan: OnceLock::new(),
+        }));
+        let mut total: usize = self.kept.iter().map(|k| k.log.len()).sum();
+        while self.kept.len() > PLANS || total > LOG_MAX {
+            total -= self.kept.remove(0).log.len();
         }
     }
 
-    /// At an epoch's first allocation (`Ready`), of `size` bytes: the plan of the kept epoch that
-    /// starts with it (planned now, the first time) becomes the one followed (true); with none,
-    /// this epoch is logged (false).
-    fn choose(&mut self, size: u64, align: u64) -> bool {
+    /// At an epoch's first allocation (`Ready`), of `size` bytes, allocation `seq − 1` the last
+    /// before it: the plan of the kept epoch that starts with it over the same floor (planned
+    /// now, the first time) becomes the one followed (true); with none, the stream records
+    /// (false), going on with its log when it was recording.
+    fn choose(&mut self, size: u64, align: u64, page: u64, seq_before: u64) -> bool {
         self.plan = None;
-        if let Some(i) = self.kept.iter().rposition(|k| k.first_size() == size) {
-            let k = &self.kept[i];
+        self.following = None;
+        let hash = self.hash;
+        if let Some(i) = self
+            .kept
+            .iter()
+            .rposition(|k| k.first_size() == size && k.hash == hash)
+        {
+            let k = self.kept[i].clone();
             let fresh = k.plan.get().is_none();
             self.plan = k
                 .plan
-                .get_or_init(|| plan(&k.log, align).map(Arc::new))
+                .get_or_init(|| plan(&k.log, &k.floor, align, page).map(Arc::new))
                 .clone();
             self.planned += u64::from(fresh);
             if self.plan.is_none() {
                 // Refused by the planner: this epoch is logged in its place.
                 self.kept.remove(i);
+            } else {
+                self.following = Some(k);
             }
         }
         self.next = 0;
         self.placed.clear();
+        self.since = seq_before;
+        self.young = 0;
         if let Some(p) = &self.plan {
             self.placed.resize(p.sizes.len(), NIL);
-        }
-        self.mode = if self.plan.is_some() {
-            Mode::Following
+            self.mode = Mode::Following;
+            self.quick = p.young == p.sizes.len();
+            if self.quick || self.in_row >= SURE {
+                // Over an empty floor the recording stops (its log's memory goes): an epoch
+                // that empties the range holds every other one. Over a floor it goes on, so
+                // that an epoch holding this one (a program's pass over several steps) is
+                // still found — until plans have been followed `SURE` times in a row.
+                self.recording = false;
+                self.log = Vec::new();
+                self.starts = Vec::new();
+            }
+            true
         } else {
-            Mode::Recording
-        };
-        self.plan.is_some()
+            if !self.recording {
+                self.restart_log(seq_before);
+            }
+            self.quick = false;
+            self.mode = Mode::Recording;
+            false
+        }
     }
 
-    /// The range emptied: the epoch ends; a logged one is kept for `choose` to plan.
-    pub(super) fn end_epoch(&mut self) {
+    /// An epoch ended outside recording (its allocations all freed).
+    fn end_epoch(&mut self) {
+        self.since = u64::MAX;
+        self.young = 0;
         match self.mode {
-            Mode::Off | Mode::Ready => {}
-            Mode::Recording => {
-                let log = std::mem::take(&mut self.log);
-                let overflow = std::mem::replace(&mut self.overflow, false);
-                self.clock = 0;
-                if !overflow && !log.is_empty() {
-                    // One per first size: the new one replaces an older one; the oldest go
-                    // beyond the bounds.
-                    let first = log[0].size;
-                    self.kept.retain(|k| k.first_size() != first);
-                    self.kept.push(Arc::new(Kept {
-                        log,
-                        plan: OnceLock::new(),
-                    }));
-                    let mut total: usize = self.kept.iter().map(|k| k.log.len()).sum();
-                    while self.kept.len() > PLANS || total > LOG_MAX {
-                        total -= self.kept.remove(0).log.len();
-                    }
-                }
-                self.mode = Mode::Ready;
-            }
             Mode::Following => {
                 if self
                     .plan
                     .as_ref()
-                    .is_some_and(|p| self.next as usize == p.sizes.len())
+                    .is_some_and(|p| self.next as usize == p.young)
                 {
                     self.followed += 1;
                     self.misses = 0;
+                    self.in_row += 1;
                     self.plan = None;
+                    self.following = None;
                     self.mode = Mode::Ready;
                 } else {
                     self.miss();
@@ -279,6 +622,7 @@ impl Epochs {
                     self.mode = Mode::Ready;
                 }
             }
+            Mode::Off | Mode::Ready | Mode::Recording => {}
         }
     }
 
@@ -286,10 +630,10 @@ impl Epochs {
     /// (at most `MAX_WAIT`) pass before the next is followed or logged.
     fn miss(&mut self) {
         self.left += 1;
-        if let Some(p) = self.plan.take() {
-            // The kept epoch it came from: the one of its first size (a stream keeps one per
-            // first size, and adds none while it follows).
-            self.kept.retain(|k| k.first_size() != p.sizes[0]);
+        self.in_row = 0;
+        self.plan = None;
+        if let Some(k) = self.following.take() {
+            self.kept.retain(|x| !Arc::ptr_eq(x, &k));
         }
         self.misses += 1;
         self.wait = (1u32 << self.misses.min(10)).min(MAX_WAIT) - 1;
@@ -299,48 +643,104 @@ impl Epochs {
             Mode::Waiting
         };
     }
+
+    /// The plan being followed was left at this allocation: the rest of the epoch is placed
+    /// as usual.
+    pub(super) fn leave(&mut self) {
+        self.mode = Mode::Left;
+    }
 }
 
-/// The plan of a logged epoch (every allocation freed), its offsets multiples of `align` as
-/// the pool's blocks are. `None` when the planner refuses it.
-fn plan(log: &[Logged], align: u64) -> Option<Plan> {
+/// The plan of a logged epoch (every allocation freed) around its floor (held where it is),
+/// its offsets multiples of `align` as the pool's blocks are; `page` bytes a page. `None` when
+/// the planner refuses it.
+fn plan(log: &[Logged], floor: &[(u64, u64)], align: u64, page: u64) -> Option<Plan> {
+    let young = log.len();
+    let until = log
+        .iter()
+        .map(|l| l.end)
+        .max()
+        .unwrap_or(0)
+        .saturating_add(1);
+    let mut buffers: Vec<BufferSpec> = log
+        .iter()
+        .map(|l| BufferSpec {
+            start: l.start,
+            end: l.end.max(l.start + 1),
+            size: l.size,
+            align,
+        })
+        .collect();
+    buffers.extend(floor.iter().map(|&(_, size)| BufferSpec {
+        start: 0,
+        end: until,
+        size,
+        align,
+    }));
+    let fixed: Vec<(usize, u64)> = floor
+        .iter()
+        .enumerate()
+        .map(|(f, &(off, _))| (young + f, off))
+        .collect();
     let problem = ArenaProblem {
-        buffers: log
-            .iter()
-            .map(|l| BufferSpec {
-                start: l.start,
-                end: l.end.max(l.start + 1),
-                size: l.size,
-                align,
-            })
-            .collect(),
+        buffers,
         groups: Vec::new(),
     };
-    let placed = plan_greedy_either(&problem).ok()?;
-    // Anchors: the live planned block with the highest offset below each allocation's, swept in
-    // clock order.
-    let mut events: Vec<(u32, u32)> = Vec::with_capacity(2 * log.len());
-    for (k, l) in log.iter().enumerate() {
-        events.push((l.start, k as u32));
-        events.push((l.end, k as u32));
+    let placed = plan_greedy_either(&problem, &fixed).ok()?;
+    // Anchors: the live planned (or floor) block with the highest offset below each
+    // allocation's, swept in clock order (the floor's from the start).
+    let mut events: Vec<(u32, u32)> = Vec::with_capacity(2 * young + floor.len());
+    for (k, b) in problem.buffers.iter().enumerate() {
+        events.push((b.start, k as u32));
+        if k < young {
+            events.push((b.end, k as u32));
+        }
     }
     events.sort_unstable();
     let mut live: BTreeMap<u64, u32> = BTreeMap::new();
-    let mut anchors = vec![NIL; log.len()];
+    let mut anchors = vec![NIL; young];
     for (t, k) in events {
         let off = placed.offsets[k as usize];
-        if t == log[k as usize].start {
-            anchors[k as usize] = live.range(..off).next_back().map_or(NIL, |(_, &j)| j);
+        if t == problem.buffers[k as usize].start {
+            if (k as usize) < young {
+                anchors[k as usize] = live.range(..off).next_back().map_or(NIL, |(_, &j)| j);
+            }
             live.insert(off, k);
         } else {
             live.remove(&off);
         }
     }
+    // The pages the epoch's allocations touch, as runs.
+    let mut spans: Vec<(u64, u64)> = (0..young)
+        .filter(|&k| log[k].size > 0)
+        .map(|k| {
+            let o = placed.offsets[k];
+            (o / page, (o + log[k].size).div_ceil(page))
+        })
+        .collect();
+    spans.sort_unstable();
+    let mut pages: Vec<(u64, u64)> = Vec::new();
+    for (p0, p1) in spans {
+        match pages.last_mut() {
+            Some((q0, n)) if p0 <= *q0 + *n => *n = (*n).max(p1 - *q0),
+            _ => pages.push((p0, p1 - p0)),
+        }
+    }
+    let mut pins: Vec<u32> = anchors
+        .iter()
+        .copied()
+        .filter(|&a| a != NIL && a as usize >= young)
+        .collect();
+    pins.sort_unstable();
+    pins.dedup();
     Some(Plan {
-        sizes: log.iter().map(|l| l.size).collect(),
+        pins,
+        sizes: problem.buffers.iter().map(|b| b.size).collect(),
         offsets: placed.offsets,
         anchors,
+        young,
         footprint: placed.size,
+        pages,
     })
 }
 
@@ -348,11 +748,45 @@ impl Pool {
     /// The range `r` of stream `si` has emptied.
     #[inline(never)]
     pub(super) fn range_emptied(&mut self, si: u32) {
-        self.streams[si as usize].epochs.end_epoch();
+        self.streams[si as usize].epochs.on_empty();
         if self.streams[si as usize].moved_at_start {
             // The range start-up moves held has emptied: its first step is over.
             self.moves.startup_over = true;
         }
+    }
+
+    /// The allocated blocks of range `r`, but `except`: address, size.
+    fn allocated_in_but(&self, r: u32, except: u32) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut i = self.segs[r].first;
+        while i != NIL {
+            let b = &self.blocks[i];
+            if b.state == State::Allocated && i != except {
+                out.push((b.addr, b.size));
+            }
+            i = b.next;
+        }
+        out
+    }
+
+    fn allocated_in(&self, r: u32) -> Vec<(u64, u64)> {
+        self.allocated_in_but(r, NIL)
+    }
+
+    /// Stream `si`'s recording found an epoch ending at the free of block `freed` (still
+    /// marked allocated): it is kept with the range's other allocated blocks as its floor.
+    #[inline(never)]
+    pub(super) fn keep_found_epoch(&mut self, si: u32, freed: u32) {
+        let r = self.streams[si as usize].range;
+        let mut floor = Vec::new();
+        if r != NIL {
+            let base = self.segs[r].base;
+            floor = self.allocated_in_but(r, freed);
+            for b in &mut floor {
+                b.0 -= base;
+            }
+        }
+        self.streams[si as usize].epochs.keep_ended(floor);
     }
 
     /// Allocation `rounded` on stream `si` (range `r`) while its epochs are ready to follow a
@@ -366,24 +800,33 @@ impl Pool {
     ) -> Result<Option<u32>, PoolError> {
         let r = self.streams[si as usize].range;
         if self.streams[si as usize].epochs.mode == Mode::Ready {
-            if r != NIL && !self.range_is_empty(r) {
-                // Blocks came by another way since the range emptied (`take_at`): this epoch's
-                // start was missed, so it is neither logged nor followed.
-                self.streams[si as usize].epochs.mode = Mode::Left;
-                return Ok(None);
+            if self.streams[si as usize].epochs.stale() && r != NIL {
+                let blocks = self.allocated_in(r);
+                self.streams[si as usize].epochs.recount(blocks.into_iter());
             }
-            let align = self.config.alignment;
-            if !self.streams[si as usize].epochs.choose(rounded, align) {
+            let (align, page) = (self.config.alignment, self.page);
+            let seq_before = self.stats.alloc_count;
+            if !self.streams[si as usize]
+                .epochs
+                .choose(rounded, align, page, seq_before)
+            {
                 // Logged (`hand_out`), placed as usual.
                 return Ok(None);
             }
             let gathered = match backing.vmm() {
-                Some(vm) if r != NIL => self.gather_pages(backing, vm, si, r)?,
+                Some(vm) if r != NIL => {
+                    if !self.pin_floor(si, r) {
+                        false
+                    } else if self.range_is_empty(r) {
+                        self.gather_pages(backing, vm, si, r)?
+                    } else {
+                        self.gather_around_floor(backing, vm, si, r)?
+                    }
+                }
                 _ => false,
             };
-            let e = &mut self.streams[si as usize].epochs;
             if !gathered {
-                e.mode = Mode::Left;
+                self.streams[si as usize].epochs.leave();
                 return Ok(None);
             }
         }
@@ -396,10 +839,34 @@ impl Pool {
                 Ok(Some(i))
             }
             None => {
-                e.mode = Mode::Left;
+                e.leave();
                 Ok(None)
             }
         }
+    }
+
+    /// Before following a plan: the floor's blocks that anchor its allocations, found where
+    /// the plan has them (a live block of that size at that address; the rest of the floor is
+    /// known by its hash). False when one is not there.
+    fn pin_floor(&mut self, si: u32, r: u32) -> bool {
+        let base = self.segs[r].base;
+        let e = &self.streams[si as usize].epochs;
+        let Some(plan) = e.plan.clone() else {
+            return false;
+        };
+        for &f in &plan.pins {
+            let f = f as usize;
+            let addr = base + plan.offsets[f];
+            let Some(i) = self.live.get(addr) else {
+                return false;
+            };
+            let b = &self.blocks[i];
+            if b.size != plan.sizes[f] || b.owner != si {
+                return false;
+            }
+            self.streams[si as usize].epochs.placed[f] = i;
+        }
+        true
     }
 
     /// The plan's next allocation, carved at its planned place when it is `rounded` bytes and
@@ -409,7 +876,7 @@ impl Pool {
         let e = &self.streams[si as usize].epochs;
         let plan = e.plan.as_ref()?;
         let k = e.next as usize;
-        if *plan.sizes.get(k)? != rounded {
+        if k >= plan.young || plan.sizes[k] != rounded {
             return None;
         }
         let base = self.segs[r].base;
@@ -505,6 +972,89 @@ impl Pool {
             Err(PoolError::OutOfMemory { .. }) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Before following a plan around the floor of range `r`: the pages the epoch's
+    /// allocations touch mapped, new ones as long as the pool maps no more than the slack rule
+    /// allows or it ever has, within its limit (no page moves: the free blocks between the
+    /// floor's are where the plan goes). False when that is not enough, or the device has no
+    /// more: the plan is not followed.
+    fn gather_around_floor(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        si: u32,
+        r: u32,
+    ) -> Result<bool, PoolError> {
+        let Some(plan) = self.streams[si as usize].epochs.plan.clone() else {
+            return Ok(false);
+        };
+        let need_of = |p: &Pool| {
+            let pages = p.pages_of(r);
+            let mut need = 0;
+            for &(p0, n) in &plan.pages {
+                if p0 + n > pages.pages() {
+                    return None;
+                }
+                need += pages.count_unmapped(p0, p0 + n);
+            }
+            Some(need)
+        };
+        let Some(need) = need_of(self) else {
+            return Ok(false);
+        };
+        if need == 0 {
+            return Ok(true);
+        }
+        // Free pages moved first (recycling's victims, those the device is done with): what
+        // they save is mapped again under the plan. A victim inside the plan's pages only
+        // moves within it.
+        self.recycle(backing, vm, need, 0, None, true, None)?;
+        let Some(need) = need_of(self) else {
+            return Ok(false);
+        };
+        let page = self.page;
+        let cap = self.slack_cap(self.high_water);
+        let room = self.mapped_pages + need <= self.mapped_peak.max(cap)
+            && self.stats.reserved_bytes + need * page <= self.config.memory_limit;
+        if !room {
+            vm.trim()?;
+            return Ok(false);
+        }
+        // Unmapped pages lie only inside free blocks: each one's share of the plan's runs.
+        let base = self.segs[r].base;
+        let mut i = self.segs[r].first;
+        while i != NIL {
+            let b = &self.blocks[i];
+            let next = b.next;
+            if b.state == State::Free && b.unmapped > 0 {
+                let (q0, q1) = self.interior(r, b.addr, b.size);
+                let mut runs = Vec::new();
+                for &(p0, n) in &plan.pages {
+                    let (lo, hi) = (p0.max(q0), (p0 + n).min(q1));
+                    if lo < hi {
+                        runs.extend(self.pages_of(r).runs(lo, hi, false));
+                    }
+                }
+                if !runs.is_empty() {
+                    self.unlink(i);
+                    let mapped =
+                        self.map_runs(backing, vm, r, base, &runs, Some((i, q0, q1)), need * page);
+                    self.relink_counted(r, i);
+                    match mapped {
+                        Ok(()) => {}
+                        Err(PoolError::OutOfMemory { .. }) => {
+                            vm.trim()?;
+                            return Ok(false);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            i = next;
+        }
+        vm.trim()?;
+        Ok(true)
     }
 
     /// Whether range `r` is one free block.

@@ -706,10 +706,9 @@ impl Pool {
             // (`epochs.rs`), or NIL.
             b.fprev = NIL;
             if b.kind == Kind::Virtual {
-                let e = &mut self.streams[b.owner as usize].epochs;
-                if e.mode == epochs::Mode::Recording {
-                    b.fprev = e.log_alloc(b.size);
-                }
+                b.fprev = self.streams[b.owner as usize]
+                    .epochs
+                    .on_alloc(b.addr, b.size, seq);
             }
             (b.addr, b.size)
         };
@@ -744,10 +743,10 @@ impl Pool {
             let life = self.stats.alloc_count.saturating_sub(b.freed_epoch);
             self.lifetimes.note(b.size, life);
         }
-        if b.fprev != NIL && b.kind == Kind::Virtual {
-            let e = &mut self.streams[b.owner as usize].epochs;
-            if e.mode == epochs::Mode::Recording {
-                e.log_free(b.fprev);
+        if b.kind == Kind::Virtual {
+            let (addr, size, seq, k, si) = (b.addr, b.size, b.freed_epoch, b.fprev, b.owner);
+            if self.streams[si as usize].epochs.on_free(addr, size, seq, k) {
+                self.keep_found_epoch(si, idx);
             }
         }
         let b = &self.blocks[idx];

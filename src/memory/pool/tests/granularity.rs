@@ -243,9 +243,12 @@ fn a_long_start_up_pays_for_moves_in_back_to_back_steps() {
     let run = |start_up_ns: u64, release_after: bool| {
         let f = FakeConfig::virtual_memory().move_cost(50_000).build();
         f.state_mut().idle_device = true;
+        // Without epoch plans: the steps would follow a plan over the weights from the second
+        // on, moving nothing (`epochs.rs`); here it is the budget that is looked at.
         let mut p = Pool::new(PoolConfig {
             vmm_reserve_bytes: 4 << 30,
             vmm_page_bytes: PAGE,
+            epoch_plans: false,
             ..PoolConfig::default()
         });
         let weights = p.alloc(&f, 32 * MIB, st(0)).unwrap();

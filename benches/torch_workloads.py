@@ -61,7 +61,7 @@ class GkrtStats(ctypes.Structure):
             "segment_free_count memory_limit runs nodes_launched last_run_pool_allocs swap_out_bytes "
             "swap_in_bytes tensors_swapped_out tensors_swapped_in evictions copy_wait_ns "
             "pinned_reserved_bytes pinned_peak_reserved_bytes page_map_count page_unmap_count "
-            "pool_device_waits"
+            "pool_device_waits tensors_recomputed pool_epochs_followed pool_epochs_left"
         ).split()
     ] + [("rest", ctypes.c_uint64 * 32)]
 
@@ -230,7 +230,8 @@ class Trainer:
             s = gkrt_stats(self.lib)
             out["peak_reserved"], out["peak_allocated"] = s.peak_reserved_bytes, s.peak_allocated_bytes
             # Page moves and waits for the device, over the whole run and over the timed steps.
-            for k in ("page_map_count", "page_unmap_count", "pool_device_waits"):
+            # And the pool's epoch plans followed and left (memory/pool/epochs.rs).
+            for k in ("page_map_count", "page_unmap_count", "pool_device_waits", "pool_epochs_followed", "pool_epochs_left"):
                 out[k] = getattr(s, k)
                 out["timed_" + k] = getattr(s, k) - getattr(self.timed_from, k)
         elif self.alloc == "torch":

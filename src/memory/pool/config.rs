@@ -124,7 +124,8 @@ pub struct PoolConfig {
     /// progress matters to recycling only on the scale of kernels and steps, where real programs
     /// keep their markers (figures: BENCHMARKS.md §3).
     pub marker_min_interval_ns: u64,
-    /// Whether a stream's range that empties and fills again the same way is placed by an
+    /// Whether a stream's range that returns to the same live blocks (empty, or a program's
+    /// weights) and fills again the same way is placed by an
     /// offline plan of the last time (`epochs.rs`; ARCHITECTURE.md, "Epoch plans"). Default
     /// true; not with `page_aliases` (gathering the pages under the plan moves them plainly).
     pub epoch_plans: bool,

@@ -1006,10 +1006,17 @@ impl Pool {
         if need == 0 {
             return Ok(true);
         }
-        // Free pages moved first (recycling's victims, those the device is done with): what
-        // they save is mapped again under the plan. A victim inside the plan's pages only
-        // moves within it.
-        self.recycle(backing, vm, need, 0, None, true, None)?;
+        // Free pages moved first (recycling's victims, those the device is done with, outside
+        // the pages the plan's allocations span): what they save is mapped again under the plan.
+        let span = plan
+            .pages
+            .first()
+            .zip(plan.pages.last())
+            .map(|(&(p0, _), &(q0, n))| (r, p0, q0 + n));
+        self.gathering = span;
+        let moved = self.recycle(backing, vm, need, 0, None, true, None);
+        self.gathering = None;
+        moved?;
         let Some(need) = need_of(self) else {
             return Ok(false);
         };

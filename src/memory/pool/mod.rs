@@ -108,12 +108,14 @@
 //!   the pool never stalls the device for the slack and maps new pages instead). Before picking,
 //!   the slack rule records a marker after the latest frees and polls it briefly
 //!   (`recycle_spin_ns`): an idle device passes it, a busy one does not.
-//! - **Epoch plans** (`epoch_plans`, `epochs.rs`). From a stream's range empty to empty again the
-//!   pool logs each allocation's size and lifetime; the next epoch starting with the same size
-//!   plans the log offline and takes each allocation at the offset the plan gave it, after
-//!   gathering the plan's footprint under mapped pages, until a request differs (the rest placed
-//!   as above). Repeated passes then keep the first pass's footprint instead of drifting on the
-//!   holes its page moves left.
+//! - **Epoch plans** (`epoch_plans`, `epochs.rs`). From a stream's range holding some set of
+//!   blocks (its floor: none when empty, a program's weights when they stay) to every block
+//!   allocated since freed again, the pool logs each allocation's size and lifetime; the next
+//!   epoch starting with the same size over the same floor plans the log offline around the
+//!   floor's blocks and takes each allocation at the offset the plan gave it, after gathering
+//!   the plan's pages, until a request differs (the rest placed as above). Repeated passes and
+//!   steps then keep the first one's footprint instead of drifting on the holes its page moves
+//!   left.
 //! - **Plain segments (devices without virtual memory, the pinned pool, fallbacks).** As in
 //!   PyTorch, requests of at most `small_request_max` (1 MiB) are served only from the small
 //!   pool, whose segments are `small_segment_bytes` (2 MiB); larger requests only from the large
@@ -278,6 +280,9 @@ pub struct Pool {
     /// No marker is recorded or polled (`hold_markers`): which free blocks are idle on the
     /// device stays what the pool knew when it began holding, as in a dry run.
     hold_markers: bool,
+    /// Set only while an epoch plan gathers pages around a floor (`epochs.rs`): range and pages
+    /// `[p0, p1)` whose chunks recycling leaves where they are (the plan is about to use them).
+    gathering: Option<(u32, u64, u64)>,
     stats: PoolStats,
     /// The label the next allocations carry (`set_owner`), kept in their blocks for snapshots.
     owner: u32,
@@ -315,6 +320,7 @@ impl Pool {
             lane: Lane::Working,
             hold_events: false,
             hold_markers: false,
+            gathering: None,
             stats: PoolStats::default(),
             owner: 0,
             history: HistorySlot::default(),

@@ -71,10 +71,16 @@ impl Pool {
         let b = &self.blocks[i];
         let r = self.streams[b.owner as usize].range;
         let (q0, q1) = self.interior(r, b.addr, b.size);
-        // The placed block's pages `[k0, k1)` stay: its chunks are not victims.
+        // The placed block's pages `[k0, k1)` stay: its chunks are not victims; nor are those a
+        // plan gathering pages in this range is about to use.
         let keep = placing
             .filter(|&(j, _, _)| j == i)
-            .map_or((q1, q1), |(_, k0, k1)| (k0, k1));
+            .map(|(_, k0, k1)| (k0, k1))
+            .or(self
+                .gathering
+                .filter(|&(g, _, _)| g == r)
+                .map(|(_, k0, k1)| (k0, k1)))
+            .unwrap_or((q1, q1));
         let mut chunks = Vec::new();
         let pages = self.pages_of(r);
         for (lo, hi) in [(keep.1.max(q0), q1), (q0, keep.0.min(q1))] {

@@ -42,8 +42,8 @@ pub(super) type FastHash = BuildHasherDefault<AddrHasher>;
 /// Which of a stream's two sets of blocks an allocation joins. Blocks that outlast the stream's
 /// epochs — a graph's persistent tensors, held from one run to the next — go in the `Lasting`
 /// lane: a range (and free lists) of their own, so the `Working` lane's range can empty between
-/// runs and its runs follow epoch plans (`epochs.rs`), which a single block held for good would
-/// stop. Both lanes order their blocks by the same device stream (their markers are recorded on
+/// runs and its runs follow epoch plans over an empty floor (`epochs.rs`: nothing counted per
+/// operation, the whole range the plan's) rather than around blocks held for good. Both lanes order their blocks by the same device stream (their markers are recorded on
 /// it), so reuse within either is the stream's own; the lasting lane makes no epochs. A stream
 /// of plain segments (no virtual range, so no epochs) has one lane: its lasting blocks join the
 /// working ones.

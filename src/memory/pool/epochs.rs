@@ -180,6 +180,8 @@ pub(super) struct Epochs {
     recording: bool,
     /// A dry-run clone: logs nothing.
     quiet: bool,
+    /// Epochs the recording found since its log started.
+    found: u32,
     /// Nothing to do per operation: off, or following a plan over an empty floor (and leaving
     /// it, and waiting after), whose epoch ends when the range empties (`range_emptied`), not
     /// by a count. Then `young` counts allocations only, for `force_end`.
@@ -234,6 +236,7 @@ impl Clone for Epochs {
             starts: Vec::new(),
             recording: false,
             quiet: true,
+            found: 0,
             quick: self.quick,
             stale: self.stale,
             ended: None,
@@ -300,6 +303,10 @@ impl Epochs {
                 }
                 self.young += 1;
                 if !self.recording {
+                    return NIL;
+                }
+                if self.mode == Mode::Left && self.overdue(seq) {
+                    self.stop_recording();
                     return NIL;
                 }
                 self.count_in(addr, size);
@@ -384,6 +391,43 @@ impl Epochs {
         }
     }
 
+    /// A plan over a floor was left and its epoch has gone on for twice the plan's length:
+    /// the program keeps blocks of each step into the next (a PyTorch loop's loss, held by a
+    /// variable until the next step's is made), so its epochs do not end.
+    #[inline]
+    fn overdue(&self, seq: u64) -> bool {
+        let len = self.plan.as_ref().map_or(0, |p| p.young as u64);
+        seq - self.since > 2 * len.max(1)
+    }
+
+    /// The recording stops (its log's memory goes) until the next epoch starts after a wait;
+    /// the live figures counted the epoch's own blocks, so they wait for `recount`.
+    #[cold]
+    fn stop_recording(&mut self) {
+        self.recording = false;
+        self.log = Vec::new();
+        self.starts = Vec::new();
+        self.stale = true;
+    }
+
+    /// No epoch in a whole log: the stream stops recording for 2^misses − 1 times `LOG_MAX`
+    /// allocations (counted, nothing else done per operation), then records again.
+    #[cold]
+    fn pause(&mut self) {
+        self.stop_recording();
+        self.misses += 1;
+        self.wait = (1u32 << self.misses.min(10)).min(MAX_WAIT) - 1;
+        self.mode = Mode::Waiting;
+        self.quick = true;
+        self.young = 0;
+    }
+
+    /// Whether the stream is logging (tests).
+    #[cfg(test)]
+    pub(super) fn is_recording(&self) -> bool {
+        self.recording
+    }
+
     /// Whether the range's figures need `recount` before the next epoch starts.
     pub(super) fn stale(&self) -> bool {
         self.stale
@@ -401,6 +445,7 @@ impl Epochs {
     /// Starts recording afresh: every live block is older than the log.
     fn restart_log(&mut self, seq_before: u64) {
         self.recording = true;
+        self.found = 0;
         self.log.clear();
         self.starts.clear();
         self.clock = 0;
@@ -415,6 +460,12 @@ impl Epochs {
             return NIL;
         }
         if self.log.len() >= LOG_MAX || self.clock >= u32::MAX - 1 {
+            if self.found == 0 {
+                // A whole log without an epoch (a program that keeps blocks of each step into
+                // the next): the recording pauses, longer each time.
+                self.pause();
+                return NIL;
+            }
             // The log's memory stays bounded: it starts over from here.
             self.restart_log(seq - 1);
         }
@@ -485,6 +536,7 @@ impl Epochs {
             ended = Some(s);
         }
         let Some(s) = ended else { return false };
+        self.found += 1;
         let clean = s.oldest_freed >= s.pos as i64;
         let large = s.live == 0 || 2 * (s.peak - s.live) >= self.peak_live - s.live;
         let n = self.log.len() - s.pos as usize;

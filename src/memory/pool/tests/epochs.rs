@@ -169,6 +169,42 @@ fn steps_over_weights_that_stay_follow_a_plan_around_them() {
     check(&p);
 }
 
+/// A program that keeps a block of each step into the next (a PyTorch loop's loss, held by its
+/// variable until the next step's is made) never returns to a floor: after a whole log without
+/// an epoch its stream stops recording for a while, and every block stays usable.
+#[test]
+fn steps_that_keep_a_block_into_the_next_pause_the_recording() {
+    let (mut p, f) = idle_pool();
+    let recording = |p: &Pool| p.streams.iter().any(|s| s.epochs.is_recording());
+    let weights = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    let mut prev: Option<u64> = None;
+    let mut step = |p: &mut Pool| {
+        let a = p.alloc(&f, 8192, st(0)).unwrap();
+        let b = p.alloc(&f, 16384, st(0)).unwrap();
+        let out = p.alloc(&f, 4096, st(0)).unwrap();
+        p.free(&f, a).unwrap();
+        p.free(&f, b).unwrap();
+        if let Some(x) = prev.replace(out) {
+            p.free(&f, x).unwrap();
+        }
+    };
+    step(&mut p);
+    assert!(recording(&p));
+    // Three allocations a step: a log's worth of steps, and one more.
+    for _ in 0..super::super::epochs::LOG_MAX / 3 + 1 {
+        step(&mut p);
+    }
+    assert!(!recording(&p), "still recording a program with no epoch");
+    assert_eq!(p.epoch_counts(), (0, 0));
+    check(&p);
+    step(&mut p);
+    if let Some(x) = prev {
+        p.free(&f, x).unwrap();
+    }
+    p.free(&f, weights).unwrap();
+    check(&p);
+}
+
 /// Passes of a program that empties its range between them, each a few steps over weights
 /// made at its start: the first pass's steps follow a plan around the weights, and once a pass
 /// has ended (the range empty), each later pass follows the plan of the whole pass.
@@ -334,9 +370,10 @@ mod random {
     }
 }
 
-/// A recording longer than the log starts over: an epoch it holds only in part (blocks older
-/// than the log freed in it) is not planned, and the next, the same, is logged again rather
-/// than followed.
+/// A log filled without an epoch pauses the recording (a wait of 2^misses − 1 epochs, here
+/// ranges emptied): an epoch longer than the log is not planned, the next, the same, is logged
+/// again rather than followed, and short epochs after the second pause's wait of three are
+/// logged, then followed.
 #[test]
 fn an_epoch_longer_than_the_log_is_not_planned() {
     let (mut p, f) = idle_pool();
@@ -351,8 +388,11 @@ fn an_epoch_longer_than_the_log_is_not_planned() {
     long(&mut p);
     long(&mut p);
     assert_eq!(p.epoch_counts(), (0, 0));
-    // A short one is planned and followed as usual.
-    epoch(&mut p, &f, &SIZES);
+    // The second pause waits three emptyings: its own long epoch's end and two short ones.
+    for _ in 0..3 {
+        epoch(&mut p, &f, &SIZES);
+    }
+    assert_eq!(p.epoch_counts(), (0, 0));
     epoch(&mut p, &f, &SIZES);
     assert_eq!(p.epoch_counts(), (1, 0));
     check(&p);

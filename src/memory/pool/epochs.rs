@@ -865,14 +865,15 @@ impl Pool {
                 // Logged (`hand_out`), placed as usual.
                 return Ok(None);
             }
-            let gathered = match backing.vmm() {
-                Some(vm) if r != NIL => {
+            let plan = self.streams[si as usize].epochs.plan.clone();
+            let gathered = match (backing.vmm(), plan) {
+                (Some(vm), Some(plan)) if r != NIL => {
                     if !self.pin_floor(si, r) {
                         false
                     } else if self.range_is_empty(r) {
-                        self.gather_pages(backing, vm, si, r)?
+                        self.gather_pages(backing, vm, &plan, r)?
                     } else {
-                        self.gather_around_floor(backing, vm, si, r)?
+                        self.gather_around_floor(backing, vm, &plan, r)?
                     }
                 }
                 _ => false,
@@ -973,12 +974,9 @@ impl Pool {
         &mut self,
         backing: &dyn PoolBacking,
         vm: &dyn VirtualMemory,
-        si: u32,
+        plan: &Plan,
         r: u32,
     ) -> Result<bool, PoolError> {
-        let Some(plan) = self.streams[si as usize].epochs.plan.clone() else {
-            return Ok(false);
-        };
         debug_assert!(self.range_is_empty(r), "gathering in a range in use");
         let t = self.segs[r].first;
         let page = self.page;
@@ -999,13 +997,7 @@ impl Pool {
             self.relink_counted(r, t);
             return Err(e);
         }
-        // Mapping up to the most ever mapped, or the slack rule's cap over the high-water mark of
-        // bytes in use (which the epoch's peak, and so about the plan's footprint, is under):
-        // what the usual placement may map without moving pages; and within the limit.
-        let cap = self.slack_cap(self.high_water);
-        let room = self.mapped_pages + need <= self.mapped_peak.max(cap)
-            && self.stats.reserved_bytes + need * page <= self.config.memory_limit;
-        if !room {
+        if !self.room_to_gather(need) {
             // What moved stays unmapped: reserved fell, nothing is mapped in its place.
             self.relink_counted(r, t);
             vm.trim()?;
@@ -1026,21 +1018,27 @@ impl Pool {
         }
     }
 
+    /// Whether `need` new pages may be mapped to gather a plan's: up to the most ever mapped, or
+    /// the slack rule's cap over the high-water mark of bytes in use (which the epoch's peak,
+    /// and so about the plan's footprint, is under) — what the usual placement may map without
+    /// moving pages — and within the limit.
+    fn room_to_gather(&self, need: u64) -> bool {
+        let cap = self.slack_cap(self.high_water);
+        self.mapped_pages + need <= self.mapped_peak.max(cap)
+            && self.stats.reserved_bytes + need * self.page <= self.config.memory_limit
+    }
+
     /// Before following a plan around the floor of range `r`: the pages the epoch's
-    /// allocations touch mapped, new ones as long as the pool maps no more than the slack rule
-    /// allows or it ever has, within its limit (no page moves: the free blocks between the
-    /// floor's are where the plan goes). False when that is not enough, or the device has no
-    /// more: the plan is not followed.
+    /// allocations touch mapped, by free pages moved from outside the span of those pages (the
+    /// device done with them, no wait), then new ones within `room_to_gather`. False when that is
+    /// not enough, or the device has no more: the plan is not followed.
     fn gather_around_floor(
         &mut self,
         backing: &dyn PoolBacking,
         vm: &dyn VirtualMemory,
-        si: u32,
+        plan: &Plan,
         r: u32,
     ) -> Result<bool, PoolError> {
-        let Some(plan) = self.streams[si as usize].epochs.plan.clone() else {
-            return Ok(false);
-        };
         let need_of = |p: &Pool| {
             let pages = p.pages_of(r);
             let mut need = 0;
@@ -1073,10 +1071,7 @@ impl Pool {
             return Ok(false);
         };
         let page = self.page;
-        let cap = self.slack_cap(self.high_water);
-        let room = self.mapped_pages + need <= self.mapped_peak.max(cap)
-            && self.stats.reserved_bytes + need * page <= self.config.memory_limit;
-        if !room {
+        if !self.room_to_gather(need) {
             vm.trim()?;
             return Ok(false);
         }

@@ -46,20 +46,27 @@ fn span(addrs: &[u64], sizes: &[u64]) -> u64 {
 
 pub(super) const SIZES: [u64; 4] = [16 * MIB, 2 * MIB, 16 * MIB, 30 * MIB];
 
-#[test]
-fn an_epoch_that_repeats_follows_the_plan_of_the_last() {
-    let (mut p, f) = idle_pool();
-    let first = epoch(&mut p, &f, &SIZES);
+/// Three epochs of `SIZES` on a pool that has followed none: the first logged, the next two
+/// following its plan. Returns the second's addresses.
+fn three_alike(p: &mut Pool, f: &Fake) -> Vec<u64> {
+    let first = epoch(p, f, &SIZES);
     // Online, the 30 MiB block cannot use the hole under the 2 MiB one (16 MiB): above it.
     assert!(first[3] > first[1]);
     assert_eq!(p.epoch_counts(), (0, 0));
-    let second = epoch(&mut p, &f, &SIZES);
-    let third = epoch(&mut p, &f, &SIZES);
+    let second = epoch(p, f, &SIZES);
+    let third = epoch(p, f, &SIZES);
     assert_eq!(p.epoch_counts(), (2, 0));
     // The plan puts each block where its lifetime fits: the same places every epoch, and the
     // footprint at the peak of live bytes (34 MiB at once at most: 16 + 2 + 16, then 2 + 30).
     assert_eq!(second, third);
     assert_eq!(span(&second, &SIZES), 34 * MIB, "{second:?}");
+    second
+}
+
+#[test]
+fn an_epoch_that_repeats_follows_the_plan_of_the_last() {
+    let (mut p, f) = idle_pool();
+    three_alike(&mut p, &f);
     // Following maps nothing: the pages the first epoch mapped suffice.
     let maps = f.map_calls();
     epoch(&mut p, &f, &SIZES);
@@ -137,14 +144,7 @@ fn an_epoch_is_planned_only_when_a_later_one_starts_like_it() {
 fn steps_over_weights_that_stay_follow_a_plan_around_them() {
     let (mut p, f) = idle_pool();
     let weights = p.alloc(&f, 4 * MIB, st(0)).unwrap();
-    let first = epoch(&mut p, &f, &SIZES);
-    assert!(first[3] > first[1], "online, the 30 MiB block goes above");
-    assert_eq!(p.epoch_counts(), (0, 0));
-    let second = epoch(&mut p, &f, &SIZES);
-    let third = epoch(&mut p, &f, &SIZES);
-    assert_eq!(p.epoch_counts(), (2, 0));
-    assert_eq!(second, third);
-    assert_eq!(span(&second, &SIZES), 34 * MIB, "{second:?}");
+    let second = three_alike(&mut p, &f);
     assert!(second
         .iter()
         .all(|&a| a >= weights + 4 * MIB || a + 30 * MIB <= weights));

@@ -19,8 +19,9 @@
 //!   the live blocks by address;
 //! - `segments.rs` plain segments and what all segments share; `ranges.rs` virtual ranges and
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
-//! - `epochs.rs` epoch plans: a range that empties and fills again the same way, placed by an
-//!   offline plan (`crate::arena`) of the last time;
+//! - `epochs.rs` epoch plans: a range that returns to the same live blocks (its floor) and fills
+//!   again the same way, found by recording; `epoch_plan.rs` the offline plan (`crate::arena`)
+//!   of the last time, around the floor; `epoch_follow.rs` following it;
 //! - `move_budget.rs` the time budget of the slack rule's moves; `alias.rs` a moved chunk's old
 //!   address kept mapped as its shadow, so moving it back is bookkeeping (`page_aliases`);
 //! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
@@ -156,6 +157,8 @@ mod cold_search;
 mod cold_set;
 mod config;
 mod dry_run;
+mod epoch_follow;
+mod epoch_plan;
 mod epochs;
 mod free_index;
 mod lifetimes;

@@ -1,0 +1,343 @@
+//! Following epoch plans (`epochs.rs`): at an epoch's first allocation the plan is chosen and
+//! its pages gathered — into an empty range, or around the floor's blocks — then each
+//! allocation is carved at its planned place; and an epoch the recording found is kept with the
+//! range's allocated blocks as its floor.
+
+use super::block::State;
+use super::epoch_plan::Plan;
+use super::epochs::Mode;
+use super::tlsf::NIL;
+use super::{Pool, PoolBacking, PoolError};
+use crate::device::VirtualMemory;
+
+impl Pool {
+    /// The range `r` of stream `si` has emptied.
+    #[inline(never)]
+    pub(super) fn range_emptied(&mut self, si: u32) {
+        self.streams[si as usize].epochs.on_empty();
+        if self.streams[si as usize].moved_at_start {
+            // The range start-up moves held has emptied: its first step is over.
+            self.moves.startup_over = true;
+        }
+    }
+
+    /// The allocated blocks of range `r`, but `except`: address, size.
+    fn allocated_in_but(&self, r: u32, except: u32) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut i = self.segs[r].first;
+        while i != NIL {
+            let b = &self.blocks[i];
+            if b.state == State::Allocated && i != except {
+                out.push((b.addr, b.size));
+            }
+            i = b.next;
+        }
+        out
+    }
+
+    fn allocated_in(&self, r: u32) -> Vec<(u64, u64)> {
+        self.allocated_in_but(r, NIL)
+    }
+
+    /// Stream `si`'s recording found an epoch ending at the free of block `freed` (still
+    /// marked allocated): it is kept with the range's other allocated blocks as its floor.
+    #[inline(never)]
+    pub(super) fn keep_found_epoch(&mut self, si: u32, freed: u32) {
+        let r = self.streams[si as usize].range;
+        let mut floor = Vec::new();
+        if r != NIL {
+            let base = self.segs[r].base;
+            floor = self.allocated_in_but(r, freed);
+            for b in &mut floor {
+                b.0 -= base;
+            }
+        }
+        self.streams[si as usize].epochs.keep_ended(floor);
+    }
+
+    /// Allocation `rounded` on stream `si` (range `r`) while its epochs are ready to follow a
+    /// plan or following one: the planned block, or `None` (placed as usual; the plan is left).
+    #[inline(never)]
+    pub(super) fn alloc_planned(
+        &mut self,
+        backing: &dyn PoolBacking,
+        si: u32,
+        rounded: u64,
+    ) -> Result<Option<u32>, PoolError> {
+        let r = self.streams[si as usize].range;
+        if self.streams[si as usize].epochs.mode == Mode::Ready {
+            if self.streams[si as usize].epochs.stale() && r != NIL {
+                let blocks = self.allocated_in(r);
+                self.streams[si as usize].epochs.recount(blocks.into_iter());
+            }
+            let (align, page) = (self.config.alignment, self.page);
+            let seq_before = self.stats.alloc_count;
+            if !self.streams[si as usize]
+                .epochs
+                .choose(rounded, align, page, seq_before)
+            {
+                // Logged (`hand_out`), placed as usual.
+                return Ok(None);
+            }
+            let plan = self.streams[si as usize].epochs.plan.clone();
+            let gathered = match (backing.vmm(), plan) {
+                (Some(vm), Some(plan)) if r != NIL => {
+                    if !self.pin_floor(si, r) {
+                        false
+                    } else if self.range_is_empty(r) {
+                        self.gather_pages(backing, vm, &plan, r)?
+                    } else {
+                        self.gather_around_floor(backing, vm, &plan, r)?
+                    }
+                }
+                _ => false,
+            };
+            if !gathered {
+                self.streams[si as usize].epochs.leave();
+                return Ok(None);
+            }
+        }
+        let placed = self.take_planned(si, r, rounded);
+        let e = &mut self.streams[si as usize].epochs;
+        match placed {
+            Some(i) => {
+                e.placed[e.next as usize] = i;
+                e.next += 1;
+                Ok(Some(i))
+            }
+            None => {
+                e.leave();
+                Ok(None)
+            }
+        }
+    }
+
+    /// Before following a plan: the floor's blocks that anchor its allocations, found where
+    /// the plan has them (a live block of that size at that address; the rest of the floor is
+    /// known by its hash). False when one is not there.
+    fn pin_floor(&mut self, si: u32, r: u32) -> bool {
+        let base = self.segs[r].base;
+        let e = &self.streams[si as usize].epochs;
+        let Some(plan) = e.plan.clone() else {
+            return false;
+        };
+        for &f in &plan.pins {
+            let f = f as usize;
+            let addr = base + plan.offsets[f];
+            let Some(i) = self.live.get(addr) else {
+                return false;
+            };
+            let b = &self.blocks[i];
+            if b.size != plan.sizes[f] || b.owner != si {
+                return false;
+            }
+            self.streams[si as usize].epochs.placed[f] = i;
+        }
+        true
+    }
+
+    /// The plan's next allocation, carved at its planned place when it is `rounded` bytes and
+    /// the place lies in one free block with its pages mapped.
+    #[inline(always)]
+    fn take_planned(&mut self, si: u32, r: u32, rounded: u64) -> Option<u32> {
+        let e = &self.streams[si as usize].epochs;
+        let plan = e.plan.as_ref()?;
+        let k = e.next as usize;
+        if k >= plan.young || plan.sizes[k] != rounded {
+            return None;
+        }
+        let base = self.segs[r].base;
+        let pos = base + plan.offsets[k];
+        let anchor = plan.anchors[k];
+        let cand = if anchor == NIL {
+            self.segs[r].first
+        } else {
+            // The block the anchor took, if it still is that (freed, its record may be vacant
+            // or reused: indexes stay valid, `slab.rs`).
+            let below = &self.blocks[e.placed[anchor as usize]];
+            if below.state != State::Allocated || below.addr != base + plan.offsets[anchor as usize]
+            {
+                return None;
+            }
+            below.next
+        };
+        if cand == NIL {
+            return None;
+        }
+        let b = &self.blocks[cand];
+        if b.state != State::Free || b.addr > pos || b.addr + b.size < pos + rounded {
+            return None;
+        }
+        let total = b.unmapped as u64;
+        if b.cold {
+            let (p0, p1) = self.touched(r, pos, rounded);
+            if !self.pages_of(r).all_mapped(p0, p1) {
+                return None;
+            }
+        }
+        let held = self.unlink_held(cand);
+        Some(self.carve_cold(r, cand, pos, rounded, total, held))
+    }
+
+    /// Before following a plan in the empty range `r`: its footprint mapped, by free pages
+    /// moved there (from blocks the device is done with, without waiting for it: recycling's
+    /// victims, above the footprint first), then new pages as long as the pool maps no more than
+    /// the slack rule allows or it ever has, within its limit. False when that is not enough,
+    /// or the device has no more: the plan is not followed (what moved stays where it went).
+    fn gather_pages(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        plan: &Plan,
+        r: u32,
+    ) -> Result<bool, PoolError> {
+        debug_assert!(self.range_is_empty(r), "gathering in a range in use");
+        let t = self.segs[r].first;
+        let page = self.page;
+        let pp = plan.footprint.div_ceil(page);
+        let pages = self.pages_of(r);
+        if pp > pages.pages() {
+            return Ok(false);
+        }
+        let need = pages.count_unmapped(0, pp);
+        if need == 0 {
+            return Ok(true);
+        }
+        let placing = Some((t, 0, pp));
+        self.unlink(t);
+        // Free pages moved first: they leave the counts below, and what they saved is mapped
+        // again under the footprint.
+        if let Err(e) = self.recycle(backing, vm, need, 0, placing, true, None) {
+            self.relink_counted(r, t);
+            return Err(e);
+        }
+        if !self.room_to_gather(need) {
+            // What moved stays unmapped: reserved fell, nothing is mapped in its place.
+            self.relink_counted(r, t);
+            vm.trim()?;
+            return Ok(false);
+        }
+        let base = self.segs[r].base;
+        let runs = self.pages_of(r).runs(0, pp, false);
+        let mapped = self.map_runs(backing, vm, r, base, &runs, placing, pp * page);
+        self.relink_counted(r, t);
+        vm.trim()?;
+        match mapped {
+            Ok(()) => Ok(true),
+            // The device has less than the footprint (it may be shared, or smaller than the
+            // epoch that made the plan): the plan is not followed, and the request is placed as
+            // usual, which needs only its own bytes. What did map stays, counted.
+            Err(PoolError::OutOfMemory { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `need` new pages may be mapped to gather a plan's: up to the most ever mapped, or
+    /// the slack rule's cap over the high-water mark of bytes in use (which the epoch's peak,
+    /// and so about the plan's footprint, is under) — what the usual placement may map without
+    /// moving pages — and within the limit.
+    fn room_to_gather(&self, need: u64) -> bool {
+        let cap = self.slack_cap(self.high_water);
+        self.mapped_pages + need <= self.mapped_peak.max(cap)
+            && self.stats.reserved_bytes + need * self.page <= self.config.memory_limit
+    }
+
+    /// Before following a plan around the floor of range `r`: the pages the epoch's
+    /// allocations touch mapped, by free pages moved from outside the span of those pages (the
+    /// device done with them, no wait), then new ones within `room_to_gather`. False when that is
+    /// not enough, or the device has no more: the plan is not followed.
+    fn gather_around_floor(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        plan: &Plan,
+        r: u32,
+    ) -> Result<bool, PoolError> {
+        let need_of = |p: &Pool| {
+            let pages = p.pages_of(r);
+            let mut need = 0;
+            for &(p0, n) in &plan.pages {
+                if p0 + n > pages.pages() {
+                    return None;
+                }
+                need += pages.count_unmapped(p0, p0 + n);
+            }
+            Some(need)
+        };
+        let Some(need) = need_of(self) else {
+            return Ok(false);
+        };
+        if need == 0 {
+            return Ok(true);
+        }
+        // Free pages moved first (recycling's victims, those the device is done with, outside
+        // the pages the plan's allocations span): what they save is mapped again under the plan.
+        let span = plan
+            .pages
+            .first()
+            .zip(plan.pages.last())
+            .map(|(&(p0, _), &(q0, n))| (r, p0, q0 + n));
+        self.gathering = span;
+        let moved = self.recycle(backing, vm, need, 0, None, true, None);
+        self.gathering = None;
+        moved?;
+        let Some(need) = need_of(self) else {
+            return Ok(false);
+        };
+        let page = self.page;
+        if !self.room_to_gather(need) {
+            vm.trim()?;
+            return Ok(false);
+        }
+        // Unmapped pages lie only inside free blocks: each one's share of the plan's runs.
+        let base = self.segs[r].base;
+        let mut i = self.segs[r].first;
+        while i != NIL {
+            let b = &self.blocks[i];
+            let next = b.next;
+            if b.state == State::Free && b.unmapped > 0 {
+                let (q0, q1) = self.interior(r, b.addr, b.size);
+                let mut runs = Vec::new();
+                for &(p0, n) in &plan.pages {
+                    let (lo, hi) = (p0.max(q0), (p0 + n).min(q1));
+                    if lo < hi {
+                        runs.extend(self.pages_of(r).runs(lo, hi, false));
+                    }
+                }
+                if !runs.is_empty() {
+                    self.unlink(i);
+                    let mapped =
+                        self.map_runs(backing, vm, r, base, &runs, Some((i, q0, q1)), need * page);
+                    self.relink_counted(r, i);
+                    match mapped {
+                        Ok(()) => {}
+                        Err(PoolError::OutOfMemory { .. }) => {
+                            vm.trim()?;
+                            return Ok(false);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            i = next;
+        }
+        vm.trim()?;
+        Ok(true)
+    }
+
+    /// Whether range `r` is one free block.
+    fn range_is_empty(&self, r: u32) -> bool {
+        let t = self.segs[r].first;
+        t == self.segs[r].tail && self.blocks[t].state == State::Free
+    }
+}
+
+impl Pool {
+    /// Epochs followed to the end of their plan, and plans left (or not started), over all
+    /// streams so far.
+    pub fn epoch_counts(&self) -> (u64, u64) {
+        self.streams.iter().fold((0, 0), |(f, l), s| {
+            (f + s.epochs.followed, l + s.epochs.left)
+        })
+    }
+}

@@ -7,8 +7,9 @@
 //! logs each allocation's rounded size and when it was made and freed (a clock that ticks at
 //! every allocation and free of the stream), and finds the epochs in the log as they end
 //! (`Start`, below). An ended epoch is kept with its floor (the live blocks' offsets and sizes,
-//! read when the next allocation comes), and when a later epoch starts with the log's first
-//! size over the same floor (a hash of the live blocks, then each one looked up) it becomes an
+//! read as it ends), and when a later epoch starts with the log's first size over the same
+//! floor (a hash of the live blocks; those an allocation is planned right above are looked up
+//! too) it becomes an
 //! arena problem (`crate::arena`): the smaller of two greedy plans gives every allocation an
 //! offset from the range's base around the floor's blocks, its footprint within 1.05 of the
 //! epoch's peak of live bytes on every recorded trace (most within a few thousandths) — where
@@ -18,7 +19,8 @@
 //! The next epoch whose first request has the plan's first size over the plan's floor
 //! *follows* it: that request first gathers mapped pages under the plan (into an empty range,
 //! free pages moved down, as recycling moves them, then new ones only within the slack rule's
-//! cap or the most ever mapped; around a floor, new ones within the same cap), then allocation
+//! cap or the most ever mapped; around a floor, free pages moved from outside the span of the
+//! plan's pages, then new ones within the same cap), then allocation
 //! k goes to its planned offset when its rounded size is the log's and the place is free —
 //! found in O(1) from the planned or floor block just below it (live then by the plan, so the
 //! pool's block after it is the free one holding the place). Anything else (another size, the
@@ -32,20 +34,22 @@
 //! passed once). Every allocation may start an epoch, which ends when the newest live entry is
 //! older than it: the starts form a stack ordered by that mark, a free that lowers the newest
 //! live entry ends every start above it, and the lowest of those is the epoch found, provided
-//! no older block was freed during it (its floor stayed) and its allocations reached at least
-//! half of the range's most live bytes above that floor (a step, not a temporary inside one).
-//! An epoch over an empty floor is kept whatever its size, as it always was. A program whose
-//! weights stay (PyTorch's allocator on the pool, the replay's `GKRT_REPLAY_HOLD`) thus
-//! follows plans from its second or third step: its first step makes the optimizer's state,
-//! which joins the floor.
+//! no older block was freed during it (its floor stayed), its allocations reached at least
+//! half of the range's most live bytes above that floor (a step, not a temporary inside one),
+//! and it made at least as many allocations as the floor has blocks (reading the floor then
+//! costs at most a step an allocation). An epoch over an empty floor is kept whatever its
+//! size, as it always was. A trace replayed with a block held on each stream
+//! (`GKRT_REPLAY_HOLD`, as a program keeps its weights) thus follows plans from its second or
+//! third step: a first step that makes the optimizer's state adds it to the floor. PyTorch
+//! programs on the pool found no epoch on the H200 (BENCHMARKS.md, session 26).
 //!
 //! Planning waits for that later epoch rather than running when the epoch ends: it takes about
 //! 1 ms per 300 allocations (0.9 s for a log of `LOG_MAX` on the build machine), which a program
 //! that ends the epoch once — at its end, or between phases that differ — would pay for a plan
 //! it never follows. A kept epoch holds its log and, once planned, its plan: 36 bytes an
 //! allocation, at most `LOG_MAX` allocations a stream. Recording costs a push per allocation
-//! (the log's entry, a start) and a store per free; a range that never repeats records for good,
-//! starting over every `LOG_MAX` allocations.
+//! (the log's entry, a start) and a store per free; a log filled without finding an epoch
+//! pauses the recording, longer each time (`pause`).
 
 use std::sync::{Arc, OnceLock};
 

@@ -370,9 +370,9 @@ impl Epochs {
         }
     }
 
-    /// A plan over a floor was left and its epoch has gone on for twice the plan's length:
-    /// the program keeps blocks of each step into the next (a PyTorch loop's loss, held by a
-    /// variable until the next step's is made), so its epochs do not end.
+    /// A plan over a floor was left and its epoch has gone on for twice the plan's length: its
+    /// allocations are not all freed where the plan's were (a program that keeps a block of
+    /// each step into the next, say), so the epoch may never end.
     #[inline]
     fn overdue(&self, seq: u64) -> bool {
         let len = self.plan.as_ref().map_or(0, |p| p.young as u64);
@@ -412,7 +412,8 @@ impl Epochs {
         self.stale
     }
 
-    /// The range's live blocks counted afresh (`Pool::recount_epochs`).
+    /// The range's live blocks counted afresh (`Pool::alloc_planned`, before a stale stream
+    /// chooses its next plan).
     pub(super) fn recount(&mut self, blocks: impl Iterator<Item = (u64, u64)>) {
         (self.live, self.count, self.hash) = (0, 0, 0);
         for (addr, size) in blocks {
@@ -440,8 +441,8 @@ impl Epochs {
         }
         if self.log.len() >= LOG_MAX || self.clock >= u32::MAX - 1 {
             if self.found == 0 {
-                // A whole log without an epoch (a program that keeps blocks of each step into
-                // the next): the recording pauses, longer each time.
+                // A whole log without an epoch (no set of live blocks came back): the recording
+                // pauses, longer each time.
                 self.pause();
                 return NIL;
             }

@@ -31,6 +31,11 @@
 #           steps after HELDLOCK_WARMUP (3), HELDLOCK_ONLY=a,b for some, HELDLOCK_TIMEOUT (180) s
 #           a program; $OUT/heldlock/NAME.jsonl
 #           and one table, $OUT/heldlock.md (step ratio gkrt / PyTorch, peak reserved of each)
+#   livetrace  what a PyTorch program on gkrt's pool asks of it (benches/gkrt_live_trace.py: gkrt's
+#           memory history in the trace format, "# step K" after each step, the pool's statistics in
+#           the header), LIVETRACE_MODELS (gpt2 and every held-out program; heldout:NAME, gpt2,
+#           resnet50) for LIVETRACE_STEPS (15) steps each, into $OUT/live_traces/; the host replay
+#           reads them with GKRT_PASSES=0
 #   python  gkrt.torch: PyTorch on gkrt's pool, its statistics under PyTorch's names (python/gpu_torch_check.py)
 #   vmm     benches/vmm_cost.c: what cuMemCreate, cuMemMap + cuMemSetAccess, cuMemUnmap and
 #           cuMemRelease cost by physical allocation size, and a move's remap ($OUT/vmm_cost.md)
@@ -368,6 +373,19 @@ run_heldlock() {
       || echo "heldlock: $n exited with $?" >>"$OUT/heldlock.err"
   done
   python3 benches/torch_workloads.py --report "$OUT"/heldlock/*.jsonl | tee "$OUT/heldlock.md"
+}
+
+# What PyTorch programs ask of gkrt's pool, as its memory history saw it (for the host replay).
+run_livetrace() {
+  local models m
+  models=${LIVETRACE_MODELS:-gpt2,$(cd benches && python3 -c 'from heldout_workloads import HELDOUT; print(",".join("heldout:" + n for n in HELDOUT))')}
+  mkdir -p "$OUT/live_traces"
+  for m in ${models//,/ }; do
+    (cd benches && timeout "${LIVETRACE_TIMEOUT:-180}" python3 gkrt_live_trace.py --lib ../.gpu/lib/libgkrt.so \
+      --model "$m" --steps "${LIVETRACE_STEPS:-15}" --out "$OUT/live_traces/${m#heldout:}.trace.gz") \
+      >>"$OUT/live_traces.jsonl" 2>>"$OUT/live_traces.err" || echo "livetrace: $m exited with $?" >>"$OUT/live_traces.err"
+  done
+  cat "$OUT/live_traces.jsonl"
 }
 
 # One program under one tool: writes "<exit status> <errors, or - without a summary line>
@@ -777,6 +795,7 @@ for w in "${what[@]}"; do
     workloads) run_workloads ;;
     heldout) run_heldout ;;
     heldlock) run_heldlock ;;
+    livetrace) run_livetrace ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
     python) run_python ;;
     vmm) run_vmm ;;
@@ -789,7 +808,7 @@ for w in "${what[@]}"; do
     nccl) run_nccl ;;
     dp) run_dp ;;
     mgpu) source scripts/gpu/mgpu.sh && run_mgpu ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, poolab, gpt2ab, workloads, heldout, heldlock, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, poolab, gpt2ab, workloads, heldout, heldlock, livetrace, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

@@ -169,6 +169,27 @@ fn steps_over_weights_that_stay_follow_a_plan_around_them() {
     check(&p);
 }
 
+/// A step too small to be an epoch of its own (under half of the range's most live bytes above
+/// the floor: a short sequence among long ones) leaves the stream recording; the next step like
+/// a kept one is found again, and although it is not kept twice, the step after it follows the
+/// plan. (LLaMA's training on the pool, its sequence length drawn per step, followed no plan
+/// after its first short step: session 27, device run 19.)
+#[test]
+fn a_step_too_small_to_be_an_epoch_does_not_stop_the_plans() {
+    let (mut p, f) = idle_pool();
+    let weights = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    three_alike(&mut p, &f);
+    epoch(&mut p, &f, &[MIB, MIB / 2, MIB, 2 * MIB]);
+    assert_eq!(p.epoch_counts(), (2, 0));
+    epoch(&mut p, &f, &SIZES);
+    assert_eq!(p.epoch_counts(), (2, 0), "the step after the small one is logged");
+    let maps = f.map_calls();
+    epoch(&mut p, &f, &SIZES);
+    assert_eq!((f.map_calls(), p.epoch_counts()), (maps, (3, 0)));
+    p.free(&f, weights).unwrap();
+    check(&p);
+}
+
 /// A program that keeps a block of each step into the next (a PyTorch loop's loss, held by its
 /// variable until the next step's is made) never returns to a floor: after a whole log without
 /// an epoch its stream stops recording for a while, and every block stays usable.

@@ -37,6 +37,11 @@
 //! profiles the placements a native run makes.
 //! `GKRT_REPLAY_HOLD=1` keeps a block live on each of the trace's streams for the whole replay, as
 //! a program keeps its weights on its stream: no range empties, so epoch plans only log.
+//! `GKRT_REPLAY_KEEP_START=1` keeps the blocks a trace opens with and frees only at its end (a
+//! held-out trace's weights and optimizer state, recorded after its warm-up) from the first
+//! pass to the last: the passes' steps are then epochs over that floor, as in the live program.
+//! `GKRT_PASSES=0` replays a trace once: the live program's own sequence
+//! (`benches/gkrt_live_trace.py`), its first steps included.
 //! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
 //! hash of the addresses it handed out (a change meant to keep every placement keeps them all),
 //! the alias counts so far, then the marker events recorded and queried (driver calls on the
@@ -292,6 +297,16 @@ pub(super) fn replay_with(
             held.push(p.alloc(&b, 256, st(s)).unwrap());
         }
     }
+    // GKRT_REPLAY_KEEP_START=1: the blocks the trace opens with (its first run of allocations)
+    // and frees only in its closing run of frees — a program's weights and optimizer state —
+    // are allocated in the first pass and freed after the last, as a live program keeps them:
+    // its steps then repeat over that floor.
+    let keep: Vec<bool> = if std::env::var("GKRT_REPLAY_KEEP_START").is_ok_and(|v| v == "1") {
+        kept_from_start(evs)
+    } else {
+        Vec::new()
+    };
+    let kept = |i: u32| keep.get(i as usize).copied().unwrap_or(false);
     b.advance(cost.start_ns);
     let n = evs.len();
     let mut addr = vec![0u64; n];
@@ -345,6 +360,8 @@ pub(super) fn replay_with(
                 b.advance(cost.work_ns);
             }
             match *e {
+                Ev::A(i, _, _) if pass > 0 && kept(i) => {}
+                Ev::F(i) if pass + 1 < passes && kept(i) => {}
                 Ev::A(i, bytes, s) => {
                     let before = p.stats().peak_reserved_bytes;
                     addr[i as usize] = p.alloc(&b, bytes, st(s)).unwrap();
@@ -450,6 +467,26 @@ pub(super) fn replay_with(
         declined: p.recycle_declined_count(),
         peak_pass,
     }
+}
+
+/// The ids a trace allocates in its opening run of allocations and frees in its closing run of
+/// frees (`GKRT_REPLAY_KEEP_START`).
+fn kept_from_start(evs: &[Ev]) -> Vec<bool> {
+    let mut keep = vec![false; evs.len()];
+    let mut opening = vec![false; evs.len()];
+    for e in evs {
+        match *e {
+            Ev::A(i, _, _) => opening[i as usize] = true,
+            Ev::F(_) => break,
+        }
+    }
+    for e in evs.iter().rev() {
+        match *e {
+            Ev::F(i) => keep[i as usize] = opening[i as usize],
+            Ev::A(..) => break,
+        }
+    }
+    keep
 }
 
 /// The goal for peak reserved: heaps under 64 MiB at most the peak live rounded up to

@@ -529,7 +529,16 @@ impl Epochs {
                 .iter()
                 .any(|k| k.hash == self.hash && k.log.len() == n && k.first_size() == first)
         };
-        if clean && large && long && !known() {
+        if !(clean && large && long) {
+            return false;
+        }
+        // The next allocation may follow a plan. Outside recording a plan's epoch is under way
+        // — unless the range is empty: every epoch has ended, and one that empties it holds
+        // every other, so a wait (for plans of steps left) gives way to it.
+        if self.mode == Mode::Recording || (s.live == 0 && self.mode == Mode::Waiting) {
+            self.mode = Mode::Ready;
+        }
+        if !known() {
             let c0 = s.clock;
             let log = self.log[s.pos as usize..]
                 .iter()
@@ -540,12 +549,6 @@ impl Epochs {
                 })
                 .collect();
             self.ended = Some(log);
-            // The next allocation may follow it. Outside recording a plan's epoch is under way
-            // — unless the range is empty: every epoch has ended, and one that empties it holds
-            // every other, so a wait (for plans of steps left) gives way to it.
-            if self.mode == Mode::Recording || (s.live == 0 && self.mode == Mode::Waiting) {
-                self.mode = Mode::Ready;
-            }
             return true;
         }
         false

@@ -38,7 +38,7 @@ built on the host, but before CUDA is touched: they start alike and the costly i
 
 One allocator per process: PyTorch cannot change allocators once it has allocated. The gkrt
 allocator is installed exactly as any program would (benches/torch_site/sitecustomize.py does the
-same for unchanged programs); its statistics come from gkrt_torch_runtime + gkrt_runtime_stats.
+same for unchanged programs); its statistics come from gkrt_torch_runtime + gkrt_runtime_stats_sized.
 """
 import argparse
 import ctypes
@@ -71,7 +71,9 @@ def gkrt_stats(lib):
     st = lib.gkrt_torch_runtime(0, ctypes.byref(rt))
     assert st == 0, f"gkrt_torch_runtime -> {st}"
     s = GkrtStats()
-    assert lib.gkrt_runtime_stats(rt, ctypes.byref(s)) == 0
+    # The sized call: gkrt_runtime_stats fills version 1 of the struct only, which ends before
+    # pool_epochs_followed (those read 0 through it, session 26's runs 17-18 included).
+    assert lib.gkrt_runtime_stats_sized(rt, ctypes.byref(s), ctypes.c_size_t(ctypes.sizeof(s))) == 0
     lib.gkrt_runtime_release(rt)
     return s
 

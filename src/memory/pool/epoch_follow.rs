@@ -285,7 +285,10 @@ impl Pool {
             return Ok(false);
         };
         let page = self.page;
-        if !self.room_to_gather(need) {
+        // Free pages recycling left mapped outside the plan's pages (their physical allocation
+        // shared with a live block) do not count against the room: the plan does not use them.
+        let left = self.mapped_free_outside(r, &plan.pages);
+        if !self.room_to_gather(need.saturating_sub(left)) {
             vm.trim()?;
             return Ok(false);
         }
@@ -323,6 +326,29 @@ impl Pool {
         }
         vm.trim()?;
         Ok(true)
+    }
+
+    /// Mapped pages lying wholly inside free blocks of range `r` and outside the sorted page
+    /// runs `runs`.
+    fn mapped_free_outside(&self, r: u32, runs: &[(u64, u64)]) -> u64 {
+        let pages = self.pages_of(r);
+        let mut total = 0;
+        let mut i = self.segs[r].first;
+        while i != NIL {
+            let b = &self.blocks[i];
+            if b.state == State::Free && b.size >= self.page {
+                let (q0, q1) = self.interior(r, b.addr, b.size);
+                if q0 < q1 {
+                    total += pages.count_mapped(q0, q1);
+                    let from = runs.partition_point(|&(p0, n)| p0 + n <= q0);
+                    for &(p0, n) in runs[from..].iter().take_while(|&&(p0, _)| p0 < q1) {
+                        total -= pages.count_mapped(p0.max(q0), (p0 + n).min(q1));
+                    }
+                }
+            }
+            i = b.next;
+        }
+        total
     }
 
     /// Whether range `r` is one free block.

@@ -285,9 +285,11 @@ impl Pool {
             return Ok(false);
         };
         let page = self.page;
-        // Free pages recycling left mapped outside the plan's pages (their physical allocation
-        // shared with a live block) do not count against the room: the plan does not use them.
-        let left = self.mapped_free_outside(r, &plan.pages);
+        // Free pages recycling could have taken but left mapped outside the plan's pages (their
+        // physical allocation shared with a live block) do not count against the room: the plan
+        // does not use them. Pages it may not take (busy on the device, when it may not wait)
+        // still count.
+        let left = self.stuck_outside(r, &plan.pages);
         if !self.room_to_gather(need.saturating_sub(left)) {
             vm.trim()?;
             return Ok(false);
@@ -328,15 +330,17 @@ impl Pool {
         Ok(true)
     }
 
-    /// Mapped pages lying wholly inside free blocks of range `r` and outside the sorted page
-    /// runs `runs`.
-    fn mapped_free_outside(&self, r: u32, runs: &[(u64, u64)]) -> u64 {
+    /// After recycling: mapped pages lying wholly inside free blocks of range `r` that it may
+    /// take (idle on the device, or any when it may wait for the device) and outside the
+    /// sorted page runs `runs` — those it could not take.
+    fn stuck_outside(&self, r: u32, runs: &[(u64, u64)]) -> u64 {
         let pages = self.pages_of(r);
+        let waits = self.config.recycle_waits;
         let mut total = 0;
         let mut i = self.segs[r].first;
         while i != NIL {
             let b = &self.blocks[i];
-            if b.state == State::Free && b.size >= self.page {
+            if b.state == State::Free && b.size >= self.page && (waits || self.idle_on_device(i)) {
                 let (q0, q1) = self.interior(r, b.addr, b.size);
                 if q0 < q1 {
                     total += pages.count_mapped(q0, q1);

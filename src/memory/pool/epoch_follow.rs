@@ -83,6 +83,7 @@ impl Pool {
             let gathered = match (backing.vmm(), plan) {
                 (Some(vm), Some(plan)) if r != NIL => {
                     if !self.pin_floor(si, r) {
+                        log::debug!("gkrt pool: an epoch plan's floor block is not where it was");
                         false
                     } else if self.range_is_empty(r) {
                         self.gather_pages(backing, vm, &plan, r)?
@@ -106,6 +107,11 @@ impl Pool {
                 Ok(Some(i))
             }
             None => {
+                log::debug!(
+                    "gkrt pool: epoch plan left at its allocation {} of {} ({rounded} bytes)",
+                    e.next,
+                    e.plan.as_ref().map_or(0, |p| p.young)
+                );
                 e.leave();
                 Ok(None)
             }
@@ -271,13 +277,9 @@ impl Pool {
             return Ok(true);
         }
         // Free pages moved first (recycling's victims, those the device is done with, outside
-        // the pages the plan's allocations span): what they save is mapped again under the plan.
-        let span = plan
-            .pages
-            .first()
-            .zip(plan.pages.last())
-            .map(|(&(p0, _), &(q0, n))| (r, p0, q0 + n));
-        self.gathering = span;
+        // the pages the plan's allocations touch): what they save is mapped again under the
+        // plan.
+        self.gathering = Some((r, plan.pages.clone()));
         let moved = self.recycle(backing, vm, need, 0, None, true, None);
         self.gathering = None;
         moved?;
@@ -285,12 +287,18 @@ impl Pool {
             return Ok(false);
         };
         let page = self.page;
-        // Free pages recycling could have taken but left mapped outside the plan's pages (their
-        // physical allocation shared with a live block) do not count against the room: the plan
-        // does not use them. Pages it may not take (busy on the device, when it may not wait)
-        // still count.
+        // Free pages recycling may take (idle on the device, or any when it may wait) but left
+        // mapped outside the plan's pages — their physical allocation shared with a live block,
+        // which it cannot unmap — do not count against the room: the plan does not use them.
+        // Pages it may not take still count.
         let left = self.stuck_outside(r, &plan.pages);
         if !self.room_to_gather(need.saturating_sub(left)) {
+            log::debug!(
+                "gkrt pool: no room to gather an epoch plan's pages: {need} to map ({left} stuck), {} mapped, at most {} or the cap {}",
+                self.mapped_pages,
+                self.mapped_peak,
+                self.slack_cap(self.high_water)
+            );
             vm.trim()?;
             return Ok(false);
         }

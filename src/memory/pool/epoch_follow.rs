@@ -277,9 +277,13 @@ impl Pool {
             return Ok(true);
         }
         // Free pages moved first (recycling's victims, those the device is done with, outside
-        // the pages the plan's allocations touch): what they save is mapped again under the
-        // plan.
-        self.gathering = Some((r, plan.pages.clone()));
+        // the pages the plan's allocations span): what they save is mapped again under the plan.
+        let span = plan
+            .pages
+            .first()
+            .zip(plan.pages.last())
+            .map(|(&(p0, _), &(q0, n))| (r, p0, q0 + n));
+        self.gathering = span;
         let moved = self.recycle(backing, vm, need, 0, None, true, None);
         self.gathering = None;
         moved?;
@@ -287,14 +291,9 @@ impl Pool {
             return Ok(false);
         };
         let page = self.page;
-        // Free pages recycling may take (idle on the device, or any when it may wait) but left
-        // mapped outside the plan's pages — their physical allocation shared with a live block,
-        // which it cannot unmap — do not count against the room: the plan does not use them.
-        // Pages it may not take still count.
-        let left = self.stuck_outside(r, &plan.pages);
-        if !self.room_to_gather(need.saturating_sub(left)) {
+        if !self.room_to_gather(need) {
             log::debug!(
-                "gkrt pool: no room to gather an epoch plan's pages: {need} to map ({left} stuck), {} mapped, at most {} or the cap {}",
+                "gkrt pool: no room to gather an epoch plan's pages: {need} to map, {} mapped, at most {} or the cap {}",
                 self.mapped_pages,
                 self.mapped_peak,
                 self.slack_cap(self.high_water)
@@ -336,31 +335,6 @@ impl Pool {
         }
         vm.trim()?;
         Ok(true)
-    }
-
-    /// After recycling: mapped pages lying wholly inside free blocks of range `r` that it may
-    /// take (idle on the device, or any when it may wait for the device) and outside the
-    /// sorted page runs `runs` — those it could not take.
-    fn stuck_outside(&self, r: u32, runs: &[(u64, u64)]) -> u64 {
-        let pages = self.pages_of(r);
-        let waits = self.config.recycle_waits;
-        let mut total = 0;
-        let mut i = self.segs[r].first;
-        while i != NIL {
-            let b = &self.blocks[i];
-            if b.state == State::Free && b.size >= self.page && (waits || self.idle_on_device(i)) {
-                let (q0, q1) = self.interior(r, b.addr, b.size);
-                if q0 < q1 {
-                    total += pages.count_mapped(q0, q1);
-                    let from = runs.partition_point(|&(p0, n)| p0 + n <= q0);
-                    for &(p0, n) in runs[from..].iter().take_while(|&&(p0, _)| p0 < q1) {
-                        total -= pages.count_mapped(p0.max(q0), (p0 + n).min(q1));
-                    }
-                }
-            }
-            i = b.next;
-        }
-        total
     }
 
     /// Whether range `r` is one free block.

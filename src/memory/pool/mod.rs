@@ -284,9 +284,9 @@ pub struct Pool {
     /// device stays what the pool knew when it began holding, as in a dry run.
     hold_markers: bool,
     /// Set only while an epoch plan gathers pages around a floor (`epoch_follow.rs`): range
-    /// and runs of pages `(first, count)`, sorted, whose chunks recycling leaves where they are
-    /// (the plan is about to use them).
-    gathering: Option<(u32, Vec<(u64, u64)>)>,
+    /// and pages `[p0, p1)` whose chunks recycling leaves where they are (the plan is about to
+    /// use them).
+    gathering: Option<(u32, u64, u64)>,
     stats: PoolStats,
     /// The label the next allocations carry (`set_owner`), kept in their blocks for snapshots.
     owner: u32,

@@ -71,35 +71,21 @@ impl Pool {
         let b = &self.blocks[i];
         let r = self.streams[b.owner as usize].range;
         let (q0, q1) = self.interior(r, b.addr, b.size);
-        // The placed block's pages `[k0, k1)` stay: its chunks are not victims; nor are the
-        // pages a plan gathering in this range is about to use (sorted runs).
-        let placed = placing
+        // The placed block's pages `[k0, k1)` stay: its chunks are not victims; nor are those a
+        // plan gathering pages in this range is about to use.
+        let keep = placing
             .filter(|&(j, _, _)| j == i)
-            .map(|(_, k0, k1)| (k0, k1 - k0));
-        let runs: &[(u64, u64)] = match (&placed, &self.gathering) {
-            (Some(p), _) => std::slice::from_ref(p),
-            (None, Some((g, runs))) if *g == r => runs,
-            _ => &[],
-        };
-        // The runs that reach into `[q0, q1)`, and the gaps between them there, highest first.
-        let from = runs.partition_point(|&(p0, n)| p0 + n <= q0);
-        let to = runs.partition_point(|&(p0, _)| p0 < q1).max(from);
-        let mut hi = q1;
-        let mut gaps = Vec::new();
-        for &(p0, n) in runs[from..to].iter().rev() {
-            if p0 + n < hi {
-                gaps.push((p0 + n, hi));
-            }
-            hi = hi.min(p0);
-        }
-        if q0 < hi {
-            gaps.push((q0, hi));
-        }
+            .map(|(_, k0, k1)| (k0, k1))
+            .or(self
+                .gathering
+                .filter(|&(g, _, _)| g == r)
+                .map(|(_, k0, k1)| (k0, k1)))
+            .unwrap_or((q1, q1));
         let mut chunks = Vec::new();
         let pages = self.pages_of(r);
-        for (lo, hi) in gaps {
+        for (lo, hi) in [(keep.1.max(q0), q1), (q0, keep.0.min(q1))] {
             if lo < hi {
-                pages.each_chunk_down(lo.max(q0), hi, |c| {
+                pages.each_chunk_down(lo, hi, |c| {
                     chunks.push(c);
                     true
                 });

@@ -465,14 +465,15 @@ fn live_epochs(name: &str) -> (u64, u64) {
 }
 
 /// GPT-2's training on the pool (device run 21): its first step makes AdamW's state among the
-/// step's temporaries, so the floor of the later steps is scattered, and a plan around it needs
-/// about the pages the online placement mapped at its peak — 2 more, once the free pages that
-/// share a physical allocation with a live block stay mapped (recycling cannot take half of
-/// one). Gathering leaves those out of its room: 13 of the 15 steps follow the plan (none did,
-/// live or replayed, when they counted).
+/// step's temporaries, so the floor of the later steps is scattered through the range, and the
+/// plan around it touches more pages than the online placement, which moved pages, ever mapped
+/// (3920 against 3780 on the H200, run 22: 8.22 GB where PyTorch's allocator reserves 8.08).
+/// Gathering them would raise the pool's peak, so the plan is left at its start, each time
+/// after a longer wait. (On this replay's modelled clock the online placement moves fewer pages
+/// and the plan is over the peak by 2 pages only.)
 #[test]
-fn gpt2s_live_steps_follow_their_plan_over_a_scattered_floor() {
-    assert_eq!(live_epochs("gpt2"), (13, 0));
+fn gpt2s_live_steps_leave_a_plan_that_needs_more_pages_than_the_peak() {
+    assert_eq!(live_epochs("gpt2"), (0, 3));
 }
 
 /// LLaMA's training on the pool (device run 21), its sequence length drawn per step from five:

@@ -40,8 +40,9 @@
 //! costs at most a step an allocation). An epoch over an empty floor is kept whatever its
 //! size, as it always was. A trace replayed with a block held on each stream
 //! (`GKRT_REPLAY_HOLD`, as a program keeps its weights) thus follows plans from its second or
-//! third step: a first step that makes the optimizer's state adds it to the floor. PyTorch
-//! programs on the pool found no epoch on the H200 (BENCHMARKS.md, session 26).
+//! third step: a first step that makes the optimizer's state adds it to the floor. An epoch
+//! found again (already kept) makes the stream ready for its plan as a new one does. PyTorch
+//! programs on the pool follow plans where their steps repeat (BENCHMARKS.md, session 27).
 //!
 //! Planning waits for that later epoch rather than running when the epoch ends: it takes about
 //! 1 ms per 300 allocations (0.9 s for a log of `LOG_MAX` on the build machine), which a program

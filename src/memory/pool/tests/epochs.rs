@@ -253,6 +253,16 @@ fn a_pass_of_steps_that_empties_the_range_is_planned_whole() {
     assert_eq!((f.map_calls(), p.epoch_counts()), (maps, (4, 0)));
 }
 
+/// The H200's driver costs for replays here: a physical allocation 46 µs, 1.6 µs between events,
+/// map calls free.
+const DRIVER_COST: CostModel = CostModel {
+    call_ns: 0,
+    alloc_ns: 46_000,
+    gap_ns: 1600,
+    work_ns: 0,
+    start_ns: 0,
+};
+
 /// segmentation_infer_sizes (held out, recorded in session 17): an inference trace whose first
 /// pass holds 1.098 of its peak live by moving pages, and whose later passes drifted on the holes
 /// those moves left until one mapped 52 MiB more (1.2397, ARCHITECTURE.md "Later passes that
@@ -266,13 +276,7 @@ fn later_passes_of_a_replayed_trace_keep_the_first_passs_peak() {
         "/benches/traces_heldout/segmentation_infer_sizes.trace.gz"
     );
     let (evs, unfreed) = load_trace(path);
-    let cost = CostModel {
-        call_ns: 0,
-        alloc_ns: 46_000,
-        gap_ns: 1600,
-        work_ns: 0,
-        start_ns: 0,
-    };
+    let cost = DRIVER_COST;
     let run = |on: bool| {
         let cfg = PoolConfig {
             epoch_plans: on,
@@ -453,15 +457,8 @@ fn live_epochs(name: &str) -> (u64, u64) {
         env!("CARGO_MANIFEST_DIR")
     );
     let (evs, unfreed) = load_trace(&path);
-    let cost = CostModel {
-        call_ns: 0,
-        alloc_ns: 46_000,
-        gap_ns: 1600,
-        work_ns: 0,
-        start_ns: 0,
-    };
     let p = Pool::new(PoolConfig::default());
-    replay_with(&evs, &unfreed, p, (true, 1), cost, false).epochs
+    replay_with(&evs, &unfreed, p, (true, 1), DRIVER_COST, false).epochs
 }
 
 /// GPT-2's training on the pool (device run 21): its first step makes AdamW's state among the

@@ -464,7 +464,7 @@ fn live_epochs(name: &str) -> (u64, u64) {
 /// GPT-2's training on the pool (device run 21): its first step makes AdamW's state among the
 /// step's temporaries, so the floor of the later steps is scattered through the range, and the
 /// plan around it touches more pages than the online placement, which moved pages, ever mapped
-/// (3920 against 3780 on the H200, run 22: 8.22 GB where PyTorch's allocator reserves 8.08).
+/// (3920 against 3780 on the H200, run 23: 8.22 GB where PyTorch's allocator reserves 8.08).
 /// Gathering them would raise the pool's peak, so the plan is left at its start, each time
 /// after a longer wait. (On this replay's modelled clock the online placement moves fewer pages
 /// and the plan is over the peak by 2 pages only.)

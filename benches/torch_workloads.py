@@ -23,7 +23,9 @@ those; and over the pairs the median and a distribution-free 95% interval.
 --model heldout:NAME runs a program of benches/heldout_workloads.py instead (built in each child
 after its allocator is installed, seeded as record_traces.py seeds it, step(i) called with i = 0,
 1, ...: both sides run the same shapes turn by turn); `run.sh heldlock` runs every one of them.
-Each process's figures include every timed step (steps_ms), for how a run changes over its steps.
+Each process's figures include every timed step (steps_ms, steps_device_ms), for how a run changes
+over its steps, and on gkrt each step's page maps, unmaps and device waits (steps_page_map_count,
+...): which steps the pool moved pages in.
 
 The allocation sequence of a run (--record-trace PATH.trace.gz): the same program on PyTorch's
 allocator, recorded from before the model moves to the GPU, for replay by benches/trace_replay
@@ -77,6 +79,9 @@ def gkrt_stats(lib):
     lib.gkrt_runtime_release(rt)
     return s
 
+
+# The pool's counts kept per timed step (`Trainer.finish`: steps_page_map_count, ...).
+PER_STEP = ("page_map_count", "page_unmap_count", "pool_device_waits")
 
 HELDOUT_PREFIX = "heldout:"
 
@@ -175,6 +180,7 @@ class Trainer:
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
         self.timed_from = None
+        self.per_step = []
 
     def start_timing(self):
         if self.lib is not None:
@@ -187,6 +193,7 @@ class Trainer:
         step (the autograd engine runs the backward pass on a thread of its own)."""
         torch = self.torch
         torch.cuda.synchronize()
+        before = gkrt_stats(self.lib) if self.lib is not None else None
         c0, p0, t0 = time.thread_time(), time.process_time(), time.perf_counter()
         self.start.record()
         self.step()
@@ -195,6 +202,10 @@ class Trainer:
         torch.cuda.synchronize()
         t2, c2, p2 = time.perf_counter(), time.thread_time(), time.process_time()
         ms = lambda a, b: (b - a) * 1e3  # noqa: E731
+        if before is not None:
+            # What the pool did in this step (read outside the timed span): which steps map.
+            after = gkrt_stats(self.lib)
+            self.per_step.append([getattr(after, k) - getattr(before, k) for k in PER_STEP])
         return ms(t0, t2), self.start.elapsed_time(self.end), ms(t0, t1), ms(c0, c2), ms(p0, p2)
 
     def profile(self, steps=3):
@@ -227,7 +238,12 @@ class Trainer:
             # Every timed step in order (ms): how a run's steps change over it (warming up,
             # page moves that stop), which the medians above do not show.
             "steps_ms": [round(w, 3) for w in wall],
+            "steps_device_ms": [round(d, 3) for d in device],
         }
+        # gkrt: per timed step, its page maps, unmaps and waits for the device.
+        for i, k in enumerate(PER_STEP):
+            if self.per_step:
+                out["steps_" + k] = [row[i] for row in self.per_step[-len(times):]]
         if self.lib is not None:
             s = gkrt_stats(self.lib)
             out["peak_reserved"], out["peak_allocated"] = s.peak_reserved_bytes, s.peak_allocated_bytes

@@ -15,6 +15,7 @@ impl Pool {
     #[inline(never)]
     pub(super) fn range_emptied(&mut self, si: u32) {
         self.streams[si as usize].epochs.on_empty();
+        self.moves.note_steady();
         if self.streams[si as usize].moved_at_start {
             // The range start-up moves held has emptied: its first step is over.
             self.moves.startup_over = true;
@@ -43,6 +44,7 @@ impl Pool {
     /// marked allocated): it is kept with the range's other allocated blocks as its floor.
     #[inline(never)]
     pub(super) fn keep_found_epoch(&mut self, si: u32, freed: u32) {
+        self.moves.note_steady();
         let r = self.streams[si as usize].range;
         let mut floor = Vec::new();
         if r != NIL {

@@ -25,12 +25,19 @@
 //! the first step counted for nothing. The lifetime share is the rule's own goal (moves take at
 //! most that share of the program's time), so it adds no constant; a replay with no work
 //! between calls earns almost nothing from it (the host replay of every trace is unchanged).
+//! That allowance is the start-up's: once a step of the program has ended (`note_steady`: a
+//! stream's range emptied, or an epoch found over blocks kept for good), an empty bucket
+//! declines, whatever the lifetime share says. A share of the whole life passed bursts of
+//! moves that cost a quarter of a step, in 7–11 of 20 steps of llama_train in PyTorch (1.11–1.27
+//! of PyTorch's step there, 0.94–1.01 in the others); with the bucket alone after the first step
+//! those bursts are fewer and smaller (BENCHMARKS.md, session 28).
 //! The budget rule (`memory_limit`) never consults it.
 //! It also remembers whether a placement has had to unmap what mapping new memory would not
 //! (`note_undone`): a count, not a time, by which `alias_again_until_undone` ends moving again.
 
 /// Wall time whose share of moving the bucket saves up. A burst after an idle spell may go
-/// beyond it only while all moves stay within the pool's lifetime share.
+/// beyond it only in the program's first step, while all moves stay within the pool's lifetime
+/// share.
 const BUCKET_WINDOW_NS: u64 = 1_000_000_000;
 
 #[derive(Clone, Debug, Default)]
@@ -57,6 +64,9 @@ pub(super) struct MoveBudget {
     /// Bytes moved by start-up moves (`PoolConfig::startup_moves`), and whether they are over.
     pub(super) startup_moved: u64,
     pub(super) startup_over: bool,
+    /// A step of the program has ended (`note_steady`): the lifetime share no longer pays for
+    /// a move when the bucket is empty.
+    steady: bool,
 }
 
 impl MoveBudget {
@@ -74,11 +84,24 @@ impl MoveBudget {
         let earned = now.saturating_sub(self.at_ns) as u128 * permille as u128 / 1000;
         self.credit_ns = (self.credit_ns as i128 + earned as i128).min(cap as i128) as i64;
         self.at_ns = now;
-        let ok = permille > 0 && (self.credit_ns > 0 || self.within_lifetime_share(now, permille));
+        let ok = permille > 0
+            && (self.credit_ns > 0 || (!self.steady && self.within_lifetime_share(now, permille)));
         if !ok {
             self.declined += 1;
         }
         ok
+    }
+
+    /// A step of the program ended (a range emptied, or an epoch was found): the lifetime
+    /// share has paid for the first step's one-off moves out of the start-up's time, and from
+    /// here on a move waits for the bucket.
+    pub(super) fn note_steady(&mut self) {
+        self.steady = true;
+    }
+
+    #[cfg(test)]
+    pub(super) fn is_steady(&self) -> bool {
+        self.steady
     }
 
     /// Starts the accounting afresh (the pool released its cache: as the most ever mapped, the
@@ -203,6 +226,30 @@ mod tests {
         let mut never = MoveBudget::default();
         never.note_start(0);
         assert!(!never.allows(1 << 40, 0));
+    }
+
+    #[test]
+    fn after_a_step_an_empty_bucket_waits_whatever_the_lifetime_share() {
+        let mut b = MoveBudget::default();
+        b.note_start(0);
+        // 5 s of start-up, then a move that takes the whole bucket and more.
+        assert!(b.allows(5_000_000_000, 10));
+        b.charge(12_000_000);
+        // Before the first step ends the lifetime share (1% of 5 s) pays for the next one...
+        assert!(b.allows(5_001_000_000, 10));
+        b.note_steady();
+        // ...after it, the bucket in debt declines it, though 12 ms is still under 1% of 5 s.
+        assert!(!b.allows(5_002_000_000, 10));
+        assert_eq!(b.declined, 1);
+        // The bucket earns it back: its 2 ms of debt take 0.2 s at 1%.
+        assert!(!b.allows(5_100_000_000, 10));
+        assert!(b.allows(5_300_000_000, 10));
+        // A restart (the pool released its cache) starts over with the start-up's allowance.
+        b.restart();
+        b.note_start(7_000_000_000);
+        assert!(b.allows(9_000_000_000, 10));
+        b.charge(12_000_000);
+        assert!(b.allows(9_001_000_000, 10));
     }
 
     #[test]

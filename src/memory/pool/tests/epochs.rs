@@ -37,6 +37,30 @@ pub(super) fn epoch(p: &mut Pool, f: &Fake, sizes: &[u64; 4]) -> Vec<u64> {
     vec![a, keep, b, big]
 }
 
+/// The move budget's start-up allowance (the lifetime share paying when the bucket is empty)
+/// ends with the program's first step: a range that empties, or an epoch found over blocks
+/// kept for good (its weights), not before.
+#[test]
+fn the_first_step_ends_the_move_budgets_start_up_allowance() {
+    // Over an empty range.
+    let (mut p, f) = idle_pool();
+    let a = p.alloc(&f, 16 * MIB, st(0)).unwrap();
+    assert!(!p.moves.is_steady());
+    p.free(&f, a).unwrap();
+    assert!(p.moves.is_steady());
+    // Over weights that stay: steps of the same shape, found as an epoch when one ends.
+    let (mut p, f) = idle_pool();
+    let weights = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+    let x = p.alloc(&f, 32 * MIB, st(0)).unwrap();
+    let y = p.alloc(&f, 16 * MIB, st(0)).unwrap();
+    p.free(&f, x).unwrap();
+    assert!(!p.moves.is_steady(), "a step half done is not a step");
+    p.free(&f, y).unwrap();
+    assert!(p.moves.is_steady());
+    p.free(&f, weights).unwrap();
+    check(&p);
+}
+
 /// Bytes from the lowest block's start to the highest block's end.
 fn span(addrs: &[u64], sizes: &[u64]) -> u64 {
     let low = addrs.iter().min().copied().unwrap_or(0);

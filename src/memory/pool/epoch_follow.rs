@@ -6,6 +6,7 @@
 use super::block::State;
 use super::epoch_plan::Plan;
 use super::epochs::Mode;
+use super::recycle::Keep;
 use super::tlsf::NIL;
 use super::{Pool, PoolBacking, PoolError};
 use crate::device::VirtualMemory;
@@ -84,7 +85,7 @@ impl Pool {
             let plan = self.streams[si as usize].epochs.plan.clone();
             let gathered = match (backing.vmm(), plan) {
                 (Some(vm), Some(plan)) if r != NIL => {
-                    if !self.pin_floor(si, r) {
+                    if !self.pin_floor(si, r, &plan) {
                         log::debug!("gkrt pool: an epoch plan's floor block is not where it was");
                         false
                     } else if self.range_is_empty(r) {
@@ -123,12 +124,8 @@ impl Pool {
     /// Before following a plan: the floor's blocks that anchor its allocations, found where
     /// the plan has them (a live block of that size at that address; the rest of the floor is
     /// known by its hash). False when one is not there.
-    fn pin_floor(&mut self, si: u32, r: u32) -> bool {
+    fn pin_floor(&mut self, si: u32, r: u32, plan: &Plan) -> bool {
         let base = self.segs[r].base;
-        let e = &self.streams[si as usize].epochs;
-        let Some(plan) = e.plan.clone() else {
-            return false;
-        };
         for &f in &plan.pins {
             let f = f as usize;
             let addr = base + plan.offsets[f];
@@ -215,7 +212,7 @@ impl Pool {
         self.unlink(t);
         // Free pages moved first: they leave the counts below, and what they saved is mapped
         // again under the footprint.
-        if let Err(e) = self.recycle(backing, vm, need, 0, placing, true, None) {
+        if let Err(e) = self.recycle(backing, vm, need, 0, placing.into(), true, None) {
             self.relink_counted(r, t);
             return Err(e);
         }
@@ -280,15 +277,14 @@ impl Pool {
         }
         // Free pages moved first (recycling's victims, those the device is done with, outside
         // the pages the plan's allocations span): what they save is mapped again under the plan.
-        let span = plan
+        let keep = plan
             .pages
             .first()
             .zip(plan.pages.last())
-            .map(|(&(p0, _), &(q0, n))| (r, p0, q0 + n));
-        self.gathering = span;
-        let moved = self.recycle(backing, vm, need, 0, None, true, None);
-        self.gathering = None;
-        moved?;
+            .map_or(Keep::Nothing, |(&(p0, _), &(q0, n))| {
+                Keep::Span(r, p0, q0 + n)
+            });
+        self.recycle(backing, vm, need, 0, keep, true, None)?;
         let Some(need) = need_of(self) else {
             return Ok(false);
         };

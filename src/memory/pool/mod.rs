@@ -184,6 +184,7 @@ use crate::device::{DeviceError, EventId, StreamId, VirtualMemory};
 use crate::memory::history::{Action, History, HistorySlot};
 use addr_map::AddrMap;
 use block::{Block, Kind, State};
+use recycle::Keep;
 use segments::Segment;
 use slab::Slab;
 pub use stream::Lane;
@@ -283,10 +284,6 @@ pub struct Pool {
     /// No marker is recorded or polled (`hold_markers`): which free blocks are idle on the
     /// device stays what the pool knew when it began holding, as in a dry run.
     hold_markers: bool,
-    /// Set only while an epoch plan gathers pages around a floor (`epoch_follow.rs`): range
-    /// and pages `[p0, p1)` whose chunks recycling leaves where they are (the plan is about to
-    /// use them).
-    gathering: Option<(u32, u64, u64)>,
     stats: PoolStats,
     /// The label the next allocations carry (`set_owner`), kept in their blocks for snapshots.
     owner: u32,
@@ -324,7 +321,6 @@ impl Pool {
             lane: Lane::Working,
             hold_events: false,
             hold_markers: false,
-            gathering: None,
             stats: PoolStats::default(),
             owner: 0,
             history: HistorySlot::default(),
@@ -534,7 +530,8 @@ impl Pool {
         if let Some(vm) = backing.vmm() {
             if self.mapped_pages > 0 {
                 released +=
-                    self.recycle(backing, vm, u64::MAX, u64::MAX, None, true, None)? * self.page;
+                    self.recycle(backing, vm, u64::MAX, u64::MAX, Keep::Nothing, true, None)?
+                        * self.page;
                 // Every alias goes too (chunks still live keep their live address).
                 self.drop_all_shadows(vm)?;
                 vm.trim()?;

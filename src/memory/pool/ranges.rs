@@ -581,7 +581,15 @@ impl Pool {
         let started = (want > must).then(|| backing.now_ns());
         let mut moved = 0;
         if want > 0 {
-            match self.recycle(backing, vm, want, must, placing, repeat, alias.as_ref()) {
+            match self.recycle(
+                backing,
+                vm,
+                want,
+                must,
+                placing.into(),
+                repeat,
+                alias.as_ref(),
+            ) {
                 Ok(n) => moved = n.saturating_sub(must),
                 Err(e) => {
                     let _ = self.release_donors(vm);
@@ -697,7 +705,7 @@ impl Pool {
                 let mut result = vm.map(addr, size * page, count);
                 if let Err(DeviceError::OutOfMemory { .. }) = result {
                     // Give the device every free page and idle segment we hold, then retry.
-                    self.recycle(backing, vm, u64::MAX, u64::MAX, placing, true, None)?;
+                    self.recycle(backing, vm, u64::MAX, u64::MAX, placing.into(), true, None)?;
                     vm.trim()?;
                     self.release_idle_segments(backing)?;
                     result = vm.map(addr, size * page, count);

@@ -10,6 +10,35 @@ use super::{pages32, Pool, PoolBacking, PoolError};
 use crate::device::VirtualMemory;
 use crate::memory::history::Action;
 
+/// The pages a recycling leaves where they are: those about to be used.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Keep {
+    /// None: every mapped page inside a free block may go.
+    Nothing,
+    /// A block being placed (unlinked, so no list holds it) and the pages `[p0, p1)` it is
+    /// about to use; its other pages are victims too.
+    Placing(u32, u64, u64),
+    /// An epoch plan gathering pages in range `r`: the pages `[p0, p1)` its allocations span.
+    Span(u32, u64, u64),
+}
+
+impl From<Option<(u32, u64, u64)>> for Keep {
+    /// A placement's block and pages (`Pool::map_runs`'s form), or nothing.
+    fn from(placing: Option<(u32, u64, u64)>) -> Keep {
+        placing.map_or(Keep::Nothing, |(i, p0, p1)| Keep::Placing(i, p0, p1))
+    }
+}
+
+impl Keep {
+    /// The block being placed, if any.
+    fn placing(self) -> Option<u32> {
+        match self {
+            Keep::Placing(i, _, _) => Some(i),
+            _ => None,
+        }
+    }
+}
+
 impl Pool {
     /// Mapped pages lying wholly inside the free block `i` of a range.
     pub(super) fn mapped_interior(&self, i: u32) -> u64 {
@@ -23,8 +52,7 @@ impl Pool {
     /// block from its high end; returns the pages unmapped. Blocks the device is known to be done
     /// with (their last free is older than a completed marker) go first, largest first, and need
     /// no wait; the others are unmapped only to reach `must` (the budget), after waiting for the
-    /// device once (`quiesce`). `placing` is a block being placed (unlinked, so no list holds it)
-    /// with the pages `[p0, p1)` it is about to use: its other pages are victims too. Beyond
+    /// device once (`quiesce`). `keep` says which pages stay (`Keep`). Beyond
     /// `must`, pages an earlier slack-rule move placed are taken only with `repeat`. With
     /// `alias` (`alias.rs`) the chunks taken stay mapped as donors for `map_pages` to place,
     /// those whose shadows lie under the block being placed first.
@@ -35,7 +63,7 @@ impl Pool {
         vm: &dyn VirtualMemory,
         want: u64,
         must: u64,
-        placing: Option<(u32, u64, u64)>,
+        keep: Keep,
         repeat: bool,
         alias: Option<&AliasMove>,
     ) -> Result<u64, PoolError> {
@@ -54,7 +82,7 @@ impl Pool {
                 self.poll_markers(backing, si);
             }
         }
-        let done = self.recycle_victims(vm, want, must, placing, repeat, alias)?;
+        let done = self.recycle_victims(vm, want, must, keep, repeat, alias)?;
         // Let the blocks skipped this time become known-idle for the next time.
         for si in 0..self.streams.len() as u32 {
             let st = &self.streams[si as usize];
@@ -66,21 +94,16 @@ impl Pool {
     }
 
     /// The mapped chunks `(first page, pages)` lying wholly inside the free block `i`, from its
-    /// high end; of the block being placed, not those under its pages `[k0, k1)`.
-    fn victim_chunks(&self, i: u32, placing: Option<(u32, u64, u64)>) -> Vec<(u64, u64)> {
+    /// high end, but those under the pages `keep` holds there.
+    fn victim_chunks(&self, i: u32, keep: Keep) -> Vec<(u64, u64)> {
         let b = &self.blocks[i];
         let r = self.streams[b.owner as usize].range;
         let (q0, q1) = self.interior(r, b.addr, b.size);
-        // The placed block's pages `[k0, k1)` stay: its chunks are not victims; nor are those a
-        // plan gathering pages in this range is about to use.
-        let keep = placing
-            .filter(|&(j, _, _)| j == i)
-            .map(|(_, k0, k1)| (k0, k1))
-            .or(self
-                .gathering
-                .filter(|&(g, _, _)| g == r)
-                .map(|(_, k0, k1)| (k0, k1)))
-            .unwrap_or((q1, q1));
+        let keep = match keep {
+            Keep::Placing(j, k0, k1) if j == i => (k0, k1),
+            Keep::Span(g, k0, k1) if g == r => (k0, k1),
+            _ => (q1, q1),
+        };
         let mut chunks = Vec::new();
         let pages = self.pages_of(r);
         for (lo, hi) in [(keep.1.max(q0), q1), (q0, keep.0.min(q1))] {
@@ -107,7 +130,7 @@ impl Pool {
         &self,
         victims: &[(bool, u64, u32)],
         soft: u64,
-        placing: Option<(u32, u64, u64)>,
+        keep: Keep,
         (repeat, targets, only_targets): (bool, &[u64], bool),
     ) -> bool {
         if soft <= self.chunk_pages(soft) {
@@ -123,7 +146,7 @@ impl Pool {
             }
             let r = self.streams[self.blocks[i].owner as usize].range;
             let base = self.segs[r].base;
-            for (start, k) in self.victim_chunks(i, placing) {
+            for (start, k) in self.victim_chunks(i, keep) {
                 let target = targets.contains(&(base + start * self.page));
                 let other =
                     !only_targets && (repeat || !self.pages_of(r).any_moved(start, start + k));
@@ -143,7 +166,7 @@ impl Pool {
         vm: &dyn VirtualMemory,
         want: u64,
         must: u64,
-        placing: Option<(u32, u64, u64)>,
+        keep: Keep,
         repeat: bool,
         alias: Option<&AliasMove>,
     ) -> Result<u64, PoolError> {
@@ -159,7 +182,7 @@ impl Pool {
                 .filter(|&&t| t >= b.addr && t < b.addr + b.size)
                 .count()
         };
-        if let Some((i, _, _)) = placing {
+        if let Some(i) = keep.placing() {
             victims.push((self.mapped_interior(i), i));
         }
         for st in &self.streams {
@@ -233,13 +256,13 @@ impl Pool {
         if want > must && self.config.recycle_majority_moves {
             // Switch-only: nothing but the targets may move.
             let movable = (repeat, targets, switch_only);
-            if self.majority_short(&victims, want - must, placing, movable) {
+            if self.majority_short(&victims, want - must, keep, movable) {
                 // The soft part would save less than the peak still grows: map instead.
                 want = must;
                 self.moves.declined += 1;
             }
         }
-        let keep = alias.is_some();
+        let as_donors = alias.is_some();
         let mut done = 0u64;
         if !targets.is_empty() && want > 0 {
             // First the chunks that go back to their shadows under the block being placed:
@@ -251,14 +274,14 @@ impl Pool {
                 let r = self.streams[self.blocks[i].owner as usize].range;
                 let base = self.segs[r].base;
                 let chunks: Vec<(u64, u64)> = self
-                    .victim_chunks(i, placing)
+                    .victim_chunks(i, keep)
                     .into_iter()
                     .filter(|&(start, _)| targets.contains(&(base + start * page)))
                     .collect();
                 let mut took = 0;
                 let mut failed = None;
                 for (start, k) in chunks {
-                    if let Err(e) = self.retire_chunk(vm, base + start * page, k, keep) {
+                    if let Err(e) = self.retire_chunk(vm, base + start * page, k, as_donors) {
                         failed = Some(e);
                         break;
                     }
@@ -266,7 +289,7 @@ impl Pool {
                     took += k;
                 }
                 done += took;
-                self.add_unmapped(i, took, placing);
+                self.add_unmapped(i, took, keep);
                 if let Some(e) = failed {
                     return Err(PoolError::Device(e));
                 }
@@ -287,7 +310,7 @@ impl Pool {
                 break;
             }
             let r = self.streams[self.blocks[i].owner as usize].range;
-            let chunks = self.victim_chunks(i, placing);
+            let chunks = self.victim_chunks(i, keep);
             let base = self.segs[r].base;
             let mut took = 0;
             let mut failed = None;
@@ -315,7 +338,7 @@ impl Pool {
                     quiet = true;
                     self.stats.device_wait_count += 1;
                 }
-                if let Err(e) = self.retire_chunk(vm, base + start * page, k, keep) {
+                if let Err(e) = self.retire_chunk(vm, base + start * page, k, as_donors) {
                     failed = Some(e);
                     break;
                 }
@@ -323,7 +346,7 @@ impl Pool {
                 done += k;
                 took += k;
             }
-            self.add_unmapped(i, took, placing);
+            self.add_unmapped(i, took, keep);
             if let Some(e) = failed {
                 return Err(PoolError::Device(e));
             }
@@ -357,8 +380,8 @@ impl Pool {
 
     /// Free block `i` lost `took` mapped pages (relinked: it may turn cold), unless it is the
     /// block being placed, which no index holds.
-    fn add_unmapped(&mut self, i: u32, took: u64, placing: Option<(u32, u64, u64)>) {
-        if took > 0 && placing.is_some_and(|(j, _, _)| j == i) {
+    fn add_unmapped(&mut self, i: u32, took: u64, keep: Keep) {
+        if took > 0 && keep.placing() == Some(i) {
             self.blocks[i].unmapped += pages32(took);
         } else if took > 0 {
             self.unlink(i);

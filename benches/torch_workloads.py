@@ -539,12 +539,31 @@ def summarise_lockstep(runs, turns, cpu_turns, per_pair, model):
     return s
 
 
+def turns_by_page_maps(runs):
+    """Lockstep runs of gkrt (the other side): the median turn ratio over the timed steps in which
+    its pool mapped pages and over the others, with their counts ("—" without the counts)."""
+    moved, still = [], []
+    base = [r for r in runs if r["side"] == "base"]
+    other = [r for r in runs if r["side"] == "other"]
+    for b, o in zip(base, other):
+        maps = o.get("steps_page_map_count")
+        if not maps or len(maps) != len(o["steps_ms"]) or len(b["steps_ms"]) != len(maps):
+            continue
+        for t, g, m in zip(b["steps_ms"], o["steps_ms"], maps):
+            (moved if m > 0 else still).append(g / t)
+    if not moved and not still:
+        return "—"
+    med = lambda v: f"{statistics.median(v):.3f} ({len(v)})" if v else "— (0)"  # noqa: E731
+    return f"{med(moved)} / {med(still)}"
+
+
 def report(paths):
     """A markdown table from saved --lockstep / --pairs outputs: per file its processes and its
     summary line."""
     print("| workload | allocator vs base | pair ratios (median steps) | median [95%] | turns: median [95%] "
+          "| turns with page maps / without (count) "
           "| median step ms base / other | kernels ms base / other | peak reserved GB base / other |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for path in paths:
         runs, summ = [], None
         for line in open(path):
@@ -572,6 +591,7 @@ def report(paths):
             for side, x in (("base", b), ("other", o)))
         print(f"| {summ['summary']} | {o['alloc']} vs {b['alloc']} | {', '.join(f'{x:.3f}' for x in summ['ratios'])} "
               f"| {summ['median_ratio']:.3f} {cis} | {summ.get('turn_median_ratio', 0):.3f} [{tci[0]:.3f}, {tci[1]:.3f}] "
+              f"| {turns_by_page_maps(runs)} "
               f"| {b['median_step_ms']:.2f} / {o['median_step_ms']:.2f} | {ks} "
               f"| {peaks} |")
 

@@ -94,7 +94,10 @@ impl MoveBudget {
 
     /// A step of the program ended (a range emptied, or an epoch was found): the lifetime
     /// share has paid for the first step's one-off moves out of the start-up's time, and from
-    /// here on a move waits for the bucket.
+    /// here on a move waits for the bucket. Any range that empties counts, even one that held
+    /// a warm-up allocation only (`GkrtRaw`'s, trace_replay's): the replays earn almost nothing
+    /// from the share, and GPT-2 in PyTorch, whose first steps need it, reserves what it did
+    /// (7.927 GB; BENCHMARKS.md, session 28).
     pub(super) fn note_steady(&mut self) {
         self.steady = true;
     }

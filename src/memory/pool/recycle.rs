@@ -13,7 +13,7 @@ use crate::memory::history::Action;
 /// The pages a recycling leaves where they are: those about to be used.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Keep {
-    /// None: every mapped page inside a free block may go.
+    /// Every mapped page inside a free block may go.
     Nothing,
     /// A block being placed (unlinked, so no list holds it) and the pages `[p0, p1)` it is
     /// about to use; its other pages are victims too.

@@ -25,7 +25,9 @@ fn moved(rule: bool, soft: u64) -> (u64, u64, u64) {
     let (mut p, f) = one_movable_page(rule);
     let vm = f.vmm().expect("virtual memory");
     let declined = p.recycle_declined_count();
-    let done = p.recycle(&f, vm, soft, 0, Keep::Nothing, true, None).unwrap();
+    let done = p
+        .recycle(&f, vm, soft, 0, Keep::Nothing, true, None)
+        .unwrap();
     check(&p);
     assert_eq!(p.stats().reserved_bytes, (2 - done) * PAGE);
     (done, f.unmaps(), p.recycle_declined_count() - declined)
@@ -62,7 +64,9 @@ fn moved_in_chunks_of_four(soft: u64) -> (u64, u64) {
     assert_eq!(p.chunk_pages(soft), 4);
     let vm = f.vmm().expect("virtual memory");
     let declined = p.recycle_declined_count();
-    let done = p.recycle(&f, vm, soft, 0, Keep::Nothing, true, None).unwrap();
+    let done = p
+        .recycle(&f, vm, soft, 0, Keep::Nothing, true, None)
+        .unwrap();
     check(&p);
     (done, p.recycle_declined_count() - declined)
 }

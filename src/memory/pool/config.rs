@@ -133,6 +133,12 @@ pub struct PoolConfig {
     /// budget, pages moved before allowed to move again, until they have moved as many bytes as
     /// the high-water mark of bytes in use or a range that moved pages so first empties.
     pub startup_moves: bool,
+    /// Whether a slack-rule move for a request that raises the program's own peak (the most
+    /// bytes it has had allocated at once) goes ahead without asking the time budget, up to
+    /// moving that peak's bytes in all (`move_budget.rs`). Default true (session 29, host
+    /// replay: bert, gnn, gpt2_run and lstm_train's first-pass peaks 1.06–1.15 → 1.03 of the
+    /// peak live; diffusion_unet_infer 1.0965 → 1.1083); `GKRT_POOL_PEAK_MOVES=0` turns it off.
+    pub peak_moves: bool,
 }
 
 /// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
@@ -179,6 +185,7 @@ impl Default for PoolConfig {
             marker_min_interval_ns: 1_000_000,
             epoch_plans: true,
             startup_moves: false,
+            peak_moves: true,
         }
     }
 }

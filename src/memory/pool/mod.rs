@@ -261,6 +261,9 @@ pub struct Pool {
     mapped_peak: u64,
     /// Most bytes ever allocated or pending at once (not reset by `reset_peaks`).
     high_water: u64,
+    /// The most bytes allocated at once before the last `reset_peaks`: with the statistics'
+    /// peak, the program's own peak ever (`program_peak`; pending blocks are the pool's).
+    peak_before_reset: u64,
     /// Epoch of the next stream-ordered free (advances with each marker recorded).
     epoch: u64,
     /// Blocks parked on events so far.
@@ -311,6 +314,7 @@ impl Pool {
             mapped_pages: 0,
             mapped_peak: 0,
             high_water: 0,
+            peak_before_reset: 0,
             epoch: 1,
             park_seq: 0,
             moves: move_budget::MoveBudget::default(),
@@ -681,8 +685,15 @@ impl Pool {
 
     /// Peaks := current values.
     pub fn reset_peaks(&mut self) {
+        self.peak_before_reset = self.program_peak();
         self.stats.peak_allocated_bytes = self.stats.allocated_bytes;
         self.stats.peak_reserved_bytes = self.stats.reserved_bytes;
+    }
+
+    /// The most bytes the program has had allocated at once, ever (`reset_peaks` does not
+    /// lower it).
+    pub(super) fn program_peak(&self) -> u64 {
+        self.peak_before_reset.max(self.stats.peak_allocated_bytes)
     }
 
     /// Sets the cap on reserved bytes. Takes effect on the next growth; memory already reserved

@@ -31,6 +31,15 @@
 //! moves that cost a quarter of a step, in 7–11 of 20 steps of llama_train in PyTorch (1.11–1.27
 //! of PyTorch's step there, 0.94–1.01 in the others); with the bucket alone after the first step
 //! those bursts are fewer and smaller (BENCHMARKS.md, session 28).
+//! A request that raises the program's own peak (the most bytes it has had allocated at once,
+//! ever) is not asked: its moves set the footprint the later steps reuse, and the same peak is
+//! not raised twice, so they are not churn. They are charged like any move (the bucket may go
+//! into debt), may take pages an earlier move placed, and leave the pages they place free to
+//! move again; in all they move at most the bytes of that peak (`allows_at_peak`), so a program
+//! that grows for ever moves its footprint at most once over. Asked of the bucket, they were
+//! what it declined on bert, gnn, gpt2_run and lstm_train, whose first passes need 11–16 ms of
+//! moves against its 10 (host replay; BENCHMARKS.md, session 29); a live program's lifetime
+//! share pays for the same moves out of its start-up.
 //! The budget rule (`memory_limit`) never consults it.
 //! It also remembers whether a placement has had to unmap what mapping new memory would not
 //! (`note_undone`): a count, not a time, by which `alias_again_until_undone` ends moving again.
@@ -67,6 +76,8 @@ pub(super) struct MoveBudget {
     /// A step of the program has ended (`note_steady`): the lifetime share no longer pays for
     /// a move when the bucket is empty.
     steady: bool,
+    /// Bytes moved by moves at a new program peak (`allows_at_peak`).
+    peak_moved: u64,
 }
 
 impl MoveBudget {
@@ -157,6 +168,17 @@ impl MoveBudget {
         let since = self.born_ns.unwrap_or(self.first_ns);
         permille >= 1000
             || self.spent_ns as u128 * 1000 <= now.saturating_sub(since) as u128 * permille as u128
+    }
+
+    /// Whether a move for a request that raises the program's peak to `peak` bytes may go
+    /// ahead without the bucket: while such moves have moved less than `peak` bytes in all.
+    pub(super) fn allows_at_peak(&self, peak: u64) -> bool {
+        self.peak_moved < peak
+    }
+
+    /// A move at a new program peak moved `bytes`.
+    pub(super) fn note_peak_move(&mut self, bytes: u64) {
+        self.peak_moved = self.peak_moved.saturating_add(bytes);
     }
 
     /// A move took `ns`.
@@ -253,6 +275,22 @@ mod tests {
         assert!(b.allows(9_000_000_000, 10));
         b.charge(12_000_000);
         assert!(b.allows(9_001_000_000, 10));
+    }
+
+    #[test]
+    fn moves_at_new_peaks_move_at_most_the_peaks_bytes_in_all() {
+        let mut b = MoveBudget::default();
+        assert!(b.allows_at_peak(100 << 20));
+        b.note_peak_move(60 << 20);
+        assert!(b.allows_at_peak(100 << 20));
+        b.note_peak_move(40 << 20);
+        // 100 MiB moved for a peak of 100 MiB: a higher peak earns what it adds.
+        assert!(!b.allows_at_peak(100 << 20));
+        assert!(b.allows_at_peak(101 << 20));
+        // They are charged as any move: the bucket (full at first) may be in debt after them.
+        assert!(b.allows(0, 10));
+        b.charge(20_000_000);
+        assert!(!b.allows(1_000_000, 10));
     }
 
     #[test]

@@ -526,6 +526,10 @@ impl Pool {
         let mut want = must;
         let mut repeat = false;
         let mut startup = false;
+        // A request that raises the program's own peak: its moves are not asked of the bucket
+        // (move_budget.rs).
+        let peak = self.stats.allocated_bytes + rounded;
+        let mut at_peak = false;
         // With aliases, a move keeps the chunks it takes mapped until they are placed
         // (`alias.rs`), and switching one back to its shadow here costs nothing.
         let aliasing = self.aliasing(vm);
@@ -555,11 +559,16 @@ impl Pool {
                 startup = self.config.startup_moves
                     && !self.moves.startup_over
                     && self.moves.startup_moved < hw;
-                if startup || self.moves.allows(now, permille) {
+                at_peak = self.config.peak_moves
+                    && permille > 0
+                    && peak > self.program_peak()
+                    && self.moves.allows_at_peak(peak);
+                if startup || at_peak || self.moves.allows(now, permille) {
                     want = slack;
                     // With aliases a move back is a switch, free: `alias_moves_again` lets
                     // pages a move placed move again without the lifetime share.
                     repeat = startup
+                        || at_peak
                         || self.moves.allows_repeat(now, permille)
                         || (aliasing && self.moves_again_allowed());
                     alias = aliasing.then_some(AliasMove {
@@ -618,7 +627,9 @@ impl Pool {
             // Not the budget's unmapping: a move (this one or an earlier one) undone.
             self.moves.note_undone();
         }
-        if moved > 0 && mapped.is_ok() {
+        // Pages placed at a new program peak stay free to move: they are where the program's
+        // peak put them, not one end of a back-and-forth.
+        if moved > 0 && mapped.is_ok() && !at_peak {
             self.segs[r]
                 .pages
                 .as_mut()
@@ -635,6 +646,9 @@ impl Pool {
             }
         } else if let Some(t0) = started {
             self.moves.charge(backing.now_ns().saturating_sub(t0));
+            if at_peak {
+                self.moves.note_peak_move(moved * page);
+            }
         }
         mapped?;
         Ok(trimmed?)

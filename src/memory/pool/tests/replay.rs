@@ -48,6 +48,7 @@
 //! H200; their number follows this machine's clock, so it is not part of what must stay the
 //! same). `GKRT_REPLAY_ALIASES=0`–`3` sets the page-alias level as
 //! `GKRT_POOL_ALIASES`; `GKRT_REPLAY_STARTUP_MOVES=1` turns `startup_moves` on;
+//! `GKRT_REPLAY_PEAK_MOVES=0` turns `peak_moves` off;
 //! `GKRT_REPLAY_AGAIN_PASSES=K` turns `alias_moves_again` off from pass K
 //! (an experiment: what the layout of K passes of moving again needs without it). The driver
 //! time of passes after the first is given as a median and as means (all of them; the last
@@ -198,6 +199,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
         cfg.page_aliases = v != "0";
         cfg.alias_moves_again = v == "2" || v == "3";
         cfg.alias_again_until_undone = v == "3";
+    }
+    // GKRT_REPLAY_PEAK_MOVES=0: `PoolConfig::peak_moves` off.
+    if let Ok(v) = std::env::var("GKRT_REPLAY_PEAK_MOVES") {
+        cfg.peak_moves = v != "0";
     }
     // GKRT_REPLAY_STARTUP_MOVES=1: `PoolConfig::startup_moves` on.
     if let Ok(v) = std::env::var("GKRT_REPLAY_STARTUP_MOVES") {
@@ -588,6 +593,8 @@ fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
         let cfg = PoolConfig {
             recycle_majority_moves: majority,
             epoch_plans: false,
+            // The first pass's moves asked of the bucket, as the rule was made for.
+            peak_moves: false,
             ..PoolConfig::default()
         };
         replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
@@ -616,6 +623,7 @@ fn bert_train_moves_pages_back_for_free_with_aliases() {
             recycle_time_permille: permille,
             // (Later passes follow the first's plan with epoch plans; with aliases there are none.)
             epoch_plans: false,
+            peak_moves: false,
             ..PoolConfig::default()
         };
         replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
@@ -667,13 +675,16 @@ fn trace_at_pace(name: &str, fast: bool) -> (Vec<Ev>, Vec<u32>, CostModel) {
     (evs, unfreed, cost)
 }
 
-/// The replay of `name` at either pace with page aliases at `level` (as `GKRT_POOL_ALIASES`).
+/// The replay of `name` at either pace with page aliases at `level` (as `GKRT_POOL_ALIASES`),
+/// every slack-rule move asked of the bucket (`peak_moves` off: the rule these levels were
+/// measured against).
 fn aliases_at_pace(name: &str, level: u32, fast: bool) -> Figures {
     let (evs, unfreed, cost) = trace_at_pace(name, fast);
     let cfg = PoolConfig {
         page_aliases: level >= 1,
         alias_moves_again: level >= 2,
         alias_again_until_undone: level >= 3,
+        peak_moves: false,
         ..PoolConfig::default()
     };
     replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
@@ -707,18 +718,55 @@ fn bert_train_moving_again_depends_on_the_pace_unless_ended_by_a_count() {
 
 /// gpt2_run_train with moving again until a move is undone (`GKRT_POOL_ALIASES=3`): no move of
 /// its first pass is undone, so the first pass moves pages again as level 2 does and keeps 1.030
-/// of the peak live with no page moved after it, at both paces; the default ends at 1.069–1.075.
+/// of the peak live with no page moved after it, at both paces; without aliases it ends at
+/// 1.069–1.075 (both with every move asked of the bucket).
 #[test]
 fn gpt2_run_train_keeps_its_moved_pages_without_moving_them_again() {
     let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
     for fast in [false, true] {
-        let default = aliases_at_pace("gpt2_run_train", 0, fast);
-        assert!(ratio(&default) > 1.065, "default: {}", ratio(&default));
+        let plain = aliases_at_pace("gpt2_run_train", 0, fast);
+        assert!(ratio(&plain) > 1.065, "no aliases: {}", ratio(&plain));
         let f = aliases_at_pace("gpt2_run_train", 3, fast);
         assert!(ratio(&f) < 1.035, "level 3: {}", ratio(&f));
         assert_eq!((f.peak_pass, f.unmaps_after_first), (0, 0));
         assert_eq!(f.alias_conflicts, 0);
         assert!(f.alias_maps > 0);
+    }
+}
+
+/// The first passes of bert, gnn and gpt2_run_train and of lstm_train (traces_heldout) need
+/// 11–16 ms of modelled page moves, more than the bucket's 10 ms: asked of it, the moves it
+/// declines leave their peaks at 1.06–1.15 of the peak live. A request that raises the
+/// program's own peak is not asked (`PoolConfig::peak_moves`, the default): 1.03, at both
+/// paces, set in the first pass, and the median later pass maps nothing.
+#[test]
+fn moves_at_a_new_program_peak_are_not_asked_of_the_bucket() {
+    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    let names = [
+        "bert_train",
+        "gnn_train",
+        "gpt2_run_train",
+        "../traces_heldout/lstm_train",
+    ];
+    for name in names {
+        for fast in [false, true] {
+            let (evs, unfreed, cost) = trace_at_pace(name, fast);
+            let run = |peak_moves: bool| {
+                let cfg = PoolConfig {
+                    peak_moves,
+                    ..PoolConfig::default()
+                };
+                replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
+            };
+            let asked = run(false);
+            assert!(ratio(&asked) > 1.05, "{name}, asked: {}", ratio(&asked));
+            let f = run(true);
+            assert!(ratio(&f) < 1.035, "{name}, peak moves: {}", ratio(&f));
+            assert_eq!(f.peak_pass, 0, "{name}");
+            let mut later = f.steady_maps.clone();
+            later.sort_unstable();
+            assert_eq!(later[later.len() / 2], 0, "{name}: {later:?}");
+        }
     }
 }
 

@@ -171,7 +171,8 @@ impl MoveBudget {
     }
 
     /// Whether a move for a request that raises the program's peak to `peak` bytes may go
-    /// ahead without the bucket: while such moves have moved less than `peak` bytes in all.
+    /// ahead without the bucket: while such moves have moved less than `peak` bytes in all
+    /// (counted afresh after `restart`, as the rest of the accounting).
     pub(super) fn allows_at_peak(&self, peak: u64) -> bool {
         self.peak_moved < peak
     }

@@ -135,7 +135,8 @@ pub struct PoolConfig {
     pub startup_moves: bool,
     /// Whether a slack-rule move for a request that raises the program's own peak (the most
     /// bytes it has had allocated at once) goes ahead without asking the time budget, up to
-    /// moving that peak's bytes in all (`move_budget.rs`). Default true (session 29, host
+    /// moving that peak's bytes in all (`move_budget.rs`; with `recycle_time_permille` 0 no
+    /// slack-rule move is made, these neither). Default true (session 29, host
     /// replay: bert, gnn, gpt2_run and lstm_train's first-pass peaks 1.06–1.15 → 1.03 of the
     /// peak live; diffusion_unet_infer 1.0965 → 1.1083); `GKRT_POOL_PEAK_MOVES=0` turns it off.
     pub peak_moves: bool,

@@ -526,9 +526,6 @@ impl Pool {
         let mut want = must;
         let mut repeat = false;
         let mut startup = false;
-        // A request that raises the program's own peak: its moves are not asked of the bucket
-        // (move_budget.rs).
-        let peak = self.stats.allocated_bytes + rounded;
         let mut at_peak = false;
         // With aliases, a move keeps the chunks it takes mapped until they are placed
         // (`alias.rs`), and switching one back to its shadow here costs nothing.
@@ -559,6 +556,9 @@ impl Pool {
                 startup = self.config.startup_moves
                     && !self.moves.startup_over
                     && self.moves.startup_moved < hw;
+                // A request that raises the program's own peak: its moves are not asked of
+                // the bucket (move_budget.rs).
+                let peak = self.stats.allocated_bytes + rounded;
                 at_peak = self.config.peak_moves
                     && permille > 0
                     && peak > self.program_peak()

@@ -114,6 +114,9 @@ impl Pool {
                             }
                             npending += 1;
                             pending_bytes += b.size;
+                        } else if self.streams[b.owner as usize].epochs.holds(cur) {
+                            // A slot held for a steering turn's carry (`period_steer.rs`):
+                            // allocated, not handed out.
                         } else {
                             if self.live.get(b.addr) != Some(cur) {
                                 return Err(format!("live block {:#x} not in live map", b.addr));

@@ -140,6 +140,12 @@ pub struct PoolConfig {
     /// replay: bert, gnn, gpt2_run and lstm_train's first-pass peaks 1.06–1.15 → 1.03 of the
     /// peak live; diffusion_unet_infer 1.0965 → 1.1083); `GKRT_POOL_PEAK_MOVES=0` turns it off.
     pub peak_moves: bool,
+    /// Whether a loop that carries a block from turn to turn (a sampler's latents, a recurrent
+    /// state) is found as a period and its turns follow a plan that keeps the carry in place
+    /// (`epochs/periodic.rs`; with `epoch_plans` only). Default true (session 30, host replay:
+    /// diffusion_unet_infer 1.1083 → 1.0905; no other trace has such a loop);
+    /// `GKRT_POOL_PERIOD_PLANS=0` turns it off.
+    pub period_plans: bool,
 }
 
 /// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
@@ -187,6 +193,7 @@ impl Default for PoolConfig {
             epoch_plans: true,
             startup_moves: false,
             peak_moves: true,
+            period_plans: true,
         }
     }
 }

@@ -68,7 +68,27 @@ impl Pool {
         rounded: u64,
     ) -> Result<Option<u32>, PoolError> {
         let r = self.streams[si as usize].range;
+        let e = &mut self.streams[si as usize].epochs;
+        if e.mode == Mode::Following
+            && e.following_period()
+            && e.plan.as_ref().is_some_and(|p| e.next as usize == p.young)
+        {
+            // A period's turn followed to its end: this allocation starts the next.
+            e.end_turn();
+        }
+        if e.mode == Mode::Steering {
+            return Ok(self.steer(si, r, rounded));
+        }
         if self.streams[si as usize].epochs.mode == Mode::Ready {
+            // A steering turn's slots its carried allocations did not take go back.
+            self.release_holds(si);
+            if self.streams[si as usize].epochs.period_pending() && r != NIL {
+                let floor = self.logged_floor(si, r);
+                let (base, align) = (self.segs[r].base, self.config.alignment);
+                self.streams[si as usize]
+                    .epochs
+                    .keep_period(&floor, base, align);
+            }
             if self.streams[si as usize].epochs.stale() && r != NIL {
                 let blocks = self.allocated_in(r);
                 self.streams[si as usize].epochs.recount(blocks.into_iter());
@@ -79,7 +99,10 @@ impl Pool {
                 .epochs
                 .choose(rounded, align, page, seq_before)
             {
-                // Logged (`hand_out`), placed as usual.
+                // Logged (`hand_out`), placed as usual — but a period's carry, steered.
+                if self.hold_slots(si, r) {
+                    return Ok(self.steer(si, r, rounded));
+                }
                 return Ok(None);
             }
             let plan = self.streams[si as usize].epochs.plan.clone();
@@ -97,7 +120,7 @@ impl Pool {
                 _ => false,
             };
             if !gathered {
-                self.streams[si as usize].epochs.leave();
+                self.leave_plan(si, r);
                 return Ok(None);
             }
         }
@@ -115,10 +138,26 @@ impl Pool {
                     e.next,
                     e.plan.as_ref().map_or(0, |p| p.young)
                 );
-                e.leave();
+                self.leave_plan(si, r);
                 Ok(None)
             }
         }
+    }
+
+    /// The plan stream `si` follows in range `r` is left at this allocation: an epoch's for the
+    /// rest of the epoch; a period's for good, the stream recording again (its live figures
+    /// counted afresh first when they missed the turn's blocks).
+    fn leave_plan(&mut self, si: u32, r: u32) {
+        let seq_before = self.stats.alloc_count;
+        if !self.streams[si as usize].epochs.following_period() {
+            self.streams[si as usize].epochs.leave();
+            return;
+        }
+        if !self.streams[si as usize].epochs.is_recording() && r != NIL {
+            let blocks = self.allocated_in(r);
+            self.streams[si as usize].epochs.recount(blocks.into_iter());
+        }
+        self.streams[si as usize].epochs.leave_period(seq_before);
     }
 
     /// Before following a plan: the floor's blocks that anchor its allocations, found where
@@ -169,6 +208,13 @@ impl Pool {
         if cand == NIL {
             return None;
         }
+        self.carve_at(r, cand, pos, rounded)
+    }
+
+    /// `rounded` bytes at `pos` carved from block `cand` of range `r`, when it is free, holds
+    /// them, and their pages are mapped.
+    #[inline(always)]
+    pub(super) fn carve_at(&mut self, r: u32, cand: u32, pos: u64, rounded: u64) -> Option<u32> {
         let b = &self.blocks[cand];
         if b.state != State::Free || b.addr > pos || b.addr + b.size < pos + rounded {
             return None;

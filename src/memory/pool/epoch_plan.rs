@@ -25,19 +25,29 @@ pub(super) struct Plan {
     pub(super) pages: Vec<(u64, u64)>,
     /// The floor's blocks some allocation is planned right above (their indexes here).
     pub(super) pins: Vec<u32>,
+    /// A period's plan (`epochs/periodic.rs`): its turn ends with its last allocation, its carry live.
+    pub(super) periodic: bool,
 }
 
-/// A logged epoch with its floor, kept for the next epoch that starts like it, and its plan,
-/// made when the first such epoch starts (`None` inside: the planner refused it). Dry-run clones
-/// share it, so an epoch is planned once.
 /// The plan of a logged epoch (every allocation freed) around its floor (held where it is),
 /// its offsets multiples of `align` as the pool's blocks are; `page` bytes a page. `None` when
-/// the planner refuses it.
-pub(super) fn plan(log: &[Logged], floor: &[(u64, u64)], align: u64, page: u64) -> Option<Plan> {
+/// the planner refuses it. A period's (`periodic.rs`) also says when each floor block is freed
+/// (`floor_ends`, `u32::MAX`: never; empty: none is) and which allocations outlive it
+/// (`carried`: each held at the offset of the floor block it replaces).
+pub(super) fn plan(
+    log: &[Logged],
+    floor: &[(u64, u64)],
+    floor_ends: &[u32],
+    carried: &[(u32, u64)],
+    align: u64,
+    page: u64,
+) -> Option<Plan> {
     let young = log.len();
+    let finite = |e: u32| (e != u32::MAX).then_some(e);
     let until = log
         .iter()
-        .map(|l| l.end)
+        .map(|l| finite(l.end).unwrap_or(l.start))
+        .chain(floor_ends.iter().filter_map(|&e| finite(e)))
         .max()
         .unwrap_or(0)
         .saturating_add(1);
@@ -45,14 +55,14 @@ pub(super) fn plan(log: &[Logged], floor: &[(u64, u64)], align: u64, page: u64) 
         .iter()
         .map(|l| BufferSpec {
             start: l.start,
-            end: l.end.max(l.start + 1),
+            end: finite(l.end).unwrap_or(until).max(l.start + 1),
             size: l.size,
             align,
         })
         .collect();
-    buffers.extend(floor.iter().map(|&(_, size)| BufferSpec {
+    buffers.extend(floor.iter().enumerate().map(|(f, &(_, size))| BufferSpec {
         start: 0,
-        end: until,
+        end: floor_ends.get(f).and_then(|&e| finite(e)).unwrap_or(until),
         size,
         align,
     }));
@@ -60,6 +70,7 @@ pub(super) fn plan(log: &[Logged], floor: &[(u64, u64)], align: u64, page: u64) 
         .iter()
         .enumerate()
         .map(|(f, &(off, _))| (young + f, off))
+        .chain(carried.iter().map(|&(k, off)| (k as usize, off)))
         .collect();
     let problem = ArenaProblem {
         buffers,
@@ -71,7 +82,7 @@ pub(super) fn plan(log: &[Logged], floor: &[(u64, u64)], align: u64, page: u64) 
     let mut events: Vec<(u32, u32)> = Vec::with_capacity(2 * young + floor.len());
     for (k, b) in problem.buffers.iter().enumerate() {
         events.push((b.start, k as u32));
-        if k < young {
+        if b.end < until {
             events.push((b.end, k as u32));
         }
     }
@@ -120,5 +131,30 @@ pub(super) fn plan(log: &[Logged], floor: &[(u64, u64)], align: u64, page: u64) 
         young,
         footprint: placed.size,
         pages,
+        periodic: !carried.is_empty(),
     })
+}
+
+/// Where a period's carried allocations lie best (`sizes`, in their order): each at the lowest
+/// place, a multiple of `align`, that the floor's blocks that stay (`floor`, offset and size)
+/// and the carry placed before leave free. The carry becomes part of the floor — between turns
+/// it is all that is live besides it — so it lies with it, below the turn's allocations, where
+/// it does not split the memory the turn's large blocks take. A turn that starts with its carry
+/// there follows a plan that keeps it there.
+pub(super) fn carry_slots(floor: &[(u64, u64)], sizes: &[u64], align: u64) -> Vec<u64> {
+    let mut taken: Vec<(u64, u64)> = floor.iter().filter(|b| b.1 > 0).copied().collect();
+    let mut slots = Vec::with_capacity(sizes.len());
+    for &size in sizes {
+        taken.sort_unstable();
+        let mut at = 0;
+        for &(off, len) in &taken {
+            if at + size <= off {
+                break;
+            }
+            at = at.max((off + len).next_multiple_of(align));
+        }
+        slots.push(at);
+        taken.push((at, size.max(1)));
+    }
+    slots
 }

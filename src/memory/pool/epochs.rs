@@ -56,6 +56,9 @@ use std::sync::{Arc, OnceLock};
 
 use super::epoch_plan::{plan, Plan};
 use super::tlsf::NIL;
+use periodic::Periods;
+
+mod periodic;
 
 /// Allocations one recording may log: beyond, it starts over (bounds the log's memory, 16 bytes
 /// an allocation, and the planner's time, O(n log n) in it: 30 ms for 14,000 allocations on the
@@ -89,13 +92,16 @@ pub(super) enum Mode {
     /// An epoch ended: the next allocation follows the plan that starts with its size over the
     /// range's live blocks, or logs when none does.
     Ready,
+    /// Recording a turn of a period, its carried allocations steered to their slots
+    /// (`periodic.rs`).
+    Steering,
     /// Following a plan: `next` is its next allocation.
     Following,
 }
 
 impl Mode {
-    /// `Ready` or `Following`: the allocation path asks `alloc_planned` (one comparison: they
-    /// are the last two).
+    /// `Ready`, `Steering` or `Following`: the allocation path asks `alloc_planned` (one
+    /// comparison: they are the last three).
     #[inline(always)]
     pub(super) fn plans(self) -> bool {
         self >= Mode::Ready
@@ -117,6 +123,11 @@ struct Kept {
     floor: Vec<(u64, u64)>,
     /// `Epochs::hash` of those blocks.
     hash: u64,
+    /// A period's (`periodic.rs`): when each floor block is freed, on the log's clock
+    /// (`u32::MAX`: not in the epoch), and the allocations that outlive it, each with the offset
+    /// of the floor block it replaces. Empty for an epoch.
+    floor_ends: Vec<u32>,
+    carried: Vec<(u32, u64)>,
     plan: OnceLock<Option<Arc<Plan>>>,
 }
 
@@ -160,6 +171,8 @@ pub(super) struct Epochs {
     recording: bool,
     /// A dry-run clone: logs nothing.
     quiet: bool,
+    /// The search for loops that carry a block from turn to turn (`periodic.rs`).
+    periods: Periods,
     /// Epochs the recording found since its log started.
     found: u32,
     /// Nothing to do per operation: off, or following a plan over an empty floor (and leaving
@@ -216,6 +229,8 @@ impl Clone for Epochs {
             starts: Vec::new(),
             recording: false,
             quiet: true,
+            // The held slots are the clone's blocks too.
+            periods: self.periods.clone(),
             found: 0,
             quick: self.quick,
             stale: self.stale,
@@ -248,12 +263,14 @@ fn mix(addr: u64, size: u64) -> u64 {
 }
 
 impl Epochs {
-    pub(super) fn new(on: bool) -> Epochs {
+    /// Epochs planned (`on`), and periods found too (`periods`, `periodic.rs`).
+    pub(super) fn new(on: bool, periods: bool) -> Epochs {
         Epochs {
             mode: if on { Mode::Ready } else { Mode::Off },
             quick: !on,
             newest: -1,
             since: u64::MAX,
+            periods: Periods::new(periods),
             ..Epochs::default()
         }
     }
@@ -293,7 +310,7 @@ impl Epochs {
                 self.log_alloc(size, seq)
             }
             Mode::Off => NIL,
-            Mode::Recording => {
+            Mode::Recording | Mode::Steering => {
                 self.count_in(addr, size);
                 self.log_alloc(size, seq)
             }
@@ -326,7 +343,8 @@ impl Epochs {
             matches!(self.mode, Mode::Following | Mode::Left | Mode::Waiting) && seq > self.since;
         if young {
             self.young -= 1;
-            if self.young == 0 {
+            // A period's turn ends with its last allocation, its carry still live.
+            if self.young == 0 && !(self.mode == Mode::Following && self.following_period()) {
                 self.end_epoch();
             }
             if !self.recording {
@@ -402,10 +420,15 @@ impl Epochs {
         self.young = 0;
     }
 
-    /// Whether the stream is logging (tests).
-    #[cfg(test)]
+    /// Whether the stream is logging.
     pub(super) fn is_recording(&self) -> bool {
         self.recording
+    }
+
+    /// The allocation order before the log's first entry: a block allocated later than it has
+    /// its log index.
+    pub(super) fn log_from(&self) -> u64 {
+        self.log_from
     }
 
     /// Whether the range's figures need `recount` before the next epoch starts.
@@ -433,6 +456,7 @@ impl Epochs {
         self.newest = -1;
         self.log_from = seq_before;
         self.peak_live = self.live;
+        self.periods.restart();
     }
 
     #[inline]
@@ -472,6 +496,12 @@ impl Epochs {
         self.peak_live = self.peak_live.max(self.live);
         let top = self.starts.last_mut().expect("a start");
         top.peak = top.peak.max(self.live);
+        if size >= self.periods.big {
+            self.note_big(k as u32, size);
+        }
+        if self.periods.ready_at == Some(k as u32 + 1) {
+            self.turn_logged();
+        }
         k as u32
     }
 
@@ -567,8 +597,15 @@ impl Epochs {
             log,
             floor,
             hash,
+            floor_ends: Vec::new(),
+            carried: Vec::new(),
             plan: OnceLock::new(),
         }));
+        self.bound_kept();
+    }
+
+    /// The oldest kept epochs go beyond `PLANS` or `LOG_MAX` allocations in all.
+    fn bound_kept(&mut self) {
         let mut total: usize = self.kept.iter().map(|k| k.log.len()).sum();
         while self.kept.len() > PLANS || total > LOG_MAX {
             total -= self.kept.remove(0).log.len();
@@ -592,7 +629,9 @@ impl Epochs {
             let fresh = k.plan.get().is_none();
             self.plan = k
                 .plan
-                .get_or_init(|| plan(&k.log, &k.floor, align, page).map(Arc::new))
+                .get_or_init(|| {
+                    plan(&k.log, &k.floor, &k.floor_ends, &k.carried, align, page).map(Arc::new)
+                })
                 .clone();
             self.planned += u64::from(fresh);
             if self.plan.is_none() {
@@ -658,7 +697,7 @@ impl Epochs {
                     self.mode = Mode::Ready;
                 }
             }
-            Mode::Off | Mode::Ready | Mode::Recording => {}
+            Mode::Off | Mode::Ready | Mode::Recording | Mode::Steering => {}
         }
     }
 

@@ -21,7 +21,9 @@
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
 //! - `epochs.rs` epoch plans: a range that returns to the same live blocks (its floor) and fills
 //!   again the same way, found by recording; `epoch_plan.rs` the offline plan (`crate::arena`)
-//!   of the last time, around the floor; `epoch_follow.rs` following it;
+//!   of the last time, around the floor; `epoch_follow.rs` following it; `epochs/periodic.rs`
+//!   periods, a loop's turns that carry a block into the next, planned the same way, and
+//!   `period_steer.rs` the turn that steers the carry onto the period's plan;
 //! - `move_budget.rs` the time budget of the slack rule's moves; `alias.rs` a moved chunk's old
 //!   address kept mapped as its shadow, so moving it back is bookkeeping (`page_aliases`);
 //! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
@@ -167,6 +169,7 @@ mod move_budget;
 mod pages;
 mod pending;
 mod pending_fit;
+mod period_steer;
 mod placement;
 mod ranges;
 mod recycle;
@@ -554,6 +557,10 @@ impl Pool {
     /// returned instead.
     pub fn release_all(&mut self, backing: &dyn PoolBacking) -> Result<(), PoolError> {
         self.process_events(backing);
+        // Slots held for a steering turn are no one's blocks (`period_steer.rs`).
+        for si in 0..self.streams.len() as u32 {
+            self.release_holds(si);
+        }
         let live = self.live.len() as u64;
         let pending = self.pending_blocks;
         let bytes = self.stats.allocated_bytes + self.pending_bytes;

@@ -14,6 +14,7 @@ mod lanes;
 mod layout_dump;
 mod majority_moves;
 mod pending_fit;
+mod periods;
 mod placement;
 mod plain;
 mod random;

@@ -1,0 +1,112 @@
+//! Periods (`epochs/periodic.rs`, `period_steer.rs`): a loop whose turns carry a block into the
+//! next is found as a period, one turn steers its carry to the slots the period's plan keeps it
+//! in, and the turns after follow that plan, each ending over the floor it started on.
+
+use super::epochs::idle_pool;
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+/// A sampler's loop on stream 0: each turn makes two temporaries and a large block, then the
+/// next state from the one it got, which it frees after (the state outlives its turn a little:
+/// the period is two turns). `shape` varies the sizes. Returns the turn's addresses in order.
+struct Sampler {
+    weights: u64,
+    state: u64,
+}
+
+impl Sampler {
+    fn turn(&mut self, p: &mut Pool, f: &Fake, shape: u64) -> Vec<u64> {
+        let a = p.alloc(f, 6 * MIB * shape, st(0)).unwrap();
+        let big = p.alloc(f, 20 * MIB * shape, st(0)).unwrap();
+        p.free(f, a).unwrap();
+        let b = p.alloc(f, 3 * MIB * shape, st(0)).unwrap();
+        p.free(f, big).unwrap();
+        let next = p.alloc(f, MIB, st(0)).unwrap();
+        check(p);
+        p.free(f, b).unwrap();
+        p.free(f, self.state).unwrap();
+        self.state = next;
+        check(p);
+        vec![a, big, b, next]
+    }
+}
+
+/// Weights that stay, a first state, and the loop's turns with `shape` 1.
+fn sampler(p: &mut Pool, f: &Fake) -> Sampler {
+    let weights = p.alloc(f, 10 * MIB, st(0)).unwrap();
+    let state = p.alloc(f, MIB, st(0)).unwrap();
+    Sampler { weights, state }
+}
+
+#[test]
+fn a_loop_that_carries_its_state_follows_the_plan_of_its_period() {
+    let (mut p, f) = idle_pool();
+    let mut s = sampler(&mut p, &f);
+    let turns: Vec<Vec<u64>> = (0..16).map(|_| s.turn(&mut p, &f, 1)).collect();
+    let (followed, left) = p.epoch_counts();
+    // Found after two periods of two turns, one turn steered: the rest follow, one plan a period.
+    assert!(followed >= 4, "followed {followed}, left {left}");
+    assert_eq!(left, 0);
+    // The turns placed by the plan repeat their places every period, the state included.
+    let n = turns.len();
+    assert_eq!(turns[n - 1], turns[n - 3]);
+    assert_eq!(turns[n - 2], turns[n - 4]);
+    // The state lies in a slot beside the floor, one of two the turns take in turn.
+    let states: std::collections::BTreeSet<u64> = turns[n - 4..].iter().map(|t| t[3]).collect();
+    assert_eq!(states.len(), 2, "{states:x?}");
+}
+
+#[test]
+fn periods_off_follow_no_plan_in_such_a_loop() {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    let mut p = Pool::new(PoolConfig {
+        vmm_reserve_bytes: 4 << 30,
+        vmm_page_bytes: super::fake::PAGE,
+        period_plans: false,
+        ..PoolConfig::default()
+    });
+    let mut s = sampler(&mut p, &f);
+    for _ in 0..16 {
+        s.turn(&mut p, &f, 1);
+    }
+    assert_eq!(p.epoch_counts(), (0, 0));
+}
+
+#[test]
+fn a_loop_that_ends_while_steering_gives_the_held_slots_back() {
+    let (mut p, f) = idle_pool();
+    let mut s = sampler(&mut p, &f);
+    let steering = |p: &Pool| p.streams.iter().any(|x| x.epochs.steering());
+    for turn in 0.. {
+        assert!(turn < 16, "no turn steered its carry");
+        let a = p.alloc(&f, 6 * MIB, st(0)).unwrap();
+        if !steering(&p) {
+            p.free(&f, a).unwrap();
+            s.turn(&mut p, &f, 1);
+            continue;
+        }
+        // This turn's first allocation held the slots (allocated, not handed out).
+        check(&p);
+        let live: u64 = 10 * MIB + MIB + 6 * MIB;
+        assert!(p.stats().allocated_bytes == live);
+        // The loop ends here: its state goes, other blocks come, none the carried one, more
+        // than a period's allocations (two turns of five: the probe `a` and the turn's four).
+        p.free(&f, a).unwrap();
+        p.free(&f, s.state).unwrap();
+        for k in 0..12 {
+            let x = p.alloc(&f, (2 + k) * MIB, st(0)).unwrap();
+            check(&p);
+            p.free(&f, x).unwrap();
+        }
+        break;
+    }
+    assert!(!steering(&p));
+    // Nothing held is left behind: with every block freed, every page goes back.
+    p.free(&f, s.weights).unwrap();
+    check(&p);
+    assert_eq!(p.stats().allocated_bytes, 0);
+    p.release_cached(&f).unwrap();
+    assert_eq!(p.stats().reserved_bytes, 0);
+}

@@ -51,6 +51,9 @@
 //! allocation, at most `LOG_MAX` allocations a stream. Recording costs a push per allocation
 //! (the log's entry, a start) and a store per free; a log filled without finding an epoch
 //! pauses the recording, longer each time (`pause`).
+//!
+//! A loop whose turns carry a block into the next never ends an epoch; the recording finds its
+//! turns as a *period* instead, kept and followed the same way (`epochs/periodic.rs`).
 
 use std::sync::{Arc, OnceLock};
 

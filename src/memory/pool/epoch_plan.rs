@@ -25,7 +25,8 @@ pub(super) struct Plan {
     pub(super) pages: Vec<(u64, u64)>,
     /// The floor's blocks some allocation is planned right above (their indexes here).
     pub(super) pins: Vec<u32>,
-    /// A period's plan (`epochs/periodic.rs`): its turn ends with its last allocation, its carry live.
+    /// A period's plan (`epochs/periodic.rs`): its turn ends with its last allocation, its carry
+    /// live.
     pub(super) periodic: bool,
 }
 

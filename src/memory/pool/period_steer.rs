@@ -27,7 +27,12 @@ impl Pool {
                 self.carve_slot(r, self.segs[r].base + off, size)
             };
             if let Some(h) = h {
-                self.blocks[h].state = State::Allocated;
+                // Allocated to no one yet: no label, no log index (`Pool::hand_out` sets them).
+                let b = &mut self.blocks[h];
+                b.state = State::Allocated;
+                b.requested = 0;
+                b.fnext = 0;
+                b.fprev = NIL;
             }
             holds.push(h.unwrap_or(NIL));
         }

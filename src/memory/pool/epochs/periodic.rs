@@ -351,6 +351,11 @@ impl Epochs {
         self.periods.pending.is_some()
     }
 
+    /// The period found is not kept (the pool is under a memory limit).
+    pub(in crate::memory::pool) fn forget_period(&mut self) {
+        self.periods.pending = None;
+    }
+
     /// Whether the plan followed is a period's.
     pub(in crate::memory::pool) fn following_period(&self) -> bool {
         self.plan.as_ref().is_some_and(|p| p.periodic)

@@ -455,6 +455,8 @@ pub(super) fn pool_for(limit: u64, primed: bool) -> Pool {
     let mut pool = Pool::new(PoolConfig {
         alignment: ALIGN,
         memory_limit: limit,
+        // As the runtime makes it under a memory limit.
+        period_plans: false,
         ..PoolConfig::default()
     });
     let backing = Device::default();

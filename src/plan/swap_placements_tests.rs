@@ -237,6 +237,8 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
     let mut pool = Pool::new(PoolConfig {
         alignment: ALIGN,
         memory_limit: limit,
+        // As the runtime makes it under a memory limit.
+        period_plans: false,
         ..PoolConfig::default()
     });
     let block = pool.alloc(&dev, ALIGN, S).unwrap();

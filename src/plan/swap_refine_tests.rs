@@ -52,6 +52,8 @@ fn pool(limit: u64) -> Pool {
     Pool::new(PoolConfig {
         alignment: 1,
         memory_limit: limit,
+        // As the runtime makes it under a memory limit.
+        period_plans: false,
         ..PoolConfig::default()
     })
 }

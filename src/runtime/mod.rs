@@ -184,6 +184,9 @@ impl Runtime {
             memory_limit: limit,
             vmm,
             recycle_waits: config.pool_recycle_waits,
+            // Under a memory limit graphs may swap, and the swap planner's dry runs cannot
+            // foresee a period (`PoolConfig::period_plans`).
+            period_plans: defaults.period_plans && config.memory_limit == 0,
             ..defaults
         }));
         let host_limit = if config.host_memory_limit == 0 {

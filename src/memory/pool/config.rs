@@ -142,10 +142,12 @@ pub struct PoolConfig {
     pub peak_moves: bool,
     /// Whether a loop that carries a block from turn to turn (a sampler's latents, a recurrent
     /// state) is found as a period and its turns follow a plan that keeps the carry in place
-    /// (`epochs/periodic.rs`; with `epoch_plans` only, and not under a `memory_limit`, where
-    /// the swap planner's dry runs could not foresee it). Default true (session 30, host replay:
+    /// (`epochs/periodic.rs`; with `epoch_plans` only). Default true (session 30, host replay:
     /// diffusion_unet_infer 1.1083 → 1.0905; no other trace has such a loop);
-    /// `GKRT_POOL_PERIOD_PLANS=0` turns it off.
+    /// `GKRT_POOL_PERIOD_PLANS=0` turns it off. A runtime made with a memory limit turns it off:
+    /// its graphs may swap, and the swap planner predicts the pool by dry runs on clones, which
+    /// log nothing — a period found in the middle of a run would place and hold blocks where the
+    /// dry run did not (GPT-2 medium's emulated steady runs mapped 70 pages a run).
     pub period_plans: bool,
 }
 

@@ -83,10 +83,7 @@ impl Pool {
             // A steering turn's slots its carried allocations did not take go back.
             self.release_holds(si);
             if self.streams[si as usize].epochs.period_pending() {
-                // Not under a memory limit: there the swap planner predicts the pool by dry
-                // runs on clones, which log nothing, and a period found in the middle of a run
-                // would place (and hold) where the dry run did not.
-                if r != NIL && self.config.memory_limit == u64::MAX {
+                if r != NIL {
                     let floor = self.logged_floor(si, r);
                     let (base, align) = (self.segs[r].base, self.config.alignment);
                     self.streams[si as usize]

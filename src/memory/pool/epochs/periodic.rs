@@ -351,7 +351,7 @@ impl Epochs {
         self.periods.pending.is_some()
     }
 
-    /// The period found is not kept (the pool is under a memory limit).
+    /// The period found is not kept (the stream has no range).
     pub(in crate::memory::pool) fn forget_period(&mut self) {
         self.periods.pending = None;
     }

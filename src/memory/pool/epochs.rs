@@ -683,12 +683,7 @@ impl Epochs {
                     .as_ref()
                     .is_some_and(|p| self.next as usize == p.young)
                 {
-                    self.followed += 1;
-                    self.misses = 0;
-                    self.in_row += 1;
-                    self.plan = None;
-                    self.following = None;
-                    self.mode = Mode::Ready;
+                    self.followed_to_end();
                 } else {
                     self.miss();
                 }
@@ -704,15 +699,30 @@ impl Epochs {
         }
     }
 
-    /// The plan followed was left (or could not start): it is dropped, and 2^misses − 1 epochs
-    /// (at most `MAX_WAIT`) pass before the next is followed or logged.
-    fn miss(&mut self) {
+    /// The plan followed was placed to its end: the stream is ready for the next.
+    fn followed_to_end(&mut self) {
+        self.followed += 1;
+        self.misses = 0;
+        self.in_row += 1;
+        self.plan = None;
+        self.following = None;
+        self.mode = Mode::Ready;
+    }
+
+    /// The plan followed was left: it is counted, and it and its kept epoch are dropped.
+    fn drop_left_plan(&mut self) {
         self.left += 1;
         self.in_row = 0;
         self.plan = None;
         if let Some(k) = self.following.take() {
             self.kept.retain(|x| !Arc::ptr_eq(x, &k));
         }
+    }
+
+    /// The plan followed was left (or could not start): it is dropped, and 2^misses − 1 epochs
+    /// (at most `MAX_WAIT`) pass before the next is followed or logged.
+    fn miss(&mut self) {
+        self.drop_left_plan();
         self.misses += 1;
         self.wait = (1u32 << self.misses.min(10)).min(MAX_WAIT) - 1;
         self.mode = if self.wait == 0 {

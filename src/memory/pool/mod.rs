@@ -29,7 +29,8 @@
 //! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
 //!   blocks together (a pending block that fits closer than any free one); `dry_run.rs` dry runs;
 //!   `placement.rs` allocation at the range a dry run placed it in; `check.rs` validation;
-//!   `snapshot.rs` the segments and blocks listed for memory snapshots;
+//!   `snapshot.rs` the segments and blocks listed for memory snapshots; `notes.rs` the memory
+//!   history's events and owner labels;
 //!   `tests/` the tests, over one configurable fake backing.
 //!
 //! Data structures (no linear scans over blocks on alloc or free, no allocation per operation
@@ -166,6 +167,7 @@ mod free_index;
 mod lifetimes;
 mod markers;
 mod move_budget;
+mod notes;
 mod pages;
 mod pending;
 mod pending_fit;
@@ -184,7 +186,7 @@ mod tlsf;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::device::{DeviceError, EventId, StreamId, VirtualMemory};
-use crate::memory::history::{Action, History, HistorySlot};
+use crate::memory::history::{Action, HistorySlot};
 use addr_map::AddrMap;
 use block::{Block, Kind, State};
 use recycle::Keep;
@@ -557,10 +559,7 @@ impl Pool {
     /// returned instead.
     pub fn release_all(&mut self, backing: &dyn PoolBacking) -> Result<(), PoolError> {
         self.process_events(backing);
-        // Slots held for a steering turn are no one's blocks (`period_steer.rs`).
-        for si in 0..self.streams.len() as u32 {
-            self.release_holds(si);
-        }
+        self.release_all_holds();
         let live = self.live.len() as u64;
         let pending = self.pending_blocks;
         let bytes = self.stats.allocated_bytes + self.pending_bytes;
@@ -644,50 +643,6 @@ impl Pool {
     /// Slack-rule page moves declined because moving had used up its share of time.
     pub fn recycle_declined_count(&self) -> u64 {
         self.moves.declined
-    }
-
-    /// The label that allocations carry from now on (until changed): who they belong to, for
-    /// snapshots and the history. The pool does not interpret it; 0 means unknown.
-    #[inline]
-    pub fn set_owner(&mut self, label: u32) {
-        self.owner = label;
-    }
-
-    /// Switches the history on with room for `capacity` events (a new, empty ring), or off
-    /// with 0.
-    pub fn record_history(&mut self, capacity: usize) {
-        self.history = HistorySlot((capacity > 0).then(|| Box::new(History::new(capacity))));
-    }
-
-    pub fn history(&self) -> Option<&History> {
-        self.history.0.as_deref()
-    }
-
-    /// Records an event in the history, if it is on (one branch when it is off).
-    #[inline(always)]
-    pub fn note(&mut self, action: Action, addr: u64, size: u64, stream: u32) {
-        if let Some(h) = self.history.0.as_deref_mut() {
-            h.record(action, addr, size, self.owner, stream);
-        }
-    }
-
-    /// Records an event about block `idx` (its address, size, label and stream).
-    #[inline(always)]
-    fn note_block(&mut self, action: Action, idx: u32) {
-        if let Some(h) = self.history.0.as_deref_mut() {
-            let b = &self.blocks[idx];
-            let stream = self.streams[b.owner as usize].stream.0;
-            h.record(action, b.addr, b.size, b.fnext, stream);
-        }
-    }
-
-    /// Records an event about the live block at `addr` (the caller's swap, say), if it is on.
-    pub fn note_live(&mut self, action: Action, addr: u64) {
-        if self.history.0.is_some() {
-            if let Some(i) = self.live.get(addr) {
-                self.note_block(action, i);
-            }
-        }
     }
 
     /// Peaks := current values.

@@ -58,6 +58,13 @@ impl Pool {
         self.carve_slot(r, self.segs[r].base + slot, rounded)
     }
 
+    /// Every stream's held slots become free again (`release_all`: they are no one's blocks).
+    pub(super) fn release_all_holds(&mut self) {
+        for si in 0..self.streams.len() as u32 {
+            self.release_holds(si);
+        }
+    }
+
     /// The blocks of stream `si` still holding slots become free again.
     pub(super) fn release_holds(&mut self, si: u32) {
         for h in self.streams[si as usize].epochs.take_holds() {

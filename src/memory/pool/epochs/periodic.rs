@@ -319,12 +319,7 @@ impl Epochs {
     /// next turn, over the floor the plan left. Outside recording the live figures missed the
     /// turn's carry (`recount` before choosing).
     pub(in crate::memory::pool) fn end_turn(&mut self) {
-        self.followed += 1;
-        self.misses = 0;
-        self.in_row += 1;
-        self.plan = None;
-        self.following = None;
-        self.mode = Mode::Ready;
+        self.followed_to_end();
         self.stale |= !self.recording;
     }
 
@@ -332,12 +327,7 @@ impl Epochs {
     /// The plan goes and the stream records again from here, with no wait (outside recording
     /// the pool counts the live figures afresh first).
     pub(in crate::memory::pool) fn leave_period(&mut self, seq_before: u64) {
-        self.left += 1;
-        self.in_row = 0;
-        self.plan = None;
-        if let Some(k) = self.following.take() {
-            self.kept.retain(|x| !Arc::ptr_eq(x, &k));
-        }
+        self.drop_left_plan();
         if !self.recording {
             self.restart_log(seq_before);
         }

@@ -1,8 +1,8 @@
 //! Tests of the caching pool, by concern — plain segments (`plain.rs`), virtual ranges
 //! (`virtual_ranges.rs`), physical allocations that grow with the heap and the time budget of
 //! page moves (`granularity.rs`), random sequences against a model (`random.rs`), the trace replay
-//! (`replay.rs`, its traces read by `trace_file.rs`) — all over one configurable fake backing
-//! (`fake.rs`).
+//! (`replay.rs`, its traces read by `trace_file.rs`) and what each rule does on the traces that
+//! asked for it (`replay_rules.rs`) — all over one configurable fake backing (`fake.rs`).
 
 mod aliases;
 mod dry_run_pending;
@@ -19,6 +19,7 @@ mod placement;
 mod plain;
 mod random;
 pub(crate) mod replay;
+mod replay_rules;
 mod short_lived;
 mod tail_first;
 mod trace_file;

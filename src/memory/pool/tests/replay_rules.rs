@@ -1,0 +1,275 @@
+//! What each placement and move rule does on the traces that asked for it: the host replay
+//! (`replay.rs`) of one trace at a time, on the model clock at the replay's two paces, with the
+//! rule on and off. Each test names the figure the rule was made for (ARCHITECTURE.md, "The
+//! pool's fragmentation" and the sections after it).
+
+use super::replay::{load_trace, replay_with, CostModel, Ev, Figures, ALLOC_US, CALL_US, GAP_NS};
+use super::*;
+
+/// bert_train (benches/traces) and the model clock at the H200's pace: 400 ns per operation,
+/// the other allocators' rounds 20 operations' worth.
+fn bert_train_at_h200_pace() -> (Vec<Ev>, Vec<u32>, CostModel) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/traces/bert_train.trace.gz"
+    );
+    let (evs, unfreed) = load_trace(path);
+    let cost = CostModel {
+        call_ns: CALL_US * 1000,
+        alloc_ns: ALLOC_US * 1000,
+        gap_ns: 8000,
+        work_ns: 400,
+        start_ns: 0,
+    };
+    (evs, unfreed, cost)
+}
+
+/// bert_train (benches/traces) on the model clock at the H200's pace (400 ns per operation, the
+/// other allocators' rounds 20 operations' worth): under the old rule the first pass's partial
+/// page moves take pages its later passes need at the same event, which then set higher peaks
+/// (1.1268 of the peak live, as the H200 measured, and pages moved in every later pass); under
+/// the majority rule, the default, the first pass's peak stands and nothing moves after it.
+#[test]
+fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
+    let (evs, unfreed, cost) = bert_train_at_h200_pace();
+    let run = |majority: bool| {
+        // Later passes follow the first's plan with epoch plans: these passes test the moves.
+        let cfg = PoolConfig {
+            recycle_majority_moves: majority,
+            epoch_plans: false,
+            // The first pass's moves asked of the bucket, as the rule was made for.
+            peak_moves: false,
+            ..PoolConfig::default()
+        };
+        replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
+    };
+    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    let old = run(false);
+    assert!(ratio(&old) > 1.10, "old rule: {}", ratio(&old));
+    assert!(old.peak_pass > 0 && old.unmaps_after_first > 0);
+    let new = run(true);
+    assert!(ratio(&new) < 1.075, "majority rule: {}", ratio(&new));
+    assert_eq!((new.peak_pass, new.unmaps_after_first), (0, 0));
+}
+
+/// bert_train on the same model clock with page aliases: with moved pages allowed to move again
+/// (`alias_moves_again`) the first pass's peak drops to 1.03 of the peak live, as with moves
+/// unlimited, and later passes move most chunks back to their shadows for free: a fifth of the
+/// driver time of moves unlimited (a median pass: 1 allocation mapped and 2 unmapped, against
+/// 32 and 32). Aliases alone leave bert's peak where it was.
+#[test]
+fn bert_train_moves_pages_back_for_free_with_aliases() {
+    let (evs, unfreed, cost) = bert_train_at_h200_pace();
+    let run = |aliases: bool, again: bool, permille: u64| {
+        let cfg = PoolConfig {
+            page_aliases: aliases,
+            alias_moves_again: again,
+            recycle_time_permille: permille,
+            // (Later passes follow the first's plan with epoch plans; with aliases there are none.)
+            epoch_plans: false,
+            peak_moves: false,
+            ..PoolConfig::default()
+        };
+        replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
+    };
+    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    let steady_driver = |f: &Figures| f.driver_ns[1..].iter().sum::<f64>() / 10.0;
+    let base = run(false, false, 10);
+    let aliases = run(true, false, 10);
+    assert_eq!(aliases.peak_reserved, base.peak_reserved);
+    let again = run(true, true, 10);
+    assert!(
+        ratio(&again) < 1.035,
+        "aliases, moves again: {}",
+        ratio(&again)
+    );
+    assert_eq!(again.peak_pass, 0);
+    assert!(
+        again.alias_switches > 100,
+        "{} switches",
+        again.alias_switches
+    );
+    // Moves unlimited without aliases reach the same peak, moving pages every pass.
+    let unlimited = run(false, false, 1000);
+    assert!(ratio(&unlimited) < 1.035);
+    assert!(
+        steady_driver(&again) * 4.0 < steady_driver(&unlimited),
+        "steady driver ns/op {} against {}",
+        steady_driver(&again),
+        steady_driver(&unlimited)
+    );
+}
+
+/// A trace from benches/traces on the model clock at the H200's pace as `bert_train_at_h200_pace`
+/// sets it (`fast`: no work between calls and 1600 ns of gap per event, the replay's default).
+fn trace_at_pace(name: &str, fast: bool) -> (Vec<Ev>, Vec<u32>, CostModel) {
+    let path = format!(
+        "{}/benches/traces/{name}.trace.gz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (evs, unfreed) = load_trace(&path);
+    let (gap_ns, work_ns) = if fast { (GAP_NS, 0) } else { (8000, 400) };
+    let cost = CostModel {
+        call_ns: CALL_US * 1000,
+        alloc_ns: ALLOC_US * 1000,
+        gap_ns,
+        work_ns,
+        start_ns: 0,
+    };
+    (evs, unfreed, cost)
+}
+
+/// The replay of `name` at either pace with page aliases at `level` (as `GKRT_POOL_ALIASES`),
+/// every slack-rule move asked of the bucket (`peak_moves` off: the rule these levels were
+/// measured against).
+fn aliases_at_pace(name: &str, level: u32, fast: bool) -> Figures {
+    let (evs, unfreed, cost) = trace_at_pace(name, fast);
+    let cfg = PoolConfig {
+        page_aliases: level >= 1,
+        alias_moves_again: level >= 2,
+        alias_again_until_undone: level >= 3,
+        peak_moves: false,
+        ..PoolConfig::default()
+    };
+    replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
+}
+
+/// Moving pages again by the time budget (`GKRT_POOL_ALIASES=2`) depends on the pace: bert_train's
+/// second pass wants to move 43 chunks again (2 ms of modelled driver time) at the event of its
+/// peak; at the pace the default is fitted to, the bucket has earned that since the first pass and
+/// the peak stays at 1.030 of the peak live; with no work between calls it has not, 366 MiB are
+/// mapped new and the second pass sets the peak at 1.091 — the H200's figure for this variant.
+/// Ending it at the first move undone (level 3) is a count: the same at both paces, and no
+/// allocation unmapped after the first pass.
+#[test]
+fn bert_train_moving_again_depends_on_the_pace_unless_ended_by_a_count() {
+    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    let paced = aliases_at_pace("bert_train", 2, false);
+    let fast = aliases_at_pace("bert_train", 2, true);
+    assert!(
+        ratio(&paced) < 1.035,
+        "level 2, H200 pace: {}",
+        ratio(&paced)
+    );
+    assert!(ratio(&fast) > 1.085, "level 2, fast: {}", ratio(&fast));
+    assert!(fast.peak_pass > 0);
+    let counted = [false, true].map(|fast| aliases_at_pace("bert_train", 3, fast));
+    assert_eq!(counted[0].peak_reserved, counted[1].peak_reserved);
+    for f in &counted {
+        assert_eq!((f.peak_pass, f.unmaps_after_first), (0, 0));
+    }
+}
+
+/// gpt2_run_train with moving again until a move is undone (`GKRT_POOL_ALIASES=3`): no move of
+/// its first pass is undone, so the first pass moves pages again as level 2 does and keeps 1.030
+/// of the peak live with no page moved after it, at both paces; without aliases it ends at
+/// 1.069–1.075 (both with every move asked of the bucket).
+#[test]
+fn gpt2_run_train_keeps_its_moved_pages_without_moving_them_again() {
+    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    for fast in [false, true] {
+        let plain = aliases_at_pace("gpt2_run_train", 0, fast);
+        assert!(ratio(&plain) > 1.065, "no aliases: {}", ratio(&plain));
+        let f = aliases_at_pace("gpt2_run_train", 3, fast);
+        assert!(ratio(&f) < 1.035, "level 3: {}", ratio(&f));
+        assert_eq!((f.peak_pass, f.unmaps_after_first), (0, 0));
+        assert_eq!(f.alias_conflicts, 0);
+        assert!(f.alias_maps > 0);
+    }
+}
+
+/// The first passes of bert, gnn and gpt2_run_train and of lstm_train (traces_heldout) need
+/// 11–16 ms of modelled page moves, more than the bucket's 10 ms: asked of it, the moves it
+/// declines leave their peaks at 1.06–1.15 of the peak live. A request that raises the
+/// program's own peak is not asked (`PoolConfig::peak_moves`, the default): 1.03, at both
+/// paces, set in the first pass, and the median later pass maps nothing.
+#[test]
+fn moves_at_a_new_program_peak_are_not_asked_of_the_bucket() {
+    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    let names = [
+        "bert_train",
+        "gnn_train",
+        "gpt2_run_train",
+        "../traces_heldout/lstm_train",
+    ];
+    for name in names {
+        for fast in [false, true] {
+            let (evs, unfreed, cost) = trace_at_pace(name, fast);
+            let run = |peak_moves: bool| {
+                let cfg = PoolConfig {
+                    peak_moves,
+                    ..PoolConfig::default()
+                };
+                replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
+            };
+            let asked = run(false);
+            assert!(ratio(&asked) > 1.05, "{name}, asked: {}", ratio(&asked));
+            let f = run(true);
+            assert!(ratio(&f) < 1.035, "{name}, peak moves: {}", ratio(&f));
+            assert_eq!(f.peak_pass, 0, "{name}");
+            let mut later = f.steady_maps.clone();
+            later.sort_unstable();
+            assert_eq!(later[later.len() / 2], 0, "{name}: {later:?}");
+        }
+    }
+}
+
+/// mlp_small_train with short-lived requests at the tail (`TailFirst::ShortLived`): the small
+/// blocks its first step frees within a few allocations stay out of the holes between its
+/// 1–4 MiB activations, and its peak (the first step's, 88 MiB live) needs 92 MiB instead of 94,
+/// under the goal at both paces; off, the default is over it.
+#[test]
+fn mlp_small_train_keeps_short_lived_blocks_out_of_its_holes() {
+    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    for fast in [false, true] {
+        let (evs, unfreed, cost) = trace_at_pace("mlp_small_train", fast);
+        let run = |rule: bool| {
+            let cfg = PoolConfig {
+                tail_first: if rule {
+                    TailFirst::ShortLived
+                } else {
+                    TailFirst::Off
+                },
+                ..PoolConfig::default()
+            };
+            replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
+        };
+        let default = run(false);
+        assert!(ratio(&default) > 1.06, "default: {}", ratio(&default));
+        let f = run(true);
+        assert!(ratio(&f) < 1.05, "short-lived at the tail: {}", ratio(&f));
+        assert_eq!((f.peak_pass, f.unmaps_after_first), (0, 0));
+    }
+}
+
+/// diffusion_unet_infer (traces_heldout): its denoising steps carry their latents into the
+/// next, so none is an epoch, and the usual placement puts each step's 216 MiB block higher in
+/// the range, to 1.108 of the peak live in the first pass. Found as a period of two steps, one
+/// step steers the latents to the slots the period's plan keeps them in, and the steps after
+/// follow the plan: 1.09, at both paces (`PoolConfig::period_plans`, the default).
+#[test]
+fn a_samplers_steps_follow_the_plan_of_their_period() {
+    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    for fast in [false, true] {
+        let (evs, unfreed, cost) = trace_at_pace("../traces_heldout/diffusion_unet_infer", fast);
+        let run = |period_plans: bool| {
+            let cfg = PoolConfig {
+                period_plans,
+                ..PoolConfig::default()
+            };
+            replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
+        };
+        let off = run(false);
+        assert!(ratio(&off) > 1.10, "periods off: {}", ratio(&off));
+        let f = run(true);
+        assert!(ratio(&f) < 1.095, "periods: {}", ratio(&f));
+        assert_eq!(f.peak_pass, 0);
+        // The first pass follows the period's plan besides what the later passes follow.
+        assert!(
+            f.epochs.0 > off.epochs.0,
+            "{:?} against {:?}",
+            f.epochs,
+            off.epochs
+        );
+    }
+}

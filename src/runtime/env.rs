@@ -14,7 +14,7 @@
 //! | `GKRT_POOL_RECYCLE_TIME_PERMILLE` | `PoolConfig::recycle_time_permille` (share of wall time the slack rule's page moves may take) | 10 |
 //! | `GKRT_POOL_RECYCLE_WAIT` | `PoolConfig::recycle_waits`, 0 or 1 | the config's (0; 1 for the PyTorch entry points' runtime) |
 //! | `GKRT_POOL_STARTUP_MOVES` | `PoolConfig::startup_moves`, 0 or 1: slack-rule page moves free of the time budget until a range that moved pages so first empties, or until they have moved the high-water mark's bytes (an experiment knob: BENCHMARKS.md, session 25) | 0 |
-//! | `GKRT_POOL_PEAK_MOVES` | `PoolConfig::peak_moves`, 0 or 1: a slack-rule page move for a request that raises the program's own peak of allocated bytes goes ahead without the time budget, up to moving that peak's bytes in all | 1 |
+//! | `GKRT_POOL_PEAK_MOVES` | `PoolConfig::peak_moves`, 0 or 1: a slack-rule page move for a request that raises the program's own peak of allocated bytes, or reaches it again, goes ahead without the time budget, up to moving that peak's bytes in all | 1 |
 //! | `GKRT_POOL_PERIOD_PLANS` | `PoolConfig::period_plans`, 0 or 1: a loop that carries a block from turn to turn (a sampler's latents) is found as a period, and its turns follow a plan that keeps the carry in place | 1 |
 //! | `GKRT_POOL_PENDING_BEST_FIT` | `PoolConfig::pending_best_fit`, 0 or 1: an allocation takes a block pending on a copy-out that fits it more closely than any free block, the stream waiting for the copy (an experiment knob) | 0 |
 //! | `GKRT_POOL_TAIL_PREFIX_FIRST` | `PoolConfig::tail_first`, 0 or 1 (1: `TailFirst::Always`): a request of at most a page whose best fit is a warm free block at least twice its size takes the short mapped start of the range's last block instead (an experiment knob) | 0 |

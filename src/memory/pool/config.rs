@@ -133,12 +133,14 @@ pub struct PoolConfig {
     /// budget, pages moved before allowed to move again, until they have moved as many bytes as
     /// the high-water mark of bytes in use or a range that moved pages so first empties.
     pub startup_moves: bool,
-    /// Whether a slack-rule move for a request that raises the program's own peak (the most
-    /// bytes it has had allocated at once) goes ahead without asking the time budget, up to
-    /// moving that peak's bytes in all (`move_budget.rs`; with `recycle_time_permille` 0 no
-    /// slack-rule move is made, these neither). Default true (session 29, host
-    /// replay: bert, gnn, gpt2_run and lstm_train's first-pass peaks 1.06–1.15 → 1.03 of the
-    /// peak live; diffusion_unet_infer 1.0965 → 1.1083); `GKRT_POOL_PEAK_MOVES=0` turns it off.
+    /// Whether a slack-rule move for a request that brings the program to its own peak (the
+    /// most bytes it has had allocated at once), raising it or reaching it again, goes ahead
+    /// without asking the time budget, up to moving that peak's bytes in all (`move_budget.rs`;
+    /// with `recycle_time_permille` 0 no slack-rule move is made, these neither). Default true
+    /// (session 29, host replay: bert, gnn, gpt2_run and lstm_train's first-pass peaks
+    /// 1.06–1.15 → 1.03 of the peak live; diffusion_unet_infer 1.0965 → 1.1083; session 31,
+    /// reaching it too: roberta_infer_varlen 1.1726 → 1.1036); `GKRT_POOL_PEAK_MOVES=0` turns
+    /// it off.
     pub peak_moves: bool,
     /// Whether a loop that carries a block from turn to turn (a sampler's latents, a recurrent
     /// state) is found as a period and its turns follow a plan that keeps the carry in place

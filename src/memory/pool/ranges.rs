@@ -556,12 +556,12 @@ impl Pool {
                 startup = self.config.startup_moves
                     && !self.moves.startup_over
                     && self.moves.startup_moved < hw;
-                // A request that raises the program's own peak: its moves are not asked of
-                // the bucket (move_budget.rs).
+                // A request that brings the program to its own peak, raising it or reaching
+                // it again: its moves are not asked of the bucket (move_budget.rs).
                 let peak = self.stats.allocated_bytes + rounded;
                 at_peak = self.config.peak_moves
                     && permille > 0
-                    && peak > self.program_peak()
+                    && peak >= self.program_peak()
                     && self.moves.allows_at_peak(peak);
                 if startup || at_peak || self.moves.allows(now, permille) {
                     want = slack;
@@ -627,7 +627,7 @@ impl Pool {
             // Not the budget's unmapping: a move (this one or an earlier one) undone.
             self.moves.note_undone();
         }
-        // Pages placed at a new program peak stay free to move: they are where the program's
+        // Pages placed at the program's peak stay free to move: they are where the program's
         // peak put them, not one end of a back-and-forth.
         if moved > 0 && mapped.is_ok() && !at_peak {
             self.segs[r]

@@ -328,3 +328,57 @@ fn start_up_moves_end_when_the_moving_range_empties_or_have_moved_the_high_water
     let settled = unmaps.iter().position(|&u| u == last).unwrap();
     assert!(settled < 12, "still moving at step {settled}: {unmaps:?}");
 }
+
+/// A request that brings the program back to its own peak moves pages without asking the time
+/// budget (`peak_moves`), as one that raises it does: an encoder's layers each come back to the
+/// peak the first set. One that stays under the peak asks the budget, which is spent.
+#[test]
+fn a_request_reaching_the_programs_peak_again_moves_pages_outside_the_budget() {
+    // The pages mapped before and after a request of `last` pages, and the program's peak.
+    let run = |peak_moves: bool, last: u64| {
+        // Each move's driver call costs 50 ms: the bucket (1 ms at 1 per mille) is spent by
+        // the first.
+        let f = FakeConfig::virtual_memory().move_cost(50_000_000).build();
+        f.state_mut().idle_device = true;
+        let mut p = Pool::new(PoolConfig {
+            vmm_reserve_bytes: 4 << 30,
+            vmm_page_bytes: PAGE,
+            recycle_time_permille: 1,
+            peak_moves,
+            ..PoolConfig::default()
+        });
+        // The program's peak: 18 pages, two holes of 8 apart once a1 and a2 go.
+        let a1 = p.alloc(&f, 8 * PAGE, st(0)).unwrap();
+        let s = p.alloc(&f, PAGE, st(0)).unwrap();
+        let a2 = p.alloc(&f, 8 * PAGE, st(0)).unwrap();
+        let b = p.alloc(&f, PAGE, st(0)).unwrap();
+        p.free(&f, a1).unwrap();
+        p.free(&f, a2).unwrap();
+        // 12 pages fit neither hole: placed at the top, with free pages moved there (the
+        // bucket is full), which spends it.
+        let c = p.alloc(&f, 12 * PAGE, st(0)).unwrap();
+        let before = p.stats().reserved_bytes / PAGE;
+        p.free(&f, c).unwrap();
+        // What fits no hole now needs pages past the most ever mapped.
+        let d = p.alloc(&f, last * PAGE, st(0)).unwrap();
+        let after = p.stats().reserved_bytes / PAGE;
+        check(&p);
+        for x in [s, b, d] {
+            p.free(&f, x).unwrap();
+        }
+        p.release_all(&f).unwrap();
+        (before, after, p.program_peak() / PAGE)
+    };
+    // The 12 pages moved (18 mapped, plus the slack rule's 3% over the high-water mark).
+    let (before, after, peak) = run(true, 16);
+    assert!(before <= 19, "{before} pages mapped");
+    // 16 pages: back at the peak of 18. Moved, nothing new is mapped; asked of the spent
+    // bucket, the pool maps more.
+    assert_eq!((after, peak), (before, 18));
+    let (_, asked, _) = run(false, 16);
+    assert!(asked > before, "asked of the bucket: {asked} pages");
+    // 15 pages stay under the peak: the bucket is asked either way, and declines.
+    let (_, under, _) = run(true, 15);
+    assert!(under > before, "under the peak: {under} pages");
+    assert_eq!(run(false, 15).1, under);
+}

@@ -139,8 +139,8 @@ pub struct PoolConfig {
     /// with `recycle_time_permille` 0 no slack-rule move is made, these neither). Default true
     /// (session 29, host replay: bert, gnn, gpt2_run and lstm_train's first-pass peaks
     /// 1.06–1.15 → 1.03 of the peak live; diffusion_unet_infer 1.0965 → 1.1083; session 31,
-    /// reaching it too: roberta_infer_varlen 1.1726 → 1.1036); `GKRT_POOL_PEAK_MOVES=0` turns
-    /// it off.
+    /// reaching it too, and not charged to the budget: roberta_infer_varlen 1.1726 → 1.1560);
+    /// `GKRT_POOL_PEAK_MOVES=0` turns it off.
     pub peak_moves: bool,
     /// Whether a loop that carries a block from turn to turn (a sampler's latents, a recurrent
     /// state) is found as a period and its turns follow a plan that keeps the carry in place

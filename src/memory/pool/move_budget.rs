@@ -33,16 +33,19 @@
 //! those bursts are fewer and smaller (BENCHMARKS.md, session 28).
 //! A request that brings the program to its own peak (the most bytes it has had allocated at
 //! once, ever), raising it or reaching it again, is not asked: its moves set the footprint the
-//! later steps reuse. They are charged like any move (the bucket may go into debt), may take
-//! pages an earlier move placed, and leave the pages they place free to move again; in all they
-//! move at most the bytes of that peak (`allows_at_peak`), so a program that grows for ever, or
-//! comes back to its peak in every step, moves its footprint at most once over: a one-off cost,
-//! not churn. Asked of the bucket, they were what it declined on bert, gnn, gpt2_run and
-//! lstm_train, whose first passes need 11–16 ms of moves against its 10 (host replay;
-//! BENCHMARKS.md, session 29); a live program's lifetime share pays for the same moves out of
-//! its start-up. Reaching the peak counts as well (session 31): an encoder's layers each come
-//! back to the peak their first layer set, and each, placed without moves, mapped pages of its
-//! own (roberta_infer_varlen 1.1726 → 1.1036 of its peak live).
+//! later steps reuse. They may take pages an earlier move placed and leave the pages they place
+//! free to move again; in all they move at most the bytes of that peak (`allows_at_peak`), so a
+//! program that grows for ever, or comes back to its peak in every step, moves its footprint at
+//! most once over: a one-off cost, not churn. That allowance is their bound, so the bucket is
+//! not charged for them: charged, they ran it into debt, and the next move that was not at the
+//! peak waited for the debt to be paid, which made what they saved depend on what a move costs
+//! (host replay of roberta_infer_varlen at 5–200 µs per physical allocation: 1.10–1.25 of its
+//! peak live; uncharged, 1.156 at every cost; session 31). Asked of the bucket, they were what it
+//! declined on bert, gnn, gpt2_run and lstm_train, whose first passes need 11–16 ms of moves
+//! against its 10 (host replay; BENCHMARKS.md, session 29); a live program's lifetime share
+//! pays for the same moves out of its start-up. Reaching the peak counts as well (session 31):
+//! an encoder's layers each come back to the peak their first layer set, and each, placed
+//! without moves, mapped pages of its own (roberta_infer_varlen 1.1726 → 1.1560).
 //! The budget rule (`memory_limit`) never consults it.
 //! It also remembers whether a placement has had to unmap what mapping new memory would not
 //! (`note_undone`): a count, not a time, by which `alias_again_until_undone` ends moving again.

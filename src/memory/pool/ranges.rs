@@ -644,11 +644,11 @@ impl Pool {
                 let si = self.blocks[self.segs[r].first].owner as usize;
                 self.streams[si].moved_at_start = true;
             }
+        } else if at_peak {
+            // Bounded by their own allowance, not charged to the bucket (move_budget.rs).
+            self.moves.note_peak_move(moved * page);
         } else if let Some(t0) = started {
             self.moves.charge(backing.now_ns().saturating_sub(t0));
-            if at_peak {
-                self.moves.note_peak_move(moved * page);
-            }
         }
         mapped?;
         Ok(trimmed?)

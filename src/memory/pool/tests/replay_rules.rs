@@ -278,13 +278,23 @@ fn a_samplers_steps_follow_the_plan_of_their_period() {
 /// largest batch sets the peak in the first pass. Its first layer raises the program's peak;
 /// each later layer comes back to it, and its 145 MiB attention blocks find the holes the last
 /// layer left split by the 36 MiB outputs. Moves for requests that reach the peak, as for those
-/// that raise it, are not asked of the bucket (`PoolConfig::peak_moves`): 1.104 instead of
-/// 1.173 (raising only) and 1.211 (every move asked), at both paces.
+/// that raise it, are not asked of the bucket, nor charged to it (`PoolConfig::peak_moves`):
+/// 1.156 instead of 1.173 (raising only) and 1.211 (every move asked), at both paces and
+/// whatever a move costs (charged, 1.10 at 46 µs per physical allocation but 1.21 at 200).
 #[test]
 fn an_encoders_layers_back_at_its_peak_move_pages_outside_the_bucket() {
     let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
-    for fast in [false, true] {
+    for (fast, alloc_us) in [
+        (false, ALLOC_US),
+        (true, ALLOC_US),
+        (false, 5),
+        (false, 200),
+    ] {
         let (evs, unfreed, cost) = trace_at_pace("../traces_heldout/roberta_infer_varlen", fast);
+        let cost = CostModel {
+            alloc_ns: alloc_us * 1000,
+            ..cost
+        };
         let run = |peak_moves: bool| {
             let cfg = PoolConfig {
                 peak_moves,
@@ -293,9 +303,13 @@ fn an_encoders_layers_back_at_its_peak_move_pages_outside_the_bucket() {
             replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
         };
         let asked = run(false);
-        assert!(ratio(&asked) > 1.15, "asked: {}", ratio(&asked));
+        assert!(
+            ratio(&asked) > 1.15,
+            "asked, {alloc_us} µs: {}",
+            ratio(&asked)
+        );
         let f = run(true);
-        assert!(ratio(&f) < 1.11, "peak moves: {}", ratio(&f));
+        assert!(ratio(&f) < 1.16, "peak moves, {alloc_us} µs: {}", ratio(&f));
         assert_eq!(f.peak_pass, 0);
         let mut later = f.steady_maps.clone();
         later.sort_unstable();

@@ -452,13 +452,15 @@ pub const DEEP: Config = Config {
 /// A pool under `limit` on a device with virtual memory, as finalize meets it; `primed`: with
 /// its virtual range (as `prime_virtual_range` gives it).
 pub(super) fn pool_for(limit: u64, primed: bool) -> Pool {
-    let mut pool = Pool::new(PoolConfig {
-        alignment: ALIGN,
-        memory_limit: limit,
-        // As the runtime makes it under a memory limit.
-        period_plans: false,
-        ..PoolConfig::default()
-    });
+    // As the runtime makes it under a memory limit.
+    let mut pool = Pool::new(
+        PoolConfig {
+            alignment: ALIGN,
+            memory_limit: limit,
+            ..PoolConfig::default()
+        }
+        .for_swapping(),
+    );
     let backing = Device::default();
     if primed {
         let block = pool.alloc(&backing, ALIGN, StreamId(0)).expect("room");

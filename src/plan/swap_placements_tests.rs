@@ -234,13 +234,15 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let limit = (lv.persistent_bytes + lv.peak_transient_bytes) / 3;
     let dev = Device::default();
-    let mut pool = Pool::new(PoolConfig {
-        alignment: ALIGN,
-        memory_limit: limit,
-        // As the runtime makes it under a memory limit.
-        period_plans: false,
-        ..PoolConfig::default()
-    });
+    // As the runtime makes it under a memory limit.
+    let mut pool = Pool::new(
+        PoolConfig {
+            alignment: ALIGN,
+            memory_limit: limit,
+            ..PoolConfig::default()
+        }
+        .for_swapping(),
+    );
     let block = pool.alloc(&dev, ALIGN, S).unwrap();
     pool.free(&dev, block).unwrap();
     let fits = |plan: &_| {

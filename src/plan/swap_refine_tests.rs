@@ -49,13 +49,15 @@ fn dear_rebuild() -> (G, Vec<f64>, u32) {
 }
 
 fn pool(limit: u64) -> Pool {
-    Pool::new(PoolConfig {
-        alignment: 1,
-        memory_limit: limit,
-        // As the runtime makes it under a memory limit.
-        period_plans: false,
-        ..PoolConfig::default()
-    })
+    // As the runtime makes it under a memory limit.
+    Pool::new(
+        PoolConfig {
+            alignment: 1,
+            memory_limit: limit,
+            ..PoolConfig::default()
+        }
+        .for_swapping(),
+    )
 }
 
 fn fits_in<'a>(

@@ -17,8 +17,8 @@
 //! | `GKRT_POOL_PEAK_MOVES` | `PoolConfig::peak_moves`, 0 or 1: a slack-rule page move for a request that raises the program's own peak of allocated bytes, or reaches it again, goes ahead without the time budget (and is not charged to it), up to moving that peak's bytes in all | 1 |
 //! | `GKRT_POOL_PERIOD_PLANS` | `PoolConfig::period_plans`, 0 or 1: a loop that carries a block from turn to turn (a sampler's latents) is found as a period, and its turns follow a plan that keeps the carry in place | 1 |
 //! | `GKRT_POOL_PENDING_BEST_FIT` | `PoolConfig::pending_best_fit`, 0 or 1: an allocation takes a block pending on a copy-out that fits it more closely than any free block, the stream waiting for the copy (an experiment knob) | 0 |
-//! | `GKRT_POOL_TAIL_PREFIX_FIRST` | `PoolConfig::tail_first`, 0 or 1 (1: `TailFirst::Always`): a request of at most a page whose best fit is a warm free block at least twice its size takes the short mapped start of the range's last block instead (an experiment knob) | 0 |
-//! | `GKRT_POOL_SHORT_LIVED_TAIL` | `PoolConfig::tail_first`, 0 or 1 (1: `TailFirst::ShortLived`, over `GKRT_POOL_TAIL_PREFIX_FIRST`): as `GKRT_POOL_TAIL_PREFIX_FIRST`, only for requests whose size the pool has seen live fewer allocations than there are live blocks (placement by lifetime; an experiment knob) | 0 |
+//! | `GKRT_POOL_TAIL_PREFIX_FIRST` | `PoolConfig::tail_first`, 1: `TailFirst::Always`, every request of at most a page whose best fit is a warm free block at least twice its size takes the short mapped start of the range's last block instead (an experiment knob; 0 leaves the default) | 0 |
+//! | `GKRT_POOL_SHORT_LIVED_TAIL` | `PoolConfig::tail_first`, 0 or 1 (1: `TailFirst::ShortLived`, over `GKRT_POOL_TAIL_PREFIX_FIRST`; 0: `TailFirst::Off`): as `GKRT_POOL_TAIL_PREFIX_FIRST`, only for requests whose size the pool has seen live fewer allocations than there are live blocks (placement by lifetime) | 1 |
 //! | `GKRT_POOL_MAJORITY_MOVES` | `PoolConfig::recycle_majority_moves`, 0 or 1: a slack-rule page move that cannot keep mapping under the cap, when more than one physical allocation is over it, goes ahead only when it moves at least half of the pages over it (0: every such move is made) | 1 |
 //! | `GKRT_POOL_ALIASES` | `PoolConfig::page_aliases`, 0, 1, 2 or 3: a page move keeps the moved physical allocation mapped at its old address too (an alias no block may use while it is live elsewhere), so moving it back is bookkeeping with no driver call; 2 also `PoolConfig::alias_moves_again` (pages a move placed may move again within the time budget); 3 also `PoolConfig::alias_again_until_undone` (moving again ends when a move is first undone at the cost of an unmap) | 0 |
 //! | `GKRT_POOL_EPOCH_PLANS` | `PoolConfig::epoch_plans`, 0 or 1: a stream's range that returns to the same live blocks (none, or blocks kept for good) and fills again the same way is placed by an offline plan of the last time, around those blocks (`memory/pool/epochs.rs`) | 1 |
@@ -131,12 +131,12 @@ pub(crate) fn pool_overrides(mut pool: PoolConfig) -> PoolConfig {
     if let Some(b) = read("GKRT_POOL_PENDING_BEST_FIT") {
         pool.pending_best_fit = b != 0;
     }
+    // Short-lived requests at the tail are the default: 0 turns them off, and 1 for every
+    // request (`TAIL_PREFIX_FIRST`) replaces them; its 0 leaves the default.
     if let Some(b) = read("GKRT_POOL_TAIL_PREFIX_FIRST") {
-        pool.tail_first = if b != 0 {
-            TailFirst::Always
-        } else {
-            TailFirst::Off
-        };
+        if b != 0 {
+            pool.tail_first = TailFirst::Always;
+        }
     }
     if let Some(b) = read("GKRT_POOL_SHORT_LIVED_TAIL") {
         if b != 0 {

@@ -170,7 +170,6 @@ impl Runtime {
             },
             comm: device.create_stream()?,
         };
-        let defaults = PoolConfig::default();
         // Virtual ranges only under a budget of at least 512 MiB (eight of the 64 MiB pages the
         // pool once had; kept when pages became granules so small budgets behave as before).
         let big_enough = limit >= 512 << 20;
@@ -179,16 +178,18 @@ impl Runtime {
             .unwrap_or(config.memory_limit != 0)
             && big_enough;
         let raw_virtual = config.pool_virtual_memory.unwrap_or(true) && big_enough;
-        let pool = Pool::new(env::pool_overrides(PoolConfig {
+        let mut pool_config = PoolConfig {
             alignment: ALIGNMENT,
             memory_limit: limit,
             vmm,
             recycle_waits: config.pool_recycle_waits,
-            // Under a memory limit graphs may swap, and the swap planner's dry runs cannot
-            // foresee a period (`PoolConfig::period_plans`).
-            period_plans: defaults.period_plans && config.memory_limit == 0,
-            ..defaults
-        }));
+            ..PoolConfig::default()
+        };
+        if config.memory_limit != 0 {
+            // Graphs may swap (`PoolConfig::for_swapping`).
+            pool_config = pool_config.for_swapping();
+        }
+        let pool = Pool::new(env::pool_overrides(pool_config));
         let host_limit = if config.host_memory_limit == 0 {
             u64::MAX
         } else {

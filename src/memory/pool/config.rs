@@ -58,9 +58,10 @@ pub struct PoolConfig {
     /// Which requests of at most a page, whose best fit is a warm free block at least twice
     /// their size, take the mapped start of the range's last block instead when that start
     /// spans at most `vmm_page_bytes` (`tail_first.rs`), keeping the warm hole whole for the
-    /// large block that left it: none (the default), every one, or those whose size the pool
-    /// has seen live shorter than the mean (`lifetimes.rs`). Experiment knobs until the H200
-    /// measures them (`GKRT_POOL_TAIL_PREFIX_FIRST`, `GKRT_POOL_SHORT_LIVED_TAIL`).
+    /// large block that left it: none, every one, or those whose size the pool has seen live
+    /// shorter than the mean (`lifetimes.rs`; the default since session 31:
+    /// `GKRT_POOL_SHORT_LIVED_TAIL=0` turns it off, `GKRT_POOL_TAIL_PREFIX_FIRST=1` sends every
+    /// one).
     pub tail_first: TailFirst,
     /// Whether a slack-rule move that cannot bring mapping under the cap, when the growth over
     /// the cap is more than one physical allocation, goes ahead only when the pages it can move
@@ -157,15 +158,17 @@ pub struct PoolConfig {
 /// cutting a warm hole twice their size. One field, so that the hot path tests one byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TailFirst {
-    /// None: the best fit is cut (the default).
+    /// None: the best fit is cut.
     Off,
     /// Every such request (`GKRT_POOL_TAIL_PREFIX_FIRST=1`; host replay: bert, gnn and
     /// mlp_small training 0.013–0.023 lower reserved / live, moe training 0.009 higher).
     Always,
     /// Those whose size the pool has seen live fewer allocations than there are live blocks:
-    /// shorter than the mean, by Little's law (`lifetimes.rs`; `GKRT_POOL_SHORT_LIVED_TAIL=1`).
-    /// Host replay: mlp_small_train 1.067 → 1.044 of its peak live, kv_growth 1.084 → 1.130 at
-    /// the replay's fast pace (ARCHITECTURE.md, "Placement by lifetime").
+    /// shorter than the mean, by Little's law (`lifetimes.rs`). The default since session 31
+    /// (`GKRT_POOL_SHORT_LIVED_TAIL=0` turns it off). Host replay: mlp_small_train 1.067 → 1.044
+    /// of its peak live; in session 15 kv_growth went 1.084 → 1.130 at the replay's fast pace,
+    /// and with epoch plans and periods (session 31) no trace goes over its goal with it, at
+    /// either pace, with or without a held block (ARCHITECTURE.md, "Placement by lifetime").
     ShortLived,
 }
 
@@ -186,7 +189,7 @@ impl Default for PoolConfig {
             recycle_min_bytes: 2 * MIB,
             recycle_waits: false,
             pending_best_fit: false,
-            tail_first: TailFirst::Off,
+            tail_first: TailFirst::ShortLived,
             recycle_majority_moves: true,
             page_aliases: false,
             alias_moves_again: false,
@@ -204,6 +207,20 @@ impl Default for PoolConfig {
 }
 
 impl PoolConfig {
+    /// This configuration as a runtime with a memory limit uses it: its graphs may swap, and
+    /// the swap planner predicts the pool by dry runs on clones, which log nothing, so no
+    /// period can be foreseen (`period_plans` off; GPT-2 medium's emulated steady runs mapped
+    /// 70 pages a run with it, session 30); and the planner's choices and figures were fitted
+    /// with small requests cut from their best fit (`tail_first` off; short-lived requests at
+    /// the tail were measured on allocators without a limit only, session 31).
+    pub fn for_swapping(self) -> PoolConfig {
+        PoolConfig {
+            period_plans: false,
+            tail_first: TailFirst::Off,
+            ..self
+        }
+    }
+
     pub(super) fn normalized(mut self) -> PoolConfig {
         let a = match self.alignment {
             0 => 256,

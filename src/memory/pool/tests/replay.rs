@@ -217,13 +217,17 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     if let Ok(v) = std::env::var("GKRT_REPLAY_EPOCH_PLANS") {
         cfg.epoch_plans = v != "0";
     }
-    // GKRT_REPLAY_TAIL_FIRST=1: `TailFirst::Always`; GKRT_REPLAY_SHORT_TAIL=1:
-    // `TailFirst::ShortLived`.
+    // GKRT_REPLAY_TAIL_FIRST=1: `TailFirst::Always`; GKRT_REPLAY_SHORT_TAIL=0 or 1:
+    // `TailFirst::Off` or `ShortLived` (the default).
     if std::env::var("GKRT_REPLAY_TAIL_FIRST").is_ok_and(|v| v == "1") {
         cfg.tail_first = TailFirst::Always;
     }
-    if std::env::var("GKRT_REPLAY_SHORT_TAIL").is_ok_and(|v| v == "1") {
-        cfg.tail_first = TailFirst::ShortLived;
+    if let Ok(v) = std::env::var("GKRT_REPLAY_SHORT_TAIL") {
+        cfg.tail_first = if v == "0" {
+            TailFirst::Off
+        } else {
+            TailFirst::ShortLived
+        };
     }
     replay_with(
         evs,

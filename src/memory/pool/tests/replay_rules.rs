@@ -37,8 +37,10 @@ fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
         let cfg = PoolConfig {
             recycle_majority_moves: majority,
             epoch_plans: false,
-            // The first pass's moves asked of the bucket, as the rule was made for.
+            // The first pass's moves asked of the bucket, and small requests cut from their
+            // best fit, as the rule was made for.
             peak_moves: false,
+            tail_first: TailFirst::Off,
             ..PoolConfig::default()
         };
         replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
@@ -68,6 +70,7 @@ fn bert_train_moves_pages_back_for_free_with_aliases() {
             // (Later passes follow the first's plan with epoch plans; with aliases there are none.)
             epoch_plans: false,
             peak_moves: false,
+            tail_first: TailFirst::Off,
             ..PoolConfig::default()
         };
         replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
@@ -120,8 +123,8 @@ fn trace_at_pace(name: &str, fast: bool) -> (Vec<Ev>, Vec<u32>, CostModel) {
 }
 
 /// The replay of `name` at either pace with page aliases at `level` (as `GKRT_POOL_ALIASES`),
-/// every slack-rule move asked of the bucket (`peak_moves` off: the rule these levels were
-/// measured against).
+/// every slack-rule move asked of the bucket and small requests cut from their best fit
+/// (`peak_moves` and `tail_first` off: the rules these levels were measured against).
 fn aliases_at_pace(name: &str, level: u32, fast: bool) -> Figures {
     let (evs, unfreed, cost) = trace_at_pace(name, fast);
     let cfg = PoolConfig {
@@ -129,6 +132,7 @@ fn aliases_at_pace(name: &str, level: u32, fast: bool) -> Figures {
         alias_moves_again: level >= 2,
         alias_again_until_undone: level >= 3,
         peak_moves: false,
+        tail_first: TailFirst::Off,
         ..PoolConfig::default()
     };
     replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)

@@ -1,4 +1,4 @@
-//! `PoolConfig::tail_first` (`TailFirst`, off by default): a request of at most a page whose best fit
+//! `PoolConfig::tail_first` (`TailFirst`): a request of at most a page whose best fit
 //! is a warm free block at least twice its size takes the mapped start of the range's last
 //! block instead, when that mapped start is short (at most `vmm_page_bytes`). Best fit would cut
 //! the warm hole, and the hole — coalesced from a large tensor freed a moment ago — no longer
@@ -7,11 +7,12 @@
 //! training: peak reserved over peak live 1.087 → 1.074, 1.168 → 1.146, 1.067 → 1.044; moe
 //! training 1.053 → 1.062, resnet50_run and unet training +0.005 and +0.003, the rest the same
 //! (`GKRT_REPLAY_TAIL_FIRST=1`). Requests over a page, or a longer mapped tail, made moe worse
-//! still (1.083) for no other gain. An experiment knob until the H200 pool run measures it side
-//! by side with the default (`pool_allocators` "variants"). `TailFirst::ShortLived` applies
-//! the same placement only to requests of sizes the pool has seen live shorter than the mean
-//! (`lifetimes.rs`): placement by lifetime, where a short-lived block cut from a hole would
-//! outlive the neighbours that free the hole's other parts.
+//! still (1.083) for no other gain; `TailFirst::Always` stays an experiment knob.
+//! `TailFirst::ShortLived`, the default since session 31 (off under a memory limit:
+//! `PoolConfig::for_swapping`), applies the same placement only to requests of sizes the pool
+//! has seen live shorter than the mean (`lifetimes.rs`): placement by lifetime, where a
+//! short-lived block cut from a hole would outlive the neighbours that free the hole's other
+//! parts (mlp_small_train 1.0670 → 1.0443 on the H200, no trace over its goal with it).
 
 use super::block::State;
 use super::tlsf::NIL;

@@ -221,7 +221,7 @@ fn moves_at_a_new_program_peak_are_not_asked_of_the_bucket() {
 /// mlp_small_train with short-lived requests at the tail (`TailFirst::ShortLived`): the small
 /// blocks its first step frees within a few allocations stay out of the holes between its
 /// 1–4 MiB activations, and its peak (the first step's, 88 MiB live) needs 92 MiB instead of 94,
-/// under the goal at both paces; off, the default is over it.
+/// under the goal at both paces (the default since session 31); off, it is over.
 #[test]
 fn mlp_small_train_keeps_short_lived_blocks_out_of_its_holes() {
     let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;

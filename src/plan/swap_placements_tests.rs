@@ -13,7 +13,7 @@ use super::swap_release::Releases;
 use super::test_vmm::Device;
 use crate::device::{EventId, StreamId};
 use crate::graph::Liveness;
-use crate::memory::pool::{Pool, PoolConfig, PoolError};
+use crate::memory::pool::{Pool, PoolError};
 use crate::plan::program::{Buf, PoolCall, PoolWalk, Program, Step};
 use crate::plan::swap_candidates::{fitted_candidates_with, Knobs};
 use crate::plan::swap_fit::{fits_pool, pool_moves};
@@ -234,17 +234,7 @@ fn runs(follow: bool) -> (Vec<RunFigures>, u64) {
     let lv = Liveness::analyse(&s.tensors, &s.nodes, ALIGN);
     let limit = (lv.persistent_bytes + lv.peak_transient_bytes) / 3;
     let dev = Device::default();
-    // As the runtime makes it under a memory limit.
-    let mut pool = Pool::new(
-        PoolConfig {
-            alignment: ALIGN,
-            memory_limit: limit,
-            ..PoolConfig::default()
-        }
-        .for_swapping(),
-    );
-    let block = pool.alloc(&dev, ALIGN, S).unwrap();
-    pool.free(&dev, block).unwrap();
+    let pool = super::gpt2_shape_tests::pool_for(limit, true);
     let fits = |plan: &_| {
         let program = Program::compile(&s.tensors, &s.nodes, &lv, Some(plan), None);
         fits_pool(&s.tensors, &s.nodes, &program, &pool, S, &[])

@@ -6,22 +6,15 @@
 use super::replay::{load_trace, replay_with, CostModel, Ev, Figures, ALLOC_US, CALL_US, GAP_NS};
 use super::*;
 
-/// bert_train (benches/traces) and the model clock at the H200's pace: 400 ns per operation,
-/// the other allocators' rounds 20 operations' worth.
-fn bert_train_at_h200_pace() -> (Vec<Ev>, Vec<u32>, CostModel) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/benches/traces/bert_train.trace.gz"
-    );
-    let (evs, unfreed) = load_trace(path);
-    let cost = CostModel {
-        call_ns: CALL_US * 1000,
-        alloc_ns: ALLOC_US * 1000,
-        gap_ns: 8000,
-        work_ns: 400,
-        start_ns: 0,
-    };
-    (evs, unfreed, cost)
+/// The rules the tests of session 12's and 13's move rules were measured against: every
+/// slack-rule move asked of the bucket (`peak_moves` off, session 29) and small requests cut
+/// from their best fit (`tail_first` off, session 31).
+fn before_peak_moves() -> PoolConfig {
+    PoolConfig {
+        peak_moves: false,
+        tail_first: TailFirst::Off,
+        ..PoolConfig::default()
+    }
 }
 
 /// bert_train (benches/traces) on the model clock at the H200's pace (400 ns per operation, the
@@ -31,17 +24,13 @@ fn bert_train_at_h200_pace() -> (Vec<Ev>, Vec<u32>, CostModel) {
 /// the majority rule, the default, the first pass's peak stands and nothing moves after it.
 #[test]
 fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
-    let (evs, unfreed, cost) = bert_train_at_h200_pace();
+    let (evs, unfreed, cost) = trace_at_pace("bert_train", false);
     let run = |majority: bool| {
         // Later passes follow the first's plan with epoch plans: these passes test the moves.
         let cfg = PoolConfig {
             recycle_majority_moves: majority,
             epoch_plans: false,
-            // The first pass's moves asked of the bucket, and small requests cut from their
-            // best fit, as the rule was made for.
-            peak_moves: false,
-            tail_first: TailFirst::Off,
-            ..PoolConfig::default()
+            ..before_peak_moves()
         };
         replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
     };
@@ -61,7 +50,7 @@ fn bert_train_keeps_its_first_peak_under_the_majority_rule() {
 /// 32 and 32). Aliases alone leave bert's peak where it was.
 #[test]
 fn bert_train_moves_pages_back_for_free_with_aliases() {
-    let (evs, unfreed, cost) = bert_train_at_h200_pace();
+    let (evs, unfreed, cost) = trace_at_pace("bert_train", false);
     let run = |aliases: bool, again: bool, permille: u64| {
         let cfg = PoolConfig {
             page_aliases: aliases,
@@ -69,9 +58,7 @@ fn bert_train_moves_pages_back_for_free_with_aliases() {
             recycle_time_permille: permille,
             // (Later passes follow the first's plan with epoch plans; with aliases there are none.)
             epoch_plans: false,
-            peak_moves: false,
-            tail_first: TailFirst::Off,
-            ..PoolConfig::default()
+            ..before_peak_moves()
         };
         replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
     };
@@ -103,8 +90,9 @@ fn bert_train_moves_pages_back_for_free_with_aliases() {
     );
 }
 
-/// A trace from benches/traces on the model clock at the H200's pace as `bert_train_at_h200_pace`
-/// sets it (`fast`: no work between calls and 1600 ns of gap per event, the replay's default).
+/// A trace from benches/traces on the model clock at the H200's pace: 400 ns per operation, the
+/// other allocators' rounds 20 operations' worth (`fast`: no work between calls and 1600 ns of
+/// gap per event, the replay's default).
 fn trace_at_pace(name: &str, fast: bool) -> (Vec<Ev>, Vec<u32>, CostModel) {
     let path = format!(
         "{}/benches/traces/{name}.trace.gz",
@@ -123,17 +111,14 @@ fn trace_at_pace(name: &str, fast: bool) -> (Vec<Ev>, Vec<u32>, CostModel) {
 }
 
 /// The replay of `name` at either pace with page aliases at `level` (as `GKRT_POOL_ALIASES`),
-/// every slack-rule move asked of the bucket and small requests cut from their best fit
-/// (`peak_moves` and `tail_first` off: the rules these levels were measured against).
+/// under the rules these levels were measured against (`before_peak_moves`).
 fn aliases_at_pace(name: &str, level: u32, fast: bool) -> Figures {
     let (evs, unfreed, cost) = trace_at_pace(name, fast);
     let cfg = PoolConfig {
         page_aliases: level >= 1,
         alias_moves_again: level >= 2,
         alias_again_until_undone: level >= 3,
-        peak_moves: false,
-        tail_first: TailFirst::Off,
-        ..PoolConfig::default()
+        ..before_peak_moves()
     };
     replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
 }

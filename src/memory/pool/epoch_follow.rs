@@ -6,6 +6,7 @@
 use super::block::State;
 use super::epoch_plan::Plan;
 use super::epochs::Mode;
+use super::ranges::OnOom;
 use super::recycle::Keep;
 use super::tlsf::NIL;
 use super::{Pool, PoolBacking, PoolError};
@@ -274,7 +275,9 @@ impl Pool {
         }
         let base = self.segs[r].base;
         let runs = self.pages_of(r).runs(0, pp, false);
-        let mapped = self.map_runs(backing, vm, r, base, &runs, placing, pp * page);
+        // Out of device memory, the plan is not followed: emptying the cache (and waiting for
+        // the device) for a placement the request can do without would stall it for nothing.
+        let mapped = self.map_runs(backing, vm, r, base, &runs, placing, pp * page, OnOom::Fail);
         self.relink_counted(r, t);
         vm.trim()?;
         match mapped {
@@ -366,8 +369,17 @@ impl Pool {
                 }
                 if !runs.is_empty() {
                     self.unlink(i);
-                    let mapped =
-                        self.map_runs(backing, vm, r, base, &runs, Some((i, q0, q1)), need * page);
+                    let placing = Some((i, q0, q1));
+                    let mapped = self.map_runs(
+                        backing,
+                        vm,
+                        r,
+                        base,
+                        &runs,
+                        placing,
+                        need * page,
+                        OnOom::Fail,
+                    );
                     self.relink_counted(r, i);
                     match mapped {
                         Ok(()) => {}

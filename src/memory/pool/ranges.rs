@@ -17,6 +17,15 @@ pub(super) const COLD_SCAN: usize = 32;
 /// Runs of mapped pages inside a cold block whose ends are tried as placements.
 pub(super) const MAPPED_RUNS_TRIED: usize = 4;
 
+/// What `Pool::map_runs` does when the device is out of memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum OnOom {
+    /// Give the device every free page and idle segment the pool holds, then retry once.
+    Reclaim,
+    /// Fail: the caller can do without these pages.
+    Fail,
+}
+
 impl Pool {
     /// Pages `[p0, p1)` of range `r` that a block at `[addr, addr + size)` touches.
     #[inline]
@@ -622,7 +631,7 @@ impl Pool {
         let undone = must == 0 && self.aliases.unmaps > unmaps;
         let base = self.segs[r].base;
         let runs = self.pages_of(r).runs(p0, p1, false);
-        let mapped = self.map_runs(backing, vm, r, base, &runs, placing, bytes);
+        let mapped = self.map_runs(backing, vm, r, base, &runs, placing, bytes, OnOom::Reclaim);
         if undone {
             // Not the budget's unmapping: a move (this one or an earlier one) undone.
             self.moves.note_undone();
@@ -696,6 +705,11 @@ impl Pool {
         (pow2 / self.page).max(1)
     }
 
+    /// Maps `runs` of range `r` (at `base`) for a request of `bytes`. When the device is out
+    /// of memory, `on_oom` says whether the pool first gives it every free page and idle
+    /// segment it holds (waiting for the device where it must) and retries — what a request
+    /// needs — or fails at once, leaving what it holds alone: what a plan's optional gathering
+    /// needs, which then is not followed (`epoch_follow.rs`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn map_runs(
         &mut self,
@@ -706,6 +720,7 @@ impl Pool {
         runs: &[(u64, u64)],
         placing: Option<(u32, u64, u64)>,
         bytes: u64,
+        on_oom: OnOom,
     ) -> Result<(), PoolError> {
         let page = self.page;
         for &(p, n) in runs {
@@ -717,7 +732,7 @@ impl Pool {
                 let (size, count) = if left >= c { (c, left / c) } else { (left, 1) };
                 let addr = base + at * page;
                 let mut result = vm.map(addr, size * page, count);
-                if let Err(DeviceError::OutOfMemory { .. }) = result {
+                if let (Err(DeviceError::OutOfMemory { .. }), OnOom::Reclaim) = (&result, on_oom) {
                     // Give the device every free page and idle segment we hold, then retry.
                     self.recycle(backing, vm, u64::MAX, u64::MAX, placing.into(), true, None)?;
                     vm.trim()?;

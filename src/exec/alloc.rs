@@ -315,7 +315,8 @@ impl Executor<'_> {
                 Err(PoolError::OutOfMemory { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            if let Some((ptr, event)) = self.pool.take_pending(bytes, self.streams.compute) {
+            if let Some((ptr, event)) = self.pool.take_pending_in(bytes, self.streams.compute, lane)
+            {
                 self.compute_waits(event)?;
                 return Ok(ptr);
             }

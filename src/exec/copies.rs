@@ -98,7 +98,7 @@ impl Executor<'_> {
             Err(OutOfMemory { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        if let Some((ptr, event)) = self.pool.take_pending(bytes, self.streams.compute) {
+        if let Some((ptr, event)) = self.pool.take_pending_in(bytes, self.streams.compute, lane) {
             return Ok(Some((ptr, Some(event))));
         }
         // With the pending blocks back, without waiting for the device; then however it must.

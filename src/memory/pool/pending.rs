@@ -51,10 +51,22 @@ impl Pool {
     /// same event). Returns the
     /// address and the event: the caller makes the stream that will use the block wait for it
     /// (`cuStreamWaitEvent`) before any use. `None` when no single pending block is large
-    /// enough.
+    /// enough. Blocks of `stream`'s working lane, for a request of that lane (`take_pending_in`).
     pub fn take_pending(&mut self, bytes: u64, stream: StreamId) -> Option<(u64, EventId)> {
+        self.take_pending_in(bytes, stream, Lane::Working)
+    }
+
+    /// `take_pending` for a request of `stream`'s `lane`, from blocks of that lane only: a
+    /// lasting request given a working-lane block would hold it there for good, and the working
+    /// lane's range could no longer empty between epochs (`stream.rs`, `Lane`).
+    pub fn take_pending_in(
+        &mut self,
+        bytes: u64,
+        stream: StreamId,
+        lane: Lane,
+    ) -> Option<(u64, EventId)> {
         let rounded = round_up(bytes, self.config.alignment)?;
-        let si = *self.stream_index.get(&lane_key(stream, Lane::Working))?;
+        let si = *self.stream_index.get(&lane_key(stream, lane))?;
         let mut best: Option<(u64, u64, EventId, usize)> = None;
         for (&event, blocks) in &self.pending {
             for (pos, &i) in blocks.iter().enumerate() {

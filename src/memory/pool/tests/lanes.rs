@@ -92,3 +92,25 @@ fn a_freed_lasting_block_makes_room_for_working_ones() {
     p.free(&f, x).unwrap();
     check(&p);
 }
+
+/// A block pending on an event goes only to a request of its own lane: a lasting request
+/// given a working-lane block would hold it in the working range for good (session 28's
+/// leftover: the executor's out-of-memory path asked for one in either lane).
+#[test]
+fn a_pending_block_goes_only_to_a_request_of_its_own_lane() {
+    let (mut p, f) = idle_pool();
+    let w = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    let l = p.alloc_in(&f, 4 * MIB, st(0), Lane::Lasting).unwrap();
+    p.free_after_event(&f, w, EventId(1)).unwrap();
+    assert_eq!(p.take_pending_in(4 * MIB, st(0), Lane::Lasting), None);
+    p.free_after_event(&f, l, EventId(2)).unwrap();
+    assert_eq!(
+        p.take_pending_in(4 * MIB, st(0), Lane::Lasting),
+        Some((l, EventId(2)))
+    );
+    assert_eq!(p.take_pending(4 * MIB, st(0)), Some((w, EventId(1))));
+    for x in [w, l] {
+        p.free(&f, x).unwrap();
+    }
+    check(&p);
+}

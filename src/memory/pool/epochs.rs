@@ -47,15 +47,16 @@
 //! Planning waits for that later epoch rather than running when the epoch ends: it takes about
 //! 1 ms per 300 allocations (0.9 s for a log of `LOG_MAX` on the build machine), which a program
 //! that ends the epoch once — at its end, or between phases that differ — would pay for a plan
-//! it never follows. A kept epoch holds its log and, once planned, its plan: 36 bytes an
-//! allocation, at most `LOG_MAX` allocations a stream. Recording costs a push per allocation
+//! it never follows. A kept epoch holds its log (16 bytes an allocation) until it is planned,
+//! then its plan (20: size, offset, anchor) and not the log, at most `LOG_MAX` allocations a
+//! stream. Recording costs a push per allocation
 //! (the log's entry, a start) and a store per free; a log filled without finding an epoch
 //! pauses the recording, longer each time (`pause`).
 //!
 //! A loop whose turns carry a block into the next never ends an epoch; the recording finds its
 //! turns as a *period* instead, kept and followed the same way (`epochs/periodic.rs`).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::epoch_plan::{plan, Plan};
 use super::tlsf::NIL;
@@ -121,7 +122,12 @@ pub(super) struct Logged {
 
 #[derive(Debug)]
 struct Kept {
-    log: Vec<Logged>,
+    /// Its allocations until it is planned: the plan then holds what following needs (each
+    /// allocation's size, offset and anchor), and the log goes.
+    log: Mutex<Vec<Logged>>,
+    /// The log's first size and length, kept with it gone: how a later epoch is matched.
+    first: u64,
+    len: usize,
     /// The live blocks when it started (and ended): offset from the range's base, size.
     floor: Vec<(u64, u64)>,
     /// `Epochs::hash` of those blocks.
@@ -135,8 +141,47 @@ struct Kept {
 }
 
 impl Kept {
+    fn new(
+        log: Vec<Logged>,
+        floor: Vec<(u64, u64)>,
+        hash: u64,
+        floor_ends: Vec<u32>,
+        carried: Vec<(u32, u64)>,
+    ) -> Kept {
+        Kept {
+            first: log.first().map_or(0, |l| l.size),
+            len: log.len(),
+            log: Mutex::new(log),
+            floor,
+            hash,
+            floor_ends,
+            carried,
+            plan: OnceLock::new(),
+        }
+    }
+
     fn first_size(&self) -> u64 {
-        self.log[0].size
+        self.first
+    }
+
+    /// Its plan, made from its log the first time (the log then goes); `None` when the
+    /// planner refuses it.
+    fn plan(&self, align: u64, page: u64) -> Option<Arc<Plan>> {
+        self.plan
+            .get_or_init(|| {
+                // A poisoned lock still holds the log: nothing panics while it is held.
+                let log = std::mem::take(&mut *self.log.lock().unwrap_or_else(|e| e.into_inner()));
+                plan(
+                    &log,
+                    &self.floor,
+                    &self.floor_ends,
+                    &self.carried,
+                    align,
+                    page,
+                )
+                .map(Arc::new)
+            })
+            .clone()
     }
 }
 
@@ -561,7 +606,7 @@ impl Epochs {
         let known = || {
             self.kept
                 .iter()
-                .any(|k| k.hash == self.hash && k.log.len() == n && k.first_size() == first)
+                .any(|k| k.hash == self.hash && k.len == n && k.first_size() == first)
         };
         if !(clean && large && long) {
             return false;
@@ -596,22 +641,33 @@ impl Epochs {
         // beyond the bounds.
         self.kept
             .retain(|k| k.first_size() != first || k.hash != hash);
-        self.kept.push(Arc::new(Kept {
+        self.kept.push(Arc::new(Kept::new(
             log,
             floor,
             hash,
-            floor_ends: Vec::new(),
-            carried: Vec::new(),
-            plan: OnceLock::new(),
-        }));
+            Vec::new(),
+            Vec::new(),
+        )));
         self.bound_kept();
+    }
+
+    /// Per kept epoch: its allocations, those its log still holds, and whether it is planned.
+    #[cfg(test)]
+    pub(super) fn kept_logs(&self) -> Vec<(usize, usize, bool)> {
+        self.kept
+            .iter()
+            .map(|k| {
+                let log = k.log.lock().map_or(0, |l| l.len());
+                (k.len, log, k.plan.get().is_some())
+            })
+            .collect()
     }
 
     /// The oldest kept epochs go beyond `PLANS` or `LOG_MAX` allocations in all.
     fn bound_kept(&mut self) {
-        let mut total: usize = self.kept.iter().map(|k| k.log.len()).sum();
+        let mut total: usize = self.kept.iter().map(|k| k.len).sum();
         while self.kept.len() > PLANS || total > LOG_MAX {
-            total -= self.kept.remove(0).log.len();
+            total -= self.kept.remove(0).len;
         }
     }
 
@@ -630,12 +686,7 @@ impl Epochs {
         {
             let k = self.kept[i].clone();
             let fresh = k.plan.get().is_none();
-            self.plan = k
-                .plan
-                .get_or_init(|| {
-                    plan(&k.log, &k.floor, &k.floor_ends, &k.carried, align, page).map(Arc::new)
-                })
-                .clone();
+            self.plan = k.plan(align, page);
             self.planned += u64::from(fresh);
             if self.plan.is_none() {
                 // Refused by the planner: this epoch is logged in its place.

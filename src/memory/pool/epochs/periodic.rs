@@ -39,7 +39,7 @@
 //! Detection costs one comparison per allocation. At an allocation of the largest size it costs
 //! at most `BIG_SEEN` comparisons of up to `2P` sizes.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use super::super::epoch_plan::carry_slots;
 use super::{mix, Epochs, Kept, Logged, Mode, NIL};
@@ -288,14 +288,8 @@ impl Epochs {
         let size = log[0].size;
         self.kept
             .retain(|x| x.first_size() != size || x.hash != hash);
-        self.kept.push(Arc::new(Kept {
-            log,
-            floor: blocks,
-            hash,
-            floor_ends,
-            carried,
-            plan: OnceLock::new(),
-        }));
+        self.kept
+            .push(Arc::new(Kept::new(log, blocks, hash, floor_ends, carried)));
         self.bound_kept();
         if !steer.is_empty() {
             self.periods.steer = steer;

@@ -98,6 +98,18 @@ fn an_epoch_that_repeats_follows_the_plan_of_the_last() {
     assert_eq!(p.epoch_counts(), (3, 0));
 }
 
+/// A kept epoch's log goes once it is planned: the plan holds what following needs.
+#[test]
+fn a_kept_epochs_log_goes_once_it_is_planned() {
+    let (mut p, f) = idle_pool();
+    epoch(&mut p, &f, &SIZES);
+    let kept = |p: &Pool| p.streams[0].epochs.kept_logs();
+    assert_eq!(kept(&p), vec![(4, 4, false)], "logged, not planned yet");
+    epoch(&mut p, &f, &SIZES);
+    assert_eq!(p.epoch_counts(), (1, 0));
+    assert_eq!(kept(&p), vec![(4, 0, true)]);
+}
+
 #[test]
 fn an_epoch_that_differs_leaves_the_plan_and_logs_again_after_a_wait() {
     let (mut p, f) = idle_pool();

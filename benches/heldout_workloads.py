@@ -508,6 +508,127 @@ def dlrm_train():
     return step
 
 
+# Session 32: five more programs of kinds the pool had not seen, recorded after its rules were
+# chosen (a dual encoder, a VAE, sequence-to-sequence generation, a decoder's prefill at varying
+# shape, speech of varying length).
+
+
+def clip_train():
+    """A contrastive dual encoder's training step: a CLIP-like model (timm's ViT-Small as the image
+    tower, a 6-layer text transformer of width 512), batch 128, captions of 16-77 tokens varying
+    per step, bf16 autocast, AdamW."""
+    import timm
+
+    image = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=512).to(DEV)
+    layer = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True, norm_first=True)
+    text = nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).to(DEV)
+    embed = nn.Embedding(49408, 512).to(DEV)
+    params = list(image.parameters()) + list(text.parameters()) + list(embed.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    rng = random.Random(41)
+
+    def step(i):
+        b, n = 128, rng.randint(16, 77)
+        x = torch.randn(b, 3, 224, 224, device=DEV)
+        ids = torch.randint(0, 49408, (b, n), device=DEV)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            zi = F.normalize(image(x), dim=-1)
+            zt = F.normalize(text(embed(ids)).mean(1), dim=-1)
+            logits = zi @ zt.t() * 14.3
+            y = torch.arange(b, device=DEV)
+            loss = (F.cross_entropy(logits, y) + F.cross_entropy(logits.t(), y)) / 2
+        step_on(opt, loss)
+
+    return step
+
+
+def vae_train():
+    """A convolutional VAE's training step: an encoder of 64-128-256-512 channels down to a
+    32 x 32 x 4 latent and a mirrored decoder, images of 256 x 256, batch 16, fp32, Adam."""
+
+    def down(i, o):
+        return nn.Sequential(nn.Conv2d(i, o, 3, 2, 1), nn.GroupNorm(32, o), nn.SiLU(),
+                             nn.Conv2d(o, o, 3, 1, 1), nn.SiLU())
+
+    def up(i, o):
+        return nn.Sequential(nn.Upsample(scale_factor=2), nn.Conv2d(i, o, 3, 1, 1),
+                             nn.GroupNorm(32, o), nn.SiLU(), nn.Conv2d(o, o, 3, 1, 1), nn.SiLU())
+
+    enc = nn.Sequential(nn.Conv2d(3, 64, 3, 1, 1), down(64, 128), down(128, 256), down(256, 512),
+                        nn.Conv2d(512, 8, 1)).to(DEV)
+    dec = nn.Sequential(nn.Conv2d(4, 512, 3, 1, 1), up(512, 256), up(256, 128), up(128, 64),
+                        nn.Conv2d(64, 3, 3, 1, 1)).to(DEV)
+    opt = torch.optim.Adam(list(enc.parameters()) + list(dec.parameters()), lr=1e-4)
+
+    def step(i):
+        x = torch.randn(16, 3, 256, 256, device=DEV)
+        mu, logvar = enc(x).chunk(2, 1)
+        z = mu + torch.randn_like(mu) * (0.5 * logvar).exp()
+        kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).mean()
+        step_on(opt, F.mse_loss(dec(z), x) + 1e-3 * kl)
+
+    return step
+
+
+def t5_generate_batches():
+    """A sequence-to-sequence model generating greedily with a key/value cache at varying batch: a
+    T5-small-like encoder-decoder (6 + 6 layers, width 512), 1-32 sources of 32-256 tokens, 64 new
+    tokens, fp16."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(vocab_size=32128, d_model=512, d_ff=2048, num_layers=6, num_decoder_layers=6,
+                   num_heads=8, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    model = T5ForConditionalGeneration(cfg).to(DEV).half().eval()
+    rng = random.Random(42)
+
+    def step(i):
+        ids = torch.randint(2, 32128, (rng.randint(1, 32), rng.randint(32, 256)), device=DEV)
+        with torch.no_grad():
+            model.generate(input_ids=ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+
+    return step
+
+
+def neox_infer_varlen():
+    """A decoder serving prompts, prefill only: a GPT-NeoX-like model (12 layers, width 1024, rotary
+    attention) on batches of 1-32 prompts padded to 32-1024 tokens, no cache kept, fp16."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(vocab_size=50304, hidden_size=1024, num_hidden_layers=12,
+                        num_attention_heads=16, intermediate_size=4096, max_position_embeddings=2048)
+    model = GPTNeoXForCausalLM(cfg).to(DEV).half().eval()
+    rng = random.Random(43)
+
+    def step(i):
+        ids = torch.randint(0, 50304, (rng.randint(1, 32), rng.randint(32, 1024)), device=DEV)
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+
+    return step
+
+
+def wav2vec2_train():
+    """A speech encoder's training step with audio of varying length: a wav2vec2-base-like model
+    (7 convolutional feature layers, 12 transformer layers of width 768) under a CTC loss, batch 8,
+    2-8 s of 16 kHz audio per step, bf16 autocast, AdamW."""
+    from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
+
+    cfg = Wav2Vec2Config(vocab_size=32, ctc_loss_reduction="mean", pad_token_id=0)
+    model = Wav2Vec2ForCTC(cfg).to(DEV).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(44)
+
+    def step(i):
+        seconds = rng.randint(2, 8)
+        x = torch.randn(8, 16000 * seconds, device=DEV)
+        labels = torch.randint(1, 32, (8, 12 * seconds), device=DEV)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_values=x, labels=labels).loss
+        step_on(opt, loss)
+
+    return step
+
+
 HELDOUT = {
     "llama_train": (llama_train, 4),
     "t5_train": (t5_train, 4),
@@ -528,4 +649,9 @@ HELDOUT = {
     "roberta_infer_varlen": (roberta_infer_varlen, 16),
     "lora_finetune": (lora_finetune, 4),
     "dlrm_train": (dlrm_train, 8),
+    "clip_train": (clip_train, 4),
+    "vae_train": (vae_train, 4),
+    "t5_generate_batches": (t5_generate_batches, 3),
+    "neox_infer_varlen": (neox_infer_varlen, 16),
+    "wav2vec2_train": (wav2vec2_train, 6),
 }

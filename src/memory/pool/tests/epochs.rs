@@ -435,10 +435,6 @@ mod random {
     }
 }
 
-/// A log filled without an epoch pauses the recording (a wait of 2^misses − 1 epochs, here
-/// ranges emptied): an epoch longer than the log is not planned, the next, the same, is logged
-/// again rather than followed, and short epochs after the second pause's wait of three are
-/// logged, then followed.
 /// Gathering a plan's pages is optional: when the device has no room for them, the plan is left
 /// and the request placed as usual, the pool keeping what it holds. Before session 32 the
 /// mapping's out-of-memory path emptied the cache for it, waiting for the device to give up
@@ -484,6 +480,10 @@ fn a_plan_the_device_has_no_room_for_is_left_without_emptying_the_cache() {
     check(&p);
 }
 
+/// A log filled without an epoch pauses the recording (a wait of 2^misses − 1 epochs, here
+/// ranges emptied): an epoch longer than the log is not planned, the next, the same, is logged
+/// again rather than followed, and short epochs after the second pause's wait of three are
+/// logged, then followed.
 #[test]
 fn an_epoch_longer_than_the_log_is_not_planned() {
     let (mut p, f) = idle_pool();

@@ -436,48 +436,59 @@ mod random {
 }
 
 /// Gathering a plan's pages is optional: when the device has no room for them, the plan is left
-/// and the request placed as usual, the pool keeping what it holds. Before session 32 the
-/// mapping's out-of-memory path emptied the cache for it, waiting for the device to give up
-/// pages queued work might still use.
+/// and the request placed as usual, the pool keeping what it holds — over an empty range and
+/// around a floor (weights that stay) alike. Before session 32 the mapping's out-of-memory path
+/// emptied the cache for it, waiting for the device to give up pages queued work might still use.
 #[test]
 fn a_plan_the_device_has_no_room_for_is_left_without_emptying_the_cache() {
-    let f = FakeConfig::virtual_memory().capacity(100 * MIB).build();
-    let mut p = epoch_pool();
-    epoch(&mut p, &f, &SIZES);
-    // Every page unmapped: the next epoch's plan has its whole footprint (34 MiB) to gather.
-    p.release_cached(&f).unwrap();
-    // Another stream's block, freed while queued work may still use it: cached, not movable
-    // without a wait.
-    let y = p.alloc(&f, 8 * MIB, st(1)).unwrap();
-    p.free(&f, y).unwrap();
-    f.note_freed(y, 8 * MIB, 1);
-    // As a pool that once mapped more: the room rule lets the footprint be mapped.
-    p.mapped_peak = 64;
-    // Another user of the device leaves room for the request, not for the plan's footprint.
-    f.alloc_segment(60 * MIB).unwrap();
-    let (syncs, mapped, counts) = (f.syncs(), f.mapped_bytes(), p.epoch_counts());
-    assert_eq!(counts, (0, 0));
-    let a = p.alloc(&f, SIZES[0], st(0)).unwrap();
-    assert_eq!(f.syncs(), syncs, "waited for the device to gather a plan");
-    assert_eq!(
-        f.mapped_bytes(),
-        mapped + SIZES[0],
-        "the cache was given up"
-    );
-    check(&p);
-    // The pool stays usable: the rest of the epoch is placed as usual, the device waited for
-    // only when a request itself needs the cached pages.
-    let keep = p.alloc(&f, SIZES[1], st(0)).unwrap();
-    p.free(&f, a).unwrap();
-    let big = p.alloc(&f, SIZES[3], st(0)).unwrap();
-    p.free(&f, keep).unwrap();
-    p.free(&f, big).unwrap();
-    assert_eq!(
-        p.epoch_counts(),
-        (counts.0, counts.1 + 1),
-        "the plan was followed"
-    );
-    check(&p);
+    for floor in [false, true] {
+        let f = FakeConfig::virtual_memory().capacity(100 * MIB).build();
+        let mut p = epoch_pool();
+        let weights = floor.then(|| p.alloc(&f, 4 * MIB, st(0)).unwrap());
+        epoch(&mut p, &f, &SIZES);
+        // The epoch's pages unmapped: the next epoch's plan has its whole footprint (34 MiB) to
+        // gather.
+        p.release_cached(&f).unwrap();
+        // Another stream's block, freed while queued work may still use it: cached, not
+        // movable without a wait.
+        let y = p.alloc(&f, 8 * MIB, st(1)).unwrap();
+        p.free(&f, y).unwrap();
+        f.note_freed(y, 8 * MIB, 1);
+        // As a pool that once mapped more: the room rule lets the footprint be mapped.
+        p.mapped_peak = 64;
+        // Another user of the device leaves room for the request, not for the footprint.
+        f.alloc_segment(60 * MIB).unwrap();
+        let (syncs, mapped, counts) = (f.syncs(), f.mapped_bytes(), p.epoch_counts());
+        assert_eq!(counts, (0, 0));
+        let a = p.alloc(&f, SIZES[0], st(0)).unwrap();
+        assert_eq!(
+            f.syncs(),
+            syncs,
+            "waited for the device to gather a plan (floor {floor})"
+        );
+        assert_eq!(
+            f.mapped_bytes(),
+            mapped + SIZES[0],
+            "the cache was given up (floor {floor})"
+        );
+        check(&p);
+        // The pool stays usable: the rest of the epoch is placed as usual, the device waited
+        // for only when a request itself needs the cached pages.
+        let keep = p.alloc(&f, SIZES[1], st(0)).unwrap();
+        p.free(&f, a).unwrap();
+        let big = p.alloc(&f, SIZES[3], st(0)).unwrap();
+        p.free(&f, keep).unwrap();
+        p.free(&f, big).unwrap();
+        assert_eq!(
+            p.epoch_counts(),
+            (0, 1),
+            "the plan was followed (floor {floor})"
+        );
+        if let Some(w) = weights {
+            p.free(&f, w).unwrap();
+        }
+        check(&p);
+    }
 }
 
 /// A log filled without an epoch pauses the recording (a wait of 2^misses − 1 epochs, here

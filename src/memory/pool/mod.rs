@@ -529,11 +529,15 @@ impl Pool {
     }
 
     /// Returns every completely free plain segment and every free mapped page to the device;
-    /// returns bytes released. The high-water mark that the recycling rule measures against
-    /// restarts from what is in use now, and so does the time accounting of its moves. On a device error the memory that failed stays tracked
-    /// and the error is returned.
+    /// returns bytes released. The slots a period's steering turn holds for its carry
+    /// (`period_steer.rs`) are the pool's, not the program's: they go back too, and the carry
+    /// then takes its slot only if it is still free. The high-water mark that the recycling rule
+    /// measures against restarts from what is in use now, and so does the time accounting of
+    /// its moves. On a device error the memory that failed stays tracked and the error is
+    /// returned.
     pub fn release_cached(&mut self, backing: &dyn PoolBacking) -> Result<u64, PoolError> {
         self.process_events(backing);
+        self.release_all_holds();
         self.high_water = self.stats.allocated_bytes + self.pending_bytes;
         let mut released = 0;
         if let Some(vm) = backing.vmm() {

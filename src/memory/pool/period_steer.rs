@@ -58,7 +58,8 @@ impl Pool {
         self.carve_slot(r, self.segs[r].base + slot, rounded)
     }
 
-    /// Every stream's held slots become free again (`release_all`: they are no one's blocks).
+    /// Every stream's held slots become free again (`release_all`, `release_cached`: they are no
+    /// one's blocks).
     pub(super) fn release_all_holds(&mut self) {
         for si in 0..self.streams.len() as u32 {
             self.release_holds(si);

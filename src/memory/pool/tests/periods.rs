@@ -74,36 +74,45 @@ fn periods_off_follow_no_plan_in_such_a_loop() {
         s.turn(&mut p, &f, 1);
     }
     assert_eq!(p.epoch_counts(), (0, 0));
-    assert!(!p.streams.iter().any(|x| x.epochs.steering()));
+    assert!(!steering(&p));
+}
+
+/// Whether some stream steers its turn's carry.
+fn steering(p: &Pool) -> bool {
+    p.streams.iter().any(|x| x.epochs.steering())
+}
+
+/// The sampler's turns until one steers its carry: returns that turn's first allocation (6 MiB,
+/// live), at which the pool holds the slots.
+fn until_steering(p: &mut Pool, f: &Fake, s: &mut Sampler) -> u64 {
+    for _ in 0..16 {
+        let a = p.alloc(f, 6 * MIB, st(0)).unwrap();
+        if steering(p) {
+            return a;
+        }
+        p.free(f, a).unwrap();
+        s.turn(p, f, 1);
+    }
+    panic!("no turn steered its carry");
 }
 
 #[test]
 fn a_loop_that_ends_while_steering_gives_the_held_slots_back() {
     let (mut p, f) = idle_pool();
     let mut s = sampler(&mut p, &f);
-    let steering = |p: &Pool| p.streams.iter().any(|x| x.epochs.steering());
-    for turn in 0.. {
-        assert!(turn < 16, "no turn steered its carry");
-        let a = p.alloc(&f, 6 * MIB, st(0)).unwrap();
-        if !steering(&p) {
-            p.free(&f, a).unwrap();
-            s.turn(&mut p, &f, 1);
-            continue;
-        }
-        // This turn's first allocation held the slots (allocated, not handed out).
+    let a = until_steering(&mut p, &f, &mut s);
+    // This turn's first allocation held the slots (allocated, not handed out).
+    check(&p);
+    let live: u64 = 10 * MIB + MIB + 6 * MIB;
+    assert!(p.stats().allocated_bytes == live);
+    // The loop ends here: its state goes, other blocks come, none the carried one, more than a
+    // period's allocations (two turns of five: the probe `a` and the turn's four).
+    p.free(&f, a).unwrap();
+    p.free(&f, s.state).unwrap();
+    for k in 0..12 {
+        let x = p.alloc(&f, (2 + k) * MIB, st(0)).unwrap();
         check(&p);
-        let live: u64 = 10 * MIB + MIB + 6 * MIB;
-        assert!(p.stats().allocated_bytes == live);
-        // The loop ends here: its state goes, other blocks come, none the carried one, more
-        // than a period's allocations (two turns of five: the probe `a` and the turn's four).
-        p.free(&f, a).unwrap();
-        p.free(&f, s.state).unwrap();
-        for k in 0..12 {
-            let x = p.alloc(&f, (2 + k) * MIB, st(0)).unwrap();
-            check(&p);
-            p.free(&f, x).unwrap();
-        }
-        break;
+        p.free(&f, x).unwrap();
     }
     assert!(!steering(&p));
     // Nothing held is left behind: with every block freed, every page goes back.
@@ -122,18 +131,9 @@ fn a_loop_that_ends_while_steering_gives_the_held_slots_back() {
 fn emptying_the_cache_while_steering_gives_the_held_slots_back() {
     let (mut p, f) = idle_pool();
     let mut s = sampler(&mut p, &f);
-    let steering = |p: &Pool| p.streams.iter().any(|x| x.epochs.steering());
-    for turn in 0.. {
-        assert!(turn < 16, "no turn steered its carry");
-        let a = p.alloc(&f, 6 * MIB, st(0)).unwrap();
-        if steering(&p) {
-            for x in [a, s.state, s.weights] {
-                p.free(&f, x).unwrap();
-            }
-            break;
-        }
-        p.free(&f, a).unwrap();
-        s.turn(&mut p, &f, 1);
+    let a = until_steering(&mut p, &f, &mut s);
+    for x in [a, s.state, s.weights] {
+        p.free(&f, x).unwrap();
     }
     assert_eq!(p.stats().allocated_bytes, 0);
     p.release_cached(&f).unwrap();

@@ -149,3 +149,26 @@ fn emptying_the_cache_while_steering_gives_the_held_slots_back() {
     }
     check(&p);
 }
+
+/// A sampler whose weights are many blocks, more than a turn has allocations (as an encoder's
+/// weights are to its layers, session 33): reading that floor costs more than a turn, so the
+/// period is looked for only once as many allocations as it has blocks have passed since it was
+/// last read — and then found, steered and followed. Before, such a loop was never looked at.
+#[test]
+fn a_loop_over_a_floor_of_more_blocks_than_its_turn_follows_its_period() {
+    let (mut p, f) = idle_pool();
+    let blocks: Vec<u64> = (0..40)
+        .map(|k| p.alloc(&f, (k % 3 + 1) * MIB / 4, st(0)).unwrap())
+        .collect();
+    let mut s = sampler(&mut p, &f);
+    let turns: Vec<Vec<u64>> = (0..40).map(|_| s.turn(&mut p, &f, 1)).collect();
+    let (followed, left) = p.epoch_counts();
+    assert!(followed >= 4, "followed {followed}, left {left}");
+    let n = turns.len();
+    assert_eq!(turns[n - 1], turns[n - 3]);
+    assert_eq!(turns[n - 2], turns[n - 4]);
+    for b in blocks {
+        p.free(&f, b).unwrap();
+    }
+    check(&p);
+}

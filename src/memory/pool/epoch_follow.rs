@@ -105,7 +105,7 @@ impl Pool {
                 .choose(rounded, align, page, seq_before)
             {
                 // Logged (`hand_out`), placed as usual — but a period's carry, steered.
-                if self.hold_slots(si, r) {
+                if self.hold_slots(backing, si, r)? {
                     return Ok(self.steer(si, r, rounded));
                 }
                 return Ok(None);
@@ -301,9 +301,8 @@ impl Pool {
     }
 
     /// Before following a plan around the floor of range `r`: the pages the epoch's
-    /// allocations touch mapped, by free pages moved from outside the span of those pages (the
-    /// device done with them, no wait), then new ones within `room_to_gather`. False when that is
-    /// not enough, or the device has no more: the plan is not followed.
+    /// allocations touch mapped (`gather_runs`). False when that is not possible: the plan is
+    /// not followed.
     fn gather_around_floor(
         &mut self,
         backing: &dyn PoolBacking,
@@ -311,10 +310,24 @@ impl Pool {
         plan: &Plan,
         r: u32,
     ) -> Result<bool, PoolError> {
+        self.gather_runs(backing, vm, &plan.pages, r)
+    }
+
+    /// The pages of range `r` in `runs` (first page, count; in address order, apart) mapped, by
+    /// free pages moved from outside their span (the device done with them, no wait), then new
+    /// ones within `room_to_gather`. False when that is not enough, or the device has no more.
+    /// Unmapped pages lie only inside free blocks, so these are too.
+    pub(super) fn gather_runs(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        runs: &[(u64, u64)],
+        r: u32,
+    ) -> Result<bool, PoolError> {
         let need_of = |p: &Pool| {
             let pages = p.pages_of(r);
             let mut need = 0;
-            for &(p0, n) in &plan.pages {
+            for &(p0, n) in runs {
                 if p0 + n > pages.pages() {
                     return None;
                 }
@@ -329,11 +342,10 @@ impl Pool {
             return Ok(true);
         }
         // Free pages moved first (recycling's victims, those the device is done with, outside
-        // the pages the plan's allocations span): what they save is mapped again under the plan.
-        let keep = plan
-            .pages
+        // the span of the runs): what they save is mapped again in the runs.
+        let keep = runs
             .first()
-            .zip(plan.pages.last())
+            .zip(runs.last())
             .map_or(Keep::Nothing, |(&(p0, _), &(q0, n))| {
                 Keep::Span(r, p0, q0 + n)
             });
@@ -344,7 +356,7 @@ impl Pool {
         let page = self.page;
         if !self.room_to_gather(need) {
             log::debug!(
-                "gkrt pool: no room to gather an epoch plan's pages: {need} to map, {} mapped, at most {} or the cap {}",
+                "gkrt pool: no room to gather a plan's pages: {need} to map, {} mapped, at most {} or the cap {}",
                 self.mapped_pages,
                 self.mapped_peak,
                 self.slack_cap(self.high_water)
@@ -360,14 +372,14 @@ impl Pool {
             let next = b.next;
             if b.state == State::Free && b.unmapped > 0 {
                 let (q0, q1) = self.interior(r, b.addr, b.size);
-                let mut runs = Vec::new();
-                for &(p0, n) in &plan.pages {
+                let mut unmapped = Vec::new();
+                for &(p0, n) in runs {
                     let (lo, hi) = (p0.max(q0), (p0 + n).min(q1));
                     if lo < hi {
-                        runs.extend(self.pages_of(r).runs(lo, hi, false));
+                        unmapped.extend(self.pages_of(r).runs(lo, hi, false));
                     }
                 }
-                if !runs.is_empty() {
+                if !unmapped.is_empty() {
                     self.unlink(i);
                     let placing = Some((i, q0, q1));
                     let mapped = self.map_runs(
@@ -375,7 +387,7 @@ impl Pool {
                         vm,
                         r,
                         base,
-                        &runs,
+                        &unmapped,
                         placing,
                         need * page,
                         OnOom::Fail,

@@ -3,21 +3,48 @@
 //! turn after a period is found is placed as usual, but for its carried allocations: their
 //! slots (beside the floor) are held from the turn's first allocation — when only the floor and
 //! the carry are live, so the slots are free — and handed to them as they come. The next turn
-//! then starts over the floor the period's plan keeps, and follows it.
+//! then starts over the floor the period's plan keeps, and follows it. A slot's pages may have
+//! been moved away by recycling since the floor was laid (the slots lie right above it): they
+//! are gathered first, as a plan's are (session 33: roberta's slot, above its weights, had none
+//! mapped, so no turn of its layers ever followed a plan).
 
 use super::block::State;
 use super::tlsf::NIL;
-use super::Pool;
+use super::{Pool, PoolBacking, PoolError};
 
 impl Pool {
-    /// At the first allocation of a turn that steers its carry (stream `si`, range `r`): each
-    /// slot carved from the free block holding it, mapped, and held — allocated, not handed
-    /// out, in no statistics. A slot that is not free so stays unheld (its allocation tries the
-    /// slot when it comes). False when the turn does not steer.
-    pub(super) fn hold_slots(&mut self, si: u32, r: u32) -> bool {
+    /// At the first allocation of a turn that steers its carry (stream `si`, range `r`): the
+    /// slots' pages gathered (`gather_runs`, within the room a plan's gathering has), then each
+    /// slot carved from the free block holding it and held — allocated, not handed out, in no
+    /// statistics. A slot that is not free, or not mapped, stays unheld (its allocation tries
+    /// the slot when it comes). False when the turn does not steer.
+    pub(super) fn hold_slots(
+        &mut self,
+        backing: &dyn PoolBacking,
+        si: u32,
+        r: u32,
+    ) -> Result<bool, PoolError> {
         let slots = self.streams[si as usize].epochs.start_steering();
         if slots.is_empty() {
-            return false;
+            return Ok(false);
+        }
+        if let (Some(vm), true) = (backing.vmm(), r != NIL) {
+            let base = self.segs[r].base;
+            let mut runs: Vec<(u64, u64)> = slots
+                .iter()
+                .map(|&(off, size)| self.touched(r, base + off, size))
+                .collect();
+            runs.sort_unstable();
+            // Apart, as `gather_runs` takes them: slots may share a seam page.
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+            for (p0, p1) in runs {
+                match merged.last_mut() {
+                    Some((q0, n)) if p0 <= *q0 + *n => *n = (*n).max(p1 - *q0),
+                    _ => merged.push((p0, p1 - p0)),
+                }
+            }
+            // Not gathered, the slots not mapped stay unheld.
+            self.gather_runs(backing, vm, &merged, r)?;
         }
         let mut holds = Vec::with_capacity(slots.len());
         for (off, size) in slots {
@@ -37,7 +64,7 @@ impl Pool {
             holds.push(h.unwrap_or(NIL));
         }
         self.streams[si as usize].epochs.set_holds(holds);
-        true
+        Ok(true)
     }
 
     /// Allocation `rounded` of a steering turn: a carried one at its slot — the block holding it,
@@ -76,7 +103,7 @@ impl Pool {
     /// `size` bytes at `pos` in range `r`, carved from the free block holding them when their
     /// pages are mapped. The block is found by walking the range's blocks in address order: a
     /// few carried allocations a turn do so.
-    fn carve_slot(&mut self, r: u32, pos: u64, size: u64) -> Option<u32> {
+    pub(super) fn carve_slot(&mut self, r: u32, pos: u64, size: u64) -> Option<u32> {
         let mut i = self.segs[r].first;
         while i != NIL && self.blocks[i].addr + self.blocks[i].size <= pos {
             i = self.blocks[i].next;

@@ -1,14 +1,16 @@
-//! A runtime's pool finds periods (`PoolConfig::period_plans`) and sends short-lived requests to
-//! its tail (`TailFirst::ShortLived`) only when the runtime has no memory limit: under one its
-//! graphs may swap, and the swap planner's dry runs cannot foresee a period, while its figures
-//! were fitted without the tail rule (`PoolConfig::for_swapping`). In its own process:
-//! `GKRT_POOL_PERIOD_PLANS` and `GKRT_POOL_SHORT_LIVED_TAIL` are read when a runtime is made.
+//! A runtime's pool finds periods (`PoolConfig::period_plans`), places step-lived blocks low
+//! (`PoolConfig::step_lived_low`) and sends short-lived requests to its tail
+//! (`TailFirst::ShortLived`) only when the runtime has no memory limit: under one its graphs may
+//! swap, and the swap planner's dry runs cannot foresee a period or a step-lived block, while its
+//! figures were fitted without the tail rule (`PoolConfig::for_swapping`). In its own process:
+//! `GKRT_POOL_PERIOD_PLANS`, `GKRT_POOL_STEP_LIVED` and `GKRT_POOL_SHORT_LIVED_TAIL` are read
+//! when a runtime is made.
 
 use gkrt::runtime::{Config, DeviceChoice, Runtime};
 
-/// Whether the pool of a runtime with `memory_limit` finds periods, and its tail rule (by name:
-/// the pool's types are the crate's own).
-fn pool_rules(memory_limit: u64) -> (bool, String) {
+/// Whether the pool of a runtime with `memory_limit` finds periods, whether it places
+/// step-lived blocks low, and its tail rule (by name: the pool's types are the crate's own).
+fn pool_rules(memory_limit: u64) -> (bool, bool, String) {
     let rt = Runtime::new(Config {
         device: DeviceChoice::Host,
         memory_limit,
@@ -16,13 +18,18 @@ fn pool_rules(memory_limit: u64) -> (bool, String) {
     })
     .unwrap();
     let c = rt.lock().pool.config().clone();
-    (c.period_plans, format!("{:?}", c.tail_first))
+    (
+        c.period_plans,
+        c.step_lived_low,
+        format!("{:?}", c.tail_first),
+    )
 }
 
 #[test]
-fn periods_and_the_tail_rule_are_on_only_without_a_memory_limit() {
+fn periods_step_lived_blocks_and_the_tail_rule_are_on_only_without_a_memory_limit() {
     assert!(std::env::var("GKRT_POOL_PERIOD_PLANS").is_err());
+    assert!(std::env::var("GKRT_POOL_STEP_LIVED").is_err());
     assert!(std::env::var("GKRT_POOL_SHORT_LIVED_TAIL").is_err());
-    assert_eq!(pool_rules(0), (true, "ShortLived".to_string()));
-    assert_eq!(pool_rules(1 << 30), (false, "Off".to_string()));
+    assert_eq!(pool_rules(0), (true, true, "ShortLived".to_string()));
+    assert_eq!(pool_rules(1 << 30), (false, false, "Off".to_string()));
 }

@@ -152,6 +152,14 @@ pub struct PoolConfig {
     /// log nothing — a period found in the middle of a run would place and hold blocks where the
     /// dry run did not (GPT-2 medium's emulated steady runs mapped 70 pages a run).
     pub period_plans: bool,
+    /// Whether an epoch that follows no plan places at the lowest free place of its range the
+    /// allocations that, at the same positions in the last epoch over the same floor, lived
+    /// through it (`epochs/step_lived.rs`, `step_lived.rs`; with `epoch_plans` only). Default
+    /// true (session 33, host replay: roberta_infer_varlen 1.1560 → 1.0678 with `period_plans`'
+    /// periods over large floors); `GKRT_POOL_STEP_LIVED=0` turns it off. Off under a memory
+    /// limit, as `period_plans` is: the swap planner's dry runs log nothing, so they could not
+    /// foresee it.
+    pub step_lived_low: bool,
 }
 
 /// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
@@ -202,6 +210,7 @@ impl Default for PoolConfig {
             startup_moves: false,
             peak_moves: true,
             period_plans: true,
+            step_lived_low: true,
         }
     }
 }
@@ -209,13 +218,15 @@ impl Default for PoolConfig {
 impl PoolConfig {
     /// This configuration as a runtime with a memory limit uses it: its graphs may swap, and
     /// the swap planner predicts the pool by dry runs on clones, which log nothing, so no
-    /// period can be foreseen (`period_plans` off; GPT-2 medium's emulated steady runs mapped
-    /// 70 pages a run with it, session 30); and the planner's choices and figures were fitted
+    /// period or step-lived block can be foreseen (`period_plans` and `step_lived_low` off;
+    /// GPT-2 medium's emulated steady runs mapped 70 pages a run with periods, session 30); and
+    /// the planner's choices and figures were fitted
     /// with small requests cut from their best fit (`tail_first` off; short-lived requests at
     /// the tail were measured on allocators without a limit only, session 31).
     pub fn for_swapping(self) -> PoolConfig {
         PoolConfig {
             period_plans: false,
+            step_lived_low: false,
             tail_first: TailFirst::Off,
             ..self
         }

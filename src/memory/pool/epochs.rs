@@ -54,15 +54,19 @@
 //! pauses the recording, longer each time (`pause`).
 //!
 //! A loop whose turns carry a block into the next never ends an epoch; the recording finds its
-//! turns as a *period* instead, kept and followed the same way (`epochs/periodic.rs`).
+//! turns as a *period* instead, kept and followed the same way (`epochs/periodic.rs`). An epoch
+//! found also teaches which of its allocations live through it, so that an epoch over the same
+//! floor that follows no plan places them out of the way (`epochs/step_lived.rs`).
 
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::epoch_plan::{plan, Plan};
 use super::tlsf::NIL;
 use periodic::Periods;
+use step_lived::StepLived;
 
 mod periodic;
+mod step_lived;
 
 /// Allocations one recording may log: beyond, it starts over (bounds the log's memory, 16 bytes
 /// an allocation, and the planner's time, O(n log n) in it: 30 ms for 14,000 allocations on the
@@ -221,6 +225,8 @@ pub(super) struct Epochs {
     quiet: bool,
     /// The search for loops that carry a block from turn to turn (`periodic.rs`).
     periods: Periods,
+    /// Which allocations of an epoch live through it (`step_lived.rs`).
+    step_lived: StepLived,
     /// Epochs the recording found since its log started.
     found: u32,
     /// Nothing to do per operation: off, or following a plan over an empty floor (and leaving
@@ -279,6 +285,7 @@ impl Clone for Epochs {
             quiet: true,
             // The held slots are the clone's blocks too.
             periods: self.periods.clone(),
+            step_lived: self.step_lived.for_clone(),
             found: 0,
             quick: self.quick,
             stale: self.stale,
@@ -311,14 +318,16 @@ fn mix(addr: u64, size: u64) -> u64 {
 }
 
 impl Epochs {
-    /// Epochs planned (`on`), and periods found too (`periods`, `periodic.rs`).
-    pub(super) fn new(on: bool, periods: bool) -> Epochs {
+    /// Epochs planned (`on`), periods found too (`periods`, `periodic.rs`), and step-lived
+    /// allocations predicted (`step_lived`, `step_lived.rs`).
+    pub(super) fn new(on: bool, periods: bool, step_lived: bool) -> Epochs {
         Epochs {
             mode: if on { Mode::Ready } else { Mode::Off },
             quick: !on,
             newest: -1,
             since: u64::MAX,
             periods: Periods::new(periods),
+            step_lived: StepLived::new(on && step_lived),
             ..Epochs::default()
         }
     }
@@ -400,7 +409,17 @@ impl Epochs {
             }
         }
         self.count_out(addr, size);
-        self.recording && self.log_free(seq, k)
+        if !self.recording {
+            return false;
+        }
+        let found = self.log_free(seq, k);
+        // Back at a floor while recording, or ready for the next epoch: one that may be placed
+        // as usual. (Following a plan, the plan places the epoch; left or waiting, the stream
+        // counts only the epoch's own blocks, and the hash misses the rest.)
+        if self.has_learnt_step_lived() && matches!(self.mode, Mode::Recording | Mode::Ready) {
+            self.arm_step_lived();
+        }
+        found
     }
 
     #[inline(always)]
@@ -505,6 +524,7 @@ impl Epochs {
         self.log_from = seq_before;
         self.peak_live = self.live;
         self.periods.restart();
+        self.step_lived.restart();
     }
 
     #[inline]
@@ -541,6 +561,7 @@ impl Epochs {
             end: u32::MAX,
         });
         self.newest = k;
+        self.logged_step_lived(k as u32);
         self.peak_live = self.peak_live.max(self.live);
         let top = self.starts.last_mut().expect("a start");
         top.peak = top.peak.max(self.live);
@@ -600,6 +621,9 @@ impl Epochs {
         let large = s.live == 0 || 2 * (s.peak - s.live) >= self.peak_live - s.live;
         let n = self.log.len() - s.pos as usize;
         let long = n as u64 >= s.count;
+        if clean && large && long {
+            self.learn_step_lived(s.pos as usize);
+        }
         // The same epoch as one kept (its first size, floor and length): its plan stays, made
         // once (a program following its steps' plan finds each step again).
         let first = self.log[s.pos as usize].size;
@@ -719,6 +743,10 @@ impl Epochs {
             }
             self.quick = false;
             self.mode = Mode::Recording;
+            // Placed as usual: what lived through the last epoch over this floor goes low.
+            if self.has_learnt_step_lived() {
+                self.arm_step_lived();
+            }
             false
         }
     }

@@ -24,6 +24,8 @@
 //!   of the last time, around the floor; `epoch_follow.rs` following it; `epochs/periodic.rs`
 //!   periods, a loop's turns that carry a block into the next, planned the same way, and
 //!   `period_steer.rs` the turn that steers the carry onto the period's plan;
+//!   `epochs/step_lived.rs` which allocations of an epoch live through it, learnt from the last
+//!   one over the same floor, and `step_lived.rs` placing them at the lowest free place;
 //! - `move_budget.rs` the time budget of the slack rule's moves; `alias.rs` a moved chunk's old
 //!   address kept mapped as its shadow, so moving it back is bookkeeping (`page_aliases`);
 //! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
@@ -33,8 +35,9 @@
 //!   history's events and owner labels;
 //!   `tests/` the tests, over one configurable fake backing.
 //!
-//! Data structures (no linear scans over blocks on alloc or free, no allocation per operation
-//! once warm):
+//! Data structures (no linear scans over blocks on alloc or free — but for a steering turn's
+//! slots and the few allocations a step predicts step-lived, found by a walk from the range's
+//! bottom — and no allocation per operation once warm):
 //! - blocks live in a slab (records in a `Vec`, vacant ones reused) with `prev`/`next` links to
 //!   their neighbours, so coalescing is O(1); segments and ranges live in another;
 //! - free blocks sit in segregated size classes with two-level bitmaps (`tlsf.rs`), one index
@@ -179,6 +182,7 @@ mod report;
 mod segments;
 mod slab;
 mod snapshot;
+mod step_lived;
 mod stream;
 mod tail_first;
 mod tlsf;
@@ -409,6 +413,12 @@ impl Pool {
             // An epoch that follows its plan (`epochs.rs`).
             if self.streams[si as usize].epochs.mode.plans() {
                 if let Some(i) = self.alloc_planned(backing, si, rounded)? {
+                    return Ok(i);
+                }
+            }
+            // One that lived through the last epoch over this floor (`step_lived.rs`).
+            if self.streams[si as usize].epochs.wants_lowest() {
+                if let Some(i) = self.take_lowest(backing, si, rounded)? {
                     return Ok(i);
                 }
             }

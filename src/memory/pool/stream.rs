@@ -245,7 +245,11 @@ impl Pool {
             last_marker: None,
             spin_skip: 0,
             spin_misses: 0,
-            epochs: Epochs::new(epochs, epochs && self.config.period_plans),
+            epochs: Epochs::new(
+                epochs,
+                epochs && self.config.period_plans,
+                self.config.step_lived_low,
+            ),
             moved_at_start: false,
         });
         self.stream_index.insert(key, s);

@@ -21,6 +21,7 @@ mod random;
 pub(crate) mod replay;
 mod replay_rules;
 mod short_lived;
+mod step_lived;
 mod tail_first;
 mod trace_file;
 mod virtual_ranges;

@@ -270,6 +270,8 @@ fn a_samplers_steps_follow_the_plan_of_their_period() {
 /// that raise it, are not asked of the bucket, nor charged to it (`PoolConfig::peak_moves`):
 /// 1.156 instead of 1.173 (raising only) and 1.211 (every move asked), at both paces and
 /// whatever a move costs (charged, 1.10 at 46 µs per physical allocation but 1.21 at 200).
+/// Since session 33 its step-lived blocks go low and its layers follow their period, which
+/// brings it to 1.068 (the test below); without peak moves it still goes over 1.15.
 #[test]
 fn an_encoders_layers_back_at_its_peak_move_pages_outside_the_bucket() {
     let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
@@ -300,6 +302,52 @@ fn an_encoders_layers_back_at_its_peak_move_pages_outside_the_bucket() {
         let f = run(true);
         assert!(ratio(&f) < 1.16, "peak moves, {alloc_us} µs: {}", ratio(&f));
         assert_eq!(f.peak_pass, 0);
+        let mut later = f.steady_maps.clone();
+        later.sort_unstable();
+        assert_eq!(later[later.len() / 2], 0, "{later:?}");
+    }
+}
+
+/// roberta_infer_varlen again: each step makes four blocks it keeps to its end, and in the
+/// largest batch best fit puts the 36 MiB one in the middle of the range, where the hole of a
+/// block of its size freed one allocation before lies. Its layers, a period of two over the
+/// model's weights (more blocks than a turn has allocations), then have no room for their
+/// plan above it. Placed at the lowest free place, as the steps before taught
+/// (`PoolConfig::step_lived_low`), it leaves the layers' plan room, and the turns follow it:
+/// 1.068 instead of 1.16, at both paces and whatever a move costs.
+#[test]
+fn an_encoders_step_lived_blocks_go_low_and_its_layers_follow_their_period() {
+    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
+    for (fast, alloc_us) in [
+        (false, ALLOC_US),
+        (true, ALLOC_US),
+        (false, 5),
+        (false, 100),
+    ] {
+        let (evs, unfreed, cost) = trace_at_pace("../traces_heldout/roberta_infer_varlen", fast);
+        let cost = CostModel {
+            alloc_ns: alloc_us * 1000,
+            ..cost
+        };
+        let run = |step_lived_low: bool| {
+            let cfg = PoolConfig {
+                step_lived_low,
+                ..PoolConfig::default()
+            };
+            replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
+        };
+        let off = run(false);
+        assert!(ratio(&off) > 1.15, "off, {alloc_us} µs: {}", ratio(&off));
+        let f = run(true);
+        assert!(ratio(&f) < 1.07, "on, {alloc_us} µs: {}", ratio(&f));
+        assert_eq!(f.peak_pass, 0);
+        // The first pass follows plans the off run does not: the largest batch's layers.
+        assert!(
+            f.epochs.0 > off.epochs.0,
+            "{:?} against {:?}",
+            f.epochs,
+            off.epochs
+        );
         let mut later = f.steady_maps.clone();
         later.sort_unstable();
         assert_eq!(later[later.len() / 2], 0, "{later:?}");

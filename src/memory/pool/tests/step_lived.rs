@@ -1,0 +1,106 @@
+//! Step-lived blocks (`epochs/step_lived.rs`, `step_lived.rs`): an allocation that, at its
+//! position in the last epoch over the same floor, lived through the epoch is placed at the
+//! lowest free place of the range in an epoch that follows no plan, not in the hole best fit
+//! finds for it.
+
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+fn pool(step_lived_low: bool) -> (Pool, Fake) {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    let p = Pool::new(PoolConfig {
+        vmm_reserve_bytes: 4 << 30,
+        vmm_page_bytes: PAGE,
+        step_lived_low,
+        ..PoolConfig::default()
+    });
+    (p, f)
+}
+
+/// A step at scale `s` over the floor: four blocks, the first and third freed, then a block of
+/// the third's size it keeps to its end (position 4), a temporary, the rest freed, and a last
+/// small allocation. Returns the first block's address and the kept one's.
+fn step(p: &mut Pool, f: &Fake, s: u64) -> (u64, u64) {
+    let t: Vec<u64> = [12, 8, 8, 8]
+        .iter()
+        .map(|&m| p.alloc(f, m * MIB * s, st(0)).unwrap())
+        .collect();
+    p.free(f, t[0]).unwrap();
+    p.free(f, t[2]).unwrap();
+    let keep = p.alloc(f, 8 * MIB * s, st(0)).unwrap();
+    let u = p.alloc(f, 2 * MIB * s, st(0)).unwrap();
+    p.free(f, t[1]).unwrap();
+    p.free(f, t[3]).unwrap();
+    let last = p.alloc(f, MIB, st(0)).unwrap();
+    p.free(f, u).unwrap();
+    p.free(f, last).unwrap();
+    p.free(f, keep).unwrap();
+    check(p);
+    (t[0], keep)
+}
+
+/// The first step teaches that its fifth allocation lives to its end; the next, at another
+/// scale (so it follows no plan), places it in the lowest hole that holds it — the first
+/// block's — where best fit takes the third's, of its size.
+#[test]
+fn a_block_that_lived_through_the_last_step_goes_to_the_lowest_free_place() {
+    let mut placed = Vec::new();
+    for on in [false, true] {
+        let (mut p, f) = pool(on);
+        let weights = p.alloc(&f, 10 * MIB, st(0)).unwrap();
+        step(&mut p, &f, 1);
+        let (low, keep) = step(&mut p, &f, 2);
+        placed.push((low, keep));
+        p.free(&f, weights).unwrap();
+        check(&p);
+    }
+    let ((low_off, keep_off), (low_on, keep_on)) = (placed[0], placed[1]);
+    assert_ne!(keep_off, low_off, "best fit took the lowest hole too");
+    assert_eq!(keep_on, low_on);
+}
+
+/// A step over a floor with a 10 MiB hole in it: four blocks of `12 × s` MiB, two freed, then
+/// a block of `keep` MiB it keeps to its end (position 4), which the hole holds and they do not,
+/// the rest freed, and a last small allocation. Returns the kept block's address.
+fn step_beside(p: &mut Pool, f: &Fake, s: u64, keep: u64) -> u64 {
+    let t: Vec<u64> = (0..4)
+        .map(|_| p.alloc(f, 12 * MIB * s, st(0)).unwrap())
+        .collect();
+    p.free(f, t[0]).unwrap();
+    p.free(f, t[2]).unwrap();
+    let k = p.alloc(f, keep * MIB, st(0)).unwrap();
+    p.free(f, t[1]).unwrap();
+    p.free(f, t[3]).unwrap();
+    let last = p.alloc(f, MIB, st(0)).unwrap();
+    p.free(f, last).unwrap();
+    p.free(f, k).unwrap();
+    check(p);
+    k
+}
+
+/// A step no larger than one before does not move pages under its step-lived block: the pages
+/// there went away since (here the cache is emptied before every step), and mapping them again
+/// every step would be churn. The lowest free place is a hole in the floor, without pages: the
+/// steps whose kept block is larger than any before map it; the one after a larger one puts
+/// its block where best fit does.
+#[test]
+fn pages_are_gathered_for_a_step_lived_block_only_when_it_is_larger_than_before() {
+    let (mut p, f) = pool(true);
+    let weights = p.alloc(&f, 10 * MIB, st(0)).unwrap();
+    let hole = p.alloc(&f, 10 * MIB, st(0)).unwrap();
+    let more = p.alloc(&f, 2 * MIB, st(0)).unwrap();
+    p.free(&f, hole).unwrap();
+    // Each step at its own scale: none follows another's plan.
+    step_beside(&mut p, &f, 1, 5);
+    let mut low = Vec::new();
+    for (s, keep) in [(2, 6), (3, 5), (4, 7)] {
+        p.release_cached(&f).unwrap();
+        low.push((keep, step_beside(&mut p, &f, s, keep) == hole));
+    }
+    assert_eq!(low, vec![(6, true), (5, false), (7, true)]);
+    p.free(&f, more).unwrap();
+    p.free(&f, weights).unwrap();
+    check(&p);
+}

@@ -6,8 +6,11 @@
 //! with its layers' periods).
 //!
 //! Cost: a walk of the range's blocks up to the first free one that holds the request, for the
-//! few allocations a step predicted so (roberta: 7 of its 300); the pages under it gathered as a
-//! plan's are.
+//! few allocations a step predicted so (roberta: 7 of its 300), the walks after an epoch's first
+//! starting above the floor it found, and all of an epoch's walks bounded by the blocks the
+//! range has had in it (`Epochs::lowest_walk`): a step per allocation. Without that bound the
+//! first passes of bert_ckpt_train and bert_train walked 43–45 blocks per operation (host
+//! replay). The pages under the place are gathered as a plan's are.
 
 use super::block::State;
 use super::tlsf::NIL;
@@ -16,8 +19,8 @@ use super::{Pool, PoolBacking, PoolError};
 impl Pool {
     /// Stream `si`'s allocation of `rounded` bytes, predicted step-lived: carved at the start of
     /// the range's lowest free block that holds it, its pages gathered first (`gather_runs`,
-    /// within the room a plan's gathering has). `None` when no free block holds it or its pages
-    /// cannot be gathered: it is placed as usual.
+    /// within the room a plan's gathering has). `None` when no free block within the walk's
+    /// bound holds it, or its pages cannot be gathered: it is placed as usual.
     pub(super) fn take_lowest(
         &mut self,
         backing: &dyn PoolBacking,
@@ -32,32 +35,61 @@ impl Pool {
             return Ok(None);
         }
         let align = self.config.alignment;
-        let mut i = self.segs[r].first;
-        while i != NIL {
+        let (budget, from) = self.streams[si as usize].epochs.lowest_walk();
+        // After the floor's top block found by the epoch's first walk, while it is still there.
+        let mut i = match self.live.get(from) {
+            Some(j) if from != 0 => self.blocks[j].next,
+            _ => self.segs[r].first,
+        };
+        let (mut visited, mut next_from) = (0, from);
+        let mut seen_free = false;
+        let placed = loop {
+            if i == NIL || visited == budget {
+                break None;
+            }
+            visited += 1;
             let b = &self.blocks[i];
-            let pos = b.addr.next_multiple_of(align);
-            if b.state == State::Free && pos + rounded <= b.addr + b.size {
-                let (p0, p1) = self.touched(r, pos, rounded);
-                if !self.pages_of(r).all_mapped(p0, p1) {
-                    // Moving pages here is a choice, not a need: only for a request larger than
-                    // any they were moved for at its position (`Epochs::gathers`), while moves
-                    // have paid for themselves (`move_budget.rs`), and charged to them.
-                    let (now, permille) = (backing.now_ns(), self.config.recycle_time_permille);
-                    if !self.moves.allows(now, permille)
-                        || !self.streams[si as usize].epochs.gathers(rounded)
-                    {
-                        return Ok(None);
-                    }
-                    let gathered = self.gather_runs(backing, vm, &[(p0, p1 - p0)], r)?;
-                    self.moves.charge(backing.now_ns().saturating_sub(now));
-                    if !gathered {
-                        return Ok(None);
-                    }
+            if b.state != State::Free {
+                i = b.next;
+                continue;
+            }
+            if !seen_free {
+                seen_free = true;
+                let p = b.prev;
+                if p != NIL && self.live.get(self.blocks[p].addr) == Some(p) {
+                    next_from = self.blocks[p].addr;
                 }
-                return Ok(self.carve_slot(r, pos, rounded));
+            }
+            let pos = b.addr.next_multiple_of(align);
+            if pos + rounded <= b.addr + b.size {
+                break Some(pos);
             }
             i = b.next;
+        };
+        self.streams[si as usize]
+            .epochs
+            .walked_lowest(visited, next_from);
+        let Some(pos) = placed else {
+            return Ok(None);
+        };
+        let (p0, p1) = self.touched(r, pos, rounded);
+        if !self.pages_of(r).all_mapped(p0, p1) {
+            // Moving pages here is a choice, not a need: only for a request larger than any they
+            // were moved for at its position (`Epochs::gathers`), while moves have paid for
+            // themselves (`move_budget.rs`), and charged to them.
+            let (now, permille) = (backing.now_ns(), self.config.recycle_time_permille);
+            if !self.moves.allows(now, permille)
+                || !self.streams[si as usize].epochs.gathers(rounded)
+            {
+                return Ok(None);
+            }
+            let gathered = self.gather_runs(backing, vm, &[(p0, p1 - p0)], r)?;
+            self.moves.charge(backing.now_ns().saturating_sub(now));
+            if !gathered {
+                return Ok(None);
+            }
         }
-        Ok(None)
+        // Carved from the block holding `pos` now (gathering may have split the one found).
+        Ok(self.carve_slot(r, pos, rounded))
     }
 }

@@ -42,6 +42,10 @@ pub(super) struct StepLived {
     /// The epoch under way over a learnt floor: its positions, the index of the next one there,
     /// the log index of the epoch's first allocation, and the floor's hash.
     cursor: Option<(Arc<[u32]>, usize, u32, u64)>,
+    /// The walks of the epoch under way (`Pool::take_lowest`): the floor's blocks when it
+    /// started, the blocks visited so far, and the address of the allocated block right below
+    /// the lowest free one found (0: none yet), where the next walk starts.
+    walks: (u64, u64, u64),
     /// The log index of the next allocation predicted step-lived (`u32::MAX`: none).
     next: u32,
 }
@@ -53,6 +57,7 @@ impl StepLived {
             learnt: Vec::new(),
             gathered: Vec::new(),
             cursor: None,
+            walks: (0, 0, 0),
             next: u32::MAX,
         }
     }
@@ -179,7 +184,37 @@ impl Epochs {
             let start = self.log.len() as u32;
             sl.next = pos.first().map_or(u32::MAX, |&p| start + p);
             sl.cursor = Some((pos.clone(), 0, start, hash));
+            sl.walks = (self.count, 0, 0);
         }
+    }
+
+    /// The walk the step-lived allocation now due may take: how many blocks it may visit, and
+    /// the address of the allocated block to start after (0: the range's first block). The walks
+    /// of an epoch visit at most twice the blocks the range has had allocated in it — the floor's
+    /// and the epoch's so far, with a free block between any two — plus one: at most one pass
+    /// over the range an epoch, a step per allocation when the epoch is as long as its floor
+    /// (epochs found are: `drop_newest`).
+    pub(in crate::memory::pool) fn lowest_walk(&self) -> (u64, u64) {
+        let sl = &self.step_lived;
+        let Some((_, _, start, _)) = sl.cursor else {
+            return (0, 0);
+        };
+        let (floor, walked, from) = sl.walks;
+        let made = u64::from((self.log.len() as u32).saturating_sub(start));
+        ((2 * (floor + made) + 1).saturating_sub(walked), from)
+    }
+
+    /// Blocks the walks of the epoch under way have visited.
+    #[cfg(test)]
+    pub(in crate::memory::pool) fn lowest_walked(&self) -> u64 {
+        self.step_lived.walks.1
+    }
+
+    /// A walk of `visited` blocks was taken; `from`: where the next starts.
+    pub(in crate::memory::pool) fn walked_lowest(&mut self, visited: u64, from: u64) {
+        let w = &mut self.step_lived.walks;
+        w.1 += visited;
+        w.2 = from;
     }
 
     /// Whether any floor's step-lived positions are learnt (a free while recording looks for

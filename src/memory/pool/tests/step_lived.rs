@@ -104,3 +104,46 @@ fn pages_are_gathered_for_a_step_lived_block_only_when_it_is_larger_than_before(
     p.free(&f, weights).unwrap();
     check(&p);
 }
+
+/// Over a floor of many blocks, an epoch's first walk for a low place passes them all; the
+/// next starts above the floor that walk found, so two step-lived blocks cost one pass over
+/// the floor, not two.
+#[test]
+fn the_walks_after_an_epochs_first_start_above_its_floor() {
+    let (mut p, f) = pool(true);
+    let floor: Vec<u64> = (0..300)
+        .map(|_| p.alloc(&f, 4 * KIB, st(0)).unwrap())
+        .collect();
+    // A step making two blocks it keeps to its end (positions 1 and 3) among temporaries, and as
+    // many more as the floor has blocks.
+    let step = |p: &mut Pool, s: u64| {
+        let a = p.alloc(&f, 8 * MIB * s, st(0)).unwrap();
+        let k1 = p.alloc(&f, MIB * s, st(0)).unwrap();
+        let b = p.alloc(&f, 8 * MIB * s, st(0)).unwrap();
+        let k2 = p.alloc(&f, MIB * s, st(0)).unwrap();
+        let walked = p.streams[0].epochs.lowest_walked();
+        p.free(&f, a).unwrap();
+        p.free(&f, b).unwrap();
+        // As many allocations again as the floor has blocks: an epoch is learnt from only then.
+        for _ in 0..300 {
+            let t = p.alloc(&f, 64 * KIB, st(0)).unwrap();
+            p.free(&f, t).unwrap();
+        }
+        let last = p.alloc(&f, MIB, st(0)).unwrap();
+        p.free(&f, last).unwrap();
+        p.free(&f, k1).unwrap();
+        p.free(&f, k2).unwrap();
+        check(p);
+        (k1, k2, walked)
+    };
+    step(&mut p, 1);
+    let (k1, k2, walked) = step(&mut p, 2);
+    // Both went above the floor, the first walk passing its 300 blocks and the second not.
+    let top = floor.iter().max().unwrap() + 4 * KIB;
+    assert!(top <= k1 && k1 < k2, "{k1:x} {k2:x} above {top:x}");
+    assert!((300..400).contains(&walked), "walked {walked}");
+    for a in floor {
+        p.free(&f, a).unwrap();
+    }
+    check(&p);
+}

@@ -62,14 +62,14 @@ impl Pool {
             }
             let pos = b.addr.next_multiple_of(align);
             if pos + rounded <= b.addr + b.size {
-                break Some(pos);
+                break Some((i, pos));
             }
             i = b.next;
         };
         self.streams[si as usize]
             .epochs
             .walked_lowest(visited, next_from);
-        let Some(pos) = placed else {
+        let Some((i, pos)) = placed else {
             return Ok(None);
         };
         let (p0, p1) = self.touched(r, pos, rounded);
@@ -89,7 +89,11 @@ impl Pool {
                 return Ok(None);
             }
         }
-        // Carved from the block holding `pos` now (gathering may have split the one found).
-        Ok(self.carve_slot(r, pos, rounded))
+        // Gathering relinks the block found, keeping it; should it no longer hold the place, the
+        // block that does is found from the range's bottom.
+        match self.carve_at(r, i, pos, rounded) {
+            Some(j) => Ok(Some(j)),
+            None => Ok(self.carve_slot(r, pos, rounded)),
+        }
     }
 }

@@ -39,13 +39,8 @@ pub(super) struct StepLived {
     /// Per floor hash, as `learnt`: for each position pages were gathered at, the largest
     /// request they were gathered for (`gathers`).
     gathered: Vec<(u64, Vec<(u32, u64)>)>,
-    /// The epoch under way over a learnt floor: its positions, the index of the next one there,
-    /// the log index of the epoch's first allocation, and the floor's hash.
-    cursor: Option<(Arc<[u32]>, usize, u32, u64)>,
-    /// The walks of the epoch under way (`Pool::take_lowest`): the floor's blocks when it
-    /// started, the blocks visited so far, and the address of the allocated block right below
-    /// the lowest free one found (0: none yet), where the next walk starts.
-    walks: (u64, u64, u64),
+    /// The epoch under way over a learnt floor.
+    cursor: Option<Cursor>,
     /// The log index of the next allocation predicted step-lived (`u32::MAX`: none).
     next: u32,
 }
@@ -57,7 +52,6 @@ impl StepLived {
             learnt: Vec::new(),
             gathered: Vec::new(),
             cursor: None,
-            walks: (0, 0, 0),
             next: u32::MAX,
         }
     }
@@ -72,6 +66,24 @@ impl StepLived {
     pub(super) fn for_clone(&self) -> StepLived {
         StepLived::new(false)
     }
+}
+
+/// The prediction for the epoch under way over a learnt floor, and its walks for low places
+/// (`Pool::take_lowest`).
+#[derive(Clone, Debug)]
+struct Cursor {
+    /// The positions learnt, and the index there of the next one due.
+    positions: Arc<[u32]>,
+    due: usize,
+    /// The log index of the epoch's first allocation.
+    start: u32,
+    /// The floor's hash, and its blocks.
+    floor: u64,
+    floor_blocks: u64,
+    /// Blocks the walks have visited, and the address of the allocated block right below the
+    /// lowest free one found (0: none yet), where the next walk starts.
+    walked: u64,
+    walk_from: u64,
 }
 
 impl Default for StepLived {
@@ -112,10 +124,10 @@ impl Epochs {
     fn next_step_lived(&mut self) {
         let sl = &mut self.step_lived;
         sl.next = u32::MAX;
-        if let Some((pos, i, start, _)) = &mut sl.cursor {
-            *i += 1;
-            if let Some(&p) = pos.get(*i) {
-                sl.next = *start + p;
+        if let Some(c) = &mut sl.cursor {
+            c.due += 1;
+            if let Some(&p) = c.positions.get(c.due) {
+                sl.next = c.start + p;
             }
         }
     }
@@ -150,7 +162,7 @@ impl Epochs {
         let Some((pos, hash)) = sl
             .cursor
             .as_ref()
-            .and_then(|(pos, i, _, hash)| Some((*pos.get(*i)?, *hash)))
+            .and_then(|c| Some((*c.positions.get(c.due)?, c.floor)))
         else {
             return false;
         };
@@ -184,8 +196,15 @@ impl Epochs {
         if let Some((_, pos)) = sl.learnt.iter().rev().find(|x| x.0 == hash) {
             let start = self.log.len() as u32;
             sl.next = pos.first().map_or(u32::MAX, |&p| start + p);
-            sl.cursor = Some((pos.clone(), 0, start, hash));
-            sl.walks = (self.count, 0, 0);
+            sl.cursor = Some(Cursor {
+                positions: pos.clone(),
+                due: 0,
+                start,
+                floor: hash,
+                floor_blocks: self.count,
+                walked: 0,
+                walk_from: 0,
+            });
         }
     }
 
@@ -197,25 +216,26 @@ impl Epochs {
     /// (epochs found are: `drop_newest`).
     pub(in crate::memory::pool) fn lowest_walk(&self) -> (u64, u64) {
         let sl = &self.step_lived;
-        let Some((_, _, start, _)) = sl.cursor else {
+        let Some(c) = &sl.cursor else {
             return (0, 0);
         };
-        let (floor, walked, from) = sl.walks;
-        let made = u64::from((self.log.len() as u32).saturating_sub(start));
-        ((2 * (floor + made) + 1).saturating_sub(walked), from)
+        let made = u64::from((self.log.len() as u32).saturating_sub(c.start));
+        let budget = 2 * (c.floor_blocks + made) + 1;
+        (budget.saturating_sub(c.walked), c.walk_from)
     }
 
     /// Blocks the walks of the epoch under way have visited.
     #[cfg(test)]
     pub(in crate::memory::pool) fn lowest_walked(&self) -> u64 {
-        self.step_lived.walks.1
+        self.step_lived.cursor.as_ref().map_or(0, |c| c.walked)
     }
 
     /// A walk of `visited` blocks was taken; `from`: where the next starts.
     pub(in crate::memory::pool) fn walked_lowest(&mut self, visited: u64, from: u64) {
-        let w = &mut self.step_lived.walks;
-        w.1 += visited;
-        w.2 = from;
+        if let Some(c) = &mut self.step_lived.cursor {
+            c.walked += visited;
+            c.walk_from = from;
+        }
     }
 
     /// Whether any floor's step-lived positions are learnt (a free while recording looks for

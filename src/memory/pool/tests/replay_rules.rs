@@ -263,6 +263,21 @@ fn a_samplers_steps_follow_the_plan_of_their_period() {
     }
 }
 
+/// roberta_infer_varlen replayed at a pace (`fast`) and `alloc_us` per physical allocation, 11
+/// passes, with the default configuration changed by `set` off and then on.
+fn roberta_at(fast: bool, alloc_us: u64, set: impl Fn(&mut PoolConfig, bool)) -> [Figures; 2] {
+    let (evs, unfreed, cost) = trace_at_pace("../traces_heldout/roberta_infer_varlen", fast);
+    let cost = CostModel {
+        alloc_ns: alloc_us * 1000,
+        ..cost
+    };
+    [false, true].map(|on| {
+        let mut cfg = PoolConfig::default();
+        set(&mut cfg, on);
+        replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
+    })
+}
+
 /// roberta_infer_varlen (traces_heldout): an encoder serving batches of varying size, whose
 /// largest batch sets the peak in the first pass. Its first layer raises the program's peak;
 /// each later layer comes back to it, and its 145 MiB attention blocks find the holes the last
@@ -281,25 +296,12 @@ fn an_encoders_layers_back_at_its_peak_move_pages_outside_the_bucket() {
         (false, 5),
         (false, 200),
     ] {
-        let (evs, unfreed, cost) = trace_at_pace("../traces_heldout/roberta_infer_varlen", fast);
-        let cost = CostModel {
-            alloc_ns: alloc_us * 1000,
-            ..cost
-        };
-        let run = |peak_moves: bool| {
-            let cfg = PoolConfig {
-                peak_moves,
-                ..PoolConfig::default()
-            };
-            replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
-        };
-        let asked = run(false);
+        let [asked, f] = roberta_at(fast, alloc_us, |c, on| c.peak_moves = on);
         assert!(
             ratio(&asked) > 1.15,
             "asked, {alloc_us} µs: {}",
             ratio(&asked)
         );
-        let f = run(true);
         assert!(ratio(&f) < 1.16, "peak moves, {alloc_us} µs: {}", ratio(&f));
         assert_eq!(f.peak_pass, 0);
         let mut later = f.steady_maps.clone();
@@ -324,21 +326,8 @@ fn an_encoders_step_lived_blocks_go_low_and_its_layers_follow_their_period() {
         (false, 5),
         (false, 100),
     ] {
-        let (evs, unfreed, cost) = trace_at_pace("../traces_heldout/roberta_infer_varlen", fast);
-        let cost = CostModel {
-            alloc_ns: alloc_us * 1000,
-            ..cost
-        };
-        let run = |step_lived_low: bool| {
-            let cfg = PoolConfig {
-                step_lived_low,
-                ..PoolConfig::default()
-            };
-            replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
-        };
-        let off = run(false);
+        let [off, f] = roberta_at(fast, alloc_us, |c, on| c.step_lived_low = on);
         assert!(ratio(&off) > 1.15, "off, {alloc_us} µs: {}", ratio(&off));
-        let f = run(true);
         assert!(ratio(&f) < 1.07, "on, {alloc_us} µs: {}", ratio(&f));
         assert_eq!(f.peak_pass, 0);
         // The first pass follows plans the off run does not: the largest batch's layers.

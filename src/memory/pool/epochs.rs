@@ -58,13 +58,15 @@
 //! found also teaches which of its allocations live through it, so that an epoch over the same
 //! floor that follows no plan places them out of the way (`epochs/step_lived.rs`).
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use super::epoch_plan::{plan, Plan};
+use super::epoch_plan::Plan;
 use super::tlsf::NIL;
+use kept::Kept;
 use periodic::Periods;
 use step_lived::StepLived;
 
+mod kept;
 mod periodic;
 mod step_lived;
 
@@ -122,71 +124,6 @@ pub(super) struct Logged {
     pub(super) size: u64,
     pub(super) start: u32,
     pub(super) end: u32,
-}
-
-#[derive(Debug)]
-struct Kept {
-    /// Its allocations until it is planned: the plan then holds what following needs (each
-    /// allocation's size, offset and anchor), and the log goes.
-    log: Mutex<Vec<Logged>>,
-    /// The log's first size and length, kept with it gone: how a later epoch is matched.
-    first: u64,
-    len: usize,
-    /// The live blocks when it started (and ended): offset from the range's base, size.
-    floor: Vec<(u64, u64)>,
-    /// `Epochs::hash` of those blocks.
-    hash: u64,
-    /// A period's (`periodic.rs`): when each floor block is freed, on the log's clock
-    /// (`u32::MAX`: not in the epoch), and the allocations that outlive it, each with the offset
-    /// of the floor block it replaces. Empty for an epoch.
-    floor_ends: Vec<u32>,
-    carried: Vec<(u32, u64)>,
-    plan: OnceLock<Option<Arc<Plan>>>,
-}
-
-impl Kept {
-    fn new(
-        log: Vec<Logged>,
-        floor: Vec<(u64, u64)>,
-        hash: u64,
-        floor_ends: Vec<u32>,
-        carried: Vec<(u32, u64)>,
-    ) -> Kept {
-        Kept {
-            first: log.first().map_or(0, |l| l.size),
-            len: log.len(),
-            log: Mutex::new(log),
-            floor,
-            hash,
-            floor_ends,
-            carried,
-            plan: OnceLock::new(),
-        }
-    }
-
-    fn first_size(&self) -> u64 {
-        self.first
-    }
-
-    /// Its plan, made from its log the first time (the log then goes); `None` when the
-    /// planner refuses it.
-    fn plan(&self, align: u64, page: u64) -> Option<Arc<Plan>> {
-        self.plan
-            .get_or_init(|| {
-                // A poisoned lock still holds the log: nothing panics while it is held.
-                let log = std::mem::take(&mut *self.log.lock().unwrap_or_else(|e| e.into_inner()));
-                plan(
-                    &log,
-                    &self.floor,
-                    &self.floor_ends,
-                    &self.carried,
-                    align,
-                    page,
-                )
-                .map(Arc::new)
-            })
-            .clone()
-    }
 }
 
 /// A point an epoch may start at: before the allocation logged at `pos`, when the newest live

@@ -1,0 +1,74 @@
+//! A kept epoch (`epochs.rs`): its log until it is first planned, what matches a later epoch to
+//! it (its first size, length and floor's hash), and its plan, made once.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::super::epoch_plan::{plan, Plan};
+use super::Logged;
+
+/// An epoch (or a period's turn, `periodic.rs`) kept to be planned when a later one starts like
+/// it.
+#[derive(Debug)]
+pub(super) struct Kept {
+    /// Its allocations until it is planned: the plan then holds what following needs (each
+    /// allocation's size, offset and anchor), and the log goes.
+    pub(super) log: Mutex<Vec<Logged>>,
+    /// The log's first size and length, kept with it gone: how a later epoch is matched.
+    first: u64,
+    pub(super) len: usize,
+    /// The live blocks when it started (and ended): offset from the range's base, size.
+    floor: Vec<(u64, u64)>,
+    /// `Epochs::hash` of those blocks.
+    pub(super) hash: u64,
+    /// A period's (`periodic.rs`): when each floor block is freed, on the log's clock
+    /// (`u32::MAX`: not in the epoch), and the allocations that outlive it, each with the offset
+    /// of the floor block it replaces. Empty for an epoch.
+    floor_ends: Vec<u32>,
+    carried: Vec<(u32, u64)>,
+    pub(super) plan: OnceLock<Option<Arc<Plan>>>,
+}
+
+impl Kept {
+    pub(super) fn new(
+        log: Vec<Logged>,
+        floor: Vec<(u64, u64)>,
+        hash: u64,
+        floor_ends: Vec<u32>,
+        carried: Vec<(u32, u64)>,
+    ) -> Kept {
+        Kept {
+            first: log.first().map_or(0, |l| l.size),
+            len: log.len(),
+            log: Mutex::new(log),
+            floor,
+            hash,
+            floor_ends,
+            carried,
+            plan: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn first_size(&self) -> u64 {
+        self.first
+    }
+
+    /// Its plan, made from its log the first time (the log then goes); `None` when the
+    /// planner refuses it.
+    pub(super) fn plan(&self, align: u64, page: u64) -> Option<Arc<Plan>> {
+        self.plan
+            .get_or_init(|| {
+                // A poisoned lock still holds the log: nothing panics while it is held.
+                let log = std::mem::take(&mut *self.log.lock().unwrap_or_else(|e| e.into_inner()));
+                plan(
+                    &log,
+                    &self.floor,
+                    &self.floor_ends,
+                    &self.carried,
+                    align,
+                    page,
+                )
+                .map(Arc::new)
+            })
+            .clone()
+    }
+}

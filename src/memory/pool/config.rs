@@ -160,6 +160,19 @@ pub struct PoolConfig {
     /// limit, as `period_plans` is: the swap planner's dry runs log nothing, so they could not
     /// foresee it.
     pub step_lived_low: bool,
+    /// Whether a request that raises the high-water mark of bytes in use gets no slack: when
+    /// free mapped pages can be moved, it maps new pages only beyond that mark (and one page),
+    /// not up to `recycle_slack_permille` over it. What such a request maps becomes the
+    /// program's footprint, which its later steps keep when they follow its plan; below the
+    /// mark the slack still lets a step that places differently map a little more instead of
+    /// moving pages. Its moves are those of `peak_moves` (not asked of the time budget, up to
+    /// the peak's bytes), so without `peak_moves` it is within the budget like any slack move.
+    /// Default true (session 35, host replay, all 35 traces: moe_train 1.0536 → 1.0475, bert
+    /// 1.0299 → 1.0059, 18 others lower, 4 higher, none over its goal; BENCHMARKS.md, session
+    /// 35);
+    /// `GKRT_POOL_TIGHT_PEAKS=0` turns it off. Off under a memory limit: the swap planner's
+    /// plans and figures were measured without it.
+    pub tight_peaks: bool,
 }
 
 /// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
@@ -211,6 +224,7 @@ impl Default for PoolConfig {
             peak_moves: true,
             period_plans: true,
             step_lived_low: true,
+            tight_peaks: true,
         }
     }
 }
@@ -222,11 +236,13 @@ impl PoolConfig {
     /// GPT-2 medium's emulated steady runs mapped 70 pages a run with periods, session 30); and
     /// the planner's choices and figures were fitted
     /// with small requests cut from their best fit (`tail_first` off; short-lived requests at
-    /// the tail were measured on allocators without a limit only, session 31).
+    /// the tail were measured on allocators without a limit only, session 31; `tight_peaks`
+    /// off, measured without a limit only too, session 35).
     pub fn for_swapping(self) -> PoolConfig {
         PoolConfig {
             period_plans: false,
             step_lived_low: false,
+            tight_peaks: false,
             tail_first: TailFirst::Off,
             ..self
         }

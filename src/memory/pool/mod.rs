@@ -93,7 +93,9 @@
 //!   exceeded, and (b) when a request needs at least `recycle_min_bytes` (or, on a small heap,
 //!   the slack itself) of new pages and the mapped total would exceed the high-water mark of
 //!   allocated bytes by more than `recycle_slack_permille` (and at least one page) and the most
-//!   ever mapped (since the start or `release_cached`: below it a move lowers no peak) — but (b)
+//!   ever mapped (since the start or `release_cached`: below it a move lowers no peak); a
+//!   request that raises that mark gets no slack (`tight_peaks`: what it maps is the footprint
+//!   the program keeps) — but (b)
 //!   only while such moves have taken at most `recycle_time_permille` of wall time as the pool
 //!   measures it (`move_budget.rs`): under churn it maps new pages once instead of moving the
 //!   same ones every step. Pages a slack-rule move placed are marked (`pages.rs`) and moved

@@ -546,11 +546,18 @@ impl Pool {
         let hw = self
             .high_water
             .max(self.stats.allocated_bytes + self.pending_bytes + rounded);
+        // A request raising the high-water mark makes the footprint later steps keep: no slack
+        // (`tight_peaks`).
+        let slack_permille = if self.config.tight_peaks && hw > self.high_water {
+            0
+        } else {
+            self.config.recycle_slack_permille
+        };
         // Growth that alone exceeds the slack counts too (on a small heap, a granule may).
-        let slack_bytes = hw / 1000 * self.config.recycle_slack_permille;
+        let slack_bytes = hw / 1000 * slack_permille;
         if add >= self.config.recycle_min_bytes.min(slack_bytes) {
             // No move below the most ever mapped: there a move lowers no peak, it only costs time.
-            let cap = self.slack_cap(hw).max(self.mapped_peak);
+            let cap = self.cap_over(hw, slack_permille).max(self.mapped_peak);
             let slack = (self.mapped_pages + need).saturating_sub(cap);
             // Only while moves have paid for themselves (move_budget.rs).
             let (now, permille) = (backing.now_ns(), self.config.recycle_time_permille);
@@ -666,7 +673,13 @@ impl Pool {
     /// The slack rule's cap, in pages, over `hw` bytes in use: `recycle_slack_permille` of it
     /// more, and at least one granule (the rounding of the top of used memory).
     pub(super) fn slack_cap(&self, hw: u64) -> u64 {
-        let allowed = hw + hw / 1000 * self.config.recycle_slack_permille;
+        self.cap_over(hw, self.config.recycle_slack_permille)
+    }
+
+    /// Pages that may be mapped over `hw` bytes in use with `permille` thousandths of slack:
+    /// at least one page more than `hw` needs.
+    fn cap_over(&self, hw: u64, permille: u64) -> u64 {
+        let allowed = hw + hw / 1000 * permille;
         allowed.div_ceil(self.page).max(hw.div_ceil(self.page) + 1)
     }
 

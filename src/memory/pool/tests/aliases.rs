@@ -5,9 +5,11 @@
 
 use super::*;
 
+/// (With the slack at every request, `tight_peaks` off: the cases below count the slack's cap.)
 fn alias_pool() -> Pool {
     Pool::new(PoolConfig {
         page_aliases: true,
+        tight_peaks: false,
         ..vpool(u64::MAX).config().clone()
     })
 }

@@ -23,6 +23,7 @@ mod replay_rules;
 mod short_lived;
 mod step_lived;
 mod tail_first;
+mod tight_peaks;
 mod trace_file;
 mod virtual_ranges;
 

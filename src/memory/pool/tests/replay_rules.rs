@@ -243,17 +243,13 @@ fn mlp_small_train_keeps_short_lived_blocks_out_of_its_holes() {
 fn a_samplers_steps_follow_the_plan_of_their_period() {
     let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
     for fast in [false, true] {
-        let (evs, unfreed, cost) = trace_at_pace("../traces_heldout/diffusion_unet_infer", fast);
-        let run = |period_plans: bool| {
-            let cfg = PoolConfig {
-                period_plans,
-                ..PoolConfig::default()
-            };
-            replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
-        };
-        let off = run(false);
+        let [off, f] = off_and_on(
+            "../traces_heldout/diffusion_unet_infer",
+            fast,
+            ALLOC_US,
+            |c, on| c.period_plans = on,
+        );
         assert!(ratio(&off) > 1.10, "periods off: {}", ratio(&off));
-        let f = run(true);
         assert!(ratio(&f) < 1.10, "periods: {}", ratio(&f));
         assert_eq!(f.peak_pass, 0);
         // The first pass follows the period's plan besides what the later passes follow.
@@ -266,10 +262,15 @@ fn a_samplers_steps_follow_the_plan_of_their_period() {
     }
 }
 
-/// roberta_infer_varlen replayed at a pace (`fast`) and `alloc_us` per physical allocation, 11
-/// passes, with the default configuration changed by `set` off and then on.
-fn roberta_at(fast: bool, alloc_us: u64, set: impl Fn(&mut PoolConfig, bool)) -> [Figures; 2] {
-    let (evs, unfreed, cost) = trace_at_pace("../traces_heldout/roberta_infer_varlen", fast);
+/// `name` (under benches/traces) replayed at a pace (`fast`) and `alloc_us` per physical
+/// allocation, 11 passes, with the default configuration changed by `set` off and then on.
+fn off_and_on(
+    name: &str,
+    fast: bool,
+    alloc_us: u64,
+    set: impl Fn(&mut PoolConfig, bool),
+) -> [Figures; 2] {
+    let (evs, unfreed, cost) = trace_at_pace(name, fast);
     let cost = CostModel {
         alloc_ns: alloc_us * 1000,
         ..cost
@@ -279,6 +280,16 @@ fn roberta_at(fast: bool, alloc_us: u64, set: impl Fn(&mut PoolConfig, bool)) ->
         set(&mut cfg, on);
         replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
     })
+}
+
+/// roberta_infer_varlen, as `off_and_on`.
+fn roberta_at(fast: bool, alloc_us: u64, set: impl Fn(&mut PoolConfig, bool)) -> [Figures; 2] {
+    off_and_on(
+        "../traces_heldout/roberta_infer_varlen",
+        fast,
+        alloc_us,
+        set,
+    )
 }
 
 /// roberta_infer_varlen (traces_heldout): an encoder serving batches of varying size, whose
@@ -358,21 +369,12 @@ fn an_encoders_step_lived_blocks_go_low_and_its_layers_follow_their_period() {
 fn moe_train_holds_its_peak_raising_requests_to_the_high_water_mark() {
     let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
     for fast in [false, true] {
-        let (evs, unfreed, cost) = trace_at_pace("moe_train", fast);
-        let run = |tight_peaks: bool| {
-            let cfg = PoolConfig {
-                tight_peaks,
-                ..PoolConfig::default()
-            };
-            replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
-        };
-        let slack = run(false);
+        let [slack, tight] = off_and_on("moe_train", fast, ALLOC_US, |c, on| c.tight_peaks = on);
         assert!(
             ratio(&slack) > 1.05,
             "slack at every request: {}",
             ratio(&slack)
         );
-        let tight = run(true);
         assert!(ratio(&tight) < 1.05, "tight peaks: {}", ratio(&tight));
         assert_eq!((tight.peak_pass, tight.unmaps_after_first), (0, 0));
     }

@@ -5,10 +5,11 @@
 
 use super::*;
 
-/// A virtual range of 200 live pages, a free hole of four mapped pages above them, and a live
-/// page above the hole (so the hole is not the range's tail), on a device that passes every
-/// marker. (pool, fake)
-fn hole_between_live_blocks(tight: bool) -> (Pool, Fake) {
+/// A virtual range of 200 live pages, a free hole of four mapped pages above them and a live
+/// page above the hole, on a device that passes every marker. With `top` pages, a block of
+/// that size was allocated above them all and freed first: the high-water mark is then above
+/// what is in use, and those pages stay mapped at the range's tail. (pool, fake)
+fn hole_between_live_blocks(tight: bool, top: u64) -> (Pool, Fake) {
     let f = Fake::virtual_memory();
     f.state_mut().idle_device = true;
     let mut p = vpool(u64::MAX);
@@ -16,16 +17,20 @@ fn hole_between_live_blocks(tight: bool) -> (Pool, Fake) {
     let _big = p.alloc(&f, 200 * PAGE, st(0)).unwrap();
     let hole = p.alloc(&f, 4 * PAGE, st(0)).unwrap();
     let _sep = p.alloc(&f, PAGE, st(0)).unwrap();
+    if top > 0 {
+        let t = p.alloc(&f, top * PAGE, st(0)).unwrap();
+        p.free(&f, t).unwrap();
+    }
     p.free(&f, hole).unwrap();
     check(&p);
-    assert_eq!(p.stats().reserved_bytes, 205 * PAGE);
+    assert_eq!(p.stats().reserved_bytes, (205 + top) * PAGE);
     (p, f)
 }
 
 #[test]
 fn a_request_raising_the_high_water_mark_moves_pages_instead_of_using_the_slack() {
     for tight in [true, false] {
-        let (mut p, f) = hole_between_live_blocks(tight);
+        let (mut p, f) = hole_between_live_blocks(tight, 0);
         let unmaps = f.unmaps();
         // 201 pages live, eight more raise the mark (205) to 209; the hole cannot hold them, so
         // eight pages are mapped above the live page: 213, within 3% of 209.
@@ -46,20 +51,8 @@ fn a_request_raising_the_high_water_mark_moves_pages_instead_of_using_the_slack(
 #[test]
 fn a_request_below_the_high_water_mark_keeps_the_slack() {
     for tight in [true, false] {
-        let f = Fake::virtual_memory();
-        f.state_mut().idle_device = true;
-        let mut p = vpool(u64::MAX);
-        p.config.tight_peaks = tight;
-        // 200 live pages, a hole of four, a live page, and ten pages at the top: the mark is
-        // 215 pages, all mapped. The top block and the hole are then freed.
-        let _big = p.alloc(&f, 200 * PAGE, st(0)).unwrap();
-        let hole = p.alloc(&f, 4 * PAGE, st(0)).unwrap();
-        let _sep = p.alloc(&f, PAGE, st(0)).unwrap();
-        let top = p.alloc(&f, 10 * PAGE, st(0)).unwrap();
-        p.free(&f, top).unwrap();
-        p.free(&f, hole).unwrap();
-        check(&p);
-        assert_eq!(p.stats().reserved_bytes, 215 * PAGE);
+        // The mark is 215 pages, all mapped; 201 are in use.
+        let (mut p, f) = hole_between_live_blocks(tight, 10);
         let unmaps = f.unmaps();
         // Twelve pages (213 in use, under the mark) take the tail's ten and two new ones: 217
         // mapped, over the mark but within its slack, so nothing moves, tight or not (with no

@@ -315,6 +315,12 @@ def trace_lines(snap, start=()):
     """The trace's event lines ("a ID BYTES STREAM" / "f ID") from a memory snapshot taken with
     the history recorded, after the blocks `start` that were live when recording began; every
     block still live at the end is freed. Returns (lines, peak live bytes)."""
+    return history_lines(snap["device_traces"][torch.cuda.current_device()], start)
+
+
+def history_lines(events, start=()):
+    """trace_lines of a recorded history: dicts of action ("alloc" or "free_requested"), addr,
+    size and stream, in order (record_host_traces.py builds them from the CPU's profiler)."""
     streams, ids, lines, nid = {}, {}, [], 0
     live = peak = 0
     sizes = {}
@@ -338,8 +344,7 @@ def trace_lines(snap, start=()):
 
     for addr, size, stream in start:
         alloc(addr, size, stream)
-    traces = snap["device_traces"][torch.cuda.current_device()]
-    for e in traces:
+    for e in events:
         if e["action"] == "alloc":
             if e["addr"] in ids:
                 free(e["addr"])  # a block PyTorch reused before the free we saw: close it first

@@ -20,7 +20,7 @@ run_poolab() {
   bash benches/build_pool_benches.sh "$b" 2>&1 | tee "$OUT/pool_build.log" || return
   python3 benches/gen_traces.py "$b/traces" >/dev/null
   traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz \
-    benches/traces_heldout/*.trace.gz)
+    benches/traces_heldout/*.trace.gz benches/traces_host/*.trace.gz)
   # trace_replay loads .gpu/lib/libgkrt.so (its rpath): the library under test is swapped in there.
   rm -rf .gpu/lib_new && cp -a .gpu/lib .gpu/lib_new
   for run in new $mid new2; do

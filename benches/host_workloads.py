@@ -1,0 +1,343 @@
+"""Workloads recorded on a machine without a GPU (record_host_traces.py): programs of kinds the
+other trace sets do not hold, sized for two CPU cores. Like heldout_workloads.py's, their traces
+only check the pool's rules, never choose them. Same conventions: models built from their
+configurations with random weights, random data, nothing downloaded; each function returns
+step(i), which runs one iteration.
+
+    python3 record_host_traces.py OUT_DIR [--only NAME,...]
+"""
+import random
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DEV = "cpu"
+
+
+def step_on(opt, loss):
+    """Backward, an optimizer step, gradients freed: the end of every training step here."""
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def distilbert_cls_train():
+    """An encoder fine-tuned for classification: DistilBERT (6 layers, width 512), batch 8,
+    sequence length varying 64-256 per step, AdamW."""
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    cfg = DistilBertConfig(dim=512, hidden_dim=2048, n_layers=6, n_heads=8, num_labels=4)
+    model = DistilBertForSequenceClassification(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(11)
+
+    def step(i):
+        n = rng.choice([64, 96, 128, 192, 256])
+        ids = torch.randint(0, cfg.vocab_size, (8, n), device=DEV)
+        labels = torch.randint(0, 4, (8,), device=DEV)
+        step_on(opt, model(input_ids=ids, labels=labels).loss)
+
+    return step
+
+
+def albert_mlm_train():
+    """A model whose layers share their weights: ALBERT (one layer applied 8 times, width 512,
+    embeddings of 128), masked LM, batch 8, sequence 128, gradients accumulated over 2
+    micro-batches, AdamW."""
+    from transformers import AlbertConfig, AlbertForMaskedLM
+
+    cfg = AlbertConfig(
+        hidden_size=512, num_hidden_layers=8, num_attention_heads=8, intermediate_size=2048
+    )
+    model = AlbertForMaskedLM(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(i):
+        for _ in range(2):
+            ids = torch.randint(0, cfg.vocab_size, (8, 128), device=DEV)
+            model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def mobilenet_train():
+    """A mobile CNN's training step: torchvision MobileNetV3-Large, batch 16, images 160x160,
+    SGD with momentum (many small activations and weights)."""
+    import torchvision
+
+    model = torchvision.models.mobilenet_v3_large(num_classes=100).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(i):
+        x = torch.randn(16, 3, 160, 160, device=DEV)
+        y = torch.randint(0, 100, (16,), device=DEV)
+        step_on(opt, F.cross_entropy(model(x), y))
+
+    return step
+
+
+def bart_generate():
+    """An encoder-decoder generating: BART (3+3 layers, width 512), batch 4, prompts of 32-128
+    tokens, 24-48 new tokens, beam search of 3, a fresh cache per request."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    cfg = BartConfig(
+        d_model=512,
+        encoder_layers=3,
+        decoder_layers=3,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048,
+        vocab_size=16000,
+    )
+    model = BartForConditionalGeneration(cfg).to(DEV).eval()
+    rng = random.Random(12)
+
+    def step(i):
+        ids = torch.randint(4, cfg.vocab_size, (4, rng.randint(32, 128)), device=DEV)
+        n = rng.randint(24, 48)
+        with torch.no_grad():
+            model.generate(
+                ids, num_beams=3, min_new_tokens=n, max_new_tokens=n, do_sample=False
+            )
+
+    return step
+
+
+def deit_infer_batches():
+    """A vision transformer serving batches of varying size: timm DeiT-Small/16, batch 1-24,
+    224x224, no gradients."""
+    import timm
+
+    model = timm.create_model("deit_small_patch16_224", pretrained=False).to(DEV).eval()
+    rng = random.Random(13)
+
+    def step(i):
+        with torch.no_grad():
+            model(torch.randn(rng.randint(1, 24), 3, 224, 224, device=DEV))
+
+    return step
+
+
+class _Seq2Seq(nn.Module):
+    """A GRU encoder-decoder with attention over the encoder's states (teacher forcing)."""
+
+    def __init__(s, vocab=8000, d=384):
+        super().__init__()
+        s.emb = nn.Embedding(vocab, d)
+        s.enc = nn.GRU(d, d, num_layers=2, batch_first=True, bidirectional=True)
+        s.bridge = nn.Linear(2 * d, d)
+        s.dec = nn.GRU(3 * d, d, num_layers=2, batch_first=True)
+        s.attn = nn.Linear(d, 2 * d)
+        s.out = nn.Linear(3 * d, vocab)
+
+    def forward(s, src, tgt):
+        mem, _ = s.enc(s.emb(src))
+        ctx = mem.mean(1, keepdim=True).expand(-1, tgt.shape[1], -1)
+        h, _ = s.dec(torch.cat([s.emb(tgt), ctx], -1))
+        w = torch.softmax(s.attn(h) @ mem.transpose(1, 2), -1)
+        return s.out(torch.cat([h, w @ mem], -1))
+
+
+def gru_seq2seq_train():
+    """A recurrent translation model's training step: GRU encoder-decoder with attention (width
+    384), batch 32, source and target lengths varying 16-64 per step, Adam."""
+    model = _Seq2Seq().to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    rng = random.Random(14)
+
+    def step(i):
+        src = torch.randint(0, 8000, (32, rng.randint(16, 64)), device=DEV)
+        tgt = torch.randint(0, 8000, (32, rng.randint(16, 64)), device=DEV)
+        logits = model(src, tgt[:, :-1])
+        step_on(opt, F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten()))
+
+    return step
+
+
+def deeplab_train_sizes():
+    """A segmentation model trained on images of varying size: torchvision DeepLabV3 with a
+    MobileNetV3 backbone, batch 4, sides 192-320 per step, 21 classes, SGD with momentum."""
+    import torchvision
+
+    model = torchvision.models.segmentation.deeplabv3_mobilenet_v3_large(
+        num_classes=21, weights=None, weights_backbone=None, aux_loss=False
+    ).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rng = random.Random(15)
+
+    def step(i):
+        h, w = rng.choice([192, 256, 320]), rng.choice([192, 256, 320])
+        x = torch.randn(4, 3, h, w, device=DEV)
+        y = torch.randint(0, 21, (4, h, w), device=DEV)
+        step_on(opt, F.cross_entropy(model(x)["out"], y))
+
+    return step
+
+
+def qwen_moe_train():
+    """A mixture-of-experts decoder's training step: Qwen2-MoE (4 layers, width 384, 8 experts,
+    top 2, a shared expert), batch 4, sequence 128-256, AdamW; the experts' loads vary with the
+    router."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    cfg = Qwen2MoeConfig(
+        vocab_size=8000,
+        hidden_size=384,
+        intermediate_size=1024,
+        moe_intermediate_size=256,
+        shared_expert_intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        num_experts=8,
+        num_experts_per_tok=2,
+    )
+    model = Qwen2MoeForCausalLM(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(16)
+
+    def step(i):
+        ids = torch.randint(0, cfg.vocab_size, (4, rng.choice([128, 192, 256])), device=DEV)
+        step_on(opt, model(input_ids=ids, labels=ids).loss)
+
+    return step
+
+
+def textcls_small_infer():
+    """A small heap: a bag-of-embeddings text classifier (vocabulary 20000, width 128, two
+    hidden layers) serving batches of 1-256 documents of 16-256 tokens."""
+    emb = nn.EmbeddingBag(20000, 128, mode="mean").to(DEV)
+    head = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 10)).to(DEV)
+    rng = random.Random(17)
+
+    def step(i):
+        for _ in range(4):
+            b, n = rng.randint(1, 256), rng.randint(16, 256)
+            with torch.no_grad():
+                head(emb(torch.randint(0, 20000, (b, n), device=DEV))).softmax(-1)
+
+    return step
+
+
+def gptj_generate_sampling():
+    """A decoder sampling text: GPT-J-style (parallel attention and MLP, rotary; 4 layers, width
+    512), batch 1-8, prompts of 8-64 tokens, 32-96 new tokens, top-k sampling, a fresh cache
+    per request."""
+    from transformers import GPTJConfig, GPTJForCausalLM
+
+    cfg = GPTJConfig(vocab_size=16000, n_positions=512, n_embd=512, n_layer=4, n_head=8,
+                     rotary_dim=32, bos_token_id=1, eos_token_id=2)
+    model = GPTJForCausalLM(cfg).to(DEV).eval()
+    rng = random.Random(18)
+
+    def step(i):
+        ids = torch.randint(0, cfg.vocab_size, (rng.randint(1, 8), rng.randint(8, 64)),
+                            device=DEV)
+        n = rng.randint(32, 96)
+        with torch.no_grad():
+            model.generate(ids, do_sample=True, top_k=50, min_new_tokens=n, max_new_tokens=n,
+                           pad_token_id=0)
+
+    return step
+
+
+def vit_ckpt_bf16_train():
+    """A vision transformer trained with activation checkpointing under bf16 autocast: timm
+    ViT-Small/16, batch 16, 224x224, each block recomputed in the backward, AdamW."""
+    import timm
+
+    model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=100).to(DEV)
+    model.set_grad_checkpointing(True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(i):
+        x = torch.randn(16, 3, 224, 224, device=DEV)
+        y = torch.randint(0, 100, (16,), device=DEV)
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        step_on(opt, loss)
+
+    return step
+
+
+def mamba_train():
+    """A state-space language model's training step: Mamba (2 layers, width 256, the reference
+    scan, not a fused kernel), batch 2, sequence 64-128, AdamW."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    cfg = MambaConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=2, state_size=16)
+    model = MambaForCausalLM(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(19)
+
+    def step(i):
+        ids = torch.randint(0, cfg.vocab_size, (2, rng.choice([64, 96, 128])), device=DEV)
+        step_on(opt, model(input_ids=ids, labels=ids).loss)
+
+    return step
+
+
+def llama_static_cache_generate():
+    """A decoder generating into a preallocated cache: LLaMA-style (4 layers, width 512, grouped
+    queries), the static key/value cache of transformers, batch 1-6, prompts of 16-96 tokens,
+    32-64 new tokens, greedy."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=16000, hidden_size=512, intermediate_size=1408,
+                      num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                      max_position_embeddings=512)
+    model = LlamaForCausalLM(cfg).to(DEV).eval()
+    rng = random.Random(20)
+
+    def step(i):
+        ids = torch.randint(3, cfg.vocab_size, (rng.randint(1, 6), rng.randint(16, 96)),
+                            device=DEV)
+        n = rng.randint(32, 64)
+        with torch.no_grad():
+            model.generate(ids, cache_implementation="static", do_sample=False,
+                           min_new_tokens=n, max_new_tokens=n, pad_token_id=0)
+
+    return step
+
+
+def gpt2_large_heap_train():
+    """A larger heap: a GPT-2-style decoder (12 layers, width 1024), batch 4, sequence 192-384,
+    AdamW — weights, gradients and optimizer state of 1.2 GB each."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_embd=1024, n_layer=12, n_head=16, vocab_size=32000, n_positions=512,
+                     bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(21)
+
+    def step(i):
+        ids = torch.randint(0, cfg.vocab_size, (4, rng.choice([192, 256, 384])), device=DEV)
+        step_on(opt, model(input_ids=ids, labels=ids).loss)
+
+    return step
+
+
+# name: (workload, measured steps)
+HOST = {
+    "distilbert_cls_train": (distilbert_cls_train, 8),
+    "albert_mlm_train": (albert_mlm_train, 6),
+    "mobilenet_train": (mobilenet_train, 8),
+    "bart_generate": (bart_generate, 4),
+    "deit_infer_batches": (deit_infer_batches, 12),
+    "gru_seq2seq_train": (gru_seq2seq_train, 10),
+    "deeplab_train_sizes": (deeplab_train_sizes, 8),
+    "qwen_moe_train": (qwen_moe_train, 8),
+    "textcls_small_infer": (textcls_small_infer, 12),
+    "gptj_generate_sampling": (gptj_generate_sampling, 4),
+    "vit_ckpt_bf16_train": (vit_ckpt_bf16_train, 6),
+    "mamba_train": (mamba_train, 4),
+    "llama_static_cache_generate": (llama_static_cache_generate, 4),
+    "gpt2_large_heap_train": (gpt2_large_heap_train, 4),
+}

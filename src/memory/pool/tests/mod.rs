@@ -19,6 +19,7 @@ mod placement;
 mod plain;
 mod random;
 pub(crate) mod replay;
+mod replay_host;
 mod replay_rules;
 mod short_lived;
 mod step_lived;

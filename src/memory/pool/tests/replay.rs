@@ -159,6 +159,20 @@ impl CostModel {
         }
     }
 
+    /// The model clock at the replay's two paces, the default costs otherwise: the H200's, 400
+    /// ns of work per operation and the other allocators' rounds 20 operations' worth, or
+    /// (`fast`) no work between calls and the default gap.
+    pub(super) fn at_pace(fast: bool) -> CostModel {
+        let (gap_ns, work_ns) = if fast { (GAP_NS, 0) } else { (8000, 400) };
+        CostModel {
+            call_ns: CALL_US * 1000,
+            alloc_ns: ALLOC_US * 1000,
+            gap_ns,
+            work_ns,
+            start_ns: 0,
+        }
+    }
+
     /// The modelled time of `calls` driver calls moving `allocs` physical allocations.
     fn driver_ns(&self, calls: u64, allocs: u64) -> u64 {
         calls * self.call_ns + allocs * self.alloc_ns
@@ -453,7 +467,7 @@ pub(super) fn replay_with(
 
 /// The goal for peak reserved: heaps under 64 MiB at most the peak live rounded up to
 /// 2 MiB plus 2 MiB; others 1.05 of peak live for training, 1.10 for the rest.
-fn goal(name: &str, peak_live: u64) -> u64 {
+pub(super) fn goal(name: &str, peak_live: u64) -> u64 {
     if peak_live < 64 * MIB {
         peak_live.div_ceil(2 * MIB) * 2 * MIB + 2 * MIB
     } else if name.contains("train") {
@@ -494,7 +508,8 @@ fn replay_traces_through_the_pool() {
             .unwrap()
             .trim_end_matches(".gz")
             .trim_end_matches(".trace");
-        // The defaults, or GKRT_POOL_* knobs (read by Pool::new) for exploring.
+        // The defaults (the GKRT_REPLAY_* knobs change them in `replay`; GKRT_POOL_* ones are
+        // the runtime's and do not reach it).
         for (label, vmm, cfg) in [
             ("virtual ranges", true, PoolConfig::default()),
             ("plain segments", false, PoolConfig::default()),

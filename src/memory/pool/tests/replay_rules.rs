@@ -3,7 +3,7 @@
 //! rule on and off. Each test names the figure the rule was made for (ARCHITECTURE.md, "The
 //! pool's fragmentation" and the sections after it).
 
-use super::replay::{load_trace, replay_with, CostModel, Ev, Figures, ALLOC_US, CALL_US, GAP_NS};
+use super::replay::{load_trace, replay_with, CostModel, Ev, Figures, ALLOC_US};
 use super::*;
 
 /// The rules the tests of session 12's and 13's move rules were measured against: every
@@ -101,15 +101,7 @@ fn trace_at_pace(name: &str, fast: bool) -> (Vec<Ev>, Vec<u32>, CostModel) {
         env!("CARGO_MANIFEST_DIR")
     );
     let (evs, unfreed) = load_trace(&path);
-    let (gap_ns, work_ns) = if fast { (GAP_NS, 0) } else { (8000, 400) };
-    let cost = CostModel {
-        call_ns: CALL_US * 1000,
-        alloc_ns: ALLOC_US * 1000,
-        gap_ns,
-        work_ns,
-        start_ns: 0,
-    };
-    (evs, unfreed, cost)
+    (evs, unfreed, CostModel::at_pace(fast))
 }
 
 /// The replay of `name` at either pace with page aliases at `level` (as `GKRT_POOL_ALIASES`),

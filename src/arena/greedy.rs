@@ -122,21 +122,36 @@ fn place_in<T: Off>(
 ) -> Vec<u64> {
     let mut offs = vec![0u64; items.len()];
     let mut t = Tree::<T>::new(sections);
+    // The lists hold unions, touching ranges merged: fixed items over the same sections whose
+    // bytes touch make one range whichever way they are inserted. Inserted as one, a floor of
+    // many adjacent blocks (a program's weights, around which the pool plans an epoch) costs a
+    // few inserts, each of which may add to every `up` list, rather than one per block.
+    let mut held: Vec<(u32, u32, u64, u64)> = Vec::with_capacity(fixed.len());
     for &(i, o) in fixed {
         let it = &items[i as usize];
         let o = o / unit;
         offs[i as usize] = o;
         if it.size > 0 {
-            let hi = o + it.size / unit;
-            t.insert(
-                t.top,
-                0,
-                it.ss as usize,
-                it.se as usize,
-                T::from64(o),
-                T::from64(hi),
-            );
+            held.push((it.ss, it.se, o, o + it.size / unit));
         }
+    }
+    held.sort_unstable();
+    let mut k = 0;
+    while k < held.len() {
+        let (ss, se, lo, mut hi) = held[k];
+        k += 1;
+        while k < held.len() && (held[k].0, held[k].1) == (ss, se) && held[k].2 <= hi {
+            hi = hi.max(held[k].3);
+            k += 1;
+        }
+        t.insert(
+            t.top,
+            0,
+            ss as usize,
+            se as usize,
+            T::from64(lo),
+            T::from64(hi),
+        );
     }
     let mut lists: Vec<u32> = Vec::with_capacity(64);
     let mut cursors: Vec<usize> = Vec::with_capacity(64);

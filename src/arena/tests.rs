@@ -126,6 +126,53 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Fixed buffers, some touching and some with gaps, over lifetimes that differ (a floor
+    /// of weights around which the pool plans an epoch): a buffer placed around them takes the
+    /// lowest gap it fits among those it meets in time — as if each fixed buffer were a range
+    /// of its own (the greedy inserts touching ones of the same lifetime as one).
+    #[test]
+    fn a_buffer_takes_the_lowest_gap_between_fixed_ones(
+        fixed in prop::collection::vec(
+            (1u64..50, prop::sample::select(vec![0u64, 1, 10, 20]), 0usize..3),
+            1..30,
+        ),
+        size in prop::sample::select(vec![1u64, 2, 5, 10, 20, 40, 60]),
+        life in 0usize..3,
+    ) {
+        let lives = [(0u32, 10u32), (5, 10), (0, 5)];
+        let mut bufs = Vec::new();
+        let mut at = Vec::new();
+        let mut top = 0;
+        for &(z, gap, l) in &fixed {
+            let o = top + gap;
+            bufs.push(buf(lives[l].0, lives[l].1, z));
+            at.push((bufs.len() - 1, o));
+            top = o + z;
+        }
+        let (s, e) = [(0, 10), (0, 5), (3, 7)][life];
+        bufs.push(buf(s, e, size));
+        let p = ArenaProblem { buffers: bufs, groups: vec![] };
+        let pl = plan_greedy_either(&p, &at).unwrap();
+        prop_assert_eq!(check_placement(&p, &pl), Ok(pl.size));
+        // The lowest offset, from 0 or a met buffer's end, clear of every buffer it meets.
+        let met: Vec<(u64, u64)> = at
+            .iter()
+            .filter(|&&(i, _)| p.buffers[i].start < e && s < p.buffers[i].end)
+            .map(|&(i, o)| (o, o + p.buffers[i].size))
+            .collect();
+        let clear = |o: u64| met.iter().all(|&(lo, hi)| o + size <= lo || hi <= o);
+        let lowest = std::iter::once(0)
+            .chain(met.iter().map(|&(_, hi)| hi))
+            .filter(|&o| clear(o))
+            .min()
+            .unwrap();
+        prop_assert_eq!(pl.offsets[p.buffers.len() - 1], lowest);
+    }
+}
+
 #[test]
 fn greedy_in_order_of_start_wins_on_a_growing_cache() {
     // Two caches grown by one unit per step, each copy freed right after the next exists

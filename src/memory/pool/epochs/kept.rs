@@ -25,6 +25,9 @@ pub(super) struct Kept {
     /// of the floor block it replaces. Empty for an epoch.
     floor_ends: Vec<u32>,
     carried: Vec<(u32, u64)>,
+    /// A hash of the log (each allocation's size, start and end), which outlives it: with the
+    /// rest compared as it is, how the same epoch or turn found again is told (`same_as`).
+    sig: u64,
     pub(super) plan: OnceLock<Option<Arc<Plan>>>,
 }
 
@@ -39,6 +42,7 @@ impl Kept {
         Kept {
             first: log.first().map_or(0, |l| l.size),
             len: log.len(),
+            sig: signature(&log),
             log: Mutex::new(log),
             floor,
             hash,
@@ -50,6 +54,17 @@ impl Kept {
 
     pub(super) fn first_size(&self) -> u64 {
         self.first
+    }
+
+    /// The same epoch or turn as `other`, as far as its plan goes: the same log (by its hash),
+    /// floor, floor ends and carry — so the same plan. A hash that collides is harmless:
+    /// following checks every allocation's size against the plan and leaves it on a mismatch.
+    pub(super) fn same_as(&self, other: &Kept) -> bool {
+        (self.first, self.len, self.hash, self.sig)
+            == (other.first, other.len, other.hash, other.sig)
+            && self.floor == other.floor
+            && self.floor_ends == other.floor_ends
+            && self.carried == other.carried
     }
 
     /// Its plan, made from its log the first time (the log then goes); `None` when the
@@ -71,4 +86,14 @@ impl Kept {
             })
             .clone()
     }
+}
+
+/// `Kept::sig` of a log.
+fn signature(log: &[Logged]) -> u64 {
+    log.iter().fold(0x243f_6a88_85a3_08d3, |h, l| {
+        let word = l.size ^ (u64::from(l.start) << 32 | u64::from(l.end)).rotate_left(7);
+        (h ^ word)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(29)
+    })
 }

@@ -294,11 +294,19 @@ impl Epochs {
             c.1 = slot;
         }
         let size = log[0].size;
-        self.kept
-            .retain(|x| x.first_size() != size || x.hash != hash);
-        self.kept
-            .push(Arc::new(Kept::new(log, blocks, hash, floor_ends, carried)));
-        self.bound_kept();
+        let found = Kept::new(log, blocks, hash, floor_ends, carried);
+        if let Some(i) = self.kept.iter().position(|x| x.same_as(&found)) {
+            // The period found again as it was kept (a program's next step through the same
+            // layers): the kept one stays, its plan made once, and is the newest again — where
+            // the new one would have replaced it.
+            let again = self.kept.remove(i);
+            self.kept.push(again);
+        } else {
+            self.kept
+                .retain(|x| x.first_size() != size || x.hash != hash);
+            self.kept.push(Arc::new(found));
+            self.bound_kept();
+        }
         if !steer.is_empty() {
             self.periods.steer = steer;
             self.periods.steered = 0;

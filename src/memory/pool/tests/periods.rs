@@ -172,3 +172,28 @@ fn a_loop_over_a_floor_of_more_blocks_than_its_turn_follows_its_period() {
     }
     check(&p);
 }
+
+/// Passes of such a loop, each ended after a turn by its state's free and started by a new
+/// state (an inference server's requests through the same layers): each pass finds the period
+/// again over the same floor. The period kept from the first pass stays, its plan made once,
+/// where each pass used to replace it and plan it anew — the planner was 60% of the pool's
+/// instructions on deit_infer_batches (benches/traces_host, session 36).
+#[test]
+fn a_loop_found_again_in_each_pass_keeps_its_plan() {
+    let (mut p, f) = idle_pool();
+    let mut s = sampler(&mut p, &f);
+    let planned = |p: &Pool| p.streams.iter().map(|s| s.epochs.planned).sum::<u64>();
+    for pass in 1..=4u64 {
+        for _ in 0..11 {
+            s.turn(&mut p, &f, 1);
+        }
+        p.free(&f, s.state).unwrap();
+        let x = p.alloc(&f, 5 * MIB, st(0)).unwrap();
+        p.free(&f, x).unwrap();
+        s.state = p.alloc(&f, MIB, st(0)).unwrap();
+        check(&p);
+        // Two turns follow the plan in every pass (the others record and steer).
+        assert_eq!(p.epoch_counts(), (2 * pass, 0), "pass {pass}");
+        assert_eq!(planned(&p), 1, "pass {pass}");
+    }
+}

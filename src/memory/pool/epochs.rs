@@ -748,6 +748,12 @@ impl Epochs {
         };
     }
 
+    /// The plan chosen was not followed for want of mapped pages: leaving it (`leave`) will not
+    /// drop its kept epoch, which a later epoch like it chooses again after the wait.
+    pub(super) fn keep_unmapped_plan(&mut self) {
+        self.following = None;
+    }
+
     /// The plan being followed was left at this allocation: the rest of the epoch is placed
     /// as usual.
     pub(super) fn leave(&mut self) {

@@ -119,6 +119,8 @@ pub(super) struct Figures {
     pub(super) peak_pass: usize,
     /// Epochs (passes) that followed the plan of the last to its end, and plans left.
     pub(super) epochs: (u64, u64),
+    /// Plans made (each kept epoch or period planned at most once), over all streams.
+    pub(super) plans: u64,
 }
 
 /// The H200's costs as the replay models them (BENCHMARKS.md §3, "the host replay's cost
@@ -456,6 +458,7 @@ pub(super) fn replay_with(
         alias_maps: p.alias_counts().1,
         alias_conflicts: p.alias_conflicts(),
         epochs: p.epoch_counts(),
+        plans: p.streams.iter().map(|s| s.epochs.planned).sum(),
         first_map_calls,
         first_maps,
         maps: b.maps(),
@@ -496,9 +499,9 @@ fn replay_traces_through_the_pool() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let passes = 1 + 2 * rounds;
-    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | driver ns/op (mean of later passes; of the last half) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined | peak set in pass | steady pass: allocations mapped, unmapped (median) | chunks switched back, mapped as aliases, shadows undone | epochs followed, left |");
+    println!("| trace | pool | peak live MiB | peak reserved MiB | reserved / live | goal (reserved / live) | met | ns/op (median pass, CPU) | driver ns/op (median pass, model) | driver ns/op (mean of later passes; of the last half) | cold placements per op (median pass) | events | first pass: map calls, allocations | physical allocations mapped | map calls | allocations unmapped after pass 1 | slack moves declined | peak set in pass | steady pass: allocations mapped, unmapped (median) | chunks switched back, mapped as aliases, shadows undone | epochs followed, left | plans made |");
     println!(
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for path in trace_paths() {
         let (evs, unfreed) = load_trace(&path);
@@ -533,7 +536,7 @@ fn replay_traces_through_the_pool() {
             let g = goal(name, f.peak_live);
             let mib = |x: u64| x as f64 / MIB as f64;
             println!(
-                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.1}; {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} | {} | {}, {} | {}, {}, {} | {}, {} |",
+                "| {name} | {label} | {:.1} | {:.1} | {:.4} | {:.4} | {} | {:.1} | {:.1} | {:.1}; {:.1} | {:.3} | {} | {}, {} | {} | {} | {} | {} | {} | {}, {} | {}, {}, {} | {}, {} | {} |",
                 mib(f.peak_live),
                 mib(f.peak_reserved),
                 f.peak_reserved as f64 / f.peak_live as f64,
@@ -558,7 +561,8 @@ fn replay_traces_through_the_pool() {
                 f.alias_maps,
                 f.alias_conflicts,
                 f.epochs.0,
-                f.epochs.1
+                f.epochs.1,
+                f.plans
             );
         }
     }

@@ -22,6 +22,17 @@ def step_on(opt, loss):
     opt.zero_grad(set_to_none=True)
 
 
+def causal_lm_step(model, opt, rng, vocab, batch, lengths):
+    """step(i) training `model` as a causal LM on random ids: `batch` rows, of a length drawn
+    from `lengths` each step (by `rng`)."""
+
+    def step(i):
+        ids = torch.randint(0, vocab, (batch, rng.choice(lengths)), device=DEV)
+        step_on(opt, model(input_ids=ids, labels=ids).loss)
+
+    return step
+
+
 def distilbert_cls_train():
     """An encoder fine-tuned for classification: DistilBERT (6 layers, width 512), batch 8,
     sequence length varying 64-256 per step, AdamW."""
@@ -199,13 +210,7 @@ def qwen_moe_train():
     )
     model = Qwen2MoeForCausalLM(cfg).to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rng = random.Random(16)
-
-    def step(i):
-        ids = torch.randint(0, cfg.vocab_size, (4, rng.choice([128, 192, 256])), device=DEV)
-        step_on(opt, model(input_ids=ids, labels=ids).loss)
-
-    return step
+    return causal_lm_step(model, opt, random.Random(16), cfg.vocab_size, 4, [128, 192, 256])
 
 
 def textcls_small_infer():
@@ -274,13 +279,7 @@ def mamba_train():
     cfg = MambaConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=2, state_size=16)
     model = MambaForCausalLM(cfg).to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rng = random.Random(19)
-
-    def step(i):
-        ids = torch.randint(0, cfg.vocab_size, (2, rng.choice([64, 96, 128])), device=DEV)
-        step_on(opt, model(input_ids=ids, labels=ids).loss)
-
-    return step
+    return causal_lm_step(model, opt, random.Random(19), cfg.vocab_size, 2, [64, 96, 128])
 
 
 def llama_static_cache_generate():
@@ -315,13 +314,7 @@ def gpt2_large_heap_train():
                      bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(cfg).to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rng = random.Random(21)
-
-    def step(i):
-        ids = torch.randint(0, cfg.vocab_size, (4, rng.choice([192, 256, 384])), device=DEV)
-        step_on(opt, model(input_ids=ids, labels=ids).loss)
-
-    return step
+    return causal_lm_step(model, opt, random.Random(21), cfg.vocab_size, 4, [192, 256, 384])
 
 
 # name: (workload, measured steps)

@@ -176,7 +176,7 @@ fn a_loop_over_a_floor_of_more_blocks_than_its_turn_follows_its_period() {
 /// Passes of such a loop, each ended after a turn by its state's free and started by a new
 /// state (an inference server's requests through the same layers): each pass finds the period
 /// again over the same floor. The period kept from the first pass stays, its plan made once,
-/// where each pass used to replace it and plan it anew — the planner was 60% of the pool's
+/// where each pass used to replace it and plan it anew — the planner was 56% of the pool's
 /// instructions on deit_infer_batches (benches/traces_host, session 36).
 #[test]
 fn a_loop_found_again_in_each_pass_keeps_its_plan() {

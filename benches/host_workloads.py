@@ -317,6 +317,45 @@ def gpt2_large_heap_train():
     return causal_lm_step(model, opt, random.Random(21), cfg.vocab_size, 4, [192, 256, 384])
 
 
+def fasterrcnn_infer_sizes():
+    """A detector serving images of varying size: torchvision Faster R-CNN with a MobileNetV3
+    backbone (320 px variant), batches of 1-4 images of sides 240-480, no gradients."""
+    import torchvision
+
+    model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, num_classes=21
+    ).to(DEV).eval()
+    rng = random.Random(22)
+
+    def step(i):
+        images = [
+            torch.rand(3, rng.randint(240, 480), rng.randint(240, 480), device=DEV)
+            for _ in range(rng.randint(1, 4))
+        ]
+        with torch.no_grad():
+            model(images)
+
+    return step
+
+
+def gpt2_compiled_train():
+    """A compiled training step: a GPT-2-style decoder (4 layers, width 384) under
+    torch.compile (Inductor plans and reuses its own buffers), batch 8, sequence 128, AdamW."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_embd=384, n_layer=4, n_head=6, vocab_size=8000, n_positions=256,
+                     bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    compiled = torch.compile(lambda ids: model(input_ids=ids, labels=ids).loss)
+
+    def step(i):
+        ids = torch.randint(0, cfg.vocab_size, (8, 128), device=DEV)
+        step_on(opt, compiled(ids))
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -333,4 +372,6 @@ HOST = {
     "mamba_train": (mamba_train, 4),
     "llama_static_cache_generate": (llama_static_cache_generate, 4),
     "gpt2_large_heap_train": (gpt2_large_heap_train, 4),
+    "fasterrcnn_infer_sizes": (fasterrcnn_infer_sizes, 8),
+    "gpt2_compiled_train": (gpt2_compiled_train, 8),
 }

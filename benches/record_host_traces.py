@@ -52,10 +52,11 @@ def live_storages():
         if o.device.type == "cpu" and not o.is_meta:
             try:
                 s = o.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # sparse or other storage-less layouts
-                continue
-            if s.nbytes() > 0:
-                out[s.data_ptr()] = s.nbytes()
+                addr, n = s.data_ptr(), s.nbytes()
+            except (RuntimeError, NotImplementedError):
+                continue  # storage-less layouts, and a compiler's fake tensors (no data)
+            if n > 0:
+                out[addr] = n
     return out
 
 

@@ -37,7 +37,7 @@ fn traces_recorded_on_the_cpu_stay_within_their_goals() {
         .filter(|p| p.ends_with(".trace.gz"))
         .collect();
     paths.sort();
-    assert!(paths.len() >= 14, "{} traces in {dir}", paths.len());
+    assert!(paths.len() >= 16, "{} traces in {dir}", paths.len());
     let mut missed = Vec::new();
     for path in &paths {
         let (evs, unfreed) = load_trace(path);

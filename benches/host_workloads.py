@@ -33,6 +33,22 @@ def causal_lm_step(model, opt, rng, vocab, batch, lengths):
     return step
 
 
+def generate_step(model, rng, first_id, vocab, batches, prompts, new, **how):
+    """step(i) generating with `model`, no gradients: a batch of rows (their count drawn from
+    `batches`, a (low, high) pair, by `rng`) of random ids from `first_id` on, of a prompt
+    length drawn from `prompts`, and a number of new tokens drawn from `new`; `how` goes to
+    generate."""
+
+    def step(i):
+        shape = (rng.randint(*batches), rng.randint(*prompts))
+        ids = torch.randint(first_id, vocab, shape, device=DEV)
+        n = rng.randint(*new)
+        with torch.no_grad():
+            model.generate(ids, min_new_tokens=n, max_new_tokens=n, **how)
+
+    return step
+
+
 def distilbert_cls_train():
     """An encoder fine-tuned for classification: DistilBERT (6 layers, width 512), batch 8,
     sequence length varying 64-256 per step, AdamW."""
@@ -239,17 +255,8 @@ def gptj_generate_sampling():
     cfg = GPTJConfig(vocab_size=16000, n_positions=512, n_embd=512, n_layer=4, n_head=8,
                      rotary_dim=32, bos_token_id=1, eos_token_id=2)
     model = GPTJForCausalLM(cfg).to(DEV).eval()
-    rng = random.Random(18)
-
-    def step(i):
-        ids = torch.randint(0, cfg.vocab_size, (rng.randint(1, 8), rng.randint(8, 64)),
-                            device=DEV)
-        n = rng.randint(32, 96)
-        with torch.no_grad():
-            model.generate(ids, do_sample=True, top_k=50, min_new_tokens=n, max_new_tokens=n,
-                           pad_token_id=0)
-
-    return step
+    return generate_step(model, random.Random(18), 0, cfg.vocab_size, (1, 8), (8, 64), (32, 96),
+                         do_sample=True, top_k=50, pad_token_id=0)
 
 
 def vit_ckpt_bf16_train():
@@ -292,17 +299,8 @@ def llama_static_cache_generate():
                       num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
                       max_position_embeddings=512)
     model = LlamaForCausalLM(cfg).to(DEV).eval()
-    rng = random.Random(20)
-
-    def step(i):
-        ids = torch.randint(3, cfg.vocab_size, (rng.randint(1, 6), rng.randint(16, 96)),
-                            device=DEV)
-        n = rng.randint(32, 64)
-        with torch.no_grad():
-            model.generate(ids, cache_implementation="static", do_sample=False,
-                           min_new_tokens=n, max_new_tokens=n, pad_token_id=0)
-
-    return step
+    return generate_step(model, random.Random(20), 3, cfg.vocab_size, (1, 6), (16, 96), (32, 64),
+                         cache_implementation="static", do_sample=False, pad_token_id=0)
 
 
 def gpt2_large_heap_train():

@@ -168,10 +168,9 @@ pub struct PoolConfig {
     /// moving pages. Its moves are those of `peak_moves` (not asked of the time budget, up to
     /// the peak's bytes), so without `peak_moves` it is within the budget like any slack move.
     /// Default true (session 35, host replay, all 35 traces: moe_train 1.0536 → 1.0475, bert
-    /// 1.0299 → 1.0059, 18 others lower, 4 higher, none over its goal; BENCHMARKS.md, session
-    /// 35);
-    /// `GKRT_POOL_TIGHT_PEAKS=0` turns it off. Off under a memory limit: the swap planner's
-    /// plans and figures were measured without it.
+    /// 1.0299 → 1.0059, 19 others lower, 4 higher, none over its goal; BENCHMARKS.md, session
+    /// 35); `GKRT_POOL_TIGHT_PEAKS=0` turns it off. Off under a memory limit: the swap
+    /// planner's plans and figures were measured without it.
     pub tight_peaks: bool,
 }
 

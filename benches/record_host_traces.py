@@ -19,7 +19,6 @@ tensors (oneDNN convolutions, the CPU's attention), so the sequence is the progr
 not the one it would make on the GPU; there is one stream; and a step's time is the CPU's under
 the profiler.
 """
-import argparse
 import gc
 import json
 import os
@@ -32,7 +31,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from host_workloads import HOST
-from record_traces import history_lines, write_trace
+from record_traces import history_lines, record_each, write_trace
 
 BLOCK = 512
 
@@ -125,32 +124,18 @@ def record(name, make, steps, out_dir, warmup=2):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out_dir")
-    ap.add_argument("--only", default="")
-    ap.add_argument("--list", action="store_true")
-    a = ap.parse_args()
-    if a.list:
-        for k, (f, n) in HOST.items():
-            print(k, "-", f.__doc__.strip().splitlines()[0])
-        return
-    os.makedirs(a.out_dir, exist_ok=True)
-    only = set(filter(None, a.only.split(",")))
-    print("| trace | events | live at start | peak live MiB | step ms (CPU, profiled) |")
-    print("|---|---|---|---|---|")
-    for name, (make, steps) in HOST.items():
-        if only and name not in only:
-            continue
-        try:
-            m = record(name, make, steps, a.out_dir)
-        except Exception as e:  # one workload's failure (a missing package) must not stop the others
-            print("| %s | failed: %s: %s | | | |" % (name, type(e).__name__, str(e)[:120]), flush=True)
-            continue
-        print(
-            "| %s | %d | %d | %.1f | %.1f |"
-            % (name, m["events"], m["live_at_start"], m["peak_live"] / 2**20, m["step_ms_median"]),
-            flush=True,
-        )
+    record_each(
+        lambda a: HOST,
+        [],
+        record,
+        ["events", "live at start", "peak live MiB", "step ms (CPU, profiled)"],
+        lambda m: [
+            "%d" % m["events"],
+            "%d" % m["live_at_start"],
+            "%.1f" % (m["peak_live"] / 2**20),
+            "%.1f" % m["step_ms_median"],
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -402,47 +402,70 @@ def record(name, make, steps, out_dir, warmup=2):
     return meta
 
 
-def main():
+def record_each(pick_workloads, argv_help, record_one, columns, row, after=lambda: None):
+    """The command line both recorders share: OUT_DIR, --only, --list and `argv_help`'s flags
+    (`pick_workloads(args)` chooses the set from them). Records each workload named (all by
+    default) into OUT_DIR with `record_one`, a table row each (`columns` its header, `row(meta)`
+    its cells). A workload that fails (a missing package) gets a row saying why and does not
+    stop the others; `after` runs after each."""
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
     ap.add_argument("--only", default="")
     ap.add_argument("--list", action="store_true")
-    ap.add_argument("--heldout", action="store_true")
+    for flag, text in argv_help:
+        ap.add_argument(flag, action="store_true", help=text)
     a = ap.parse_args()
-    if a.heldout:
-        from heldout_workloads import HELDOUT as workloads
-    else:
-        workloads = WORKLOADS
+    workloads = pick_workloads(a)
     if a.list:
         for k, (f, n) in workloads.items():
             print(k, "-", f.__doc__.strip().splitlines()[0])
         return
     os.makedirs(a.out_dir, exist_ok=True)
     only = set(filter(None, a.only.split(",")))
-    print("| trace | events | peak live MiB | PyTorch peak reserved / peak allocated | step ms |")
-    print("|---|---|---|---|---|")
+    print("| trace | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
     for name, (make, steps) in workloads.items():
         if only and name not in only:
             continue
         try:
-            m = record(name, make, steps, a.out_dir)
+            m = record_one(name, make, steps, a.out_dir)
         except Exception as e:  # one workload's failure (a missing package) must not stop the others
-            print("| %s | failed: %s: %s | | | |" % (name, type(e).__name__, str(e)[:120]), flush=True)
-            torch.cuda.memory._record_memory_history(enabled=None)
+            print("| %s | failed: %s: %s |%s" % (name, type(e).__name__, str(e)[:120], " |" * (len(columns) - 1)), flush=True)
             continue
         finally:
-            torch.cuda.empty_cache()
-        print(
-            "| %s | %d | %.1f | %.3f | %.1f |"
-            % (
-                name,
-                m["events"],
-                m["peak_live"] / 2**20,
-                m["torch_peak_reserved"] / max(1, m["torch_peak_allocated"]),
-                m["step_ms_median"],
-            ),
-            flush=True,
-        )
+            after()
+        print("| %s | %s |" % (name, " | ".join(row(m))), flush=True)
+
+
+def after_gpu_workload():
+    """Whatever a workload left: the memory history off (a failed one leaves it on) and the
+    cached blocks back to the device."""
+    torch.cuda.memory._record_memory_history(enabled=None)
+    torch.cuda.empty_cache()
+
+
+def gpu_workloads(a):
+    if a.heldout:
+        from heldout_workloads import HELDOUT
+
+        return HELDOUT
+    return WORKLOADS
+
+
+def main():
+    record_each(
+        gpu_workloads,
+        [("--heldout", "heldout_workloads.py's set instead")],
+        record,
+        ["events", "peak live MiB", "PyTorch peak reserved / peak allocated", "step ms"],
+        lambda m: [
+            "%d" % m["events"],
+            "%.1f" % (m["peak_live"] / 2**20),
+            "%.3f" % (m["torch_peak_reserved"] / max(1, m["torch_peak_allocated"])),
+            "%.1f" % m["step_ms_median"],
+        ],
+        after_gpu_workload,
+    )
 
 
 if __name__ == "__main__":

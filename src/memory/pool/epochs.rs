@@ -575,10 +575,13 @@ impl Epochs {
         // The next allocation may follow a plan. Outside recording a plan's epoch is under way
         // — unless the range is empty: every epoch has ended, and one that empties it holds
         // every other, so a wait (for plans of steps left) gives way to it.
+        let known = known();
         if self.mode == Mode::Recording || (s.live == 0 && self.mode == Mode::Waiting) {
             self.mode = Mode::Ready;
         }
-        if !known() {
+        // Or a period's turn steering its carry, when the epoch holds the turn (`periodic.rs`).
+        self.end_steering_at(s.pos);
+        if !known {
             let c0 = s.clock;
             let log = self.log[s.pos as usize..]
                 .iter()

@@ -35,6 +35,11 @@
 //! its count of allocations still live never reaches zero as an epoch's does. A turn that leaves
 //! the plan — the loop is over — records again at once, without the wait that leaving an
 //! epoch plan costs: a loop's end is no sign that its turns differed.
+//! A steering turn may outlast its loop, and the step holding the loop may end within it (a
+//! sampler's last denoising step): that step is an epoch that started before the turn, so its
+//! end frees the carry, ends the steering and leaves the stream ready for the step's plan.
+//! Before, the steering went on over the step's end, and a sampler whose loop is found anew in
+//! every step (dit_sample, benches/traces_host) followed no plan at all.
 //!
 //! Detection costs one comparison per allocation. At an allocation of the largest size it costs
 //! at most `BIG_SEEN` comparisons of up to `2P` sizes. Keeping a period reads the floor (every
@@ -73,6 +78,8 @@ pub(super) struct Periods {
     /// range's base, size), for the next turn to start over the steady plan's floor.
     steer: Vec<(u32, u64, u64)>,
     steered: usize,
+    /// The log index of that turn's first allocation.
+    steer_from: u32,
     /// The pool's blocks holding the slots (`NIL`: not held), per `steer` entry: allocated,
     /// not handed out, until their allocation comes (`Pool::hold_slots`).
     holds: Vec<u32>,
@@ -310,6 +317,7 @@ impl Epochs {
         if !steer.is_empty() {
             self.periods.steer = steer;
             self.periods.steered = 0;
+            self.periods.steer_from = at as u32;
             self.periods.ready_at = Some((at + p) as u32);
         }
     }
@@ -404,6 +412,21 @@ impl Epochs {
             self.mode = Mode::Recording;
         }
         None
+    }
+
+    /// An epoch that started at log index `pos` ended while a turn steers: when it started
+    /// before the turn, the turn's carry is freed with it — the loop is over (a sampler's inner
+    /// loop that ended within the turn, and its step with it) — so the steering ends and the
+    /// stream is ready for the epoch's plan (true); the pool gives the slots back at the next
+    /// allocation. Otherwise the turn goes on (false).
+    pub(super) fn end_steering_at(&mut self, pos: u32) -> bool {
+        if self.mode != Mode::Steering || pos > self.periods.steer_from {
+            return false;
+        }
+        self.periods.steer.clear();
+        self.periods.ready_at = None;
+        self.mode = Mode::Ready;
+        true
     }
 
     /// Whether the stream steers its turn's carry.

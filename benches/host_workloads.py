@@ -354,6 +354,146 @@ def gpt2_compiled_train():
     return step
 
 
+def gnn_graphs_train():
+    """A graph network on graphs of varying size: 3 message-passing layers (width 256, mean of
+    the neighbours by index_add_), a fresh random graph of 2,000-16,000 nodes and 8 edges a node
+    each step, node classification, Adam."""
+
+    class Layer(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.self_lin, self.nbr_lin = nn.Linear(w, w), nn.Linear(w, w)
+
+        def forward(self, h, src, dst, deg):
+            agg = torch.zeros_like(h).index_add_(0, dst, h[src]) / deg
+            return F.relu(self.self_lin(h) + self.nbr_lin(agg))
+
+    inp = nn.Linear(64, 256).to(DEV)
+    layers = nn.ModuleList(Layer(256) for _ in range(3)).to(DEV)
+    out = nn.Linear(256, 16).to(DEV)
+    params = [*inp.parameters(), *layers.parameters(), *out.parameters()]
+    opt = torch.optim.Adam(params, lr=1e-3)
+    rng = random.Random(23)
+
+    def step(i):
+        n = rng.randint(2000, 16000)
+        src = torch.randint(0, n, (8 * n,), device=DEV)
+        dst = torch.randint(0, n, (8 * n,), device=DEV)
+        deg = torch.bincount(dst, minlength=n).clamp(min=1).unsqueeze(1).float()
+        h = inp(torch.randn(n, 64, device=DEV))
+        for layer in layers:
+            h = layer(h, src, dst, deg)
+        step_on(opt, F.cross_entropy(out(h), torch.randint(0, 16, (n,), device=DEV)))
+
+    return step
+
+
+def ppo_small_train():
+    """A reinforcement-learning loop on a tiny heap: PPO-style policy and value networks (MLPs
+    of width 256 on 64 features), a rollout of 256 no-gradient forward passes over 16
+    environments, then 2 epochs of minibatch updates of 512 — thousands of small requests."""
+    policy = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(),
+                           nn.Linear(256, 8)).to(DEV)
+    value = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 1)).to(DEV)
+    opt = torch.optim.Adam([*policy.parameters(), *value.parameters()], lr=3e-4)
+
+    def step(i):
+        obs, acts, logps = [], [], []
+        o = torch.randn(16, 64, device=DEV)
+        with torch.no_grad():
+            for _ in range(256):
+                dist = torch.distributions.Categorical(logits=policy(o))
+                a = dist.sample()
+                obs.append(o)
+                acts.append(a)
+                logps.append(dist.log_prob(a))
+                o = torch.tanh(o + 0.1 * torch.randn_like(o))
+        obs, acts, logps = torch.cat(obs), torch.cat(acts), torch.cat(logps)
+        adv = torch.randn(obs.shape[0], device=DEV)
+        ret = torch.randn(obs.shape[0], device=DEV)
+        for _ in range(2):
+            for idx in torch.randperm(obs.shape[0], device=DEV).split(512):
+                dist = torch.distributions.Categorical(logits=policy(obs[idx]))
+                ratio = (dist.log_prob(acts[idx]) - logps[idx]).exp()
+                clipped = torch.min(ratio * adv[idx], ratio.clamp(0.8, 1.2) * adv[idx])
+                loss = -clipped.mean() + F.mse_loss(value(obs[idx]).squeeze(1), ret[idx])
+                step_on(opt, loss - 0.01 * dist.entropy().mean())
+
+    return step
+
+
+def dit_sample():
+    """A diffusion transformer sampling: 6 blocks of width 384 conditioned by adaptive layer
+    norm on the timestep, latents 4x32x32 in 2x2 patches (256 tokens), batch 4 doubled for
+    classifier-free guidance, 10 denoising steps carrying the latents, no gradients."""
+
+    class Block(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(w, 6, batch_first=True)
+            self.mlp = nn.Sequential(nn.Linear(w, 4 * w), nn.GELU(), nn.Linear(4 * w, w))
+            self.ada = nn.Linear(w, 4 * w)
+            self.n1 = nn.LayerNorm(w, elementwise_affine=False)
+            self.n2 = nn.LayerNorm(w, elementwise_affine=False)
+
+        def forward(self, x, c):
+            s1, b1, s2, b2 = self.ada(c).unsqueeze(1).chunk(4, dim=2)
+            h = self.n1(x) * (1 + s1) + b1
+            x = x + self.attn(h, h, h, need_weights=False)[0]
+            return x + self.mlp(self.n2(x) * (1 + s2) + b2)
+
+    w = 384
+    patch_in, patch_out = nn.Linear(16, w).to(DEV), nn.Linear(w, 16).to(DEV)
+    temb = nn.Sequential(nn.Linear(w, w), nn.SiLU(), nn.Linear(w, w)).to(DEV)
+    blocks = nn.ModuleList(Block(w) for _ in range(6)).to(DEV).eval()
+    pos = torch.randn(1, 256, w, device=DEV)
+    freqs = torch.exp(-torch.arange(w // 2, device=DEV) * (9.2 / (w // 2)))
+
+    def denoise(z, t):
+        x = patch_in(z.unfold(2, 2, 2).unfold(3, 2, 2).permute(0, 2, 3, 1, 4, 5).reshape(-1, 256, 16))
+        x = x + pos
+        a = t * freqs
+        c = temb(torch.cat([a.sin(), a.cos()]).expand(x.shape[0], w))
+        for b in blocks:
+            x = b(x, c)
+        eps = patch_out(x).reshape(-1, 16, 16, 4, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(-1, 4, 32, 32)
+        cond, uncond = eps.chunk(2)
+        return uncond + 4.0 * (cond - uncond)
+
+    def step(i):
+        z = torch.randn(4, 4, 32, 32, device=DEV)
+        with torch.no_grad():
+            for t in torch.linspace(999, 0, 10):
+                z = z - 0.1 * denoise(torch.cat([z, z]), float(t))
+
+    return step
+
+
+def speech_ctc_train():
+    """A speech encoder trained with CTC on utterances of varying length: two strided 1-D
+    convolutions over 80 mel features (frames / 4), 4 transformer layers of width 256, batch 8
+    of 400-1600 frames, 32 output symbols, AdamW."""
+    front = nn.Sequential(nn.Conv1d(80, 256, 3, stride=2, padding=1), nn.GELU(),
+                          nn.Conv1d(256, 256, 3, stride=2, padding=1), nn.GELU()).to(DEV)
+    layer = nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False).to(DEV)
+    head = nn.Linear(256, 32).to(DEV)
+    opt = torch.optim.AdamW([*front.parameters(), *enc.parameters(), *head.parameters()], lr=1e-4)
+    rng = random.Random(24)
+
+    def step(i):
+        frames = rng.randint(400, 1600)
+        x = torch.randn(8, 80, frames, device=DEV)
+        logp = head(enc(front(x).transpose(1, 2))).log_softmax(2).transpose(0, 1)
+        t = logp.shape[0]
+        targets = torch.randint(1, 32, (8, t // 4), device=DEV)
+        loss = F.ctc_loss(logp, targets, torch.full((8,), t, dtype=torch.long),
+                          torch.full((8,), t // 4, dtype=torch.long))
+        step_on(opt, loss)
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -372,4 +512,8 @@ HOST = {
     "gpt2_large_heap_train": (gpt2_large_heap_train, 4),
     "fasterrcnn_infer_sizes": (fasterrcnn_infer_sizes, 8),
     "gpt2_compiled_train": (gpt2_compiled_train, 8),
+    "gnn_graphs_train": (gnn_graphs_train, 8),
+    "ppo_small_train": (ppo_small_train, 4),
+    "dit_sample": (dit_sample, 4),
+    "speech_ctc_train": (speech_ctc_train, 8),
 }

@@ -104,5 +104,9 @@ fn a_sampler_steering_past_its_steps_end_follows_step_plans() {
     assert!(f.epochs.0 >= 10, "epochs followed, left: {:?}", f.epochs);
     let mut cold = f.cold_per_op.clone();
     cold.sort_by(f64::total_cmp);
-    assert_eq!(cold[cold.len() / 2], 0.0, "placements by search an operation: {cold:?}");
+    assert_eq!(
+        cold[cold.len() / 2],
+        0.0,
+        "placements by search an operation: {cold:?}"
+    );
 }

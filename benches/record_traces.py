@@ -430,7 +430,8 @@ def record_each(pick_workloads, argv_help, record_one, columns, row, after=lambd
         try:
             m = record_one(name, make, steps, a.out_dir)
         except Exception as e:  # one workload's failure (a missing package) must not stop the others
-            print("| %s | failed: %s: %s |%s" % (name, type(e).__name__, str(e)[:120], " |" * (len(columns) - 1)), flush=True)
+            why = "failed: %s: %s" % (type(e).__name__, str(e)[:120])
+            print("| %s | %s |%s" % (name, why, " |" * (len(columns) - 1)), flush=True)
             continue
         finally:
             after()

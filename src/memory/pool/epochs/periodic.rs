@@ -417,16 +417,14 @@ impl Epochs {
     /// An epoch that started at log index `pos` ended while a turn steers: when it started
     /// before the turn, the turn's carry is freed with it — the loop is over (a sampler's inner
     /// loop that ended within the turn, and its step with it) — so the steering ends and the
-    /// stream is ready for the epoch's plan (true); the pool gives the slots back at the next
-    /// allocation. Otherwise the turn goes on (false).
-    pub(super) fn end_steering_at(&mut self, pos: u32) -> bool {
-        if self.mode != Mode::Steering || pos > self.periods.steer_from {
-            return false;
+    /// stream is ready for the epoch's plan; the pool gives the slots back at the next
+    /// allocation. Otherwise the turn goes on.
+    pub(super) fn end_steering_at(&mut self, pos: u32) {
+        if self.mode == Mode::Steering && pos <= self.periods.steer_from {
+            self.periods.steer.clear();
+            self.periods.ready_at = None;
+            self.mode = Mode::Ready;
         }
-        self.periods.steer.clear();
-        self.periods.ready_at = None;
-        self.mode = Mode::Ready;
-        true
     }
 
     /// Whether the stream steers its turn's carry.

@@ -172,6 +172,15 @@ pub struct PoolConfig {
     /// 35); `GKRT_POOL_TIGHT_PEAKS=0` turns it off. Off under a memory limit: the swap
     /// planner's plans and figures were measured without it.
     pub tight_peaks: bool,
+    /// Whether the page moves of a step that raised the program's peak of allocated bytes
+    /// (until the next step starts: `new_step.rs`) are those of `peak_moves` — not asked of the
+    /// time budget, up to the peak's bytes in all — as the moves of its request at the peak
+    /// are: the step has shapes no earlier step had, and its later repeats reuse what it
+    /// places. With `peak_moves` only. Default true (session 38, host replay of 60 traces:
+    /// wav2vec2_train 1.1935 → 1.0301, dit_sample 1.1097 → 1.0662, none higher;
+    /// BENCHMARKS.md, session 38); `GKRT_POOL_NEW_STEP_MOVES=0` turns it off. Off under a
+    /// memory limit, as `tight_peaks`: measured without a limit only.
+    pub new_step_moves: bool,
 }
 
 /// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
@@ -224,6 +233,7 @@ impl Default for PoolConfig {
             period_plans: true,
             step_lived_low: true,
             tight_peaks: true,
+            new_step_moves: true,
         }
     }
 }
@@ -236,12 +246,13 @@ impl PoolConfig {
     /// the planner's choices and figures were fitted
     /// with small requests cut from their best fit (`tail_first` off; short-lived requests at
     /// the tail were measured on allocators without a limit only, session 31; `tight_peaks`
-    /// off, measured without a limit only too, session 35).
+    /// and `new_step_moves` off, measured without a limit only too, sessions 35 and 38).
     pub fn for_swapping(self) -> PoolConfig {
         PoolConfig {
             period_plans: false,
             step_lived_low: false,
             tight_peaks: false,
+            new_step_moves: false,
             tail_first: TailFirst::Off,
             ..self
         }

@@ -173,6 +173,7 @@ mod free_index;
 mod lifetimes;
 mod markers;
 mod move_budget;
+mod new_step;
 mod notes;
 mod pages;
 mod pending;
@@ -282,6 +283,8 @@ pub struct Pool {
     park_seq: u64,
     /// What the slack rule's page moves may still cost.
     moves: move_budget::MoveBudget,
+    /// Whether the program is in a step that raised its peak (`new_step_moves`).
+    new_step: new_step::NewStep,
     /// Moved chunks' old addresses still mapped (`page_aliases`).
     aliases: alias::Aliases,
     /// Requests placed by the cold path (`alloc_virtual`, and `take_cold_end` at a cold hole's
@@ -330,6 +333,7 @@ impl Pool {
             epoch: 1,
             park_seq: 0,
             moves: move_budget::MoveBudget::default(),
+            new_step: new_step::NewStep::default(),
             aliases: alias::Aliases::default(),
             cold_placements: 0,
             lifetimes: lifetimes::Lifetimes::default(),
@@ -711,6 +715,8 @@ impl Pool {
         };
         self.note_block(Action::Alloc, idx);
         self.live.insert(addr, idx);
+        self.new_step
+            .on_alloc(self.stats.allocated_bytes + size, self.program_peak());
         let s = &mut self.stats;
         s.allocated_bytes += size;
         s.requested_bytes += bytes;
@@ -751,6 +757,8 @@ impl Pool {
         s.allocated_bytes -= b.size;
         s.requested_bytes -= b.requested;
         s.free_count += 1;
+        let now = s.allocated_bytes;
+        self.new_step.on_free(now, self.program_peak());
     }
 
     fn oom(&self, requested: u64) -> PoolError {

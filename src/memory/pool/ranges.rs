@@ -573,12 +573,14 @@ impl Pool {
                     && !self.moves.startup_over
                     && self.moves.startup_moved < hw;
                 // A request that brings the program to its own peak, raising it or reaching
-                // it again: its moves are not asked of the bucket (move_budget.rs).
+                // it again, or one of a step that raised it (`new_step.rs`): its moves are
+                // not asked of the bucket (move_budget.rs).
                 let peak = self.stats.allocated_bytes + rounded;
+                let new_step = self.config.new_step_moves && self.new_step.is_new();
                 at_peak = self.config.peak_moves
                     && permille > 0
-                    && peak >= self.program_peak()
-                    && self.moves.allows_at_peak(peak);
+                    && (peak >= self.program_peak() || new_step)
+                    && self.moves.allows_at_peak(peak.max(self.program_peak()));
                 if startup || at_peak || self.moves.allows(now, permille) {
                     want = slack;
                     // With aliases a move back is a switch, free: `alias_moves_again` lets

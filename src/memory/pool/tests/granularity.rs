@@ -345,6 +345,9 @@ fn a_request_reaching_the_programs_peak_again_moves_pages_outside_the_budget() {
             vmm_page_bytes: PAGE,
             recycle_time_permille: 1,
             peak_moves,
+            // (The 12 pages below would be moved as the first step's, which set the peak,
+            // not charged to the bucket: `new_step.rs`.)
+            new_step_moves: false,
             ..PoolConfig::default()
         });
         // The program's peak: 18 pages, two holes of 8 apart once a1 and a2 go.

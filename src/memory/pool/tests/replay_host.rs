@@ -25,13 +25,8 @@ fn replay_host(name: &str) -> Figures {
     )
 }
 
-/// Host traces over their goal, each held to the figure it has: dit_sample's first pass, placed
-/// as it comes, leaves 102 MiB reserved for 91.9 MiB live (1.1097, goal 1.10); its later passes
-/// follow plans and map nothing (BENCHMARKS.md, session 37).
-const OVER: [(&str, f64); 1] = [("dit_sample", 1.1100)];
-
 /// Every host-recorded trace replayed as `trace_replay --passes 5` replays it, at both paces:
-/// its peak reserved within the goal (those of `OVER` within their figure), and its
+/// its peak reserved within the goal, and its
 /// median later pass mapping nothing (the pool's recycling settles rather than moving pages
 /// every step).
 #[test]
@@ -65,10 +60,7 @@ fn traces_recorded_on_the_cpu_stay_within_their_goals() {
             let mut later = f.steady_maps.clone();
             later.sort_unstable();
             let ratio = f.peak_reserved as f64 / f.peak_live as f64;
-            let g = match OVER.iter().find(|o| o.0 == name) {
-                Some(&(_, held)) => (held * f.peak_live as f64) as u64,
-                None => goal(name, f.peak_live),
-            };
+            let g = goal(name, f.peak_live);
             if f.peak_reserved > g || later[later.len() / 2] != 0 {
                 missed.push(format!(
                     "{name} (fast {fast}): {ratio:.4} of its peak live, goal {:.4}; maps per later pass {later:?}",

@@ -27,7 +27,9 @@
 //!   `period_steer.rs` the turn that steers the carry onto the period's plan;
 //!   `epochs/step_lived.rs` which allocations of an epoch live through it, learnt from the last
 //!   one over the same floor, and `step_lived.rs` placing them at the lowest free place;
-//! - `move_budget.rs` the time budget of the slack rule's moves; `alias.rs` a moved chunk's old
+//! - `move_budget.rs` the time budget of the slack rule's moves; `new_step.rs` whether the
+//!   program is in a step that raised its peak (whose moves the budget is not asked for);
+//!   `alias.rs` a moved chunk's old
 //!   address kept mapped as its shadow, so moving it back is bookkeeping (`page_aliases`);
 //! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
 //!   blocks together (a pending block that fits closer than any free one); `dry_run.rs` dry runs;
@@ -98,7 +100,9 @@
 //!   the program keeps) — but (b)
 //!   only while such moves have taken at most `recycle_time_permille` of wall time as the pool
 //!   measures it (`move_budget.rs`): under churn it maps new pages once instead of moving the
-//!   same ones every step. Pages a slack-rule move placed are marked (`pages.rs`) and moved
+//!   same ones every step. Requests that bring the program to its peak, and those of a step
+//!   that raised it (`new_step.rs`), are not asked: their moves set the footprint, up to the
+//!   peak's bytes in all. Pages a slack-rule move placed are marked (`pages.rs`) and moved
 //!   again only while all moves so far have taken at most that share of the time since the
 //!   pool first mapped memory, with no bucket (any move may also draw on that lifetime share
 //!   when the bucket is empty): a page moved once stays (amortised over the program), one

@@ -168,7 +168,6 @@ fn gpt2_run_train_keeps_its_moved_pages_without_moving_them_again() {
 /// paces, set in the first pass, and the median later pass maps nothing.
 #[test]
 fn moves_at_a_new_program_peak_are_not_asked_of_the_bucket() {
-    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
     let names = [
         "bert_train",
         "gnn_train",
@@ -177,24 +176,35 @@ fn moves_at_a_new_program_peak_are_not_asked_of_the_bucket() {
     ];
     for name in names {
         for fast in [false, true] {
-            let (evs, unfreed, cost) = trace_at_pace(name, fast);
-            let run = |peak_moves: bool| {
-                let cfg = PoolConfig {
-                    peak_moves,
-                    ..PoolConfig::default()
-                };
-                replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
-            };
-            let asked = run(false);
+            let (asked, f) = rule_off_and_on(name, fast, |peak_moves| PoolConfig {
+                peak_moves,
+                ..PoolConfig::default()
+            });
             assert!(ratio(&asked) > 1.05, "{name}, asked: {}", ratio(&asked));
-            let f = run(true);
             assert!(ratio(&f) < 1.035, "{name}, peak moves: {}", ratio(&f));
-            assert_eq!(f.peak_pass, 0, "{name}");
-            let mut later = f.steady_maps.clone();
-            later.sort_unstable();
-            assert_eq!(later[later.len() / 2], 0, "{name}: {later:?}");
+            assert_settled_in_the_first_pass(name, &f);
         }
     }
+}
+
+/// Peak reserved over peak live.
+fn ratio(f: &Figures) -> f64 {
+    f.peak_reserved as f64 / f.peak_live as f64
+}
+
+/// The replay of `name` at either pace with a rule off, then on (`cfg(on)`).
+fn rule_off_and_on(name: &str, fast: bool, cfg: impl Fn(bool) -> PoolConfig) -> (Figures, Figures) {
+    let (evs, unfreed, cost) = trace_at_pace(name, fast);
+    let run = |on: bool| replay_with(&evs, &unfreed, Pool::new(cfg(on)), (true, 11), cost, false);
+    (run(false), run(true))
+}
+
+/// The peak was set in the first pass, and the median later pass mapped nothing.
+fn assert_settled_in_the_first_pass(name: &str, f: &Figures) {
+    assert_eq!(f.peak_pass, 0, "{name}");
+    let mut later = f.steady_maps.clone();
+    later.sort_unstable();
+    assert_eq!(later[later.len() / 2], 0, "{name}: {later:?}");
 }
 
 /// A step that raises the program's peak has shapes no earlier step had: wav2vec2_train
@@ -207,28 +217,18 @@ fn moves_at_a_new_program_peak_are_not_asked_of_the_bucket() {
 /// later pass.
 #[test]
 fn moves_in_a_step_that_raised_the_peak_are_not_asked_of_the_bucket() {
-    let ratio = |f: &Figures| f.peak_reserved as f64 / f.peak_live as f64;
     for (name, goal) in [
         ("../traces_heldout/wav2vec2_train", 1.05),
         ("../traces_host/dit_sample", 1.10),
     ] {
         for fast in [false, true] {
-            let (evs, unfreed, cost) = trace_at_pace(name, fast);
-            let run = |new_step_moves: bool| {
-                let cfg = PoolConfig {
-                    new_step_moves,
-                    ..PoolConfig::default()
-                };
-                replay_with(&evs, &unfreed, Pool::new(cfg), (true, 11), cost, false)
-            };
-            let asked = run(false);
+            let (asked, f) = rule_off_and_on(name, fast, |new_step_moves| PoolConfig {
+                new_step_moves,
+                ..PoolConfig::default()
+            });
             assert!(ratio(&asked) > goal, "{name}, asked: {}", ratio(&asked));
-            let f = run(true);
             assert!(ratio(&f) < goal, "{name}, new-step moves: {}", ratio(&f));
-            assert_eq!(f.peak_pass, 0, "{name}");
-            let mut later = f.steady_maps.clone();
-            later.sort_unstable();
-            assert_eq!(later[later.len() / 2], 0, "{name}: {later:?}");
+            assert_settled_in_the_first_pass(name, &f);
         }
     }
 }

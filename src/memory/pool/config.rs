@@ -283,3 +283,29 @@ impl PoolConfig {
         round_up(want.max(page), page).unwrap_or(want - want % page)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under a memory limit the rules measured without one are off, and nothing else changes:
+    /// the swap planner's dry runs and figures assume the pool they were fitted on.
+    #[test]
+    fn for_swapping_turns_off_the_rules_measured_without_a_limit() {
+        let d = PoolConfig::default();
+        assert!(d.period_plans && d.step_lived_low && d.tight_peaks && d.new_step_moves);
+        assert_eq!(d.tail_first, TailFirst::ShortLived);
+        let s = d.clone().for_swapping();
+        assert!(!s.period_plans && !s.step_lived_low && !s.tight_peaks && !s.new_step_moves);
+        assert_eq!(s.tail_first, TailFirst::Off);
+        let back = PoolConfig {
+            period_plans: true,
+            step_lived_low: true,
+            tight_peaks: true,
+            new_step_moves: true,
+            tail_first: TailFirst::ShortLived,
+            ..s
+        };
+        assert_eq!(format!("{back:?}"), format!("{d:?}"));
+    }
+}

@@ -277,6 +277,9 @@ impl Pool {
             self.drop_block(cur);
             cur = next;
         }
+        // Blocks forgotten while allocated leave the allocated bytes as frees do.
+        let (now, peak) = (self.stats.allocated_bytes, self.program_peak());
+        self.new_step.on_free(now, peak);
         if kind == Kind::Virtual {
             let st = &mut self.streams[si as usize];
             if st.range == s {

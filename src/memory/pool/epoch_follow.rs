@@ -301,11 +301,16 @@ impl Pool {
     }
 
     /// Whether `need` new pages may be mapped to gather a plan's: up to the most ever mapped, or
-    /// the slack rule's cap over the high-water mark of bytes in use (which the epoch's peak,
-    /// and so about the plan's footprint, is under) — what the usual placement may map without
-    /// moving pages — and within the limit.
+    /// the higher of the slack rule's cap over the high-water mark of bytes in use (which the
+    /// epoch's peak, and so about the plan's footprint, is under) — what the usual placement
+    /// may map without moving pages — and the plan's room over that mark
+    /// (`plan_room_permille`: a followed plan moves no page in the epochs after), and within
+    /// the limit.
     fn room_to_gather(&self, need: u64) -> bool {
-        let cap = self.slack_cap(self.high_water);
+        let hw = self.high_water;
+        let cap = self
+            .slack_cap(hw)
+            .max(self.cap_over(hw, self.config.plan_room_permille));
         self.mapped_pages + need <= self.mapped_peak.max(cap)
             && self.stats.reserved_bytes + need * self.page <= self.config.memory_limit
     }
@@ -366,10 +371,11 @@ impl Pool {
         let page = self.page;
         if !self.room_to_gather(need) {
             log::debug!(
-                "gkrt pool: no room to gather a plan's pages: {need} to map, {} mapped, at most {} or the cap {}",
+                "gkrt pool: no room to gather a plan's pages: {need} to map, {} mapped, at most {} or the caps {} (slack), {} (plan)",
                 self.mapped_pages,
                 self.mapped_peak,
-                self.slack_cap(self.high_water)
+                self.slack_cap(self.high_water),
+                self.cap_over(self.high_water, self.config.plan_room_permille)
             );
             vm.trim()?;
             return Ok(false);

@@ -680,7 +680,7 @@ impl Pool {
 
     /// Pages that may be mapped over `hw` bytes in use with `permille` thousandths of slack:
     /// at least one page more than `hw` needs.
-    fn cap_over(&self, hw: u64, permille: u64) -> u64 {
+    pub(super) fn cap_over(&self, hw: u64, permille: u64) -> u64 {
         let allowed = hw + hw / 1000 * permille;
         allowed.div_ceil(self.page).max(hw.div_ceil(self.page) + 1)
     }

@@ -51,7 +51,8 @@
 //! `GKRT_REPLAY_PEAK_MOVES=0` turns `peak_moves` off; `GKRT_REPLAY_PERIODS=0` turns
 //! `period_plans` off; `GKRT_REPLAY_STEP_LIVED=0` turns `step_lived_low` off;
 //! `GKRT_REPLAY_TIGHT_PEAKS=0` turns `tight_peaks` off; `GKRT_REPLAY_NEW_STEP_MOVES=0` turns
-//! `new_step_moves` off; `GKRT_REPLAY_AGAIN_PASSES=K` turns `alias_moves_again` off from pass K
+//! `new_step_moves` off; `GKRT_REPLAY_PLAN_ROOM_PERMILLE=N` sets `plan_room_permille`;
+//! `GKRT_REPLAY_AGAIN_PASSES=K` turns `alias_moves_again` off from pass K
 //! (an experiment: what the layout of K passes of moving again needs without it). The driver
 //! time of passes after the first is given as a median and as means (all of them; the last
 //! half, where transients of the first passes have settled).
@@ -237,6 +238,13 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     // GKRT_REPLAY_NEW_STEP_MOVES=0: `PoolConfig::new_step_moves` off.
     if let Ok(v) = std::env::var("GKRT_REPLAY_NEW_STEP_MOVES") {
         cfg.new_step_moves = v != "0";
+    }
+    // GKRT_REPLAY_PLAN_ROOM_PERMILLE=N: `PoolConfig::plan_room_permille`.
+    if let Some(v) = std::env::var("GKRT_REPLAY_PLAN_ROOM_PERMILLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.plan_room_permille = v;
     }
     // GKRT_REPLAY_STARTUP_MOVES=1: `PoolConfig::startup_moves` on.
     if let Ok(v) = std::env::var("GKRT_REPLAY_STARTUP_MOVES") {

@@ -494,6 +494,181 @@ def speech_ctc_train():
     return step
 
 
+def gan_train():
+    """A generative adversarial network: DCGAN generator and discriminator on 64x64 images (width
+    64), batch 32; each step a discriminator update on real and generated images, then a
+    generator update through the discriminator — two optimizers, two phases of different
+    shapes."""
+    nz, w = 100, 64
+    g = nn.Sequential(
+        nn.ConvTranspose2d(nz, w * 8, 4, 1, 0, bias=False), nn.BatchNorm2d(w * 8), nn.ReLU(),
+        nn.ConvTranspose2d(w * 8, w * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(w * 4), nn.ReLU(),
+        nn.ConvTranspose2d(w * 4, w * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(w * 2), nn.ReLU(),
+        nn.ConvTranspose2d(w * 2, w, 4, 2, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU(),
+        nn.ConvTranspose2d(w, 3, 4, 2, 1, bias=False), nn.Tanh()).to(DEV)
+    d = nn.Sequential(
+        nn.Conv2d(3, w, 4, 2, 1, bias=False), nn.LeakyReLU(0.2),
+        nn.Conv2d(w, w * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(w * 2), nn.LeakyReLU(0.2),
+        nn.Conv2d(w * 2, w * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(w * 4), nn.LeakyReLU(0.2),
+        nn.Conv2d(w * 4, w * 8, 4, 2, 1, bias=False), nn.BatchNorm2d(w * 8), nn.LeakyReLU(0.2),
+        nn.Conv2d(w * 8, 1, 4, 1, 0, bias=False)).to(DEV)
+    opt_g = torch.optim.Adam(g.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    opt_d = torch.optim.Adam(d.parameters(), lr=2e-4, betas=(0.5, 0.999))
+
+    def step(i):
+        real = torch.randn(32, 3, 64, 64, device=DEV)
+        fake = g(torch.randn(32, nz, 1, 1, device=DEV))
+        ones, zeros = torch.ones(32, device=DEV), torch.zeros(32, device=DEV)
+        loss_d = (F.binary_cross_entropy_with_logits(d(real).view(-1), ones)
+                  + F.binary_cross_entropy_with_logits(d(fake.detach()).view(-1), zeros))
+        step_on(opt_d, loss_d)
+        step_on(opt_g, F.binary_cross_entropy_with_logits(d(fake).view(-1), ones))
+
+    return step
+
+
+def mae_pretrain():
+    """Masked-autoencoder pre-training: transformers' ViT-MAE (6 encoder layers of width 384, a
+    decoder of 2 layers of width 256), 128x128 images in 16x16 patches with 75% masked at
+    random, batch 16, AdamW."""
+    from transformers import ViTMAEConfig, ViTMAEForPreTraining
+
+    cfg = ViTMAEConfig(
+        image_size=128, patch_size=16, hidden_size=384, num_hidden_layers=6,
+        num_attention_heads=6, intermediate_size=1536, decoder_hidden_size=256,
+        decoder_num_hidden_layers=2, decoder_num_attention_heads=8,
+        decoder_intermediate_size=1024, mask_ratio=0.75)
+    model = ViTMAEForPreTraining(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(i):
+        step_on(opt, model(pixel_values=torch.randn(16, 3, 128, 128, device=DEV)).loss)
+
+    return step
+
+
+def memory_transformer_train():
+    """A transformer with a recurrent memory: each step reads a sequence as 4 segments of 128
+    tokens, each attending to the memory the segment before left (its last layer's 128 outputs,
+    detached), 4 layers of width 384, batch 8, AdamW — a block carried from segment to
+    segment."""
+    w, seg, vocab = 384, 128, 8000
+    emb = nn.Embedding(vocab, w).to(DEV)
+    layers = nn.ModuleList(
+        nn.TransformerEncoderLayer(w, 6, 4 * w, batch_first=True) for _ in range(4)).to(DEV)
+    head = nn.Linear(w, vocab).to(DEV)
+    params = [*emb.parameters(), *layers.parameters(), *head.parameters()]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+
+    def step(i):
+        ids = torch.randint(0, vocab, (8, 4 * seg + 1), device=DEV)
+        mem = torch.zeros(8, seg, w, device=DEV)
+        for k in range(4):
+            x = torch.cat([mem, emb(ids[:, k * seg:(k + 1) * seg])], 1)
+            for layer in layers:
+                x = layer(x)
+            out = x[:, seg:]
+            loss = F.cross_entropy(head(out).reshape(-1, vocab),
+                                   ids[:, k * seg + 1:(k + 1) * seg + 1].reshape(-1))
+            step_on(opt, loss)
+            mem = out.detach()
+
+    return step
+
+
+def nerf_rays_train():
+    """A neural radiance field: an MLP of 8 layers of width 256 with a skip (positional encoding
+    of 10 frequencies), batches of 1024-4096 rays drawn each step, 48 samples a ray, volume
+    rendering by a cumulative product, Adam — sizes that change with every step."""
+    enc = 3 + 3 * 2 * 10
+
+    class Field(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.ModuleList([nn.Linear(enc, 256)] + [nn.Linear(256, 256) for _ in range(3)])
+            self.b = nn.ModuleList([nn.Linear(256 + enc, 256)]
+                                   + [nn.Linear(256, 256) for _ in range(3)])
+            self.out = nn.Linear(256, 4)
+
+        def forward(self, p):
+            h = p
+            for lin in self.a:
+                h = F.relu(lin(h))
+            h = torch.cat([h, p], -1)
+            for lin in self.b:
+                h = F.relu(lin(h))
+            return self.out(h)
+
+    field = Field().to(DEV)
+    opt = torch.optim.Adam(field.parameters(), lr=5e-4)
+    freqs = 2.0 ** torch.arange(10, device=DEV)
+    rng = random.Random(31)
+
+    def step(i):
+        n = rng.randint(1024, 4096)
+        o, dirs = torch.randn(n, 3, device=DEV), F.normalize(torch.randn(n, 3, device=DEV), dim=-1)
+        t = torch.linspace(2.0, 6.0, 48, device=DEV).expand(n, 48)
+        pts = o[:, None] + dirs[:, None] * t[..., None]
+        ang = pts[..., None] * freqs
+        x = torch.cat([pts, ang.sin().flatten(-2), ang.cos().flatten(-2)], -1)
+        raw = field(x)
+        sigma, rgb = F.relu(raw[..., 0]), torch.sigmoid(raw[..., 1:])
+        alpha = 1 - torch.exp(-sigma * (4.0 / 48))
+        trans = torch.cumprod(torch.cat([torch.ones(n, 1, device=DEV), 1 - alpha + 1e-10], 1), 1)
+        color = ((alpha * trans[:, :-1])[..., None] * rgb).sum(1)
+        step_on(opt, F.mse_loss(color, torch.rand(n, 3, device=DEV)))
+
+    return step
+
+
+def pointnet_train():
+    """A point-cloud classifier: PointNet (shared MLP 3-64-128-1024 over the points, max-pooled,
+    a classifier of 512-256-40), batch 16 of 512-2048 points drawn each step, Adam."""
+    feat = nn.Sequential(
+        nn.Conv1d(3, 64, 1), nn.BatchNorm1d(64), nn.ReLU(),
+        nn.Conv1d(64, 128, 1), nn.BatchNorm1d(128), nn.ReLU(),
+        nn.Conv1d(128, 1024, 1), nn.BatchNorm1d(1024)).to(DEV)
+    cls = nn.Sequential(nn.Linear(1024, 512), nn.BatchNorm1d(512), nn.ReLU(),
+                        nn.Linear(512, 256), nn.BatchNorm1d(256), nn.ReLU(),
+                        nn.Linear(256, 40)).to(DEV)
+    opt = torch.optim.Adam([*feat.parameters(), *cls.parameters()], lr=1e-3)
+    rng = random.Random(37)
+
+    def step(i):
+        pts = torch.randn(16, 3, rng.randint(512, 2048), device=DEV)
+        logits = cls(feat(pts).max(2).values)
+        step_on(opt, F.cross_entropy(logits, torch.randint(0, 40, (16,), device=DEV)))
+
+    return step
+
+
+def multitask_alternate_train():
+    """One encoder, two tasks in turn: a BERT encoder (6 layers, width 512) trained on sentence
+    classification (batch 16, length 128) on even steps and token tagging (batch 4, length 384)
+    on odd ones, each with its own head, one AdamW — steps of two shapes alternating."""
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(hidden_size=512, num_hidden_layers=6, num_attention_heads=8,
+                     intermediate_size=2048, vocab_size=16000)
+    enc = BertModel(cfg, add_pooling_layer=False).to(DEV)
+    cls, tag = nn.Linear(512, 4).to(DEV), nn.Linear(512, 17).to(DEV)
+    opt = torch.optim.AdamW([*enc.parameters(), *cls.parameters(), *tag.parameters()], lr=1e-4)
+
+    def step(i):
+        if i % 2 == 0:
+            ids = torch.randint(0, cfg.vocab_size, (16, 128), device=DEV)
+            h = enc(input_ids=ids).last_hidden_state
+            loss = F.cross_entropy(cls(h[:, 0]), torch.randint(0, 4, (16,), device=DEV))
+        else:
+            ids = torch.randint(0, cfg.vocab_size, (4, 384), device=DEV)
+            h = enc(input_ids=ids).last_hidden_state
+            loss = F.cross_entropy(tag(h).reshape(-1, 17),
+                                   torch.randint(0, 17, (4 * 384,), device=DEV))
+        step_on(opt, loss)
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -516,4 +691,10 @@ HOST = {
     "ppo_small_train": (ppo_small_train, 4),
     "dit_sample": (dit_sample, 4),
     "speech_ctc_train": (speech_ctc_train, 8),
+    "gan_train": (gan_train, 6),
+    "mae_pretrain": (mae_pretrain, 6),
+    "memory_transformer_train": (memory_transformer_train, 4),
+    "nerf_rays_train": (nerf_rays_train, 8),
+    "pointnet_train": (pointnet_train, 8),
+    "multitask_alternate_train": (multitask_alternate_train, 8),
 }

@@ -189,8 +189,9 @@ pub struct PoolConfig {
     /// footprints are within 1.05 of their epochs' peaks on the recorded traces, and a plan
     /// whose pages do not fit is not followed. 0: the slack rule's cap alone, as before
     /// session 39 (host replay of 60 traces: vae_train 1.0525 → 1.0425 with 50, none over its
-    /// goal; 40 leaves vae_train's plan unfollowed, 70 lets gpt2_run_train follow a plan of
-    /// 1.0574; BENCHMARKS.md, session 39); `GKRT_POOL_PLAN_ROOM_PERMILLE` sets it. 0 under a
+    /// goal; 40 leaves vae_train's plan unfollowed, 70 lets gpt2_run_train gather for the plans
+    /// it left before, and its first pass then reaches 1.0574 against 1.0301; BENCHMARKS.md,
+    /// session 39); `GKRT_POOL_PLAN_ROOM_PERMILLE` sets it. 0 under a
     /// memory limit, as `tight_peaks`: measured without a limit only.
     pub plan_room_permille: u64,
 }

@@ -669,6 +669,67 @@ def multitask_alternate_train():
     return step
 
 
+def continuous_batching_generate():
+    """A server generating with continuous batching: a GPT-2-style decoder (6 layers, width 512)
+    serving up to 8 sequences at once, each with its own key/value cache grown by concatenation;
+    each step decodes one token for every sequence, finished ones (16-96 new tokens) leave and
+    new requests (prompts of 16-128 tokens, prefilled) join — caches of every length come and go."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=6, n_embd=512, n_head=8, vocab_size=8000, n_positions=512)
+    model = GPT2LMHeadModel(cfg).to(DEV).eval()
+    rng = random.Random(41)
+    live = []
+
+    def join():
+        ids = torch.randint(0, cfg.vocab_size, (1, rng.randint(16, 128)), device=DEV)
+        out = model(input_ids=ids, use_cache=True)
+        return [out.past_key_values, out.logits[:, -1:].argmax(-1), rng.randint(16, 96)]
+
+    def step(i):
+        with torch.no_grad():
+            for _ in range(24):
+                while len(live) < 8:
+                    live.append(join())
+                for s in live:
+                    out = model(input_ids=s[1], past_key_values=s[0], use_cache=True)
+                    s[0], s[1], s[2] = out.past_key_values, out.logits[:, -1:].argmax(-1), s[2] - 1
+                live[:] = [s for s in live if s[2] > 0]
+
+    return step
+
+
+def moco_train():
+    """Contrastive learning with a momentum encoder and a queue of negatives: a ResNet-18
+    encoder and its momentum copy (torchvision), 96x96 crops, batch 32, 128-d keys, a queue of
+    4096 keys updated in place each step, SGD — two encoders, one trained, one averaged."""
+    import copy
+
+    import torchvision
+
+    q_enc = torchvision.models.resnet18(num_classes=128).to(DEV)
+    k_enc = copy.deepcopy(q_enc)
+    for p in k_enc.parameters():
+        p.requires_grad_(False)
+    queue = F.normalize(torch.randn(4096, 128, device=DEV), dim=1)
+    opt = torch.optim.SGD(q_enc.parameters(), lr=0.03, momentum=0.9)
+    ptr = [0]
+
+    def step(i):
+        x = torch.randn(32, 3, 96, 96, device=DEV)
+        q = F.normalize(q_enc(x + 0.1 * torch.randn_like(x)), dim=1)
+        with torch.no_grad():
+            for pq, pk in zip(q_enc.parameters(), k_enc.parameters()):
+                pk.mul_(0.999).add_(pq.detach(), alpha=0.001)
+            k = F.normalize(k_enc(x + 0.1 * torch.randn_like(x)), dim=1)
+        logits = torch.cat([(q * k).sum(1, keepdim=True), q @ queue.t()], 1) / 0.07
+        step_on(opt, F.cross_entropy(logits, torch.zeros(32, dtype=torch.long, device=DEV)))
+        queue[ptr[0]:ptr[0] + 32] = k
+        ptr[0] = (ptr[0] + 32) % 4096
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -697,4 +758,6 @@ HOST = {
     "nerf_rays_train": (nerf_rays_train, 8),
     "pointnet_train": (pointnet_train, 8),
     "multitask_alternate_train": (multitask_alternate_train, 8),
+    "continuous_batching_generate": (continuous_batching_generate, 6),
+    "moco_train": (moco_train, 8),
 }

@@ -307,12 +307,15 @@ impl Pool {
     /// (`plan_room_permille`: a followed plan moves no page in the epochs after), and within
     /// the limit.
     fn room_to_gather(&self, need: u64) -> bool {
-        let hw = self.high_water;
-        let cap = self
-            .slack_cap(hw)
-            .max(self.cap_over(hw, self.config.plan_room_permille));
-        self.mapped_pages + need <= self.mapped_peak.max(cap)
+        self.mapped_pages + need <= self.mapped_peak.max(self.gather_cap())
             && self.stats.reserved_bytes + need * self.page <= self.config.memory_limit
+    }
+
+    /// The pages a plan's gathering may bring the pool to beyond the most it ever mapped.
+    fn gather_cap(&self) -> u64 {
+        let hw = self.high_water;
+        let plan_cap = self.cap_over(hw, self.config.plan_room_permille);
+        self.slack_cap(hw).max(plan_cap)
     }
 
     /// Before following a plan around the floor of range `r`: the pages the epoch's
@@ -371,11 +374,10 @@ impl Pool {
         let page = self.page;
         if !self.room_to_gather(need) {
             log::debug!(
-                "gkrt pool: no room to gather a plan's pages: {need} to map, {} mapped, at most {} or the caps {} (slack), {} (plan)",
+                "gkrt pool: no room to gather a plan's pages: {need} to map, {} mapped, at most {} or the cap {}",
                 self.mapped_pages,
                 self.mapped_peak,
-                self.slack_cap(self.high_water),
-                self.cap_over(self.high_water, self.config.plan_room_permille)
+                self.gather_cap()
             );
             vm.trim()?;
             return Ok(false);

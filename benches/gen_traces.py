@@ -74,6 +74,9 @@ def varlen_train(seed=3):
     return t
 
 if __name__=='__main__':
+    # An option-looking or missing argument is a request for usage, never an output folder's name.
+    if len(sys.argv)!=2 or sys.argv[1].startswith('-'):
+        print(__doc__); sys.exit(0 if sys.argv[1:] in (['-h'],['--help']) else 2)
     out=sys.argv[1]
     import os; os.makedirs(out, exist_ok=True)
     for fn in [kv_growth, infer_batches, varlen_train]:

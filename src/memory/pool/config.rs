@@ -31,11 +31,11 @@ pub struct PoolConfig {
     pub vmm_reserve_bytes: u64,
     /// Largest physical allocation in virtual mode (default 8 MiB). Pages are the device's
     /// granularity (2 MiB on NVIDIA GPUs); one allocation covers several consecutive pages, as
-    /// many as a 32nd of the mapped memory (a power of two, at most this, and under a memory
-    /// limit at most a 32nd of it). Allocations are unmapped whole, so recycling can take back
-    /// only those lying wholly inside a hole: larger ones mean fewer driver calls, smaller ones
-    /// more of the holes reclaimable (on the recorded traces 64 MiB left gnn_train at 1.14 of
-    /// its peak, 4 and 8 MiB at 1.03: BENCHMARKS.md §3).
+    /// many as a 64th of the mapped memory or a 16th of the request (a power of two, at most
+    /// this, and under a memory limit at most a 32nd of it). Allocations are unmapped whole, so
+    /// recycling can take back only those lying wholly inside a hole: larger ones mean fewer
+    /// driver calls, smaller ones more of the holes reclaimable (on the recorded traces 64 MiB
+    /// left gnn_train at 1.14 of its peak, 4 and 8 MiB at 1.03: BENCHMARKS.md §3).
     pub vmm_page_bytes: u64,
     /// Mapped memory may exceed the high-water mark of allocated bytes by this many thousandths
     /// before large requests recycle free pages instead of mapping new ones (default 30).

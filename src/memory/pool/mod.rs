@@ -74,13 +74,13 @@
 //!   lane: its lasting blocks get a range of their own); every block of the stream's lane is
 //!   carved from it and physical pages (the device's granularity, 2 MiB) are mapped under a
 //!   block when it is allocated, several consecutive pages per device allocation ("chunks": a
-//!   32nd of what will then be mapped, a power of two up to `vmm_page_bytes`, 8 MiB), so a
-//!   small heap rounds to a granule and a large one grows by few driver calls; a chunk is
-//!   unmapped whole (`pages.rs` keeps where each starts). Free memory therefore never splits at
-//!   a segment seam, small and large requests share one range, and reserved bytes are mapped
-//!   pages, not address space. A request first tries the free blocks whose pages are all
-//!   mapped (no device call); otherwise it is placed, at the low or the high
-//!   end of a free block, where it needs the fewest new pages (then best
+//!   64th of what will then be mapped or a 16th of the request, a power of two up to
+//!   `vmm_page_bytes`, 8 MiB: `chunks.rs`), so a small heap rounds to a granule and a large
+//!   one grows by few driver calls; a chunk is unmapped whole (`pages.rs` keeps where each
+//!   starts). Free memory therefore never splits at a segment seam, small and large requests
+//!   share one range, and reserved bytes are mapped pages, not address space. A request first
+//!   tries the free blocks whose pages are all mapped (no device call); otherwise it is placed,
+//!   at the low or the high end of a free block, where it needs the fewest new pages (then best
 //!   fit, then lowest address) — and when every end needs new pages, also at the ends of the runs
 //!   of mapped pages inside large free blocks, so mapped memory in the middle of a hole is used
 //!   where it lies instead of being moved back and forth between steps.
@@ -166,6 +166,7 @@ mod addr_map;
 mod alias;
 mod block;
 mod check;
+mod chunks;
 mod cold_search;
 mod cold_set;
 mod config;

@@ -698,28 +698,6 @@ impl Pool {
         self.link(t);
     }
 
-    /// Pages per physical allocation when `run` more pages are to be mapped: a 32nd of what
-    /// will then be mapped, as a power of two, between one page (the device's granularity) and
-    /// `vmm_page_bytes` — and, under a memory limit, at most a 32nd of it. So a small heap pays
-    /// one granule of rounding at the top of its used memory instead of a large page, a large
-    /// one grows by few driver calls (their number is logarithmic in the heap up to the
-    /// largest chunk size), and a chunk, which is unmapped whole, is never more than a small
-    /// part of the memory recycling may want back.
-    pub(super) fn chunk_pages(&self, run: u64) -> u64 {
-        let will = (self.mapped_pages + run) * self.page;
-        let mut cap = self.config.vmm_page_bytes;
-        if self.config.memory_limit != u64::MAX {
-            cap = cap.min(self.config.memory_limit / 32);
-        }
-        let bytes = (will / 32).min(cap);
-        let pow2 = if bytes == 0 {
-            0
-        } else {
-            1u64 << (63 - bytes.leading_zeros())
-        };
-        (pow2 / self.page).max(1)
-    }
-
     /// Maps `runs` of range `r` (at `base`) for a request of `bytes`. When the device is out
     /// of memory, `on_oom` says whether the pool first gives it every free page and idle
     /// segment it holds (waiting for the device where it must) and retries — what a request

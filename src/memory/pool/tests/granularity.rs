@@ -55,7 +55,7 @@ fn a_small_heap_reserves_its_peak_rounded_to_a_granule() {
         f.allocation_sizes()
     );
     assert_eq!(p.stats().reserved_bytes, f.mapped_bytes());
-    // A heap this small (a 32nd of it is under a granule) maps granule by granule.
+    // A heap this small (a 64th of it is under a granule) maps granule by granule.
     assert!(
         f.allocation_sizes()[0] == PAGE,
         "{:?}",
@@ -82,16 +82,16 @@ fn a_large_heap_grows_by_few_driver_calls_and_unmaps_whole_allocations() {
     let granules = p.stats().reserved_bytes / PAGE;
     assert_eq!(granules, 21 * 48);
     let sizes = f.allocation_sizes();
-    // A fifth of one per granule at most (32 per doubling of the heap until the cap), and one
-    // or two driver calls per request (full chunks, then the rest).
+    // A quarter of one per granule at most (64 per doubling of the heap until the cap), and
+    // one or two driver calls per request (full chunks, then the rest).
     assert!(
-        sizes.len() * 5 < granules as usize && f.map_calls() <= 2 * 21,
+        sizes.len() * 4 < granules as usize && f.map_calls() <= 2 * 21,
         "{} allocations in {} calls",
         sizes.len(),
         f.map_calls()
     );
-    // A 32nd of the heap as it passed 1 GiB.
-    assert_eq!(sizes[0], 32 * MIB, "grows with the heap: {sizes:?}");
+    // A 64th of the heap as it passed 1 GiB.
+    assert_eq!(sizes[0], 16 * MIB, "grows with the heap: {sizes:?}");
     assert!(*sizes.last().unwrap() <= 4 * MIB, "starts small: {sizes:?}");
     // Every other tensor freed: what can go back is the whole allocations inside the holes
     // (the fake rejects an unmap that is not one whole allocation).
@@ -113,6 +113,24 @@ fn a_large_heap_grows_by_few_driver_calls_and_unmaps_whole_allocations() {
     }
     p.release_all(&f).unwrap();
     assert_eq!((f.mapped_bytes(), f.allocation_sizes().len()), (0, 0));
+}
+
+#[test]
+fn chunks_are_a_64th_of_the_heap_or_a_16th_of_a_large_request() {
+    let f = Fake::virtual_memory();
+    let mut p = default_pool();
+    // 256 MiB live: the next 8 MiB request maps 4 MiB chunks (a 64th of 264 MiB, rounded down
+    // to a power of two), so a hole it leaves keeps at most 4 MiB at either end.
+    let _floor = p.alloc(&f, 256 * MIB, st(0)).unwrap();
+    assert_eq!(p.chunk_pages(4), 2);
+    // A 128 MiB request maps 16 chunks of a 16th of it (a 64th of the heap is 6 MiB).
+    assert_eq!(p.chunk_pages(64), 4);
+    let before = f.allocation_sizes().len();
+    let _large = p.alloc(&f, 128 * MIB, st(0)).unwrap();
+    assert_eq!(f.allocation_sizes().len() - before, 16);
+    // Never more than `vmm_page_bytes` (8 MiB by default).
+    assert_eq!(p.chunk_pages(1024), 4);
+    check(&p);
 }
 
 /// One step of a churning workload whose large transient does not fit the hole left by the

@@ -49,14 +49,14 @@ fn a_move_saving_at_least_half_is_made_as_without_the_rule() {
 }
 
 /// Pages moved when `soft` pages are over the cap, with one movable page (a one-page chunk) and
-/// 130 pages mapped in a live block below it, where the pool maps in chunks of four pages
-/// (8 MiB, a 32nd of what is mapped, at most `vmm_page_bytes`).
+/// 260 pages mapped in a live block below it, where the pool maps in chunks of four pages
+/// (8 MiB, a 64th of what is mapped, at most `vmm_page_bytes`).
 fn moved_in_chunks_of_four(soft: u64) -> (u64, u64) {
     let f = Fake::virtual_memory();
     f.state_mut().idle_device = true;
     let mut p = vpool(u64::MAX);
     p.config.vmm_page_bytes = 4 * PAGE;
-    let _big = p.alloc(&f, 130 * PAGE, st(0)).unwrap();
+    let _big = p.alloc(&f, 260 * PAGE, st(0)).unwrap();
     let hole = p.alloc(&f, PAGE, st(0)).unwrap();
     let _sep = p.alloc(&f, PAGE, st(0)).unwrap();
     p.free(&f, hole).unwrap();

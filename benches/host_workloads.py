@@ -730,6 +730,173 @@ def moco_train():
     return step
 
 
+def speculative_generate():
+    """Speculative decoding: a GPT-2-style target (6 layers, width 512) generating greedily with a
+    small draft model (2 layers, width 256) proposing 4 tokens at a time, which the target checks
+    in one pass; both caches are cropped back to the tokens accepted. Batch 1, prompts of 16-128
+    tokens, 48-96 new tokens, a fresh cache per request."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    def decoder(w, n):
+        cfg = GPT2Config(n_embd=w, n_layer=n, n_head=8, vocab_size=8000, n_positions=512,
+                         bos_token_id=0, eos_token_id=1, pad_token_id=0)
+        return GPT2LMHeadModel(cfg).to(DEV).eval()
+
+    target, draft = decoder(512, 6), decoder(256, 2)
+    draft.generation_config.num_assistant_tokens = 4
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+    return generate_step(target, random.Random(43), 2, 8000, (1, 1), (16, 128), (48, 96),
+                         assistant_model=draft, do_sample=False, pad_token_id=0)
+
+
+def maml_meta_train():
+    """Meta-learning with second-order gradients: MAML on a 4-block CNN (width 32) over 28x28
+    images, 4 tasks a meta-batch, each 5-way with 1 or 5 shots to adapt on and 15 queries a
+    class, 3 inner SGD steps whose gradients keep their graph; each task's query loss is
+    backpropagated through its inner steps as it ends, the meta-gradient summed over the tasks,
+    then Adam — a small heap of many small blocks."""
+    from torch.func import functional_call
+
+    def block(i, o):
+        return [nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o, track_running_stats=False),
+                nn.ReLU(), nn.MaxPool2d(2)]
+
+    net = nn.Sequential(*block(1, 32), *block(32, 32), *block(32, 32), *block(32, 32),
+                        nn.Flatten(), nn.Linear(32, 5)).to(DEV)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    rng = random.Random(44)
+
+    def step(i):
+        for _ in range(4):
+            shots = rng.choice([1, 5])
+            xs, ys = (torch.randn(5 * shots, 1, 28, 28, device=DEV),
+                      torch.arange(5, device=DEV).repeat(shots))
+            xq, yq = (torch.randn(75, 1, 28, 28, device=DEV),
+                      torch.arange(5, device=DEV).repeat(15))
+            params = dict(net.named_parameters())
+            for _ in range(3):
+                inner = F.cross_entropy(functional_call(net, params, (xs,)), ys)
+                grads = torch.autograd.grad(inner, list(params.values()), create_graph=True)
+                params = {n: p - 0.4 * g for (n, p), g in zip(params.items(), grads)}
+            (F.cross_entropy(functional_call(net, params, (xq,)), yq) / 4).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def dpsgd_train():
+    """Differentially private training (DP-SGD): a gradient per example by torch.func (vmap of
+    grad) for a CNN of 32-64-128 channels and a 2048-256-10 classifier on 32x32 images, each
+    clipped to norm 1, summed with Gaussian noise, SGD; batches of 48-80 examples as Poisson
+    sampling draws them — a copy of every weight per example each step."""
+    from torch.func import functional_call, grad, vmap
+
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.GroupNorm(8, 32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.GroupNorm(8, 64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.GroupNorm(8, 128), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(2048, 256), nn.ReLU(), nn.Linear(256, 10)).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    rng = random.Random(45)
+
+    def loss_one(params, x, y):
+        return F.cross_entropy(functional_call(model, params, (x[None],)), y[None])
+
+    per_example = vmap(grad(loss_one), in_dims=(None, 0, 0))
+
+    def step(i):
+        n = rng.randint(48, 80)
+        x = torch.randn(n, 3, 32, 32, device=DEV)
+        y = torch.randint(0, 10, (n,), device=DEV)
+        params = {k: p.detach() for k, p in model.named_parameters()}
+        g = per_example(params, x, y)
+        norms = torch.stack([v.flatten(1).norm(dim=1) for v in g.values()]).norm(dim=0)
+        scale = (1.0 / (norms + 1e-6)).clamp(max=1.0)
+        for (k, p) in model.named_parameters():
+            s = torch.einsum("n,n...->...", scale, g[k])
+            p.grad = (s + 1.0 * torch.randn_like(s)) / 64
+        del g
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def video_r2plus1d_train():
+    """A video classifier's training step: torchvision R(2+1)D-18 (3-D convolutions factored into
+    spatial and temporal ones), batch 4 clips of 8 or 12 frames at 112x112, 400 classes, SGD with
+    momentum — five-dimensional activations."""
+    import torchvision
+
+    model = torchvision.models.video.r2plus1d_18(num_classes=400).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rng = random.Random(46)
+
+    def step(i):
+        x = torch.randn(4, 3, rng.choice([8, 12]), 112, 112, device=DEV)
+        y = torch.randint(0, 400, (4,), device=DEV)
+        step_on(opt, F.cross_entropy(model(x), y))
+
+    return step
+
+
+def longformer_mlm_train():
+    """Long documents under sliding-window attention: Longformer (4 layers, width 512, windows of
+    256 tokens, the first token attending globally), masked LM, batch 2 of 512-1536 tokens
+    varying per step (padded by the model to a whole number of windows), AdamW."""
+    from transformers import LongformerConfig, LongformerForMaskedLM
+
+    cfg = LongformerConfig(vocab_size=16000, hidden_size=512, num_hidden_layers=4,
+                           num_attention_heads=8, intermediate_size=2048, attention_window=256,
+                           max_position_embeddings=1538, pad_token_id=1)
+    model = LongformerForMaskedLM(cfg).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(47)
+
+    def step(i):
+        n = rng.randint(512, 1536)
+        ids = torch.randint(4, cfg.vocab_size, (2, n), device=DEV)
+        glob = torch.zeros(2, n, dtype=torch.long, device=DEV)
+        glob[:, 0] = 1
+        labels = torch.where(torch.rand(2, n, device=DEV) < 0.15, ids, -100)
+        step_on(opt, model(input_ids=ids, global_attention_mask=glob, labels=labels).loss)
+
+    return step
+
+
+def distill_train():
+    """Knowledge distillation: a frozen BERT-base-like teacher (12 layers, width 768) run without
+    gradients and a 4-layer student of width 384 trained on masked LM to match the teacher's
+    token distributions (KL at temperature 2) and its last hidden states (projected, MSE),
+    batch 8, lengths 64-192 varying per step, AdamW over the student — two models, one frozen."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    def bert(w, n):
+        return BertForMaskedLM(BertConfig(vocab_size=16000, hidden_size=w, num_hidden_layers=n,
+                                          num_attention_heads=w // 64, intermediate_size=4 * w))
+
+    teacher, student = bert(768, 12).to(DEV).eval(), bert(384, 4).to(DEV)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    proj = nn.Linear(384, 768).to(DEV)
+    opt = torch.optim.AdamW([*student.parameters(), *proj.parameters()], lr=1e-4)
+    rng = random.Random(48)
+
+    def step(i):
+        ids = torch.randint(5, 16000, (8, rng.choice([64, 96, 128, 160, 192])), device=DEV)
+        with torch.no_grad():
+            t = teacher(input_ids=ids, output_hidden_states=True)
+        s = student(input_ids=ids, output_hidden_states=True)
+        kl = F.kl_div(F.log_softmax(s.logits / 2, -1), F.log_softmax(t.logits / 2, -1),
+                      reduction="batchmean", log_target=True) * 4
+        mse = F.mse_loss(proj(s.hidden_states[-1]), t.hidden_states[-1])
+        step_on(opt, kl + mse)
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -760,4 +927,10 @@ HOST = {
     "multitask_alternate_train": (multitask_alternate_train, 8),
     "continuous_batching_generate": (continuous_batching_generate, 6),
     "moco_train": (moco_train, 8),
+    "speculative_generate": (speculative_generate, 4),
+    "maml_meta_train": (maml_meta_train, 6),
+    "dpsgd_train": (dpsgd_train, 24),
+    "video_r2plus1d_train": (video_r2plus1d_train, 4),
+    "longformer_mlm_train": (longformer_mlm_train, 4),
+    "distill_train": (distill_train, 6),
 }

@@ -3,10 +3,11 @@
 caching allocator on the GPU machine. Models are built from their configurations with random
 weights and fed random data: nothing is downloaded.
 
-    python3 record_traces.py OUT_DIR [--only NAME,...] [--list] [--heldout]
+    python3 record_traces.py OUT_DIR [--only NAME,...] [--list] [--heldout] [--host]
 
 `--heldout` records heldout_workloads.py's set instead: programs whose traces only check the
-pool's rules, never choose them.
+pool's rules, never choose them. `--host` records host_workloads.py's set (written for the CPU
+recorder, record_host_traces.py) on the GPU: the same programs, their GPU sequence.
 
 Per workload: warm-up steps, then PyTorch's memory history is recorded over the measured steps
 (torch.cuda.memory._record_memory_history). The trace starts with the blocks already live when
@@ -450,13 +451,21 @@ def gpu_workloads(a):
         from heldout_workloads import HELDOUT
 
         return HELDOUT
+    if a.host:
+        import host_workloads
+
+        host_workloads.DEV = DEV  # its programs read the device when they build and step
+        return host_workloads.HOST
     return WORKLOADS
 
 
 def main():
     record_each(
         gpu_workloads,
-        [("--heldout", "heldout_workloads.py's set instead")],
+        [
+            ("--heldout", "heldout_workloads.py's set instead"),
+            ("--host", "host_workloads.py's set instead, on the GPU"),
+        ],
         record,
         ["events", "peak live MiB", "PyTorch peak reserved / peak allocated", "step ms"],
         lambda m: [

@@ -693,6 +693,7 @@ impl Epochs {
 
     /// An epoch ended outside recording (its allocations all freed).
     fn end_epoch(&mut self) {
+        self.steer_again();
         self.since = u64::MAX;
         self.young = 0;
         match self.mode {
@@ -720,6 +721,7 @@ impl Epochs {
 
     /// The plan followed was placed to its end: the stream is ready for the next.
     fn followed_to_end(&mut self) {
+        self.steer_again();
         self.followed += 1;
         self.misses = 0;
         self.in_row += 1;

@@ -31,6 +31,10 @@
 //!   the floor and the carry are live, and hands them to the carried allocations;
 //! - the next turn then starts over the plan's floor.
 //!
+//! A turn right after a steering turn that must steer again found its carry off the slots: the
+//! loop's carry varies from turn to turn, and steering would go on without a turn following.
+//! Then no turn steers until a plan is followed to its end or an epoch ends (`steer_again`).
+//!
 //! A turn that follows a period's plan ends with its last allocation: its carry stays live, so
 //! its count of allocations still live never reaches zero as an epoch's does. A turn that leaves
 //! the plan — the loop is over — records again at once, without the wait that leaving an
@@ -85,6 +89,15 @@ pub(super) struct Periods {
     holds: Vec<u32>,
     /// The log's length when the floor was last read for a period (`keep_period`).
     floor_read: u32,
+    /// Whether the last turn steered its carry and no turn has followed a plan since
+    /// (`start_steering`), and whether the turn after such a turn found its carry off the
+    /// slots again: then no turn steers until a plan is followed to its end or an epoch ends
+    /// (`steer_again`).
+    steered_turn: bool,
+    steer_failed: bool,
+    /// Turns that steered their carry, cumulative (the replay's figures).
+    #[cfg(test)]
+    turns_steered: u64,
 }
 
 impl Periods {
@@ -314,7 +327,15 @@ impl Epochs {
             self.kept.push(Arc::new(found));
             self.bound_kept();
         }
-        if !steer.is_empty() {
+        // A turn right after a steering turn that must steer again: its carry is not the one
+        // the last turn steered (blocks whose lifetimes vary from turn to turn, as a training
+        // loop's Python variables hold the last step's tensors into the next), so steering
+        // never ends in a followed turn, and each steering turn's held slots cost memory the
+        // turn then maps elsewhere (gan_train recorded on a GPU: BENCHMARKS.md, session 40).
+        if std::mem::take(&mut self.periods.steered_turn) && !steer.is_empty() {
+            self.periods.steer_failed = true;
+        }
+        if !steer.is_empty() && !self.periods.steer_failed {
             self.periods.steer = steer;
             self.periods.steered = 0;
             self.periods.steer_from = at as u32;
@@ -378,6 +399,11 @@ impl Epochs {
             return Vec::new();
         }
         self.mode = Mode::Steering;
+        self.periods.steered_turn = true;
+        #[cfg(test)]
+        {
+            self.periods.turns_steered += 1;
+        }
         self.periods.steer.iter().map(|&(_, o, s)| (o, s)).collect()
     }
 
@@ -425,6 +451,18 @@ impl Epochs {
             self.periods.ready_at = None;
             self.mode = Mode::Ready;
         }
+    }
+
+    /// A plan was followed to its end, or an epoch ended: the turns after it may steer.
+    pub(super) fn steer_again(&mut self) {
+        self.periods.steered_turn = false;
+        self.periods.steer_failed = false;
+    }
+
+    /// Turns that steered their carry so far.
+    #[cfg(test)]
+    pub(in crate::memory::pool) fn turns_steered(&self) -> u64 {
+        self.periods.turns_steered
     }
 
     /// Whether the stream steers its turn's carry.

@@ -123,6 +123,8 @@ pub(super) struct Figures {
     pub(super) epochs: (u64, u64),
     /// Plans made (each kept epoch or period planned at most once), over all streams.
     pub(super) plans: u64,
+    /// Turns of a period that steered their carry to its slots, over all streams.
+    pub(super) turns_steered: u64,
 }
 
 /// The H200's costs as the replay models them (BENCHMARKS.md §3, "the host replay's cost
@@ -472,6 +474,7 @@ pub(super) fn replay_with(
         alias_conflicts: p.alias_conflicts(),
         epochs: p.epoch_counts(),
         plans: p.streams.iter().map(|s| s.epochs.planned).sum(),
+        turns_steered: p.streams.iter().map(|s| s.epochs.turns_steered()).sum(),
         first_map_calls,
         first_maps,
         maps: b.maps(),

@@ -113,3 +113,18 @@ fn a_sampler_steering_past_its_steps_end_follows_step_plans() {
         "placements by search an operation: {cold:?}"
     );
 }
+
+/// dit_sample's denoising loop is found as a period whose turns carry blocks into the next. A
+/// turn right after a steering turn that must steer again does not (`epochs/periodic.rs`): the
+/// carry came off its slots, so steering would not end in a followed turn, and each steering
+/// turn holds slots the turn then maps memory beside. One turn steers in the whole replay, and
+/// the first pass reserves 1.0444 of the peak live (nine turns and 1.0662 before: BENCHMARKS.md,
+/// session 40).
+#[test]
+fn a_period_whose_carry_comes_off_its_slots_again_is_not_steered_again() {
+    let f = replay_host("dit_sample");
+    assert_eq!(f.turns_steered, 1);
+    let ratio = f.peak_reserved as f64 / f.peak_live as f64;
+    assert!(ratio < 1.045, "{ratio}");
+    assert_eq!(f.peak_pass, 0);
+}

@@ -897,6 +897,217 @@ def distill_train():
     return step
 
 
+def neural_ode_train():
+    """A neural ODE trained through its solver: an MLP vector field (64-256-256-64) integrated
+    over [0, 1] by an adaptive Bogacki-Shampine (RK23) solver written out here, every stage kept
+    for backpropagation, on batches of 128-256 states; the solver's error control rejects and
+    shrinks steps, so how many steps a batch takes, and so how many blocks it allocates, depends
+    on the data and the weights."""
+    field = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(),
+                          nn.Linear(256, 64)).to(DEV)
+    head = nn.Linear(64, 10).to(DEV)
+    opt = torch.optim.Adam([*field.parameters(), *head.parameters()], lr=1e-3)
+    rng = random.Random(49)
+
+    def solve(y, tol):
+        t, h = 0.0, 0.1
+        k1 = field(y)
+        while t < 1.0 - 1e-9:
+            h = min(h, 1.0 - t)
+            k2 = field(y + 0.5 * h * k1)
+            k3 = field(y + 0.75 * h * k2)
+            y3 = y + h * (2 / 9 * k1 + 1 / 3 * k2 + 4 / 9 * k3)
+            k4 = field(y3)
+            err = (h * (-5 / 72 * k1 + 1 / 12 * k2 + 1 / 9 * k3 - 1 / 8 * k4)).abs().max().item()
+            if err <= tol:
+                t, y, k1 = t + h, y3, k4
+            h *= min(4.0, max(0.2, 0.9 * (tol / max(err, 1e-12)) ** (1 / 3)))
+        return y
+
+    def step(i):
+        n = rng.choice([128, 192, 256])
+        y0 = torch.randn(n, 64, device=DEV) * rng.choice([0.5, 1.0, 2.0])
+        labels = torch.randint(0, 10, (n,), device=DEV)
+        step_on(opt, F.cross_entropy(head(solve(y0, 1e-3)), labels))
+
+    return step
+
+
+def treelstm_train():
+    """A child-sum Tree-LSTM (width 256) trained on sentiment over random parse trees: each step a
+    batch of 16 trees of 8-40 leaves, shaped at random, evaluated level by level (every node of a
+    depth at once, children's states gathered and summed), so the graph's shape, and the sizes
+    of its blocks, change with every batch."""
+    w = 256
+    emb = nn.Embedding(5000, w).to(DEV)
+    iou = nn.Linear(2 * w, 3 * w).to(DEV)
+    fx, fh = nn.Linear(w, w).to(DEV), nn.Linear(w, w).to(DEV)
+    out = nn.Linear(w, 5).to(DEV)
+    mods = [emb, iou, fx, fh, out]
+    opt = torch.optim.Adagrad([p for m in mods for p in m.parameters()], lr=0.05)
+    rng = random.Random(50)
+
+    def random_tree(leaves):
+        # Merges random neighbours until one root is left: (children, depth) per node.
+        nodes = [([], 0) for _ in range(leaves)]
+        tops = list(range(leaves))
+        while len(tops) > 1:
+            k = rng.randrange(len(tops) - 1)
+            arity = min(rng.choice([2, 2, 3]), len(tops) - k)
+            kids = tops[k:k + arity]
+            nodes.append((kids, 1 + max(nodes[c][1] for c in kids)))
+            tops[k:k + arity] = [len(nodes) - 1]
+        return nodes
+
+    def step(i):
+        trees = [random_tree(rng.randint(8, 40)) for _ in range(16)]
+        # One forest: node ids offset per tree; roots are each tree's last node.
+        nodes, roots, base = [], [], 0
+        for t in trees:
+            nodes += [([c + base for c in kids], d) for kids, d in t]
+            base += len(t)
+            roots.append(base - 1)
+        h = [None] * len(nodes)
+        c = [None] * len(nodes)
+        for depth in range(max(d for _, d in nodes) + 1):
+            ids = [j for j, (_, d) in enumerate(nodes) if d == depth]
+            x = emb(torch.randint(0, 5000, (len(ids),), device=DEV))
+            if depth == 0:
+                hs = torch.zeros(len(ids), w, device=DEV)
+                fc = torch.zeros(len(ids), w, device=DEV)
+            else:
+                kid_h = [torch.stack([h[k] for k in nodes[j][0]]) for j in ids]
+                kid_c = [torch.stack([c[k] for k in nodes[j][0]]) for j in ids]
+                hs = torch.stack([k.sum(0) for k in kid_h])
+                f = [torch.sigmoid(fx(x[n]) + fh(kh)) for n, kh in enumerate(kid_h)]
+                fc = torch.stack([(fk * kc).sum(0) for fk, kc in zip(f, kid_c)])
+            i_, o_, u_ = iou(torch.cat([x, hs], 1)).chunk(3, 1)
+            cs = torch.sigmoid(i_) * torch.tanh(u_) + fc
+            hs = torch.sigmoid(o_) * torch.tanh(cs)
+            for n, j in enumerate(ids):
+                h[j], c[j] = hs[n], cs[n]
+        logits = out(torch.stack([h[r] for r in roots]))
+        step_on(opt, F.cross_entropy(logits, torch.randint(0, 5, (16,), device=DEV)))
+
+    return step
+
+
+def curriculum_gpt_train():
+    """Sequence-length warm-up: a GPT-2-like decoder (6 layers, width 512, 8 heads) trained with
+    AdamW on batches of 8 whose length doubles every two steps, 64 to 512, then starts over (the
+    recorder's two warm-up steps are at 64, its measured ones at 128, 256, 512, then 64): the
+    program's peak rises twice, each time after the pool has laid out the shorter steps."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=8000, n_positions=512, n_embd=512, n_layer=6,
+                                       n_head=8)).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    lengths = [64, 64, 128, 128, 256, 256, 512, 512]
+
+    def step(i):
+        ids = torch.randint(0, 8000, (8, lengths[i % len(lengths)]), device=DEV)
+        step_on(opt, model(input_ids=ids, labels=ids).loss)
+
+    return step
+
+
+def active_learning_train():
+    """An active-learning round per step: a ResNet-18 (torchvision) scores an unlabelled pool of
+    96 images at 64x64 without gradients, the 24 least certain are picked, and the model trains
+    on them for two SGD steps — inference at a large batch and training at a small one,
+    alternating."""
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=10).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(i):
+        pool = torch.randn(96, 3, 64, 64, device=DEV)
+        model.eval()
+        with torch.no_grad():
+            p = model(pool).softmax(-1)
+        pick = (-(p * p.clamp_min(1e-9).log()).sum(-1)).topk(24).indices
+        x, y = pool[pick], torch.randint(0, 10, (24,), device=DEV)
+        del pool, p
+        model.train()
+        for _ in range(2):
+            step_on(opt, F.cross_entropy(model(x), y))
+
+    return step
+
+
+def early_exit_infer():
+    """Inference with early exits: a 12-layer BERT-like encoder (width 512) with a classifier after
+    every layer; after each layer the rows whose prediction is most confident leave the batch, so
+    the remaining batch shrinks layer by layer, differently for every batch. Batches of 16-64
+    rows of 64-256 tokens."""
+    from transformers import BertConfig, BertModel
+
+    bert = BertModel(BertConfig(vocab_size=16000, hidden_size=512, num_hidden_layers=12,
+                                num_attention_heads=8, intermediate_size=2048)).to(DEV).eval()
+    exits = nn.ModuleList(nn.Linear(512, 4) for _ in range(12)).to(DEV)
+    rng = random.Random(51)
+
+    def step(i):
+        ids = torch.randint(5, 16000, (rng.randint(16, 64), rng.choice([64, 128, 192, 256])),
+                            device=DEV)
+        with torch.no_grad():
+            h = bert.embeddings(input_ids=ids)
+            for layer, head in zip(bert.encoder.layer, exits):
+                o = layer(h)
+                h = o[0] if isinstance(o, tuple) else o
+                conf = head(h[:, 0]).softmax(-1).amax(-1)
+                # Random weights give no calibrated confidence: the most confident 5-40% of the
+                # rows left leave, a share drawn per layer, so every batch shrinks differently.
+                stay = conf < conf.quantile(rng.uniform(0.6, 0.95))
+                if int(stay.sum()) < 2:
+                    break
+                h = h[stay]
+
+    return step
+
+
+def unet3d_train():
+    """Volumetric segmentation: a 3-D U-Net (16-32-64-128 channels, two convolutions a level,
+    instance norm, transposed convolutions up) on batches of 2 volumes of 48x48x48 or 64x64x64
+    voxels, 4 classes, Adam — large 5-D activations at two sizes."""
+
+    def conv(i, o):
+        return nn.Sequential(nn.Conv3d(i, o, 3, padding=1), nn.InstanceNorm3d(o), nn.ReLU(),
+                             nn.Conv3d(o, o, 3, padding=1), nn.InstanceNorm3d(o), nn.ReLU())
+
+    class UNet3d(nn.Module):
+        def __init__(self):
+            super().__init__()
+            ch = [16, 32, 64, 128]
+            self.down = nn.ModuleList([conv(1, 16), conv(16, 32), conv(32, 64), conv(64, 128)])
+            self.up = nn.ModuleList(nn.ConvTranspose3d(ch[k + 1], ch[k], 2, stride=2)
+                                    for k in range(3))
+            self.merge = nn.ModuleList(conv(2 * ch[k], ch[k]) for k in range(3))
+            self.out = nn.Conv3d(16, 4, 1)
+
+        def forward(self, x):
+            skips = []
+            for k, d in enumerate(self.down):
+                x = d(x if k == 0 else F.max_pool3d(x, 2))
+                skips.append(x)
+            for k in reversed(range(3)):
+                x = self.merge[k](torch.cat([self.up[k](x), skips[k]], 1))
+            return self.out(x)
+
+    model = UNet3d().to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    rng = random.Random(52)
+
+    def step(i):
+        s = rng.choice([48, 64])
+        x = torch.randn(2, 1, s, s, s, device=DEV)
+        y = torch.randint(0, 4, (2, s, s, s), device=DEV)
+        step_on(opt, F.cross_entropy(model(x), y))
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -933,4 +1144,10 @@ HOST = {
     "video_r2plus1d_train": (video_r2plus1d_train, 4),
     "longformer_mlm_train": (longformer_mlm_train, 4),
     "distill_train": (distill_train, 6),
+    "neural_ode_train": (neural_ode_train, 8),
+    "treelstm_train": (treelstm_train, 8),
+    "curriculum_gpt_train": (curriculum_gpt_train, 8),
+    "active_learning_train": (active_learning_train, 6),
+    "early_exit_infer": (early_exit_infer, 12),
+    "unet3d_train": (unet3d_train, 6),
 }

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""The pool's host replay of every trace in six configurations, and a comparison of two such runs.
+
+    python3 scripts/host_replay.py run PREFIX [NAME=VALUE ...]
+    python3 scripts/host_replay.py compare OLD_PREFIX NEW_PREFIX
+
+`run` builds the library's unit tests (release), then replays the traces through the pool's
+virtual ranges (`replay_traces_through_the_pool`, an ignored test in
+src/memory/pool/tests/replay.rs) with the modelled clock (`GKRT_REPLAY_MODEL_CLOCK=1`, 400 ns of
+work an operation, an 8 µs gap: the same figures on every machine) in the six configurations
+BENCHMARKS.md reports the host replay in: as they come (`base`), at a 3 µs gap (`gap3000`), with a
+block held on each stream (`hold`), with the trace's opening blocks kept (`keep`), and at 5 and
+100 µs per physical allocation (`us5`, `us100`). Each writes PREFIX_<config>.txt, the replay's
+table rows for the virtual ranges, and the traces over their goal are printed. NAME=VALUE pairs
+(GKRT_REPLAY_* knobs, or GKRT_PASSES: rounds of two passes after the first, 5 by default) go to
+every configuration. GKRT_TRACES (colon-separated paths) replaces the trace list, which is
+otherwise ../shared/traces, benches/traces, benches/traces_heldout, the synthetic traces of
+benches/gen_traces.py (written to a temporary folder) and benches/traces_host.
+
+`compare` prints, per configuration, every trace whose figure (peak reserved over peak live) or
+median later pass (physical allocations mapped, unmapped) differs between the two runs.
+"""
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = [
+    ("base", {}),
+    ("gap3000", {"GKRT_REPLAY_GAP_NS": "3000"}),
+    ("hold", {"GKRT_REPLAY_HOLD": "1"}),
+    ("keep", {"GKRT_REPLAY_KEEP_START": "1"}),
+    ("us5", {"GKRT_REPLAY_ALLOC_US": "5"}),
+    ("us100", {"GKRT_REPLAY_ALLOC_US": "100"}),
+]
+# Columns of the replay's table (split on '|'): name, pool, ..., ratio, goal, ..., steady pass.
+NAME, RATIO, GOAL, STEADY = 1, 5, 6, 19
+
+
+def test_binary():
+    """Builds the unit tests and returns the path of their executable."""
+    out = subprocess.run(["cargo", "test", "--release", "--lib", "--no-run"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stderr
+    m = re.search(r"Executable unittests src/lib\.rs \(([^)]+)\)", out)
+    if not m:
+        sys.exit("host_replay: cargo did not name the unit tests' executable:\n" + out)
+    return os.path.join(ROOT, m.group(1))
+
+
+def default_traces(synth_dir):
+    subprocess.run([sys.executable, os.path.join(ROOT, "benches", "gen_traces.py"), synth_dir],
+                   check=True, stdout=subprocess.DEVNULL)
+    dirs = [os.path.join(ROOT, "..", "shared", "traces"), os.path.join(ROOT, "benches", "traces"),
+            os.path.join(ROOT, "benches", "traces_heldout"), synth_dir,
+            os.path.join(ROOT, "benches", "traces_host")]
+    paths = []
+    for d in dirs:
+        paths += sorted(glob.glob(os.path.join(d, "*.trace.gz")))
+    return [os.path.realpath(p) for p in paths]
+
+
+def rows(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            c = [x.strip() for x in line.split("|")]
+            out.append((c[NAME], float(c[RATIO]), float(c[GOAL]), c[STEADY]))
+    return out
+
+
+def run(prefix, pairs):
+    extra = {}
+    for p in pairs:
+        name, sep, value = p.partition("=")
+        if not sep:
+            sys.exit(f"host_replay: {p!r} is not NAME=VALUE")
+        extra[name] = value
+    binary = test_binary()
+    with tempfile.TemporaryDirectory() as synth:
+        traces = os.environ.get("GKRT_TRACES") or ":".join(default_traces(synth))
+
+        def one(config):
+            tag, env = config
+            e = dict(os.environ, GKRT_TRACES=traces, GKRT_REPLAY_MODEL_CLOCK="1",
+                     GKRT_REPLAY_WORK_NS="400", GKRT_REPLAY_GAP_NS="8000",
+                     GKRT_REPLAY_VMM_ONLY="1", GKRT_PASSES="5")
+            e.update(env)
+            e.update(extra)
+            out = subprocess.run([binary, "--ignored", "replay_traces", "--nocapture",
+                                  "--test-threads", "1"], env=e, capture_output=True, text=True,
+                                 check=True).stdout
+            lines = [l for l in out.splitlines() if l.startswith("| ") and "virtual" in l]
+            with open(f"{prefix}_{tag}.txt", "w") as f:
+                f.write("\n".join(lines) + "\n")
+            return tag
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            done = list(pool.map(one, CONFIGS))
+    for tag in done:
+        r = rows(f"{prefix}_{tag}.txt")
+        over = [f"{n} {x:.4f} (goal {g:.4f})" for n, x, g, _ in r if x > g]
+        print(f"{tag}: {len(r)} traces, {len(over)} over their goal" +
+              ("".join(f"\n  {o}" for o in over)))
+
+
+def compare(old, new):
+    for tag, _ in CONFIGS:
+        a, b = rows(f"{old}_{tag}.txt"), rows(f"{new}_{tag}.txt")
+        if [r[0] for r in a] != [r[0] for r in b]:
+            sys.exit(f"host_replay: {tag}: the two runs replayed different traces")
+        changed = [(n, x, y, s, t) for (n, x, _, s), (_, y, _, t) in zip(a, b)
+                   if abs(x - y) > 5e-5 or s != t]
+        print(f"== {tag}: {len(changed)} of {len(a)} changed")
+        for n, x, y, s, t in changed:
+            print(f"  {n:34} {x:.4f} -> {y:.4f} ({y - x:+.4f})  later pass {s} -> {t}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "compare":
+        compare(sys.argv[2], sys.argv[3])
+    else:
+        print(__doc__)
+        sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)

@@ -26,6 +26,9 @@
 #           first each run's whole allocation sequence recorded to $OUT/workload_traces/ (the
 #           pool mode, when given after it, replays those too); WORKLOAD_GPT2_VARIANTS="SPEC ..."
 #           adds a GPT-2 lockstep per gkrt configuration (e.g. gkrt:GKRT_POOL_RECYCLE_TIME_PERMILLE=1000)
+#   hostgpu records benches/host_workloads.py's programs (written for the CPU recorder) on the GPU
+#           into $OUT/hostgpu_traces/ (HOSTGPU_ONLY=a,b for some): their GPU sequence; the pool
+#           mode, when given after it, replays those too
 #   heldlock  each held-out program (benches/heldout_workloads.py) in PyTorch on each allocator, in
 #           lockstep as in workloads: HELDLOCK_PAIRS (1) pairs of processes, HELDLOCK_STEPS (12)
 #           steps after HELDLOCK_WARMUP (3), HELDLOCK_ONLY=a,b for some, HELDLOCK_TIMEOUT (180) s
@@ -301,7 +304,7 @@ run_pool() {
   local traces
   traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz \
     "$OUT"/workload_traces/*.trace.gz benches/traces_heldout/*.trace.gz "$OUT"/heldout_traces/*.trace.gz \
-    benches/traces_host/*.trace.gz)
+    benches/traces_host/*.trace.gz "$OUT"/hostgpu_traces/*.trace.gz)
   [ -n "$(ls .gpu/pool/*.trace.gz 2>/dev/null)" ] || echo "# no shared traces staged in .gpu/pool/ (copy ../shared/traces/*.trace.gz there)"
   # shellcheck disable=SC2086  # trace paths have no spaces
   timeout 560 "$b/trace_replay" --passes "${POOL_PASSES:-30}" ${POOL_ONLY:+--only "$POOL_ONLY"} \
@@ -314,6 +317,14 @@ run_heldout() {
   mkdir -p "$OUT/heldout_traces"
   timeout 500 python3 benches/record_traces.py "$OUT/heldout_traces" --heldout ${HELDOUT_ONLY:+--only "$HELDOUT_ONLY"} \
     2>"$OUT/heldout.err" | tee "$OUT/heldout.md"
+}
+
+# The host programs' traces (benches/host_workloads.py) recorded on this machine's GPU: the same
+# programs as benches/traces_host/, with the GPU's kernels, workspaces and block sizes.
+run_hostgpu() {
+  mkdir -p "$OUT/hostgpu_traces"
+  timeout 560 python3 benches/record_traces.py "$OUT/hostgpu_traces" --host ${HOSTGPU_ONLY:+--only "$HOSTGPU_ONLY"} \
+    2>"$OUT/hostgpu.err" | tee "$OUT/hostgpu.md"
 }
 
 # GPT-2 and ResNet-50 training steps in PyTorch on PyTorch's allocator and on gkrt's, in lockstep
@@ -796,6 +807,7 @@ for w in "${what[@]}"; do
     swap) run_swap ;;
     workloads) run_workloads ;;
     heldout) run_heldout ;;
+    hostgpu) run_hostgpu ;;
     heldlock) run_heldlock ;;
     livetrace) run_livetrace ;;
     sanitize) run_sanitize || sanitize_failed=1 ;;
@@ -810,7 +822,7 @@ for w in "${what[@]}"; do
     nccl) run_nccl ;;
     dp) run_dp ;;
     mgpu) source scripts/gpu/mgpu.sh && run_mgpu ;;
-    *) echo "unknown: $w (tests, demo, bench, swap, pool, poolab, gpt2ab, workloads, heldout, heldlock, livetrace, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
+    *) echo "unknown: $w (tests, demo, bench, swap, pool, poolab, gpt2ab, workloads, heldout, hostgpu, heldlock, livetrace, sanitize, python, hostint, gpt2, gpt2swap, gpt2depth, snapshot, trace, nccl, dp, mgpu)" ;;
   esac
 done
 exit "${sanitize_failed:-0}"

@@ -39,8 +39,9 @@ fn replay_host(name: &str) -> Figures {
 ///   a heap under 64 MiB; a clairvoyant placement 34). Its later steps map nothing.
 /// - early_exit_infer's batches shrink layer by layer as rows leave, by a share drawn per layer,
 ///   so no two of its requests are alike: its first pass reserves 488 MiB for 472.8 MiB live
-///   (1.032), then in two later passes the time bucket declines a page move and the request
-///   maps new pages (526 MiB, 1.1126; 1.0322 at 5 µs per physical allocation). A placement
+///   (1.032), then in two later passes a request's move may not take the free pages an earlier
+///   move placed (`allows_repeat`), so it maps new pages (526 MiB, 1.1126; 1.0322 at 5 µs per
+///   physical allocation, where the moves so far have taken less time). A placement
 ///   that never moves pages needs 1.1153 (clairvoyant). Its later passes map 41, 25, 13 and 2
 ///   physical allocations, then none but 9 in the pass that starts to follow a plan of the
 ///   whole pass (the median of ten: 2).

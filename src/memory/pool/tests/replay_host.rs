@@ -41,7 +41,7 @@ fn replay_host(name: &str) -> Figures {
 ///   so no two of its requests are alike: its first pass reserves 488 MiB for 472.8 MiB live
 ///   (1.032), then in two later passes a request's move may not take the free pages an earlier
 ///   move placed (`allows_repeat`), so it maps new pages (526 MiB, 1.1126; 1.0322 at 5 µs per
-///   physical allocation, where the moves so far have taken less time). A placement
+///   physical allocation). A placement
 ///   that never moves pages needs 1.1153 (clairvoyant). Its later passes map 41, 25, 13 and 2
 ///   physical allocations, then none but 9 in the pass that starts to follow a plan of the
 ///   whole pass (the median of ten: 2).

@@ -41,10 +41,9 @@ fn replay_host(name: &str) -> Figures {
 ///   so no two of its requests are alike: its first pass reserves 488 MiB for 472.8 MiB live
 ///   (1.032), then in two later passes a request's move may not take the free pages an earlier
 ///   move placed (`allows_repeat`), so it maps new pages (526 MiB, 1.1126; 1.0322 at 5 µs per
-///   physical allocation). A placement
-///   that never moves pages needs 1.1153 (clairvoyant). Its later passes map 41, 25, 13 and 2
-///   physical allocations, then none but 9 in the pass that starts to follow a plan of the
-///   whole pass (the median of ten: 2).
+///   physical allocation). A placement that never moves pages needs 1.1153 (clairvoyant). Its
+///   later passes map 41, 25, 13 and 2 physical allocations, then none but 9 in the pass that
+///   starts to follow a plan of the whole pass (the median of ten: 2).
 const OVER: [(&str, f64, u64); 3] = [
     ("maml_meta_train", 1.1184, 0),
     ("treelstm_train", 1.1382, 0),

@@ -21,8 +21,8 @@ benches/gen_traces.py (written to a temporary folder) and benches/traces_host.
 median later pass (physical allocations mapped, unmapped) differs between the two runs.
 """
 import glob
+import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -42,13 +42,17 @@ NAME, RATIO, GOAL, STEADY = 1, 5, 6, 19
 
 
 def test_binary():
-    """Builds the unit tests and returns the path of their executable."""
-    out = subprocess.run(["cargo", "test", "--release", "--lib", "--no-run"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stderr
-    m = re.search(r"Executable unittests src/lib\.rs \(([^)]+)\)", out)
-    if not m:
-        sys.exit("host_replay: cargo did not name the unit tests' executable:\n" + out)
-    return os.path.join(ROOT, m.group(1))
+    """Builds the unit tests and returns the path of their executable (found in cargo's JSON
+    messages, as scripts/gpu/stage.sh finds it)."""
+    out = subprocess.run(["cargo", "test", "--release", "--lib", "--no-run",
+                          "--message-format=json"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        m = json.loads(line)
+        if (m.get("reason") == "compiler-artifact" and m.get("executable")
+                and m["profile"]["test"] and m["target"]["src_path"].endswith("src/lib.rs")):
+            return m["executable"]
+    sys.exit("host_replay: cargo built no unit-test executable for src/lib.rs")
 
 
 def default_traces(synth_dir):

@@ -23,6 +23,8 @@ those; and over the pairs the median and a distribution-free 95% interval.
 --model heldout:NAME runs a program of benches/heldout_workloads.py instead (built in each child
 after its allocator is installed, seeded as record_traces.py seeds it, step(i) called with i = 0,
 1, ...: both sides run the same shapes turn by turn); `run.sh heldlock` runs every one of them.
+--model host:NAME runs one of benches/host_workloads.py's the same way, on the GPU
+(`HELDLOCK_SET=host run.sh heldlock`).
 Each process's figures include every timed step (steps_ms, steps_device_ms), for how a run changes
 over its steps, and on gkrt each step's page maps, unmaps and device waits (steps_page_map_count,
 ...): which steps the pool moved pages in.
@@ -83,19 +85,34 @@ def gkrt_stats(lib):
 # The pool's counts kept per timed step (`Trainer.finish`: steps_page_map_count, ...).
 PER_STEP = ("page_map_count", "page_unmap_count", "pool_device_waits")
 
-HELDOUT_PREFIX = "heldout:"
+PROGRAM_SETS = ("heldout:", "host:")
 
 
-def heldout_name(model):
-    """The held-out program a `--model heldout:NAME` names (benches/heldout_workloads.py), or
-    None for gpt2 / resnet50."""
-    return model[len(HELDOUT_PREFIX):] if model.startswith(HELDOUT_PREFIX) else None
+def program_name(model):
+    """The program a `--model heldout:NAME` (benches/heldout_workloads.py) or `--model host:NAME`
+    (benches/host_workloads.py, run on the GPU) names, or None for gpt2 / resnet50."""
+    for prefix in PROGRAM_SETS:
+        if model.startswith(prefix):
+            return model[len(prefix):]
+    return None
+
+
+def program_set(model):
+    """The dictionary of programs `model`'s prefix names: name -> (builder, steps)."""
+    if model.startswith("host:"):
+        import host_workloads
+
+        host_workloads.DEV = "cuda"  # written for the CPU; its programs read DEV as they build
+        return host_workloads.HOST
+    from heldout_workloads import HELDOUT
+
+    return HELDOUT
 
 
 def build_on_host(model, torch):
     """The model with its random weights, on the host (no CUDA yet). A held-out program builds
     itself on the GPU, so nothing here (`make_step` builds it, after the allocator is in place)."""
-    if heldout_name(model):
+    if program_name(model):
         return None
     torch.manual_seed(0)
     if model == "gpt2":
@@ -111,12 +128,10 @@ def make_step(model, m, torch):
     """Moves the model to the GPU and returns one training step. A held-out program is built
     here, seeded as benches/record_traces.py seeds it, and its step(i) called with i = 0, 1, ...:
     both sides of a lockstep run the same sequence of shapes, turn by turn."""
-    name = heldout_name(model)
+    name = program_name(model)
     if name:
-        from heldout_workloads import HELDOUT
-
         torch.manual_seed(0)
-        step_i, count = HELDOUT[name][0](), itertools.count()
+        step_i, count = program_set(model)[name][0](), itertools.count()
         return lambda: step_i(next(count))
     dev = "cuda"
     m = m.to(dev)
@@ -598,7 +613,8 @@ def report(paths):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", help="gpt2, resnet50, or heldout:NAME (a program of benches/heldout_workloads.py)")
+    ap.add_argument("--model", help="gpt2, resnet50, heldout:NAME (benches/heldout_workloads.py) "
+                    "or host:NAME (benches/host_workloads.py, on the GPU)")
     ap.add_argument("--report", nargs="+", metavar="JSONL", help="print the table of saved --lockstep outputs")
     ap.add_argument("--alloc", help="one run on this allocator (torch, gkrt, ...: see install_allocator)")
     ap.add_argument("--base", default="torch", help="--lockstep / --pairs: the allocator compared against")
@@ -623,16 +639,15 @@ def main():
         return
     if not a.model:
         ap.error("--model is required")
-    name = heldout_name(a.model)
+    name = program_name(a.model)
     if a.model not in ("gpt2", "resnet50") and not name:
-        ap.error(f"--model {a.model}: not gpt2, resnet50 or heldout:NAME")
+        ap.error(f"--model {a.model}: not gpt2, resnet50, heldout:NAME or host:NAME")
     if name:
-        from heldout_workloads import HELDOUT
-
-        if name not in HELDOUT:
-            ap.error(f"--model {a.model}: no such held-out program ({', '.join(HELDOUT)})")
+        programs = program_set(a.model)
+        if name not in programs:
+            ap.error(f"--model {a.model}: no such program ({', '.join(programs)})")
         if a.record_trace:
-            ap.error("--record-trace: held-out programs are recorded by benches/record_traces.py --heldout")
+            ap.error("--record-trace: these programs are recorded by benches/record_traces.py --heldout / --host")
     if a.cpus:
         os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})  # children inherit it
     import torch

@@ -29,7 +29,8 @@
 #   hostgpu records benches/host_workloads.py's programs (written for the CPU recorder) on the GPU
 #           into $OUT/hostgpu_traces/ (HOSTGPU_ONLY=a,b for some): their GPU sequence; the pool
 #           mode, when given after it, replays those too
-#   heldlock  each held-out program (benches/heldout_workloads.py) in PyTorch on each allocator, in
+#   heldlock  each held-out program (benches/heldout_workloads.py; HELDLOCK_SET=host: those of
+#           benches/host_workloads.py, on the GPU) in PyTorch on each allocator, in
 #           lockstep as in workloads: HELDLOCK_PAIRS (1) pairs of processes, HELDLOCK_STEPS (12)
 #           steps after HELDLOCK_WARMUP (3), HELDLOCK_ONLY=a,b for some, HELDLOCK_TIMEOUT (180) s
 #           a program; $OUT/heldlock/NAME.jsonl
@@ -371,17 +372,22 @@ find_compute_sanitizer() {
   return 1
 }
 
-# The held-out programs on each allocator in lockstep (the lockstep goal on programs the pool was
-# not tuned on). One program failing (its error is in heldlock.err) does not stop the others.
+# The held-out (or host) programs on each allocator in lockstep (the lockstep goal on programs the
+# pool was not tuned on). One program failing (its error is in heldlock.err) does not stop the others.
 run_heldlock() {
-  local names n
-  names=${HELDLOCK_ONLY:-$(cd benches && python3 -c 'from heldout_workloads import HELDOUT; print(",".join(HELDOUT))')}
+  local names n set=${HELDLOCK_SET:-heldout} dict
+  case $set in
+    heldout) dict="from heldout_workloads import HELDOUT as P" ;;
+    host) dict="from host_workloads import HOST as P" ;;
+    *) echo "heldlock: HELDLOCK_SET=$set is not heldout or host" >&2; return 1 ;;
+  esac
+  names=${HELDLOCK_ONLY:-$(cd benches && python3 -c "$dict; print(','.join(P))")}
   mkdir -p "$OUT/heldlock"
   export PYTHONUNBUFFERED=1
   for n in ${names//,/ }; do
-    echo "heldlock: $n" >>"$OUT/heldlock.err"
+    echo "heldlock: $set:$n" >>"$OUT/heldlock.err"
     timeout "${HELDLOCK_TIMEOUT:-180}" python3 benches/torch_workloads.py --lib .gpu/lib/libgkrt.so --cpus 4,5 \
-      --model "heldout:$n" --lockstep "${HELDLOCK_PAIRS:-1}" --steps "${HELDLOCK_STEPS:-12}" \
+      --model "$set:$n" --lockstep "${HELDLOCK_PAIRS:-1}" --steps "${HELDLOCK_STEPS:-12}" \
       --warmup "${HELDLOCK_WARMUP:-3}" >"$OUT/heldlock/$n.jsonl" 2>>"$OUT/heldlock.err" \
       || echo "heldlock: $n exited with $?" >>"$OUT/heldlock.err"
   done

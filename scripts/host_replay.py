@@ -15,7 +15,8 @@ table rows for the virtual ranges, and the traces over their goal are printed. N
 (GKRT_REPLAY_* knobs, or GKRT_PASSES: rounds of two passes after the first, 5 by default) go to
 every configuration. GKRT_TRACES (colon-separated paths) replaces the trace list, which is
 otherwise ../shared/traces, benches/traces, benches/traces_heldout, the synthetic traces of
-benches/gen_traces.py (written to a temporary folder) and benches/traces_host.
+benches/gen_traces.py (written to a temporary folder), benches/traces_host and
+benches/traces_hostgpu.
 
 `compare` prints, per configuration, every trace whose figure (peak reserved over peak live) or
 median later pass (physical allocations mapped, unmapped) differs between the two runs.
@@ -60,7 +61,7 @@ def default_traces(synth_dir):
                    check=True, stdout=subprocess.DEVNULL)
     dirs = [os.path.join(ROOT, "..", "shared", "traces"), os.path.join(ROOT, "benches", "traces"),
             os.path.join(ROOT, "benches", "traces_heldout"), synth_dir,
-            os.path.join(ROOT, "benches", "traces_host")]
+            os.path.join(ROOT, "benches", "traces_host"), os.path.join(ROOT, "benches", "traces_hostgpu")]
     paths = []
     for d in dirs:
         paths += sorted(glob.glob(os.path.join(d, "*.trace.gz")))

@@ -8,6 +8,11 @@
 PyTorch's `torch.cuda.memory_stats()` and `max_memory_reserved()` do not work for a pluggable
 allocator; `memory_stats()` here returns the keys they use, read from the runtime behind the
 allocator (`gkrt_torch_runtime`), and `reset_peak_memory_stats()` resets its peaks.
+
+Not with CUDA graphs captured by `torch.compile` (`mode="reduce-overhead"`, and so transformers'
+generation with a static cache, which compiles with it): their graph trees ask the allocator
+`checkPoolLiveAllocations`, which PyTorch's pluggable allocators do not provide, and the program
+stops with "pluggable does not yet support checkPoolLiveAllocations" (BENCHMARKS.md, session 42).
 """
 
 import ctypes

@@ -110,8 +110,9 @@ def program_set(model):
 
 
 def build_on_host(model, torch):
-    """The model with its random weights, on the host (no CUDA yet). A held-out program builds
-    itself on the GPU, so nothing here (`make_step` builds it, after the allocator is in place)."""
+    """The model with its random weights, on the host (no CUDA yet). A held-out or host program
+    builds itself on the GPU, so nothing here (`make_step` builds it, after the allocator is in
+    place)."""
     if program_name(model):
         return None
     torch.manual_seed(0)
@@ -125,9 +126,9 @@ def build_on_host(model, torch):
 
 
 def make_step(model, m, torch):
-    """Moves the model to the GPU and returns one training step. A held-out program is built
-    here, seeded as benches/record_traces.py seeds it, and its step(i) called with i = 0, 1, ...:
-    both sides of a lockstep run the same sequence of shapes, turn by turn."""
+    """Moves the model to the GPU and returns one training step. A held-out or host program is
+    built here, seeded as benches/record_traces.py seeds it, and its step(i) called with i = 0,
+    1, ...: both sides of a lockstep run the same sequence of shapes, turn by turn."""
     name = program_name(model)
     if name:
         torch.manual_seed(0)

@@ -299,13 +299,13 @@ run_pool() {
   GKRT_DEVICE=cuda timeout 120 .gpu/tests/api_raw_alloc 2>&1 | tail -n 3
   python3 benches/gen_traces.py "$b/traces" >/dev/null
   # Every trace in one table, each on allocators of its own: the shared ones (staged in
-  # .gpu/pool/), the project's recorded ones (benches/traces/, traces_heldout/, traces_host/)
-  # and the synthetic ones. POOL_ONLY narrows the allocators (trace_replay --only; default: all,
+  # .gpu/pool/), the project's recorded ones (benches/traces/, traces_heldout/, traces_host/,
+  # traces_hostgpu/) and the synthetic ones. POOL_ONLY narrows the allocators (trace_replay --only; default: all,
   # with the variants).
   local traces
   traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz \
     "$OUT"/workload_traces/*.trace.gz benches/traces_heldout/*.trace.gz "$OUT"/heldout_traces/*.trace.gz \
-    benches/traces_host/*.trace.gz "$OUT"/hostgpu_traces/*.trace.gz)
+    benches/traces_host/*.trace.gz benches/traces_hostgpu/*.trace.gz "$OUT"/hostgpu_traces/*.trace.gz)
   [ -n "$(ls .gpu/pool/*.trace.gz 2>/dev/null)" ] || echo "# no shared traces staged in .gpu/pool/ (copy ../shared/traces/*.trace.gz there)"
   # shellcheck disable=SC2086  # trace paths have no spaces
   timeout 560 "$b/trace_replay" --passes "${POOL_PASSES:-30}" ${POOL_ONLY:+--only "$POOL_ONLY"} \

@@ -531,16 +531,15 @@ mod tests {
         let busy = pin_runtime(live).unwrap(); // as a run holds it
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let t = std::time::Instant::now();
             let r = pin_runtime(stale).map(|_| ());
-            tx.send((r.map_err(|e| e.message().to_string()), t.elapsed()))
-                .unwrap();
+            tx.send(r.map_err(|e| e.message().to_string())).unwrap();
         });
-        let (r, took) = rx
+        // The home stays busy until after this wait, so an answer at all shows no wait for it;
+        // a bound on the wall time would only measure how loaded the machine is.
+        let r = rx
             .recv_timeout(std::time::Duration::from_secs(5))
             .expect("a stale key must not wait for the busy home");
         assert!(r.unwrap_err().contains("not live"));
-        assert!(took < std::time::Duration::from_secs(1), "{took:?}");
         unsafe extern "C" fn stats_of(_: *const CallbackArgs, key: *mut std::ffi::c_void) -> i32 {
             let mut s = crate::capi::types::gkrt_stats::default();
             // SAFETY: s is a valid out-pointer; the handle is only a key.

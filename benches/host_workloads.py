@@ -1108,6 +1108,277 @@ def unet3d_train():
     return step
 
 
+def dlrm_train():
+    """A recommendation model with sparse gradients: DLRM-style, 8 embedding bags (4k-60k rows of
+    width 64, sparse gradients, SparseAdam) pooled over bags of 1-20 ids, a bottom MLP over 13
+    dense features, pairwise dot interactions, a top MLP (Adam); batches of 256-2048 rows. The
+    embeddings' gradients are sparse: their index and value blocks change size with every batch."""
+    rows = [4000, 60000, 12000, 30000, 8000, 50000, 20000, 6000]
+
+    class Dlrm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.ModuleList(nn.EmbeddingBag(n, 64, mode="sum", sparse=True) for n in rows)
+            self.bottom = nn.Sequential(nn.Linear(13, 256), nn.ReLU(), nn.Linear(256, 64), nn.ReLU())
+            k = len(rows) + 1
+            self.top = nn.Sequential(nn.Linear(64 + k * (k - 1) // 2, 512), nn.ReLU(),
+                                     nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 1))
+
+        def forward(self, dense, bags):
+            z = [self.bottom(dense)] + [e(ids, offs) for e, (ids, offs) in zip(self.emb, bags)]
+            t = torch.stack(z, 1)
+            dots = t @ t.transpose(1, 2)
+            i, j = torch.triu_indices(t.shape[1], t.shape[1], 1)
+            return self.top(torch.cat([z[0], dots[:, i, j]], 1)).squeeze(1)
+
+    model = Dlrm().to(DEV)
+    sparse = list(model.emb.parameters())
+    dense_params = list(model.bottom.parameters()) + list(model.top.parameters())
+    opt_s = torch.optim.SparseAdam(sparse, lr=1e-3)
+    opt_d = torch.optim.Adam(dense_params, lr=1e-3)
+    rng = random.Random(61)
+
+    def step(i):
+        b = rng.choice([256, 512, 1024, 2048])
+        bags = []
+        for n in rows:
+            lens = torch.randint(1, 21, (b,))
+            offs = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)[:-1]]).to(DEV)
+            bags.append((torch.randint(0, n, (int(lens.sum()),), device=DEV), offs))
+        y = torch.randint(0, 2, (b,), device=DEV).float()
+        loss = F.binary_cross_entropy_with_logits(model(torch.randn(b, 13, device=DEV), bags), y)
+        loss.backward()
+        opt_s.step()
+        opt_d.step()
+        opt_s.zero_grad(set_to_none=True)
+        opt_d.zero_grad(set_to_none=True)
+
+    return step
+
+
+def perceiver_train():
+    """Cross-attention onto a fixed latent array: Perceiver-style, 128 latents of width 256 read
+    inputs of 512-4096 tokens (width 128) through one cross-attention, then 4 latent
+    self-attention blocks, classification, AdamW: the inputs' size changes every step, the
+    latents' never."""
+
+    class Perceiver(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.latents = nn.Parameter(torch.randn(128, 256) * 0.02)
+            self.inp = nn.Linear(128, 256)
+            self.cross = nn.MultiheadAttention(256, 4, batch_first=True)
+            self.blocks = nn.ModuleList(
+                nn.TransformerEncoderLayer(256, 8, 1024, batch_first=True, dropout=0.0)
+                for _ in range(4))
+            self.head = nn.Linear(256, 10)
+
+        def forward(self, x):
+            kv = self.inp(x)
+            q = self.latents.expand(x.shape[0], -1, -1)
+            h = q + self.cross(q, kv, kv, need_weights=False)[0]
+            for blk in self.blocks:
+                h = blk(h)
+            return self.head(h.mean(1))
+
+    model = Perceiver().to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(62)
+
+    def step(i):
+        x = torch.randn(4, rng.choice([512, 1024, 2048, 3072, 4096]), 128, device=DEV)
+        step_on(opt, F.cross_entropy(model(x), torch.randint(0, 10, (4,), device=DEV)))
+
+    return step
+
+
+def tacotron_decode():
+    """An autoregressive frame decoder: Tacotron-style, an LSTM decoder (width 512) with
+    location-sensitive attention over encoder states of 50-200 characters (a 3-layer 1-D
+    convolution and a bidirectional LSTM, width 256) emits 80-channel frames, 2 a step, for
+    100-400 steps, without gradients; the frames emitted so far are concatenated into one
+    tensor at every step, as a naive decoder does, so a block one frame larger replaces the
+    last at each step."""
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(64, 256)
+            self.convs = nn.Sequential(*[nn.Sequential(nn.Conv1d(256, 256, 5, padding=2),
+                                                       nn.BatchNorm1d(256), nn.ReLU())
+                                         for _ in range(3)])
+            self.enc = nn.LSTM(256, 128, batch_first=True, bidirectional=True)
+            self.prenet = nn.Sequential(nn.Linear(160, 256), nn.ReLU(), nn.Linear(256, 256))
+            self.att_rnn = nn.LSTMCell(256 + 256, 512)
+            self.dec_rnn = nn.LSTMCell(512 + 256, 512)
+            self.query = nn.Linear(512, 128, bias=False)
+            self.memory = nn.Linear(256, 128, bias=False)
+            self.loc_conv = nn.Conv1d(2, 32, 31, padding=15, bias=False)
+            self.loc = nn.Linear(32, 128, bias=False)
+            self.v = nn.Linear(128, 1, bias=False)
+            self.proj = nn.Linear(512 + 256, 160)
+
+    model = Decoder().to(DEV).eval()
+    rng = random.Random(63)
+
+    def step(i):
+        b, n, t = 4, rng.randint(50, 200), rng.randint(100, 400)
+        m = model
+        with torch.no_grad():
+            x = m.convs(m.emb(torch.randint(0, 64, (b, n), device=DEV)).transpose(1, 2))
+            enc = m.enc(x.transpose(1, 2))[0]
+            keys = m.memory(enc)
+            ha = ca = hd = cd = torch.zeros(b, 512, device=DEV)
+            ctx = torch.zeros(b, 256, device=DEV)
+            w = cum = torch.zeros(b, n, device=DEV)
+            frame = torch.zeros(b, 160, device=DEV)
+            out = torch.zeros(b, 0, 160, device=DEV)
+            for _ in range(t):
+                ha, ca = m.att_rnn(torch.cat([m.prenet(frame), ctx], 1), (ha, ca))
+                loc = m.loc(m.loc_conv(torch.stack([w, cum], 1)).transpose(1, 2))
+                e = m.v(torch.tanh(m.query(ha).unsqueeze(1) + keys + loc)).squeeze(2)
+                w = e.softmax(1)
+                cum = cum + w
+                ctx = (w.unsqueeze(2) * enc).sum(1)
+                hd, cd = m.dec_rnn(torch.cat([ha, ctx], 1), (hd, cd))
+                frame = m.proj(torch.cat([hd, ctx], 1))
+                out = torch.cat([out, frame.unsqueeze(1)], 1)
+
+    return step
+
+
+def capsule_train():
+    """Capsules with dynamic routing: a CapsNet (a 9x9 convolution of 128 channels, 32x8-D primary
+    capsules, 10 16-D digit capsules, 3 routing iterations, a reconstruction decoder) on 28x28
+    images in batches of 16-96, Adam: the routing's coupling coefficients and votes, of the
+    batch's size, are made anew in each iteration."""
+
+    def squash(s, dim=-1):
+        n2 = (s * s).sum(dim, keepdim=True)
+        return n2 / (1 + n2) * s / (n2.sqrt() + 1e-8)
+
+    class CapsNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 128, 9)
+            self.primary = nn.Conv2d(128, 32 * 8, 9, stride=2)
+            self.w = nn.Parameter(torch.randn(1, 32 * 6 * 6, 10, 16, 8) * 0.01)
+            self.decoder = nn.Sequential(nn.Linear(160, 512), nn.ReLU(), nn.Linear(512, 1024),
+                                         nn.ReLU(), nn.Linear(1024, 784), nn.Sigmoid())
+
+        def forward(self, x, y):
+            u = self.primary(F.relu(self.conv(x)))
+            u = squash(u.view(x.shape[0], 32, 8, 6, 6).permute(0, 1, 3, 4, 2).reshape(
+                x.shape[0], -1, 8))
+            votes = (self.w @ u[:, :, None, :, None]).squeeze(-1)  # b, 1152, 10, 16
+            logits = torch.zeros(votes.shape[:3], device=x.device)
+            for it in range(3):
+                c = logits.softmax(2)
+                v = squash((c.unsqueeze(-1) * votes).sum(1))
+                if it < 2:
+                    logits = logits + (votes * v.unsqueeze(1)).sum(-1)
+            lengths = v.norm(dim=-1)
+            onehot = F.one_hot(y, 10).float()
+            margin = (onehot * F.relu(0.9 - lengths) ** 2
+                      + 0.5 * (1 - onehot) * F.relu(lengths - 0.1) ** 2).sum(1).mean()
+            rec = self.decoder((v * onehot.unsqueeze(-1)).flatten(1))
+            return margin + 5e-4 * F.mse_loss(rec, x.flatten(1), reduction="sum") / x.shape[0]
+
+    model = CapsNet().to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    rng = random.Random(64)
+
+    def step(i):
+        b = rng.choice([16, 32, 64, 96])
+        x = torch.rand(b, 1, 28, 28, device=DEV)
+        step_on(opt, model(x, torch.randint(0, 10, (b,), device=DEV)))
+
+    return step
+
+
+def bilstm_crf_train():
+    """A sequence tagger with a CRF: word embeddings (vocabulary 30000, width 128), a 2-layer
+    bidirectional LSTM (width 256) and a linear-chain CRF over 17 tags, trained by the forward
+    algorithm (a loop over the time steps of small blocks) on batches of 32 sentences padded to
+    the batch's longest, 10-80 words, SGD; every step also Viterbi-decodes the batch without
+    gradients."""
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(30000, 128)
+            self.lstm = nn.LSTM(128, 256, num_layers=2, bidirectional=True, batch_first=True)
+            self.out = nn.Linear(512, 17)
+            self.trans = nn.Parameter(torch.randn(17, 17) * 0.1)
+
+        def emissions(self, ids):
+            return self.out(self.lstm(self.emb(ids))[0])
+
+        def nll(self, em, tags, mask):
+            b, t, _ = em.shape
+            alpha = em[:, 0]
+            score = em[:, 0].gather(1, tags[:, :1]).squeeze(1)
+            for k in range(1, t):
+                m = mask[:, k]
+                nxt = torch.logsumexp(alpha.unsqueeze(2) + self.trans + em[:, k].unsqueeze(1), 1)
+                alpha = torch.where(m.unsqueeze(1), nxt, alpha)
+                s = self.trans[tags[:, k - 1], tags[:, k]] + em[:, k].gather(
+                    1, tags[:, k:k + 1]).squeeze(1)
+                score = score + s * m
+            return (torch.logsumexp(alpha, 1) - score).mean()
+
+        def viterbi(self, em, mask):
+            best, back = em[:, 0], []
+            for k in range(1, em.shape[1]):
+                v, idx = (best.unsqueeze(2) + self.trans).max(1)
+                best = torch.where(mask[:, k].unsqueeze(1), v + em[:, k], best)
+                back.append(idx)
+            path = [best.argmax(1)]
+            for idx in reversed(back):
+                path.append(idx.gather(1, path[-1].unsqueeze(1)).squeeze(1))
+            return torch.stack(path[::-1], 1)
+
+    model = Tagger().to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rng = random.Random(65)
+
+    def step(i):
+        lens = torch.tensor([rng.randint(10, 80) for _ in range(32)])
+        t = int(lens.max())
+        mask = (torch.arange(t).unsqueeze(0) < lens.unsqueeze(1)).to(DEV)
+        ids = torch.randint(1, 30000, (32, t), device=DEV) * mask
+        tags = torch.randint(0, 17, (32, t), device=DEV)
+        em = model.emissions(ids)
+        step_on(opt, model.nll(em, tags, mask))
+        with torch.no_grad():
+            model.viterbi(model.emissions(ids), mask)
+
+    return step
+
+
+def t5_adafactor_train():
+    """An encoder-decoder trained with a factored optimizer: T5 (4+4 layers, width 384, 6 heads)
+    on span-corruption-shaped pairs, inputs of 128-512 tokens and targets of 32-128, batch 8,
+    transformers' Adafactor (row and column second moments in place of a full one per weight,
+    update clipping, relative step sizes)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+    from transformers.optimization import Adafactor
+
+    cfg = T5Config(vocab_size=16000, d_model=384, d_kv=64, d_ff=1536, num_layers=4,
+                   num_decoder_layers=4, num_heads=6, decoder_start_token_id=0)
+    model = T5ForConditionalGeneration(cfg).to(DEV)
+    opt = Adafactor(model.parameters(), lr=None, relative_step=True, scale_parameter=True,
+                    warmup_init=True)
+    rng = random.Random(66)
+
+    def step(i):
+        src = torch.randint(1, 16000, (8, rng.choice([128, 256, 384, 512])), device=DEV)
+        tgt = torch.randint(1, 16000, (8, rng.choice([32, 64, 96, 128])), device=DEV)
+        step_on(opt, model(input_ids=src, labels=tgt).loss)
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -1150,4 +1421,10 @@ HOST = {
     "active_learning_train": (active_learning_train, 6),
     "early_exit_infer": (early_exit_infer, 12),
     "unet3d_train": (unet3d_train, 6),
+    "dlrm_train": (dlrm_train, 8),
+    "perceiver_train": (perceiver_train, 8),
+    "tacotron_decode": (tacotron_decode, 4),
+    "capsule_train": (capsule_train, 8),
+    "bilstm_crf_train": (bilstm_crf_train, 8),
+    "t5_adafactor_train": (t5_adafactor_train, 6),
 }

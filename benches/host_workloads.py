@@ -1379,6 +1379,223 @@ def t5_adafactor_train():
     return step
 
 
+def lbfgs_train():
+    """A full-batch quasi-Newton optimizer: an MLP (784-1024-1024-10) trained by torch.optim.LBFGS
+    (history of 10 pairs, 8 iterations a step, strong-Wolfe line search) on batches of 2048
+    rows: each iteration keeps two vectors of the whole model's size, dropping the oldest pair
+    once the history is full, so blocks of one size live for ten iterations, first in, first
+    out, between the activations."""
+    model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                          nn.Linear(1024, 10)).to(DEV)
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=8, history_size=10,
+                            line_search_fn="strong_wolfe")
+
+    def step(i):
+        x = torch.randn(2048, 784, device=DEV)
+        y = torch.randint(0, 10, (2048,), device=DEV)
+
+        def closure():
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+
+    return step
+
+
+def sam_train():
+    """Sharpness-aware minimization: a ResNet-18 (torchvision, 10 classes) on 64x64 images in
+    batches of 32-96, each step two forward and backward passes: the first's gradients scale a
+    perturbation kept per weight (a copy of every weight's size, made mid-step), the weights are
+    moved by it, the second pass's gradients drive SGD once the perturbation is taken back."""
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=10).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    params = [p for p in model.parameters()]
+    rng = random.Random(71)
+
+    def step(i):
+        b = rng.choice([32, 64, 96])
+        x = torch.randn(b, 3, 64, 64, device=DEV)
+        y = torch.randint(0, 10, (b,), device=DEV)
+        F.cross_entropy(model(x), y).backward()
+        with torch.no_grad():
+            norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
+            eps = [p.grad * (0.05 / (norm + 1e-12)) for p in params]
+            for p, e in zip(params, eps):
+                p.add_(e)
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        with torch.no_grad():
+            for p, e in zip(params, eps):
+                p.sub_(e)
+        del eps
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def prune_topk_train():
+    """Iterative magnitude pruning: a 6-layer transformer encoder (width 512) trained with AdamW
+    on batches of 16 sequences of 128 tokens; every other step every weight matrix's mask is
+    recomputed from a top-k of its magnitudes at a sparsity rising by 10% each time, and the
+    masks multiply the weights in the forward pass: large temporaries of the model's own sizes
+    (magnitudes, sort indices) made in bursts, next to masks that live until the next burst."""
+    layer = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True, dropout=0.0)
+    model = nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).to(DEV)
+    head = nn.Linear(512, 512).to(DEV)
+    opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=1e-4)
+    weights = [p for p in model.parameters() if p.dim() == 2]
+    masks = [torch.ones_like(w) for w in weights]
+
+    def step(i):
+        nonlocal masks
+        if i % 2 == 0:
+            keep = max(0.1, 1.0 - 0.1 * (i // 2 % 9))
+            with torch.no_grad():
+                new = []
+                for w in weights:
+                    k = int(w.numel() * keep)
+                    idx = w.abs().flatten().topk(k).indices
+                    m = torch.zeros(w.numel(), device=DEV)
+                    m[idx] = 1.0
+                    new.append(m.view_as(w))
+                masks = new
+        with torch.no_grad():
+            for w, m in zip(weights, masks):
+                w.mul_(m)
+        x = torch.randn(16, 128, 512, device=DEV)
+        step_on(opt, F.mse_loss(head(model(x)), x))
+
+    return step
+
+
+def vqvae_train():
+    """A vector-quantized autoencoder: a convolutional encoder (64x64 images to 16x16 codes of
+    width 64), a codebook of 1024 entries updated by exponential moving averages, the decoder
+    back, batches of 16-64 images, Adam: the distances from every position to every code (a
+    block of the batch's positions x 1024) and the one-hot assignments are made each step."""
+
+    class VqVae(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = nn.Sequential(nn.Conv2d(3, 64, 4, 2, 1), nn.ReLU(), nn.Conv2d(64, 128, 4, 2, 1),
+                                     nn.ReLU(), nn.Conv2d(128, 64, 3, 1, 1))
+            self.dec = nn.Sequential(nn.ConvTranspose2d(64, 128, 4, 2, 1), nn.ReLU(),
+                                     nn.ConvTranspose2d(128, 64, 4, 2, 1), nn.ReLU(),
+                                     nn.Conv2d(64, 3, 3, 1, 1))
+            self.register_buffer("codes", torch.randn(1024, 64))
+            self.register_buffer("count", torch.ones(1024))
+            self.register_buffer("sums", self.codes.clone())
+
+        def forward(self, x):
+            z = self.enc(x).permute(0, 2, 3, 1)
+            flat = z.reshape(-1, 64)
+            d = (flat.pow(2).sum(1, keepdim=True) - 2 * flat @ self.codes.t()
+                 + self.codes.pow(2).sum(1))
+            onehot = F.one_hot(d.argmin(1), 1024).float()
+            q = (onehot @ self.codes).view_as(z)
+            if self.training:
+                with torch.no_grad():
+                    self.count.mul_(0.99).add_(onehot.sum(0), alpha=0.01)
+                    self.sums.mul_(0.99).add_(onehot.t() @ flat, alpha=0.01)
+                    self.codes.copy_(self.sums / self.count.clamp_min(1e-5).unsqueeze(1))
+            commit = F.mse_loss(z, q.detach())
+            q = z + (q - z).detach()
+            return self.dec(q.permute(0, 3, 1, 2)), commit
+
+    model = VqVae().to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-4)
+    rng = random.Random(73)
+
+    def step(i):
+        x = torch.randn(rng.choice([16, 32, 48, 64]), 3, 64, 64, device=DEV)
+        rec, commit = model(x)
+        step_on(opt, F.mse_loss(rec, x) + 0.25 * commit)
+
+    return step
+
+
+def hypernet_train():
+    """A hypernetwork: a task embedding (width 64) drives an MLP that generates every weight of a
+    target network (784-256-256-10) for each of 4-12 tasks a step, each task's network applied
+    to its own batch of 32-128 rows, Adam on the hypernetwork alone: the target's weights are
+    activations, generated, used and freed task by task, with sizes that never change while the
+    batches' do."""
+    shapes = [(256, 784), (256,), (256, 256), (256,), (10, 256), (10,)]
+    total = sum(int(torch.tensor(s).prod()) for s in shapes)
+
+    class Hyper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tasks = nn.Embedding(64, 64)
+            self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU())
+            self.out = nn.Linear(256, total)
+
+        def forward(self, t, x):
+            flat = self.out(self.body(self.tasks(t))).squeeze(0) * 0.01
+            ws, k = [], 0
+            for s in shapes:
+                n = int(torch.tensor(s).prod())
+                ws.append(flat[k:k + n].view(*s))
+                k += n
+            h = F.relu(F.linear(x, ws[0], ws[1]))
+            h = F.relu(F.linear(h, ws[2], ws[3]))
+            return F.linear(h, ws[4], ws[5])
+
+    model = Hyper().to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    rng = random.Random(74)
+
+    def step(i):
+        loss = 0
+        for _ in range(rng.randint(4, 12)):
+            b = rng.choice([32, 64, 128])
+            t = torch.tensor([rng.randrange(64)], device=DEV)
+            x = torch.randn(b, 784, device=DEV)
+            loss = loss + F.cross_entropy(model(t, x), torch.randint(0, 10, (b,), device=DEV))
+        step_on(opt, loss)
+
+    return step
+
+
+def wgan_gp_train():
+    """A Wasserstein GAN with a gradient penalty: DCGAN-shaped critic and generator on 64x64
+    images (width 64), 3 critic steps per generator step, each critic step differentiating the
+    critic's gradient at interpolated images (a double backward: create_graph), batches of 32,
+    Adam for both."""
+    gen = nn.Sequential(
+        nn.ConvTranspose2d(100, 256, 4, 1, 0), nn.BatchNorm2d(256), nn.ReLU(),
+        nn.ConvTranspose2d(256, 128, 4, 2, 1), nn.BatchNorm2d(128), nn.ReLU(),
+        nn.ConvTranspose2d(128, 64, 4, 2, 1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.ConvTranspose2d(64, 3, 4, 4, 0), nn.Tanh()).to(DEV)
+    critic = nn.Sequential(
+        nn.Conv2d(3, 64, 4, 2, 1), nn.LeakyReLU(0.2),
+        nn.Conv2d(64, 128, 4, 2, 1), nn.LeakyReLU(0.2),
+        nn.Conv2d(128, 256, 4, 2, 1), nn.LeakyReLU(0.2),
+        nn.Conv2d(256, 1, 8, 1, 0)).to(DEV)
+    opt_g = torch.optim.Adam(gen.parameters(), lr=1e-4, betas=(0.0, 0.9))
+    opt_c = torch.optim.Adam(critic.parameters(), lr=1e-4, betas=(0.0, 0.9))
+
+    def step(i):
+        for _ in range(3):
+            real = torch.randn(32, 3, 64, 64, device=DEV)
+            with torch.no_grad():
+                fake = gen(torch.randn(32, 100, 1, 1, device=DEV))
+            a = torch.rand(32, 1, 1, 1, device=DEV)
+            mid = (a * real + (1 - a) * fake).requires_grad_(True)
+            g = torch.autograd.grad(critic(mid).sum(), mid, create_graph=True)[0]
+            penalty = ((g.flatten(1).norm(dim=1) - 1) ** 2).mean()
+            step_on(opt_c, critic(fake).mean() - critic(real).mean() + 10 * penalty)
+        step_on(opt_g, -critic(gen(torch.randn(32, 100, 1, 1, device=DEV))).mean())
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -1427,4 +1644,10 @@ HOST = {
     "capsule_train": (capsule_train, 8),
     "bilstm_crf_train": (bilstm_crf_train, 8),
     "t5_adafactor_train": (t5_adafactor_train, 6),
+    "lbfgs_train": (lbfgs_train, 6),
+    "sam_train": (sam_train, 6),
+    "prune_topk_train": (prune_topk_train, 8),
+    "vqvae_train": (vqvae_train, 8),
+    "hypernet_train": (hypernet_train, 8),
+    "wgan_gp_train": (wgan_gp_train, 4),
 }

@@ -46,10 +46,24 @@ fn replay_host(name: &str) -> Figures {
 ///   never moves pages needs 1.1153 (clairvoyant). Its later passes map 41, 25, 13 and 2
 ///   physical allocations, then none but 9 in the pass that starts to follow a plan of the
 ///   whole pass (the median of ten: 2).
-const OVER: [(&str, f64, u64); 3] = [
+/// - lbfgs_train (session 43) keeps 20 vectors of the model's size (7.11 MiB: L-BFGS's 10
+///   pairs), each for ten iterations, first in, first out, between 8 MiB activations; a freed
+///   vector's hole cannot hold an activation. Moves take the chunks that lie wholly inside
+///   holes; just before its first peak 4 MiB stay mapped inside free blocks, in chunks that
+///   reach under live neighbours, and each hole keeps the pages it shares with them: 386 MiB
+///   reserved at that peak, 396 later, for 358.1 MiB live (1.1057). A clairvoyant placement
+///   that moves no page needs 1.0610.
+/// - wgan_gp_train (session 43): at its first critic step's peak an 8 MiB request finds 9.9
+///   MiB free, 4 MiB of it just below the range's tail but kept from joining it by a 1 KiB
+///   block (allocated at event 450, freed at 750) placed at the tail's start while the 4 MiB
+///   block below it was live (freed at 465), the rest in holes of 1.0–1.5 MiB between live
+///   blocks: it maps 8 MiB (152 MiB, then 154, for 144.6 live: 1.0648; clairvoyant 1.0371).
+const OVER: [(&str, f64, u64); 5] = [
     ("maml_meta_train", 1.1184, 0),
     ("treelstm_train", 1.1382, 0),
     ("early_exit_infer", 1.1127, 2),
+    ("lbfgs_train", 1.1058, 0),
+    ("wgan_gp_train", 1.0649, 0),
 ];
 
 /// Every host-recorded trace replayed as `trace_replay --passes 5` replays it, at both paces:
@@ -58,7 +72,7 @@ const OVER: [(&str, f64, u64); 3] = [
 /// figures.
 #[test]
 fn traces_recorded_on_the_cpu_stay_within_their_goals() {
-    set_within_goals("benches/traces_host", 46, &OVER);
+    set_within_goals("benches/traces_host", 52, &OVER);
 }
 
 /// GPU recordings of host programs over their goal, each held to its figures at the slower of

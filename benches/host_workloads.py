@@ -1108,7 +1108,7 @@ def unet3d_train():
     return step
 
 
-def dlrm_train():
+def dlrm_sparse_train():
     """A recommendation model with sparse gradients: DLRM-style, 8 embedding bags (4k-60k rows of
     width 64, sparse gradients, SparseAdam) pooled over bags of 1-20 ids, a bottom MLP over 13
     dense features, pairwise dot interactions, a top MLP (Adam); batches of 256-2048 rows. The
@@ -1638,7 +1638,7 @@ HOST = {
     "active_learning_train": (active_learning_train, 6),
     "early_exit_infer": (early_exit_infer, 12),
     "unet3d_train": (unet3d_train, 6),
-    "dlrm_train": (dlrm_train, 8),
+    "dlrm_sparse_train": (dlrm_sparse_train, 8),
     "perceiver_train": (perceiver_train, 8),
     "tacotron_decode": (tacotron_decode, 4),
     "capsule_train": (capsule_train, 8),

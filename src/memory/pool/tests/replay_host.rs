@@ -195,3 +195,33 @@ fn a_period_whose_carry_comes_off_its_slots_again_is_not_steered_again() {
     assert!(ratio < 1.045, "{ratio}");
     assert_eq!(f.peak_pass, 0);
 }
+
+/// A trace's file name names it in every report (`scripts/host_replay.py compare`, the GPU
+/// replay's tables): no two sets may hold the same name. Session 43 recorded a second
+/// `dlrm_train` into `traces_host/` before this was checked.
+#[test]
+fn trace_names_are_unique_across_the_sets() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut seen: std::collections::HashMap<String, String> = Default::default();
+    for dir in [
+        "../shared/traces",
+        "benches/traces",
+        "benches/traces_heldout",
+        "benches/traces_host",
+        "benches/traces_hostgpu",
+    ] {
+        let Ok(entries) = std::fs::read_dir(format!("{root}/{dir}")) else {
+            assert_eq!(dir, "../shared/traces", "{dir} is missing");
+            continue;
+        };
+        for e in entries {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            if let Some(stem) = name.strip_suffix(".trace.gz") {
+                if let Some(other) = seen.insert(stem.to_string(), dir.to_string()) {
+                    panic!("{stem} is in both {other} and {dir}");
+                }
+            }
+        }
+    }
+    assert!(seen.len() >= 90, "{} traces", seen.len());
+}

@@ -1414,7 +1414,7 @@ def sam_train():
 
     model = torchvision.models.resnet18(num_classes=10).to(DEV)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     rng = random.Random(71)
 
     def step(i):

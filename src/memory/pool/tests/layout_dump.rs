@@ -5,8 +5,14 @@ use super::*;
 
 /// Prints every block of the first stream's virtual range, low to high: offset, size, state and
 /// how many of the pages it touches are mapped (the holes a peak is made of, and which of them a
-/// chunk-sized move could give back).
-pub(super) fn dump_layout(p: &Pool, k: usize, bytes: u64) {
+/// chunk-sized move could give back), and for an allocated block the trace's events that
+/// allocate and free it (`lives`, by address: which neighbour outlives which).
+pub(super) fn dump_layout(
+    p: &Pool,
+    k: usize,
+    bytes: u64,
+    lives: &HashMap<u64, (usize, Option<usize>)>,
+) {
     // The range holding the most mapped pages (the trace's, not the warm-up stream's).
     let Some(r) = p
         .streams
@@ -54,8 +60,17 @@ pub(super) fn dump_layout(p: &Pool, k: usize, bytes: u64) {
     while i != NIL {
         let b = &p.blocks[i];
         let (p0, p1) = p.touched(r, b.addr, b.size);
+        let life = match lives.get(&b.addr) {
+            Some((born, Some(freed))) if b.state == State::Allocated => {
+                format!("  allocated at event {born}, freed at {freed}")
+            }
+            Some((born, None)) if b.state == State::Allocated => {
+                format!("  allocated at event {born}, never freed")
+            }
+            _ => String::new(),
+        };
         println!(
-            "  {:>10.3} MiB  +{:>10.3} MiB  {:?}  mapped {} of pages [{p0}, {p1})",
+            "  {:>10.3} MiB  +{:>10.3} MiB  {:?}  mapped {} of pages [{p0}, {p1}){life}",
             mib(b.addr - seg.base),
             mib(b.size),
             b.state,

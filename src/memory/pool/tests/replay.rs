@@ -27,7 +27,8 @@
 //! plain-segment one) and event index: `benches/trace_steps.py` tells
 //! which step of the trace that is; `GKRT_REPLAY_DUMP=K` prints the blocks of the virtual range
 //! after event K of the first pass, when that event is an allocation, with the reserved and
-//! allocated bytes then: the peak lines say only the peak, which may lie inside the event). `GKRT_REPLAY_PAGE_MIB` overrides `vmm_page_bytes`, the
+//! allocated bytes then (the peak lines say only the peak, which may lie inside the event) and
+//! the events that allocate and free each allocated block. `GKRT_REPLAY_PAGE_MIB` overrides `vmm_page_bytes`, the
 //! largest physical allocation (chunk). Blocks a trace never frees are freed after every pass.
 //! The real clock makes the move budget, and so the figures of traces whose first pass runs
 //! it dry, depend on this machine's speed and load (bert_train 1.074 or 1.133, kv_growth with
@@ -391,7 +392,7 @@ pub(super) fn replay_with(
                         );
                     }
                     if pass == 0 && dump_at == Some(k) {
-                        dump_layout(&p, k, bytes);
+                        dump_layout(&p, k, bytes, &lifetimes_at(evs, k, &addr));
                     }
                     if pass == 0 {
                         stream[i as usize] = s;
@@ -612,4 +613,31 @@ fn the_cost_model_charges_each_physical_allocation_and_the_gap() {
     );
     b.advance(cost.gap_ns * 1000);
     assert_eq!(b.now_ns(), 2 * 5_000 + 5 * 46_000 + 1_600_000);
+}
+
+/// For the blocks live after event `k` of `evs` (their addresses in `addr`, by allocation
+/// index): address → (the event that allocated it, the event that frees it, if any).
+fn lifetimes_at(evs: &[Ev], k: usize, addr: &[u64]) -> HashMap<u64, (usize, Option<usize>)> {
+    let mut live = HashMap::new();
+    for (j, e) in evs[..=k].iter().enumerate() {
+        match *e {
+            Ev::A(i, _, _) => {
+                live.insert(i, j);
+            }
+            Ev::F(i) => {
+                live.remove(&i);
+            }
+        }
+    }
+    let mut freed = HashMap::new();
+    for (j, e) in evs.iter().enumerate().skip(k + 1) {
+        if let Ev::F(i) = *e {
+            if live.contains_key(&i) {
+                freed.entry(i).or_insert(j);
+            }
+        }
+    }
+    live.into_iter()
+        .map(|(i, born)| (addr[i as usize], (born, freed.get(&i).copied())))
+        .collect()
 }

@@ -61,11 +61,9 @@ pub(super) fn dump_layout(
         let b = &p.blocks[i];
         let (p0, p1) = p.touched(r, b.addr, b.size);
         let life = match lives.get(&b.addr) {
-            Some((born, Some(freed))) if b.state == State::Allocated => {
-                format!("  allocated at event {born}, freed at {freed}")
-            }
-            Some((born, None)) if b.state == State::Allocated => {
-                format!("  allocated at event {born}, never freed")
+            Some(&(born, freed)) if b.state == State::Allocated => {
+                let freed = freed.map_or("never freed".to_string(), |f| format!("freed at {f}"));
+                format!("  allocated at event {born}, {freed}")
             }
             _ => String::new(),
         };

@@ -616,28 +616,29 @@ fn the_cost_model_charges_each_physical_allocation_and_the_gap() {
 }
 
 /// For the blocks live after event `k` of `evs` (their addresses in `addr`, by allocation
-/// index): address → (the event that allocated it, the event that frees it, if any).
+/// index, which is the index of the event that allocated them: `load_trace`): address → (that
+/// event, the event that frees the block, if any).
 fn lifetimes_at(evs: &[Ev], k: usize, addr: &[u64]) -> HashMap<u64, (usize, Option<usize>)> {
-    let mut live = HashMap::new();
-    for (j, e) in evs[..=k].iter().enumerate() {
+    let mut freed: HashMap<u32, Option<usize>> = HashMap::new();
+    for e in &evs[..=k] {
         match *e {
             Ev::A(i, _, _) => {
-                live.insert(i, j);
+                freed.insert(i, None);
             }
             Ev::F(i) => {
-                live.remove(&i);
+                freed.remove(&i);
             }
         }
     }
-    let mut freed = HashMap::new();
     for (j, e) in evs.iter().enumerate().skip(k + 1) {
         if let Ev::F(i) = *e {
-            if live.contains_key(&i) {
-                freed.entry(i).or_insert(j);
+            if let Some(at) = freed.get_mut(&i) {
+                *at = Some(j);
             }
         }
     }
-    live.into_iter()
-        .map(|(i, born)| (addr[i as usize], (born, freed.get(&i).copied())))
+    freed
+        .into_iter()
+        .map(|(i, at)| (addr[i as usize], (i as usize, at)))
         .collect()
 }

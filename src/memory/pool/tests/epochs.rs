@@ -297,6 +297,7 @@ const DRIVER_COST: CostModel = CostModel {
     gap_ns: 1600,
     work_ns: 0,
     start_ns: 0,
+    device_lag_ns: 0,
 };
 
 /// segmentation_infer_sizes (held out, recorded in session 17): an inference trace whose first

@@ -51,6 +51,11 @@ pub(super) struct FakeConfig {
     /// allocation, beside the call's one `cuMemSetAccess` in `move_cost_ns`.
     pub(super) alloc_cost_ns: u64,
     pub(super) real_clock: bool,
+    /// Counting mode: how far the device runs behind the host, in ns of the clock (0: nothing
+    /// runs on it, every marker passed at once). A marker completes that long after it is
+    /// recorded, and `quiesce` waits that long — a live program's device, whose queue holds
+    /// that much work when the pool looks.
+    pub(super) device_lag_ns: u64,
 }
 
 impl FakeConfig {
@@ -68,6 +73,7 @@ impl FakeConfig {
             move_cost_ns: 0,
             alloc_cost_ns: 0,
             real_clock: false,
+            device_lag_ns: 0,
         }
     }
 
@@ -148,6 +154,8 @@ impl FakeConfig {
                 freed: Vec::new(),
                 idle_device: false,
                 polls: 0,
+                lagged: HashMap::new(),
+                next_lagged: 0,
             }),
             config: self,
         }
@@ -211,6 +219,9 @@ pub(super) struct FakeState {
     /// An idle device: a polled marker completes (with all before it) at its third poll.
     pub(super) idle_device: bool,
     polls: u32,
+    /// Counting mode with a device lag: each marker's time of completion, and the next id.
+    lagged: HashMap<u32, u64>,
+    next_lagged: u32,
 }
 
 pub(super) struct Fake {
@@ -437,6 +448,14 @@ impl PoolBacking for Fake {
         let (r, q) = self.event_calls.get();
         self.event_calls.set((r, q + 1));
         if !self.config.record {
+            if self.config.device_lag_ns > 0 {
+                let now = self.now_ns();
+                return self
+                    .state()
+                    .lagged
+                    .get(&event.0)
+                    .is_none_or(|&at| at <= now);
+            }
             return true;
         }
         if self.config.page == 0 || event.0 < FIRST_MARKER {
@@ -477,6 +496,17 @@ impl PoolBacking for Fake {
         let (r, q) = self.event_calls.get();
         self.event_calls.set((r + 1, q));
         if !self.config.record {
+            let lag = self.config.device_lag_ns;
+            if lag > 0 {
+                let at = self.now_ns() + lag;
+                let mut s = self.state_mut();
+                let e = reuse.unwrap_or_else(|| {
+                    s.next_lagged += 1;
+                    EventId(s.next_lagged)
+                });
+                s.lagged.insert(e.0, at);
+                return Some(e);
+            }
             // Nothing runs on this device: every marker is passed at once.
             return Some(reuse.unwrap_or(EventId(0)));
         }
@@ -643,6 +673,14 @@ impl VirtualMemory for Fake {
 
     fn quiesce(&self) -> Result<(), DeviceError> {
         if !self.config.record {
+            // The device's queue drains: the host waits for its lag, every marker passes.
+            let lag = self.config.device_lag_ns;
+            if lag > 0 {
+                let mut s = self.state_mut();
+                s.clock += lag;
+                s.syncs += 1;
+                s.lagged.clear();
+            }
             return Ok(());
         }
         let mut s = self.state_mut();

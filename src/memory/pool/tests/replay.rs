@@ -43,6 +43,12 @@
 //! pass to the last: the passes' steps are then epochs over that floor, as in the live program.
 //! `GKRT_PASSES=0` replays a trace once: the live program's own sequence
 //! (`benches/gkrt_live_trace.py`), its first steps included.
+//! `GKRT_REPLAY_WAITS=1` lets the slack rule wait for the device in the program's first step
+//! (`recycle_waits`, as the PyTorch entry points' runtime does); `GKRT_REPLAY_DEVICE_LAG_NS=N`
+//! puts the device N ns behind the host (0: idle, every marker passed at once): a marker then
+//! completes N ns after it is recorded, and a wait for the device costs N. With
+//! `GKRT_REPLAY_START_NS` for the program's start-up, a live trace replayed so shows the page
+//! moves its program made in PyTorch (wgan_gp_train's, BENCHMARKS.md session 44).
 //! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
 //! hash of the addresses it handed out (a change meant to keep every placement keeps them all),
 //! the alias counts so far, then the marker events recorded and queried (driver calls on the
@@ -147,6 +153,9 @@ pub(super) struct CostModel {
     /// event (`GKRT_REPLAY_START_NS`, default 0): a program's start-up, which the move budget's
     /// lifetime share counts.
     pub(super) start_ns: u64,
+    /// How far the device runs behind the host (`GKRT_REPLAY_DEVICE_LAG_NS`, default 0: an
+    /// idle device, every marker passed at once): see `FakeConfig::device_lag_ns`.
+    pub(super) device_lag_ns: u64,
 }
 
 impl CostModel {
@@ -163,6 +172,7 @@ impl CostModel {
             gap_ns: var("GKRT_REPLAY_GAP_NS", GAP_NS),
             work_ns: var("GKRT_REPLAY_WORK_NS", 0),
             start_ns: var("GKRT_REPLAY_START_NS", 0),
+            device_lag_ns: var("GKRT_REPLAY_DEVICE_LAG_NS", 0),
         }
     }
 
@@ -177,6 +187,7 @@ impl CostModel {
             gap_ns,
             work_ns,
             start_ns: 0,
+            device_lag_ns: 0,
         }
     }
 
@@ -253,6 +264,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     if let Ok(v) = std::env::var("GKRT_REPLAY_STARTUP_MOVES") {
         cfg.startup_moves = v == "1";
     }
+    // GKRT_REPLAY_WAITS=1: `PoolConfig::recycle_waits` on (the PyTorch entry points' runtime).
+    if let Ok(v) = std::env::var("GKRT_REPLAY_WAITS") {
+        cfg.recycle_waits = v == "1";
+    }
     // GKRT_REPLAY_EPOCH_PLANS=0: `PoolConfig::epoch_plans` off.
     if let Ok(v) = std::env::var("GKRT_REPLAY_EPOCH_PLANS") {
         cfg.epoch_plans = v != "0";
@@ -292,6 +307,7 @@ pub(super) fn replay_with(
     let b = FakeConfig {
         real_clock,
         alloc_cost_ns: cost.alloc_ns,
+        device_lag_ns: cost.device_lag_ns,
         ..FakeConfig::counting(vmm).move_cost(cost.call_ns)
     }
     .build();
@@ -593,6 +609,7 @@ fn the_cost_model_charges_each_physical_allocation_and_the_gap() {
         gap_ns: 1_600,
         work_ns: 0,
         start_ns: 0,
+        device_lag_ns: 0,
     };
     assert_eq!(cost.driver_ns(2, 9), 2 * 5_000 + 9 * 46_000);
     // The fake's clock: one call mapping four allocations, one unmapping one, then a gap.

@@ -720,8 +720,13 @@ impl Pool {
         };
         self.note_block(Action::Alloc, idx);
         self.live.insert(addr, idx);
-        self.new_step
-            .on_alloc(self.stats.allocated_bytes + size, self.program_peak());
+        let now = self.stats.allocated_bytes + size;
+        if self.new_step.on_alloc(now, self.program_peak()) {
+            // The program's first step (or one that raised its peak) is over: its start-up
+            // moves are made (`MoveBudget::note_steady`), though no range emptied and no epoch
+            // was found (a program whose steps free a block made before them: wgan_gp_train).
+            self.moves.note_steady();
+        }
         let s = &mut self.stats;
         s.allocated_bytes += size;
         s.requested_bytes += bytes;

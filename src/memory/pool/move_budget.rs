@@ -119,7 +119,6 @@ impl MoveBudget {
         self.steady = true;
     }
 
-    #[cfg(test)]
     pub(super) fn is_steady(&self) -> bool {
         self.steady
     }

@@ -41,8 +41,8 @@ impl NewStep {
     }
 
     /// An allocation brought the allocated bytes to `now`; `peak` is the program's peak before
-    /// it.
-    pub(super) fn on_alloc(&mut self, now: u64, peak: u64) {
+    /// it. True when it began the step after a new one: a step of the program has ended.
+    pub(super) fn on_alloc(&mut self, now: u64, peak: u64) -> bool {
         if now > peak {
             if !self.on {
                 self.from = self.low;
@@ -54,7 +54,9 @@ impl NewStep {
             self.on = false;
             self.descended = false;
             self.low = now;
+            return true;
         }
+        false
     }
 
     /// A free brought the allocated bytes to `now`; `peak` is the program's peak.
@@ -76,6 +78,8 @@ mod tests {
         s: NewStep,
         at: u64,
         peak: u64,
+        /// Allocations that began the step after a new one (`on_alloc` said a step ended).
+        ended: u32,
     }
 
     impl Walk {
@@ -86,7 +90,9 @@ mod tests {
                 .iter()
                 .map(|&l| {
                     if l > self.at {
-                        self.s.on_alloc(l, self.peak);
+                        if self.s.on_alloc(l, self.peak) {
+                            self.ended += 1;
+                        }
                         self.peak = self.peak.max(l);
                     } else {
                         self.s.on_free(l, self.peak);
@@ -108,6 +114,8 @@ mod tests {
         assert_eq!(w.to(&[60, 80, 55, 75, 40]), [t; 5]);
         // The next step goes up past the mark: not new; as high as the peak is not new either.
         assert_eq!(w.to(&[60, 80, 100, 40]), [f; 4]);
+        // That rise past the mark ended the first step, once.
+        assert_eq!(w.ended, 1);
         // A step that goes higher is new from where it passes the peak (starting at 40: mark
         // 80), through its backward down past the mark...
         assert_eq!(
@@ -116,6 +124,7 @@ mod tests {
         );
         // ...to the next step's rise past it.
         assert_eq!(w.to(&[70, 90]), [t, f]);
+        assert_eq!(w.ended, 2);
     }
 
     #[test]
@@ -125,9 +134,12 @@ mod tests {
         // Weights of 100 stay; the first step starts from nothing and rises to 180 (mark 90,
         // below the weights: it stays new).
         assert_eq!(w.to(&[100, 180, 100, 170]), [t; 4]);
+        // Never down past its mark (the weights stay above it): no step has ended.
+        assert_eq!(w.ended, 0);
         // A higher step (mark 110 from 0) comes down to the weights, past its mark, and the
         // next rise past it ends the new step.
         assert_eq!(w.to(&[220, 100, 150]), [t, t, f]);
+        assert_eq!(w.ended, 1);
         // From there a step starts at the lowest level since: the weights (mark 170 for 240).
         assert_eq!(w.to(&[100, 240, 160, 110, 200]), [f, t, t, t, f]);
     }

@@ -668,6 +668,16 @@ impl Pool {
         } else if let Some(t0) = started {
             self.moves.charge(backing.now_ns().saturating_sub(t0));
         }
+        if want > must && log::log_enabled!(log::Level::Debug) {
+            // Why each slack-rule move was made, and what it cost: the figures a live program's
+            // page maps are read against (the host replay's device is always idle).
+            log::debug!(
+                "gkrt pool: slack move for {bytes} bytes: wanted {want} pages, moved {moved}, must {must}; at peak {at_peak}, startup {startup}, repeat {repeat}; {} ns, device waits so far {}; budget {:?}",
+                started.map_or(0, |t0| backing.now_ns().saturating_sub(t0)),
+                self.stats.device_wait_count,
+                self.moves
+            );
+        }
         mapped?;
         Ok(trimmed?)
     }

@@ -67,7 +67,7 @@ impl Pool {
         repeat: bool,
         alias: Option<&AliasMove>,
     ) -> Result<u64, PoolError> {
-        let waits = self.config.recycle_waits;
+        let waits = self.slack_may_wait();
         // (Holding markers, the device's progress is not looked at: `hold_markers`.)
         let look = !self.hold_markers;
         for si in 0..self.streams.len() as u32 {
@@ -91,6 +91,12 @@ impl Pool {
             }
         }
         Ok(done)
+    }
+
+    /// Whether the slack rule may wait for the device: with `recycle_waits`, in the program's
+    /// first step only (`PoolConfig::recycle_waits`).
+    fn slack_may_wait(&self) -> bool {
+        self.config.recycle_waits && !self.moves.is_steady()
     }
 
     /// The mapped chunks `(first page, pages)` lying wholly inside the free block `i`, from its
@@ -141,7 +147,7 @@ impl Pool {
         }
         let mut movable = 0u64;
         for &(idle, _, i) in victims {
-            if !idle && !self.config.recycle_waits {
+            if !idle && !self.slack_may_wait() {
                 continue;
             }
             let r = self.streams[self.blocks[i].owner as usize].range;
@@ -305,7 +311,7 @@ impl Pool {
             if done >= want {
                 break;
             }
-            if !idle && !quiet && done >= must && !self.config.recycle_waits {
+            if !idle && !quiet && done >= must && !self.slack_may_wait() {
                 // Only the soft goal is left, and it may not wait for the device.
                 break;
             }

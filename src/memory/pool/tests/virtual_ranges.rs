@@ -210,6 +210,51 @@ fn large_requests_reuse_hole_pages_beyond_the_slack_waiting_if_needed() {
     check(&p);
 }
 
+#[test]
+fn after_its_first_step_the_slack_rule_no_longer_waits_for_the_device() {
+    for first_step in [false, true] {
+        let f = Fake::virtual_memory();
+        let mut p = Pool::new(PoolConfig {
+            recycle_waits: true,
+            ..vpool(u64::MAX).config().clone()
+        });
+        if first_step {
+            // A program keeps 1 MiB of weights (no range empties) and runs a first step up to
+            // 66 MiB and back, freeing a block made before the weights while its 64 MiB are
+            // live (so no epoch is found: `epochs.rs`). The next step rising past the first
+            // one's half-way mark (33 MiB) ends it.
+            let before = p.alloc(&f, MIB, st(0)).unwrap();
+            let _w = p.alloc(&f, MIB, st(0)).unwrap();
+            let a = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+            p.free(&f, before).unwrap();
+            p.free(&f, a).unwrap();
+            let b = p.alloc(&f, 20 * MIB, st(0)).unwrap();
+            assert!(
+                !p.moves.is_steady(),
+                "below the mark: the first step goes on"
+            );
+            p.free(&f, b).unwrap();
+        }
+        // As `large_requests_reuse_hole_pages_beyond_the_slack_waiting_if_needed`: x's pages
+        // may still be in use on the device, and moving them needs a wait. (With the first
+        // step, x is the next step's rise past its mark.)
+        let x = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+        assert_eq!(p.moves.is_steady(), first_step);
+        let _y = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+        p.free(&f, x).unwrap();
+        f.note_freed(x, 64 * MIB, 0);
+        let z = p.alloc(&f, 96 * MIB, st(0)).unwrap();
+        assert!(f.covers(z, 96 * MIB));
+        // In the first step the slack rule waits once and moves x's pages; after it, it maps
+        // new pages instead.
+        let s = p.stats();
+        let waits = u64::from(!first_step);
+        assert_eq!((f.syncs(), s.device_wait_count), (waits, waits));
+        assert_eq!(s.page_unmap_count > 0, !first_step);
+        check(&p);
+    }
+}
+
 /// A non-waiting pool (spin as given) with a freed 64 MiB block `x` below a live one, then a
 /// 96 MiB request: it does not fit x's hole, and mapping 96 new MiB exceeds the slack over the
 /// high-water mark. Returns the pool and the 96 MiB block.

@@ -77,7 +77,7 @@ fn traces_recorded_on_the_cpu_stay_within_their_goals() {
 
 /// GPU recordings of host programs over their goal, each held to its figures at the slower of
 /// the two paces (peak reserved over peak live, median later pass's physical allocations
-/// mapped; BENCHMARKS.md, session 42). Each one's clairvoyant placement (`trace_steps.py`):
+/// mapped; BENCHMARKS.md, sessions 42 and 44). Each one's clairvoyant placement (`trace_steps.py`):
 /// - early_exit_infer 1.1030: over its goal (1.10) for any placement that moves no page; the
 ///   pool's later passes move pages (16 a pass at the 8 µs pace) where a request may not take
 ///   the free pages an earlier move placed, and map new ones for it until pass 7 (1.2441).
@@ -88,18 +88,33 @@ fn traces_recorded_on_the_cpu_stay_within_their_goals() {
 /// - treelstm_train 1.0112 and maml_meta_train 1.0046: as in their CPU recordings, their first
 ///   steps leave free memory in holes that hold no whole page, which no move can take (1.0707,
 ///   1.0597).
-const OVER_GPU: [(&str, f64, u64); 4] = [
+///
+/// Recorded in session 44 (H100):
+/// - vqvae_train 1.2178: any placement that moves no page is far over its goal (its 96.5 MiB
+///   and 67 MiB requests come and go between the codebook's large temporaries); the pool's moves
+///   bring it to 1.1040, and moving in every pass would give 1.0401 for 84 physical allocations
+///   unmapped a pass, which the time share declines.
+/// - bilstm_crf_train 1.0000: its last step's 78 MiB request maps 39 pages while 24 MiB lie
+///   mapped in free blocks, the moves that would take them declined by the time bucket, which
+///   at the replay's pace (400 ns of work an operation) earns 4 ns an operation (1.0965; with
+///   the share unlimited 1.0446, as `trace_replay` on the H100, whose real clock earns more).
+/// - lbfgs_train 1.0550: as its CPU recording, vectors kept first in, first out leave holes an
+///   activation cannot use (1.1201).
+const OVER_GPU: [(&str, f64, u64); 7] = [
     ("early_exit_infer_gpu", 1.2442, 16),
     ("unet3d_train_gpu", 1.0845, 0),
     ("treelstm_train_gpu", 1.0708, 0),
     ("maml_meta_train_gpu", 1.0598, 0),
+    ("vqvae_train_gpu", 1.1041, 0),
+    ("bilstm_crf_train_gpu", 1.0966, 0),
+    ("lbfgs_train_gpu", 1.1202, 0),
 ];
 
 /// The GPU recordings of host programs (`benches/traces_hostgpu/`, `run.sh hostgpu`), replayed
 /// as the CPU recordings are: within their goals, or within their figures (`OVER_GPU`).
 #[test]
 fn traces_recorded_on_a_gpu_stay_within_their_goals() {
-    set_within_goals("benches/traces_hostgpu", 6, &OVER_GPU);
+    set_within_goals("benches/traces_hostgpu", 18, &OVER_GPU);
 }
 
 /// Every trace in `dir` (under the crate), at least `least` of them, replayed at both paces:

@@ -45,13 +45,15 @@ pub struct PoolConfig {
     /// time budget `recycle_time_permille` bounds what that costs); the budget always recycles.
     pub recycle_min_bytes: u64,
     /// Whether the slack rule may wait for the device (`quiesce`) to reuse pages that queued
-    /// work may still touch, in the program's first step (until `MoveBudget::note_steady`).
-    /// Default false: it moves only pages the device is known to be done with (markers) and
-    /// otherwise maps new ones, so it never stalls the device (waiting costs step time for
-    /// little memory: BENCHMARKS.md §3). After the first step it never waits: a wait drains
-    /// the device's queue, which costs a program more than the pool's clock sees (in PyTorch,
-    /// wgan_gp_train's steady moves took 0.4 ms of its 16 ms step on that clock and 1.5 ms of
-    /// the step; BENCHMARKS.md, session 44). The budget may always wait.
+    /// work may still touch. Default false: it moves only pages the device is known to be done
+    /// with (markers) and otherwise maps new ones, so it never stalls the device (waiting costs
+    /// step time for little memory: BENCHMARKS.md §3). Even when true, a move the time bucket
+    /// pays for does not wait once the program's first step has ended
+    /// (`MoveBudget::note_steady`): a wait drains the device's queue, which costs a program
+    /// more than the pool's clock sees (in PyTorch, wgan_gp_train's steady moves took 0.4 ms of
+    /// its 16 ms step on that clock and 1.5 ms of the step; BENCHMARKS.md, session 44). Moves
+    /// at the program's peak, in a new step and gathering a plan's pages, which set the
+    /// footprint once, still may. The budget may always wait.
     pub recycle_waits: bool,
     /// Whether `take_pending_if_closer` may take a block pending on an event (the caller's
     /// stream then waits for it) when it fits a request more closely than every free block,

@@ -119,7 +119,8 @@
 //!   per `marker_min_interval_ns`) the pool records a marker event on the stream and polls it
 //!   later; pages freed before a completed marker move at once, others only after waiting for the device (`VirtualMemory::quiesce`) —
 //!   which the budget always may, and the slack rule only with `recycle_waits` (off by default:
-//!   the pool never stalls the device for the slack and maps new pages instead). Before picking,
+//!   the pool never stalls the device for the slack and maps new pages instead; on, not for the
+//!   time bucket's moves after the program's first step). Before picking,
 //!   the slack rule records a marker after the latest frees and polls it briefly
 //!   (`recycle_spin_ns`): an idle device passes it, a busy one does not.
 //! - **Epoch plans** (`epoch_plans`, `epochs.rs`). From a stream's range holding some set of
@@ -300,6 +301,10 @@ pub struct Pool {
     lifetimes: lifetimes::Lifetimes,
     /// Set only during `alloc_no_wait`: recycling may not wait for the device.
     no_device_waits: bool,
+    /// Set only while `map_pages` recycles for a slack-rule move the time bucket pays for (not
+    /// one at the program's peak, in a new step or at start-up): after the program's first
+    /// step such a move may not wait for the device (`PoolConfig::recycle_waits`).
+    bucket_move: bool,
     /// The lane of the allocation being made: `Lasting` only during `alloc_in`.
     lane: Lane,
     /// Pending blocks go back only when the caller says (`hold_events`), never by polling.
@@ -343,6 +348,7 @@ impl Pool {
             cold_placements: 0,
             lifetimes: lifetimes::Lifetimes::default(),
             no_device_waits: false,
+            bucket_move: false,
             lane: Lane::Working,
             hold_events: false,
             hold_markers: false,

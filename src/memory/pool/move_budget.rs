@@ -26,8 +26,10 @@
 //! most that share of the program's time), so it adds no constant; a replay with no work
 //! between calls earns almost nothing from it (the host replay of every trace is unchanged).
 //! That allowance is the start-up's: once a step of the program has ended (`note_steady`: a
-//! stream's range emptied, or an epoch found over blocks kept for good), an empty bucket
-//! declines, whatever the lifetime share says. A share of the whole life passed bursts of
+//! stream's range emptied, an epoch found over blocks kept for good, or the next step rose
+//! past the first one's half-way mark, `new_step.rs`), an empty bucket declines, whatever the
+//! lifetime share says; and a move the bucket pays for no longer waits for the device
+//! (`PoolConfig::recycle_waits`). A share of the whole life passed bursts of
 //! moves that cost a quarter of a step, in 7–11 of 20 steps of llama_train in PyTorch (1.11–1.27
 //! of PyTorch's step there, 0.94–1.01 in the others); with the bucket alone after the first step
 //! those bursts are fewer and smaller (BENCHMARKS.md, session 28).

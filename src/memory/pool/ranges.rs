@@ -607,8 +607,9 @@ impl Pool {
         // A slack-rule move is timed from here to the end of the mapping.
         let started = (want > must).then(|| backing.now_ns());
         let mut moved = 0;
+        self.bucket_move = want > must && !(startup || at_peak);
         if want > 0 {
-            match self.recycle(
+            let recycled = self.recycle(
                 backing,
                 vm,
                 want,
@@ -616,7 +617,9 @@ impl Pool {
                 placing.into(),
                 repeat,
                 alias.as_ref(),
-            ) {
+            );
+            self.bucket_move = false;
+            match recycled {
                 Ok(n) => moved = n.saturating_sub(must),
                 Err(e) => {
                     let _ = self.release_donors(vm);

@@ -93,10 +93,10 @@ impl Pool {
         Ok(done)
     }
 
-    /// Whether the slack rule may wait for the device: with `recycle_waits`, in the program's
-    /// first step only (`PoolConfig::recycle_waits`).
+    /// Whether the slack rule may wait for the device: with `recycle_waits`, but for a move the
+    /// time bucket pays for after the program's first step (`PoolConfig::recycle_waits`).
     fn slack_may_wait(&self) -> bool {
-        self.config.recycle_waits && !self.moves.is_steady()
+        self.config.recycle_waits && !(self.bucket_move && self.moves.is_steady())
     }
 
     /// The mapped chunks `(first page, pages)` lying wholly inside the free block `i`, from its

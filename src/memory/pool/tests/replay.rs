@@ -43,8 +43,8 @@
 //! pass to the last: the passes' steps are then epochs over that floor, as in the live program.
 //! `GKRT_PASSES=0` replays a trace once: the live program's own sequence
 //! (`benches/gkrt_live_trace.py`), its first steps included.
-//! `GKRT_REPLAY_WAITS=1` lets the slack rule wait for the device in the program's first step
-//! (`recycle_waits`, as the PyTorch entry points' runtime does); `GKRT_REPLAY_DEVICE_LAG_NS=N`
+//! `GKRT_REPLAY_WAITS=1` lets the slack rule wait for the device (`recycle_waits`, as the
+//! PyTorch entry points' runtime does); `GKRT_REPLAY_DEVICE_LAG_NS=N`
 //! puts the device N ns behind the host (0: idle, every marker passed at once): a marker then
 //! completes N ns after it is recorded, and a wait for the device costs N. With
 //! `GKRT_REPLAY_START_NS` for the program's start-up, a live trace replayed so shows the page

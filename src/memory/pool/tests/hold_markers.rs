@@ -33,12 +33,7 @@ fn primed(f: &Fake) -> Pool {
 fn real(f: &Fake, hold: bool) -> PoolStats {
     let mut p = primed(f);
     p.hold_markers(hold);
-    let x = p.alloc(f, 64 * MIB, st(0)).unwrap();
-    let _y = p.alloc(f, 64 * MIB, st(0)).unwrap();
-    p.free(f, x).unwrap();
-    f.note_freed(x, 64 * MIB, 0);
-    let z = p.alloc(f, 96 * MIB, st(0)).unwrap();
-    assert!(f.covers(z, 96 * MIB));
+    larger_than_a_busy_hole(f, &mut p);
     check(&p);
     p.stats()
 }

@@ -65,6 +65,20 @@ fn vpool(limit: u64) -> Pool {
     })
 }
 
+/// Frees a 64 MiB block `x` below a live one of 64 MiB, its pages maybe still in use on the
+/// device, then asks for 96 MiB: that does not fit x's hole, and mapping 96 new MiB would put 64
+/// MiB more behind the high-water mark than the slack allows (from an empty pool: 224 MiB for a
+/// mark of 160), so x's pages move if the pool may wait for the device. Returns the 96 MiB block.
+fn larger_than_a_busy_hole(f: &Fake, p: &mut Pool) -> u64 {
+    let x = p.alloc(f, 64 * MIB, st(0)).unwrap();
+    let _y = p.alloc(f, 64 * MIB, st(0)).unwrap();
+    p.free(f, x).unwrap();
+    f.note_freed(x, 64 * MIB, 0);
+    let z = p.alloc(f, 96 * MIB, st(0)).unwrap();
+    assert!(f.covers(z, 96 * MIB));
+    z
+}
+
 #[test]
 fn a_block_record_is_one_cache_line() {
     assert_eq!(std::mem::size_of::<Block>(), 64);

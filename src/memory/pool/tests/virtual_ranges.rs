@@ -194,14 +194,8 @@ fn large_requests_reuse_hole_pages_beyond_the_slack_waiting_if_needed() {
         recycle_waits: true,
         ..vpool(u64::MAX).config().clone()
     });
-    let x = p.alloc(&f, 64 * MIB, st(0)).unwrap();
-    let _y = p.alloc(&f, 64 * MIB, st(0)).unwrap();
-    p.free(&f, x).unwrap();
-    f.note_freed(x, 64 * MIB, 0);
-    // 96 MiB does not fit x's hole; mapping 96 new MiB would put 224 MiB behind a high-water
-    // mark of 160 MiB: x's pages move, after waiting once for the device (it may still use them).
-    let z = p.alloc(&f, 96 * MIB, st(0)).unwrap();
-    assert!(f.covers(z, 96 * MIB));
+    // x's pages move, after waiting once for the device (it may still use them).
+    larger_than_a_busy_hole(&f, &mut p);
     let s = p.stats();
     let cap = (160 * MIB / 1000 * 1030).div_ceil(PAGE) * PAGE;
     assert!(s.reserved_bytes <= cap, "{} > {cap}", s.reserved_bytes);
@@ -238,16 +232,10 @@ fn after_its_first_step_the_time_buckets_moves_no_longer_wait_for_the_device() {
             );
             p.free(&f, b).unwrap();
         }
-        // As `large_requests_reuse_hole_pages_beyond_the_slack_waiting_if_needed`: x's pages
-        // may still be in use on the device, and moving them needs a wait. (With the first
-        // step, x is the next step's rise past its mark.)
-        let x = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+        // (With the first step, the helper's first block is the next step's rise past its
+        // mark.)
+        larger_than_a_busy_hole(&f, &mut p);
         assert_eq!(p.moves.is_steady(), first_step);
-        let _y = p.alloc(&f, 64 * MIB, st(0)).unwrap();
-        p.free(&f, x).unwrap();
-        f.note_freed(x, 64 * MIB, 0);
-        let z = p.alloc(&f, 96 * MIB, st(0)).unwrap();
-        assert!(f.covers(z, 96 * MIB));
         // In the first step the slack rule waits once and moves x's pages; after it, a move
         // the bucket pays for maps new pages instead.
         let s = p.stats();
@@ -267,12 +255,7 @@ fn slack_case(f: &Fake, spin_ns: u64) -> (Pool, u64) {
         recycle_spin_ns: spin_ns,
         ..vpool(u64::MAX).config().clone()
     });
-    let x = p.alloc(f, 64 * MIB, st(0)).unwrap();
-    let _y = p.alloc(f, 64 * MIB, st(0)).unwrap();
-    p.free(f, x).unwrap();
-    f.note_freed(x, 64 * MIB, 0);
-    let z = p.alloc(f, 96 * MIB, st(0)).unwrap();
-    assert!(f.covers(z, 96 * MIB));
+    let z = larger_than_a_busy_hole(f, &mut p);
     (p, z)
 }
 

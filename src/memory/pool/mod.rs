@@ -301,9 +301,8 @@ pub struct Pool {
     lifetimes: lifetimes::Lifetimes,
     /// Set only during `alloc_no_wait`: recycling may not wait for the device.
     no_device_waits: bool,
-    /// Set only while `map_pages` recycles for a slack-rule move the time bucket pays for (not
-    /// one at the program's peak, in a new step or at start-up): after the program's first
-    /// step such a move may not wait for the device (`PoolConfig::recycle_waits`).
+    /// Set only while `map_pages` recycles for a move the time bucket pays for, which may not
+    /// wait for the device after the program's first step (`PoolConfig::recycle_waits`).
     bucket_move: bool,
     /// The lane of the allocation being made: `Lasting` only during `alloc_in`.
     lane: Lane,
@@ -728,9 +727,8 @@ impl Pool {
         self.live.insert(addr, idx);
         let now = self.stats.allocated_bytes + size;
         if self.new_step.on_alloc(now, self.program_peak()) {
-            // The program's first step (or one that raised its peak) is over: its start-up
-            // moves are made (`MoveBudget::note_steady`), though no range emptied and no epoch
-            // was found (a program whose steps free a block made before them: wgan_gp_train).
+            // A step is over, though no range emptied and no epoch was found (wgan_gp_train's
+            // steps free a block made before them): the start-up's moves are made.
             self.moves.note_steady();
         }
         let s = &mut self.stats;

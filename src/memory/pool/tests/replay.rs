@@ -49,6 +49,7 @@
 //! completes N ns after it is recorded, and a wait for the device costs N. With
 //! `GKRT_REPLAY_START_NS` for the program's start-up, a live trace replayed so shows the page
 //! moves its program made in PyTorch (wgan_gp_train's, BENCHMARKS.md session 44).
+//! `GKRT_REPLAY_LOG=1` prints the pool's debug lines (why each slack move was made).
 //! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
 //! hash of the addresses it handed out (a change meant to keep every placement keeps them all),
 //! the alias counts so far, then the marker events recorded and queried (driver calls on the
@@ -361,6 +362,11 @@ pub(super) fn replay_with(
     let dump_at: Option<usize> = std::env::var("GKRT_REPLAY_DUMP")
         .ok()
         .and_then(|v| v.parse().ok());
+    if std::env::var("GKRT_REPLAY_LOG").is_ok() {
+        // The pool's debug lines (one per slack move, with the event index before it).
+        let _ = log::set_logger(&StderrLog);
+        log::set_max_level(log::LevelFilter::Debug);
+    }
     let again_passes: Option<usize> = std::env::var("GKRT_REPLAY_AGAIN_PASSES")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -658,4 +664,17 @@ fn lifetimes_at(evs: &[Ev], k: usize, addr: &[u64]) -> HashMap<u64, (usize, Opti
         .into_iter()
         .map(|(i, at)| (addr[i as usize], (i as usize, at)))
         .collect()
+}
+
+/// `GKRT_REPLAY_LOG`'s logger: the pool's messages to stderr.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record) {
+        eprintln!("[{}] {}", r.level(), r.args());
+    }
+    fn flush(&self) {}
 }

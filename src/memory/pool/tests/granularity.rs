@@ -280,7 +280,11 @@ fn a_long_start_up_pays_for_no_moves_after_the_first_step() {
         }
         assert!(p.moves.is_steady(), "the first step ended");
         p.free(&f, weights).unwrap();
-        (p.recycle_declined_count(), p.stats().peak_reserved_bytes, unmaps)
+        (
+            p.recycle_declined_count(),
+            p.stats().peak_reserved_bytes,
+            unmaps,
+        )
     };
     let short = run(0);
     let (declined, _, unmaps) = &short;

@@ -300,15 +300,24 @@ run_pool() {
   python3 benches/gen_traces.py "$b/traces" >/dev/null
   # Every trace in one table, each on allocators of its own: the shared ones (staged in
   # .gpu/pool/), the project's recorded ones (benches/traces/, traces_heldout/, traces_host/,
-  # traces_hostgpu/) and the synthetic ones. POOL_ONLY narrows the allocators (trace_replay --only; default: all,
-  # with the variants).
+  # traces_hostgpu/) and the synthetic ones. POOL_ONLY narrows the allocators (trace_replay --only;
+  # default: all, with the variants, on a card of 100 GB or more). A trace's allocators are all
+  # alive side by side: every variant's copy of the shared traces (5–6 GB live each) does not fit
+  # an 80 GB card, so there the variants are left out unless POOL_ONLY names them (session 45:
+  # gkrt_malloc ran out of memory at 3.7 GB reserved).
+  local mib only=${POOL_ONLY:-}
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+  if [ -z "$only" ] && [ "${mib:-0}" -gt 0 ] && [ "$mib" -lt 100000 ]; then
+    only=gkrt,entry,async,torch
+    echo "# $mib MiB on the card: allocators $only only (POOL_ONLY to choose)"
+  fi
   local traces
   traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz \
     "$OUT"/workload_traces/*.trace.gz benches/traces_heldout/*.trace.gz "$OUT"/heldout_traces/*.trace.gz \
     benches/traces_host/*.trace.gz benches/traces_hostgpu/*.trace.gz "$OUT"/hostgpu_traces/*.trace.gz)
   [ -n "$(ls .gpu/pool/*.trace.gz 2>/dev/null)" ] || echo "# no shared traces staged in .gpu/pool/ (copy ../shared/traces/*.trace.gz there)"
   # shellcheck disable=SC2086  # trace paths have no spaces
-  timeout 560 "$b/trace_replay" --passes "${POOL_PASSES:-30}" ${POOL_ONLY:+--only "$POOL_ONLY"} \
+  timeout 560 "$b/trace_replay" --passes "${POOL_PASSES:-30}" ${only:+--only "$only"} \
     $traces 2>&1 | tee "$OUT/pool_replay.md"
   timeout 120 "$b/pool_micro" 2>&1 | tee "$OUT/pool_micro.md"
 }

@@ -363,7 +363,7 @@ pub(super) fn replay_with(
         .ok()
         .and_then(|v| v.parse().ok());
     if std::env::var("GKRT_REPLAY_LOG").is_ok() {
-        // The pool's debug lines (one per slack move, with the event index before it).
+        // The pool's debug lines (one per slack move).
         let _ = log::set_logger(&StderrLog);
         log::set_max_level(log::LevelFilter::Debug);
     }

@@ -183,11 +183,10 @@ impl MoveBudget {
     /// start-up's seconds paid for moving the same pages in every step of wgan_gp_train in
     /// PyTorch until the bucket ran dry, 17 of its first 60 steps (BENCHMARKS.md, session 45).
     pub(super) fn allows_repeat(&self, now: u64, permille: u64) -> bool {
-        let (since, spent_before) = match self.steady_from {
-            Some(from) => from,
-            None if self.steady => return permille >= 1000,
-            None => (self.born_ns.unwrap_or(self.first_ns), 0),
-        };
+        // `allows` set `steady_from` if a step has ended.
+        let (since, spent_before) = self
+            .steady_from
+            .unwrap_or((self.born_ns.unwrap_or(self.first_ns), 0));
         permille >= 1000
             || (self.spent_ns - spent_before) as u128 * 1000
                 <= now.saturating_sub(since) as u128 * permille as u128

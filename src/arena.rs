@@ -156,20 +156,55 @@ pub fn plan_greedy_either(
         pins.push((b as u32, o));
     }
     let free = |i: &u32| !held[*i as usize];
-    let by_size: Vec<u32> = greedy::size_order(&prep.items)
+    let size_first: Vec<u32> = greedy::size_order(&prep.items)
         .into_iter()
         .filter(free)
         .collect();
-    let by_size = greedy::place_around(&prep.items, prep.sections, &by_size, &pins);
-    let mut order: Vec<u32> = (0..n as u32).filter(free).collect();
-    order.sort_by_key(|&i| (prep.items[i as usize].ss, i));
-    let by_start = greedy::place_around(&prep.items, prep.sections, &order, &pins);
+    let mut start_first: Vec<u32> = (0..n as u32).filter(free).collect();
+    start_first.sort_by_key(|&i| (prep.items[i as usize].ss, i));
+    let place = |order: &[u32]| greedy::place_around(&prep.items, prep.sections, order, &pins);
+    let (by_size, by_start) = both(n, || place(&size_first), || place(&start_first));
     let offs = if items_size(&prep.items, &by_start) < items_size(&prep.items, &by_size) {
         by_start
     } else {
         by_size
     };
     prep.expand(p, &offs)
+}
+
+/// Items from which `both` runs its two placements on two threads: a greedy placement of this
+/// many takes about a millisecond (a pool's epoch of 2,000 allocations over 500 kept blocks:
+/// 3 ms each on the build machine), where starting a thread takes some tens of µs.
+const PARALLEL_ITEMS: usize = 256;
+
+/// `a()` and `b()`, on two threads when there are at least `PARALLEL_ITEMS` items (and a thread
+/// can be started), else one after the other: the same two results either way. A pool plans
+/// an epoch inside the allocation that starts the next one, so the program waits for both
+/// (deeplab_train_sizes in PyTorch: 15–30% slower steps in the turns that plan; BENCHMARKS.md,
+/// session 46).
+fn both<A: Send, B>(items: usize, a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+    if items < PARALLEL_ITEMS {
+        return (a(), b());
+    }
+    // `a` in a cell, so that it can still run here when no thread starts.
+    let a = std::sync::Mutex::new(Some(a));
+    let take_a = || {
+        let f = a.lock().unwrap_or_else(|e| e.into_inner()).take();
+        f.map(|f| f())
+    };
+    std::thread::scope(|s| {
+        let spawned = std::thread::Builder::new().spawn_scoped(s, take_a);
+        let rb = b();
+        let ra = match spawned {
+            // `a` does not panic but on a bug: rethrown here, as it would have been.
+            Ok(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+            Err(_) => None,
+        };
+        match ra.or_else(take_a) {
+            Some(ra) => (ra, rb),
+            None => unreachable!("`a` is taken once, by the thread or here"),
+        }
+    })
 }
 
 /// Greedy, then a search for a smaller arena until `time_limit` has passed. Stops early on

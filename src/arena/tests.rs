@@ -476,3 +476,33 @@ fn greedy_is_fast_on_20000_buffers() {
     assert_eq!(check_placement(&p, &g), Ok(g.size));
     assert!(g.size as f64 <= 1.1 * lower_bound(&p) as f64);
 }
+
+/// `plan_greedy_either` places its two greedy orders on two threads for a large problem and
+/// one after the other for a small one, and the plan is the one the two sequential placements
+/// give: the smaller, by size on a tie.
+#[test]
+fn the_two_greedy_orders_run_side_by_side_and_plan_as_one_after_the_other() {
+    let here = std::thread::current().id();
+    let id = || std::thread::current().id();
+    let (a, b) = both(PARALLEL_ITEMS, id, id);
+    assert_ne!(a, here, "the first on a thread of its own");
+    assert_eq!(b, here);
+    let (a, b) = both(PARALLEL_ITEMS - 1, id, || 7);
+    assert_eq!((a, b), (here, 7), "a small problem on the calling thread");
+    for n in [PARALLEL_ITEMS / 2, 8 * PARALLEL_ITEMS] {
+        let p = big_problem(n);
+        let prep = Prepared::new(&p).unwrap();
+        let by_size = greedy::place(&prep.items, prep.sections, &greedy::size_order(&prep.items));
+        let mut order: Vec<u32> = (0..prep.items.len() as u32).collect();
+        order.sort_by_key(|&i| (prep.items[i as usize].ss, i));
+        let by_start = greedy::place(&prep.items, prep.sections, &order);
+        let best = if items_size(&prep.items, &by_start) < items_size(&prep.items, &by_size) {
+            by_start
+        } else {
+            by_size
+        };
+        let e = plan_greedy_either(&p, &[]).unwrap();
+        assert_eq!(e.offsets, prep.expand(&p, &best).unwrap().offsets, "{n} buffers");
+        assert_eq!(check_placement(&p, &e), Ok(e.size));
+    }
+}

@@ -100,10 +100,24 @@ impl Pool {
             }
             let (align, page) = (self.config.alignment, self.page);
             let seq_before = self.stats.alloc_count;
-            if !self.streams[si as usize]
+            let (planned, t0) = (self.streams[si as usize].epochs.planned, backing.now_ns());
+            let chose = self.streams[si as usize]
                 .epochs
-                .choose(rounded, align, page, seq_before)
-            {
+                .choose(rounded, align, page, seq_before);
+            let e = &self.streams[si as usize].epochs;
+            if e.planned > planned && log::log_enabled!(log::Level::Debug) {
+                // What a plan costs the allocation that makes it: the figure a live program's
+                // slow steps are read against.
+                let (young, floor) = e
+                    .plan
+                    .as_ref()
+                    .map_or((0, 0), |p| (p.young, p.sizes.len() - p.young));
+                log::debug!(
+                    "gkrt pool: planned an epoch of {young} allocations over {floor} kept blocks in {} ns",
+                    backing.now_ns().saturating_sub(t0)
+                );
+            }
+            if !chose {
                 // Logged (`hand_out`), placed as usual — but a period's carry, steered.
                 if self.hold_slots(backing, si, r)? {
                     return Ok(self.steer(si, r, rounded));

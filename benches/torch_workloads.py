@@ -573,13 +573,24 @@ def turns_by_page_maps(runs):
     return f"{med(moved)} / {med(still)}"
 
 
+def total_ratio(runs):
+    """The other side's time over all its timed steps, over the base's: what a run of the
+    program takes. Where the shapes change from step to step, each side's median step may fall
+    on a different shape (deeplab_train_sizes: 1.087 by the medians, 1.041 by the turns' median,
+    in one pair; BENCHMARKS.md, session 46), and the turns' median leaves out the few slow
+    turns that pay for a page move or a plan."""
+    side = lambda s: sum(sum(r["steps_ms"]) for r in runs if r["side"] == s)  # noqa: E731
+    base = side("base")
+    return f"{side('other') / base:.3f}" if base > 0 else "—"
+
+
 def report(paths):
     """A markdown table from saved --lockstep / --pairs outputs: per file its processes and its
     summary line."""
     print("| workload | allocator vs base | pair ratios (median steps) | median [95%] | turns: median [95%] "
-          "| turns with page maps / without (count) "
+          "| turns with page maps / without (count) | all steps' time "
           "| median step ms base / other | kernels ms base / other | peak reserved GB base / other |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for path in paths:
         runs, summ = [], None
         for line in open(path):
@@ -607,7 +618,7 @@ def report(paths):
             for side, x in (("base", b), ("other", o)))
         print(f"| {summ['summary']} | {o['alloc']} vs {b['alloc']} | {', '.join(f'{x:.3f}' for x in summ['ratios'])} "
               f"| {summ['median_ratio']:.3f} {cis} | {summ.get('turn_median_ratio', 0):.3f} [{tci[0]:.3f}, {tci[1]:.3f}] "
-              f"| {turns_by_page_maps(runs)} "
+              f"| {turns_by_page_maps(runs)} | {total_ratio(runs)} "
               f"| {b['median_step_ms']:.2f} / {o['median_step_ms']:.2f} | {ks} "
               f"| {peaks} |")
 

@@ -502,7 +502,11 @@ fn the_two_greedy_orders_run_side_by_side_and_plan_as_one_after_the_other() {
             by_size
         };
         let e = plan_greedy_either(&p, &[]).unwrap();
-        assert_eq!(e.offsets, prep.expand(&p, &best).unwrap().offsets, "{n} buffers");
+        assert_eq!(
+            e.offsets,
+            prep.expand(&p, &best).unwrap().offsets,
+            "{n} buffers"
+        );
         assert_eq!(check_placement(&p, &e), Ok(e.size));
     }
 }

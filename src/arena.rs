@@ -172,14 +172,15 @@ pub fn plan_greedy_either(
     prep.expand(p, &offs)
 }
 
-/// Items from which `both` runs its two placements on two threads: a greedy placement of this
-/// many takes about a millisecond (a pool's epoch of 2,000 allocations over 500 kept blocks:
-/// 3 ms each on the build machine), where starting a thread takes some tens of µs.
+/// Items from which `both` runs its two placements on two threads. A greedy placement takes
+/// about half a µs an item on the build machine (an epoch of 2,116 allocations over 545 kept
+/// blocks: 1.2–1.5 ms each order), so from this many on it takes more than starting a thread
+/// (some tens of µs).
 const PARALLEL_ITEMS: usize = 256;
 
 /// `a()` and `b()`, on two threads when there are at least `PARALLEL_ITEMS` items (and a thread
 /// can be started), else one after the other: the same two results either way. A pool plans
-/// an epoch inside the allocation that starts the next one, so the program waits for both
+/// inside the allocation that starts an epoch, so the program waits for both
 /// (deeplab_train_sizes in PyTorch: 15–30% slower steps in the turns that plan; BENCHMARKS.md,
 /// session 46).
 fn both<A: Send, B>(items: usize, a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {

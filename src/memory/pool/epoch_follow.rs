@@ -100,12 +100,13 @@ impl Pool {
             }
             let (align, page) = (self.config.alignment, self.page);
             let seq_before = self.stats.alloc_count;
-            let (planned, t0) = (self.streams[si as usize].epochs.planned, backing.now_ns());
+            let planned = self.streams[si as usize].epochs.planned;
+            let t0 = log::log_enabled!(log::Level::Debug).then(|| backing.now_ns());
             let chose = self.streams[si as usize]
                 .epochs
                 .choose(rounded, align, page, seq_before);
             let e = &self.streams[si as usize].epochs;
-            if e.planned > planned && log::log_enabled!(log::Level::Debug) {
+            if let Some(t0) = t0.filter(|_| e.planned > planned) {
                 // What a plan costs the allocation that makes it: the figure a live program's
                 // slow steps are read against.
                 let (young, floor) = e

@@ -48,9 +48,9 @@
 //! milliseconds for a step (2.2 ms for 2,116 allocations over 545 kept blocks on the build
 //! machine, its two greedy orders on two threads: `arena::plan_greedy_either`; 0.9 s for a log
 //! of `LOG_MAX` in session 23), which a program that ends the epoch once — at its end, or
-//! between phases that differ — would pay for a plan it never follows. A kept epoch holds its log (16 bytes an allocation) until it is planned,
-//! then its plan (20: size, offset, anchor) and not the log, at most `LOG_MAX` allocations a
-//! stream. Recording costs a push per allocation
+//! between phases that differ — would pay for a plan it never follows. A kept epoch holds its
+//! log (16 bytes an allocation) until it is planned, then its plan (20: size, offset, anchor)
+//! and not the log, at most `LOG_MAX` allocations a stream. Recording costs a push per allocation
 //! (the log's entry, a start) and a store per free; a log filled without finding an epoch
 //! pauses the recording, longer each time (`pause`).
 //!

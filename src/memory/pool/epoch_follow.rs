@@ -4,7 +4,7 @@
 //! range's allocated blocks as its floor.
 
 use super::block::State;
-use super::epoch_plan::Plan;
+use super::epoch_plan::{Plan, Terms};
 use super::epochs::Mode;
 use super::ranges::OnOom;
 use super::recycle::Keep;
@@ -98,13 +98,13 @@ impl Pool {
                 let blocks = self.allocated_in(r);
                 self.streams[si as usize].epochs.recount(blocks.into_iter());
             }
-            let (align, page) = (self.config.alignment, self.page);
+            let terms = self.plan_terms();
             let seq_before = self.stats.alloc_count;
             let planned = self.streams[si as usize].epochs.planned;
             let t0 = log::log_enabled!(log::Level::Debug).then(|| backing.now_ns());
             let chose = self.streams[si as usize]
                 .epochs
-                .choose(rounded, align, page, seq_before);
+                .choose(rounded, terms, seq_before);
             let e = &self.streams[si as usize].epochs;
             if let Some(t0) = t0.filter(|_| e.planned > planned) {
                 // What a plan costs the allocation that makes it: the figure a live program's
@@ -150,11 +150,14 @@ impl Pool {
                 _ => false,
             };
             if !gathered {
-                self.leave_plan(si, r);
+                self.leave_plan(si, r, rounded);
                 return Ok(None);
             }
         }
-        let placed = self.take_planned(si, r, rounded);
+        let mut placed = self.take_planned(si, r, rounded);
+        if placed.is_none() && self.switch_variant(backing, si, r, rounded)? {
+            placed = self.take_planned(si, r, rounded);
+        }
         let e = &mut self.streams[si as usize].epochs;
         match placed {
             Some(i) => {
@@ -168,7 +171,7 @@ impl Pool {
                     e.next,
                     e.plan.as_ref().map_or(0, |p| p.young)
                 );
-                self.leave_plan(si, r);
+                self.leave_plan(si, r, rounded);
                 Ok(None)
             }
         }
@@ -177,10 +180,10 @@ impl Pool {
     /// The plan stream `si` follows in range `r` is left at this allocation: an epoch's for the
     /// rest of the epoch; a period's for good, the stream recording again (its live figures
     /// counted afresh first when they missed the turn's blocks).
-    fn leave_plan(&mut self, si: u32, r: u32) {
+    fn leave_plan(&mut self, si: u32, r: u32, rounded: u64) {
         let seq_before = self.stats.alloc_count;
         if !self.streams[si as usize].epochs.following_period() {
-            self.streams[si as usize].epochs.leave();
+            self.streams[si as usize].epochs.leave(rounded);
             return;
         }
         if !self.streams[si as usize].epochs.is_recording() && r != NIL {
@@ -188,6 +191,40 @@ impl Pool {
             self.streams[si as usize].epochs.recount(blocks.into_iter());
         }
         self.streams[si as usize].epochs.leave_period(seq_before);
+    }
+
+    /// What the pool's plans are made to.
+    fn plan_terms(&self) -> Terms {
+        Terms {
+            align: self.config.alignment,
+            page: self.page,
+            room_permille: self.config.plan_room_permille,
+        }
+    }
+
+    /// The plan followed has not `rounded` bytes next: stream `si` goes on with a variant's
+    /// that has (`Epochs::variant_at`), its floor's anchors found and its pages mapped. False
+    /// when there is none, or those fail (the plan is then left as it would have been).
+    fn switch_variant(
+        &mut self,
+        backing: &dyn PoolBacking,
+        si: u32,
+        r: u32,
+        rounded: u64,
+    ) -> Result<bool, PoolError> {
+        let Some(vm) = backing.vmm().filter(|_| r != NIL) else {
+            return Ok(false);
+        };
+        let terms = self.plan_terms();
+        let e = &mut self.streams[si as usize].epochs;
+        let Some(plan) = e.variant_at(rounded, terms) else {
+            return Ok(false);
+        };
+        log::debug!(
+            "gkrt pool: epoch plan switched to a variant's at its allocation {} ({rounded} bytes)",
+            self.streams[si as usize].epochs.next
+        );
+        Ok(self.pin_floor(si, r, &plan) && self.gather_runs(backing, vm, &plan.pages, r)?)
     }
 
     /// Before following a plan: the floor's blocks that anchor its allocations, found where

@@ -30,16 +30,30 @@ pub(super) struct Plan {
     pub(super) periodic: bool,
 }
 
+/// What plans are made to: offsets in multiples of `align` (the pool's blocks'), pages of
+/// `page` bytes, and the footprint a plan holding a variant's shared start may take over the
+/// same epoch's plan made alone, in thousandths (`PoolConfig::plan_room_permille`: the room a
+/// plan may take over the high-water mark).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Terms {
+    pub(super) align: u64,
+    pub(super) page: u64,
+    pub(super) room_permille: u64,
+}
+
 /// The plan of a logged epoch (every allocation freed) around its floor (held where it is),
 /// its offsets multiples of `align` as the pool's blocks are; `page` bytes a page. `None` when
 /// the planner refuses it. A period's (`periodic.rs`) also says when each floor block is freed
 /// (`floor_ends`, `u32::MAX`: never; empty: none is) and which allocations outlive it
-/// (`carried`: each held at the offset of the floor block it replaces).
+/// (`carried`: each held at the offset of the floor block it replaces). An epoch that starts
+/// as another kept epoch did may hold its first allocations where that one's plan has them
+/// (`prefix`, offsets), so that an epoch following either can go on with the other where they
+/// part (`Epochs::variant_at`); `None` too when those places overlap in this epoch's lifetimes.
 pub(super) fn plan(
     log: &[Logged],
     floor: &[(u64, u64)],
-    floor_ends: &[u32],
-    carried: &[(u32, u64)],
+    (floor_ends, carried): (&[u32], &[(u32, u64)]),
+    prefix: &[u64],
     align: u64,
     page: u64,
 ) -> Option<Plan> {
@@ -72,7 +86,11 @@ pub(super) fn plan(
         .enumerate()
         .map(|(f, &(off, _))| (young + f, off))
         .chain(carried.iter().map(|&(k, off)| (k as usize, off)))
+        .chain(prefix.iter().copied().enumerate())
         .collect();
+    if !apart(&buffers[..prefix.len()], prefix) {
+        return None;
+    }
     let problem = ArenaProblem {
         buffers,
         groups: Vec::new(),
@@ -134,6 +152,29 @@ pub(super) fn plan(
         pages,
         periodic: !carried.is_empty(),
     })
+}
+
+/// Whether `buffers` at `offsets` never overlap while two are live (a sweep in order of start:
+/// each against the ones still live when it starts).
+fn apart(buffers: &[BufferSpec], offsets: &[u64]) -> bool {
+    let mut order: Vec<usize> = (0..buffers.len())
+        .filter(|&k| buffers[k].size > 0)
+        .collect();
+    order.sort_unstable_by_key(|&k| buffers[k].start);
+    let mut live: Vec<usize> = Vec::new();
+    for k in order {
+        let b = &buffers[k];
+        live.retain(|&j| buffers[j].end > b.start);
+        let (o, end) = (offsets[k], offsets[k] + b.size);
+        if live
+            .iter()
+            .any(|&j| offsets[j] < end && o < offsets[j] + buffers[j].size)
+        {
+            return false;
+        }
+        live.push(k);
+    }
+    true
 }
 
 /// Where a period's carried allocations lie best (`sizes`, in their order): each at the lowest

@@ -61,7 +61,7 @@
 
 use std::sync::Arc;
 
-use super::epoch_plan::Plan;
+use super::epoch_plan::{Plan, Terms};
 use super::tlsf::NIL;
 use kept::Kept;
 use periodic::Periods;
@@ -87,6 +87,14 @@ const SURE: u32 = 8;
 /// all): a program whose epochs take turns — requests of a few batch sizes, each emptying the
 /// range — follows each one's own. The first allocation looks through them.
 const PLANS: usize = 16;
+/// Kept epochs a stream keeps per first size and floor, told apart by their sizes: epochs that
+/// start alike and differ later — a batch of 192 × 256 images and one of 256 × 192, the same
+/// bytes until a layer rounds their sides — each keep their plan, made once. The newest is
+/// followed, and an epoch that parts from it goes on with another's (`Epochs::variant_at`).
+/// With one, each would replace the other and be planned again every time they alternate
+/// (deeplab_train_sizes on a GPU: a plan of 3.7 ms in 10 of 33 steps, BENCHMARKS.md, session
+/// 46), and an epoch that parted from the plan would be placed as usual from there.
+const VARIANTS: usize = 4;
 
 /// What a stream's epochs are doing now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -181,8 +189,8 @@ pub(super) struct Epochs {
     peak_live: u64,
     count: u64,
     hash: u64,
-    /// The latest logged epochs, oldest first, at most `PLANS`; at most one per first size and
-    /// floor.
+    /// The latest logged epochs, oldest first (an epoch found again or followed to its end is
+    /// the newest again), at most `PLANS`, and `VARIANTS` per first size and floor.
     kept: Vec<Arc<Kept>>,
     /// The kept epoch whose plan is being followed (`Following`, `Left`), and that plan.
     following: Option<Arc<Kept>>,
@@ -201,6 +209,10 @@ pub(super) struct Epochs {
     wait: u32,
     misses: u32,
     in_row: u32,
+    /// The plan followed was left where its place was not free (`leave`): its kept epoch goes.
+    outdated: bool,
+    /// A plan was left outside recording: the next epoch is logged, not followed.
+    relearn: bool,
     /// Epochs followed to the end, and plans left (the host replay prints them).
     pub(super) followed: u64,
     pub(super) left: u64,
@@ -242,6 +254,8 @@ impl Clone for Epochs {
             wait: self.wait,
             misses: self.misses,
             in_row: self.in_row,
+            outdated: self.outdated,
+            relearn: self.relearn,
             followed: self.followed,
             left: self.left,
             planned: self.planned,
@@ -562,21 +576,24 @@ impl Epochs {
         if clean && large && long {
             self.learn_step_lived(s.pos as usize);
         }
-        // The same epoch as one kept (its first size, floor and length): its plan stays, made
-        // once (a program following its steps' plan finds each step again).
-        let first = self.log[s.pos as usize].size;
-        let known = || {
-            self.kept
-                .iter()
-                .any(|k| k.hash == self.hash && k.len == n && k.first_size() == first)
-        };
         if !(clean && large && long) {
             return false;
         }
+        // The same epoch as one kept (its first size, floor and log): its plan stays, made once
+        // (a program following its steps' plan finds each step again), and it is the newest —
+        // the variant the next epoch like it follows.
+        let log = &self.log[s.pos as usize..];
+        let known = match self.kept.iter().position(|k| k.logs(log, self.hash)) {
+            Some(i) => {
+                let again = self.kept.remove(i);
+                self.kept.push(again);
+                true
+            }
+            None => false,
+        };
         // The next allocation may follow a plan. Outside recording a plan's epoch is under way
         // — unless the range is empty: every epoch has ended, and one that empties it holds
         // every other, so a wait (for plans of steps left) gives way to it.
-        let known = known();
         if self.mode == Mode::Recording || (s.live == 0 && self.mode == Mode::Waiting) {
             self.mode = Mode::Ready;
         }
@@ -602,10 +619,13 @@ impl Epochs {
     pub(super) fn keep_ended(&mut self, floor: Vec<(u64, u64)>) {
         let Some(log) = self.ended.take() else { return };
         let (first, hash) = (log[0].size, self.hash);
-        // One per first size and floor: the new one replaces an older one; the oldest go
-        // beyond the bounds.
-        self.kept
-            .retain(|k| k.first_size() != first || k.hash != hash);
+        // At most `VARIANTS` per first size and floor: the oldest of them goes, and the oldest
+        // of all beyond the bounds.
+        let alike = |k: &Arc<Kept>| k.first_size() == first && k.hash == hash;
+        if self.kept.iter().filter(|k| alike(k)).count() >= VARIANTS {
+            let oldest = self.kept.iter().position(alike).expect("a variant");
+            self.kept.remove(oldest);
+        }
         self.kept.push(Arc::new(Kept::new(
             log,
             floor,
@@ -640,18 +660,28 @@ impl Epochs {
     /// before it: the plan of the kept epoch that starts with it over the same floor (planned
     /// now, the first time) becomes the one followed (true); with none, the stream records
     /// (false), going on with its log when it was recording.
-    pub(super) fn choose(&mut self, size: u64, align: u64, page: u64, seq_before: u64) -> bool {
+    pub(super) fn choose(&mut self, size: u64, terms: Terms, seq_before: u64) -> bool {
         self.plan = None;
         self.following = None;
         let hash = self.hash;
+        // After a plan was left outside recording, one epoch is logged rather than followed: the
+        // variant that left it is learnt even where the recording had stopped.
+        let relearn = std::mem::take(&mut self.relearn);
         if let Some(i) = self
             .kept
             .iter()
             .rposition(|k| k.first_size() == size && k.hash == hash)
+            .filter(|_| !relearn)
         {
             let k = self.kept[i].clone();
             let fresh = k.plan.get().is_none();
-            self.plan = k.plan(align, page);
+            // A variant's plan holds what they start with where the newest planned one has it.
+            let base = self.kept[..i]
+                .iter()
+                .rev()
+                .filter(|x| x.first_size() == size && x.hash == hash)
+                .find_map(|x| x.plan.get().cloned().flatten());
+            self.plan = k.plan(terms, base.as_deref());
             self.planned += u64::from(fresh);
             if self.plan.is_none() {
                 // Refused by the planner: this epoch is logged in its place.
@@ -692,6 +722,54 @@ impl Epochs {
         }
     }
 
+    /// Following, the plan's next allocation is not `size` bytes: the plan of a kept variant
+    /// (the same first size and floor) that has `size` there and placed every allocation before
+    /// it where this plan did becomes the one followed; the blocks placed so far and the
+    /// floor's keep their places in `placed`. A variant not planned yet whose log starts so is
+    /// planned now, around this plan's places for what they share (`Kept::plan`'s `base`).
+    /// Returns the plan, for its floor's blocks and pages (`Pool::switch_variant`).
+    pub(super) fn variant_at(&mut self, size: u64, terms: Terms) -> Option<Arc<Plan>> {
+        let (now, from) = (self.plan.clone()?, self.following.clone()?);
+        let d = self.next as usize;
+        if d < now.young && now.sizes[d] == size {
+            // The same size, its place not free: not a variant's turn.
+            return None;
+        }
+        let floor = now.sizes.len() - now.young;
+        let goes_on = |p: &Plan| {
+            p.young > d
+                && p.sizes.len() - p.young == floor
+                && p.sizes[d] == size
+                && p.sizes[..d] == now.sizes[..d]
+                && p.offsets[..d] == now.offsets[..d]
+        };
+        let mut found = None;
+        for i in (0..self.kept.len()).rev() {
+            let x = &self.kept[i];
+            if x.first_size() != from.first_size() || x.hash != from.hash || Arc::ptr_eq(x, &from) {
+                continue;
+            }
+            let fresh = x.plan.get().is_none();
+            if fresh && !x.starts_as(&now.sizes[..d], size) {
+                continue;
+            }
+            let p = x.plan(terms, Some(&now));
+            self.planned += u64::from(fresh);
+            if let Some(p) = p.filter(|p| goes_on(p)) {
+                found = Some((i, p));
+                break;
+            }
+        }
+        let (i, next) = found?;
+        let mut placed = vec![NIL; next.sizes.len()];
+        placed[..d].copy_from_slice(&self.placed[..d]);
+        placed[next.young..].copy_from_slice(&self.placed[now.young..]);
+        self.placed = placed;
+        self.plan = Some(next.clone());
+        self.following = Some(self.kept[i].clone());
+        Some(next)
+    }
+
     /// An epoch ended outside recording (its allocations all freed).
     fn end_epoch(&mut self) {
         self.steer_again();
@@ -720,31 +798,55 @@ impl Epochs {
         }
     }
 
-    /// The plan followed was placed to its end: the stream is ready for the next.
+    /// The plan followed was placed to its end: the stream is ready for the next, and its
+    /// kept epoch is the newest (the variant the next epoch like it follows first).
     fn followed_to_end(&mut self) {
         self.steer_again();
         self.followed += 1;
         self.misses = 0;
         self.in_row += 1;
         self.plan = None;
-        self.following = None;
+        let following = self.following.take();
+        if let Some(i) = self.listed(following) {
+            let again = self.kept.remove(i);
+            self.kept.push(again);
+        }
         self.mode = Mode::Ready;
     }
 
-    /// The plan followed was left: it is counted, and it and its kept epoch are dropped.
-    fn drop_left_plan(&mut self) {
+    /// The plan followed was left: it is counted. An epoch's kept epoch stays, a variant that
+    /// a later epoch may be (each found again or followed to its end is the newest; the oldest
+    /// of a first size and floor go beyond `VARIANTS`) — unless it was left where its own
+    /// size's place was not free (`outdated`); the epoch that left it is learnt by the
+    /// recording, or where that had stopped by logging the next one chosen (`relearn`). A
+    /// period's goes (`leave_period` records again at once).
+    fn note_left_plan(&mut self) {
         self.left += 1;
         self.in_row = 0;
         self.plan = None;
-        if let Some(k) = self.following.take() {
-            self.kept.retain(|x| !Arc::ptr_eq(x, &k));
+        let outdated = std::mem::take(&mut self.outdated);
+        // A plan not started for want of pages (`keep_unmapped_plan`) has nothing to learn.
+        let Some(k) = self.following.take() else {
+            return;
+        };
+        self.relearn = k.is_epoch() && !self.recording;
+        if outdated || !k.is_epoch() {
+            if let Some(i) = self.listed(Some(k)) {
+                self.kept.remove(i);
+            }
         }
     }
 
-    /// The plan followed was left (or could not start): it is dropped, and 2^misses − 1 epochs
-    /// (at most `MAX_WAIT`) pass before the next is followed or logged.
+    /// Where `kept` lists the kept epoch `k`.
+    fn listed(&self, k: Option<Arc<Kept>>) -> Option<usize> {
+        let k = k?;
+        self.kept.iter().position(|x| Arc::ptr_eq(x, &k))
+    }
+
+    /// The plan followed was left (or could not start): it is counted (`note_left_plan`), and
+    /// 2^misses − 1 epochs (at most `MAX_WAIT`) pass before the next is followed or logged.
     fn miss(&mut self) {
-        self.drop_left_plan();
+        self.note_left_plan();
         self.misses += 1;
         self.wait = (1u32 << self.misses.min(10)).min(MAX_WAIT) - 1;
         self.mode = if self.wait == 0 {
@@ -754,15 +856,22 @@ impl Epochs {
         };
     }
 
-    /// The plan chosen was not followed for want of mapped pages: leaving it (`leave`) will not
-    /// drop its kept epoch, which a later epoch like it chooses again after the wait.
+    /// The plan chosen was not followed for want of mapped pages: a later epoch like it chooses
+    /// it again after the wait, with no epoch logged in between (the plan fits its epoch).
     pub(super) fn keep_unmapped_plan(&mut self) {
         self.following = None;
     }
 
-    /// The plan being followed was left at this allocation: the rest of the epoch is placed
-    /// as usual.
-    pub(super) fn leave(&mut self) {
+    /// The plan being followed was left at this allocation, of `size` bytes: the rest of the
+    /// epoch is placed as usual. Where the plan has that size, its place was not free — the
+    /// epoch frees its blocks otherwise than the log did — and the kept epoch goes when the
+    /// epoch ends (`note_left_plan`), so that the recording keeps the epoch as it now is.
+    pub(super) fn leave(&mut self, size: u64) {
+        let next = self.next as usize;
+        self.outdated = self
+            .plan
+            .as_ref()
+            .is_some_and(|p| next < p.young && p.sizes[next] == size);
         self.mode = Mode::Left;
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::super::epoch_plan::{plan, Plan};
+use super::super::epoch_plan::{plan, Plan, Terms};
 use super::Logged;
 
 /// An epoch (or a period's turn, `periodic.rs`) kept to be planned when a later one starts like
@@ -28,6 +28,9 @@ pub(super) struct Kept {
     /// A hash of the log (each allocation's size, start and end), which outlives it: with the
     /// rest compared as it is, how the same epoch or turn found again is told (`same_as`).
     sig: u64,
+    /// A hash of its sizes alone: how an epoch of the same requests is told from a variant
+    /// (`logs`), whatever the order of its frees.
+    sizes: u64,
     pub(super) plan: OnceLock<Option<Arc<Plan>>>,
 }
 
@@ -43,6 +46,7 @@ impl Kept {
             first: log.first().map_or(0, |l| l.size),
             len: log.len(),
             sig: signature(&log),
+            sizes: size_signature(&log),
             log: Mutex::new(log),
             floor,
             hash,
@@ -67,22 +71,58 @@ impl Kept {
             && self.carried == other.carried
     }
 
+    /// Whether its log (not planned yet) starts with allocations of `sizes`, then one of
+    /// `next` bytes.
+    pub(super) fn starts_as(&self, sizes: &[u64], next: u64) -> bool {
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.len() > sizes.len()
+            && log[sizes.len()].size == next
+            && log.iter().zip(sizes).all(|(l, &s)| l.size == s)
+    }
+
+    /// An epoch's, not a period's turn.
+    pub(super) fn is_epoch(&self) -> bool {
+        self.floor_ends.is_empty() && self.carried.is_empty()
+    }
+
+    /// An epoch of the same requests as the ended `log` over a floor of hash `hash`: the same
+    /// sizes in the same order (their frees may differ a little from step to step, and its
+    /// plan serves them still; `Kept::sig` would tell those apart).
+    pub(super) fn logs(&self, log: &[Logged], hash: u64) -> bool {
+        (self.first, self.len, self.hash) == (log.first().map_or(0, |l| l.size), log.len(), hash)
+            && self.is_epoch()
+            && self.sizes == size_signature(log)
+    }
+
     /// Its plan, made from its log the first time (the log then goes); `None` when the
-    /// planner refuses it.
-    pub(super) fn plan(&self, align: u64, page: u64) -> Option<Arc<Plan>> {
+    /// planner refuses it. An epoch planned beside a variant of it (`base`: the same first
+    /// size and floor) holds the allocations they start with where `base` has them, when that
+    /// fits its own lifetimes and costs at most `Terms::room_permille` over its plan made alone:
+    /// an epoch following either plan then goes on with the other where they part.
+    pub(super) fn plan(&self, terms: Terms, base: Option<&Plan>) -> Option<Arc<Plan>> {
         self.plan
             .get_or_init(|| {
                 // A poisoned lock still holds the log: nothing panics while it is held.
                 let log = std::mem::take(&mut *self.log.lock().unwrap_or_else(|e| e.into_inner()));
-                plan(
-                    &log,
-                    &self.floor,
-                    &self.floor_ends,
-                    &self.carried,
-                    align,
-                    page,
-                )
-                .map(Arc::new)
+                let ends = (self.floor_ends.as_slice(), self.carried.as_slice());
+                let (align, page) = (terms.align, terms.page);
+                let alone = plan(&log, &self.floor, ends, &[], align, page);
+                let base = base.filter(|b| self.is_epoch() && !b.periodic);
+                let shared = base.map_or(0, |b| {
+                    let n = log.len().min(b.young);
+                    (0..n).find(|&k| log[k].size != b.sizes[k]).unwrap_or(n)
+                });
+                let within = |held: &Plan| {
+                    alone.as_ref().is_none_or(|a| {
+                        u128::from(held.footprint) * 1000
+                            <= u128::from(a.footprint) * u128::from(1000 + terms.room_permille)
+                    })
+                };
+                let held = base
+                    .filter(|_| shared > 0)
+                    .and_then(|b| plan(&log, &self.floor, ends, &b.offsets[..shared], align, page))
+                    .filter(within);
+                held.or(alone).map(Arc::new)
             })
             .clone()
     }
@@ -93,6 +133,15 @@ fn signature(log: &[Logged]) -> u64 {
     log.iter().fold(0x243f_6a88_85a3_08d3, |h, l| {
         let word = l.size ^ (u64::from(l.start) << 32 | u64::from(l.end)).rotate_left(7);
         (h ^ word)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(29)
+    })
+}
+
+/// `Kept::sizes` of a log.
+fn size_signature(log: &[Logged]) -> u64 {
+    log.iter().fold(0x1319_8a2e_0370_7344, |h, l| {
+        (h ^ l.size)
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             .rotate_left(29)
     })

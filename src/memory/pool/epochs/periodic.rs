@@ -53,9 +53,9 @@
 //! (an encoder's two layers, 44 allocations, over 211 blocks of weights: session 33); before,
 //! such a period was never looked for.
 
+use super::super::epoch_plan::carry_slots;
 use std::sync::Arc;
 
-use super::super::epoch_plan::carry_slots;
 use super::{mix, Epochs, Kept, Logged, Mode, NIL};
 
 /// Allocations of the largest size remembered: the distances a period is looked for at. Four
@@ -366,7 +366,7 @@ impl Epochs {
     /// The plan goes and the stream records again from here, with no wait (outside recording
     /// the pool counts the live figures afresh first).
     pub(in crate::memory::pool) fn leave_period(&mut self, seq_before: u64) {
-        self.drop_left_plan();
+        self.note_left_plan();
         if !self.recording {
             self.restart_log(seq_before);
         }

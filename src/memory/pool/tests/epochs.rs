@@ -359,6 +359,67 @@ fn epochs_that_take_turns_each_follow_their_own_plan() {
     assert_eq!(f.map_calls(), maps);
 }
 
+/// Epochs that start alike and part later (a batch of one image shape, then of its transpose):
+/// each keeps its plan, made once, and an epoch following one goes on with the other's where
+/// they part — the other's plan holds what they share where the first has it.
+#[test]
+fn variants_of_an_epoch_switch_plans_where_they_part() {
+    let (mut p, f) = idle_pool();
+    let planned = |p: &Pool| p.streams.iter().map(|s| s.epochs.planned).sum::<u64>();
+    // The same first two requests, another size at the third.
+    let other = [16 * MIB, 2 * MIB, 15 * MIB, 30 * MIB];
+    for _ in 0..4 {
+        epoch(&mut p, &f, &SIZES);
+        epoch(&mut p, &f, &other);
+    }
+    assert_eq!(planned(&p), 2, "one plan per variant");
+    let ((followed, left), maps) = (p.epoch_counts(), f.map_calls());
+    for _ in 0..4 {
+        let a = epoch(&mut p, &f, &SIZES);
+        let b = epoch(&mut p, &f, &other);
+        assert_eq!(a[..2], b[..2], "what they share, placed alike");
+        assert_eq!(span(&a, &SIZES), 34 * MIB);
+        // Alone, 33 MiB (16 + 15 + 2); around the places it shares, within the plan's room
+        // (`PoolConfig::plan_room_permille`) over that.
+        assert!(span(&b, &other) <= 34 * MIB, "{b:?}");
+    }
+    // Every epoch followed to its end, no plan made again, no page mapped.
+    assert_eq!(p.epoch_counts(), (followed + 8, left));
+    assert_eq!(planned(&p), 2);
+    assert_eq!(f.map_calls(), maps);
+}
+
+/// A plan made beside a variant's holds the allocations they share at the variant's offsets
+/// only where those fit its own lifetimes: two shared blocks the variant had apart in time (at
+/// one offset) that this epoch holds at once are planned afresh instead.
+#[test]
+fn a_shared_start_is_held_only_where_it_fits_the_epochs_lifetimes() {
+    use super::super::epoch_plan::plan;
+    use super::super::epochs::Logged;
+    let log = |ends: [u32; 3]| -> Vec<Logged> {
+        [MIB, MIB, 4 * MIB]
+            .iter()
+            .zip(ends)
+            .enumerate()
+            .map(|(k, (&size, end))| Logged {
+                size,
+                start: k as u32 + 1,
+                end,
+            })
+            .collect()
+    };
+    // The variant frees each block as the next comes: all three at offset 0.
+    let base = plan(&log([2, 3, 4]), &[], (&[], &[]), &[], 512, PAGE).unwrap();
+    assert_eq!(base.offsets[..3], [0, 0, 0]);
+    // An epoch that holds its first block past the second's start: those places overlap.
+    let both_live = log([3, 4, 5]);
+    assert!(plan(&both_live, &[], (&[], &[]), &base.offsets[..2], 512, PAGE).is_none());
+    // One that frees them as the variant did keeps them there, its third placed around them.
+    let alike = log([2, 4, 5]);
+    let held = plan(&alike, &[], (&[], &[]), &base.offsets[..2], 512, PAGE).unwrap();
+    assert_eq!(held.offsets, [0, 0, MIB]);
+}
+
 mod random {
     use super::*;
     use proptest::prelude::*;

@@ -23,11 +23,14 @@
 //! plan's pages, then new ones within the same cap), then allocation
 //! k goes to its planned offset when its rounded size is the log's and the place is free —
 //! found in O(1) from the planned or floor block just below it (live then by the plan, so the
-//! pool's block after it is the free one holding the place). Anything else (another size, the
-//! place not free, the log longer than the epoch) leaves the plan for the rest of the epoch:
-//! those allocations are placed as usual, and the range records again after some epochs (each
-//! further miss doubles the wait), so a program whose epochs differ pays a plan now and then,
-//! not every epoch.
+//! pool's block after it is the free one holding the place). Another size there goes on with
+//! the plan of a kept *variant* — an epoch over the same floor that started with the same
+//! requests and parts here (up to `VARIANTS` a first size and floor, each planned once, holding
+//! the allocations it shares with the newest planned one at that plan's places:
+//! `Epochs::variant_at`). Anything else (no such variant, the place not free, the log longer
+//! than the epoch) leaves the plan for the rest of the epoch: those allocations are placed as
+//! usual, and the range records again after some epochs (each further miss doubles the wait),
+//! so a program whose epochs differ pays a plan now and then, not every epoch.
 //!
 //! Finding epochs: after each allocation the log's newest live entry is the allocation; when
 //! the newest live entry is freed the pointer walks down to the next live one (each entry
@@ -211,8 +214,9 @@ pub(super) struct Epochs {
     in_row: u32,
     /// The plan followed was left where its place was not free (`leave`): its kept epoch goes.
     outdated: bool,
-    /// A plan was left outside recording: the next epoch is logged, not followed.
-    relearn: bool,
+    /// A plan over an empty floor was left outside recording: the next epoch of its first size
+    /// and floor is logged, not followed.
+    relearn: Option<(u64, u64)>,
     /// Epochs followed to the end, and plans left (the host replay prints them).
     pub(super) followed: u64,
     pub(super) left: u64,
@@ -664,9 +668,12 @@ impl Epochs {
         self.plan = None;
         self.following = None;
         let hash = self.hash;
-        // After a plan was left outside recording, one epoch is logged rather than followed: the
-        // variant that left it is learnt even where the recording had stopped.
-        let relearn = std::mem::take(&mut self.relearn);
+        // After a plan over an empty floor was left outside recording, the next epoch like it
+        // is logged rather than followed: the variant that left it is learnt.
+        let relearn = self.relearn == Some((size, hash));
+        if relearn {
+            self.relearn = None;
+        }
         if let Some(i) = self
             .kept
             .iter()
@@ -706,6 +713,10 @@ impl Epochs {
                 self.recording = false;
                 self.log = Vec::new();
                 self.starts = Vec::new();
+            } else if !self.recording {
+                // A plan was left since it stopped: the epoch that left it, a variant, is
+                // learnt when it comes again.
+                self.restart_log(seq_before);
             }
             true
         } else {
@@ -818,8 +829,9 @@ impl Epochs {
     /// a later epoch may be (each found again or followed to its end is the newest; the oldest
     /// of a first size and floor go beyond `VARIANTS`) — unless it was left where its own
     /// size's place was not free (`outdated`); the epoch that left it is learnt by the
-    /// recording, or where that had stopped by logging the next one chosen (`relearn`). A
-    /// period's goes (`leave_period` records again at once).
+    /// recording: over a floor it goes on again while plans are followed (`choose`), over an
+    /// empty floor the next epoch like it is logged (`relearn`). A period's goes
+    /// (`leave_period` records again at once).
     fn note_left_plan(&mut self) {
         self.left += 1;
         self.in_row = 0;
@@ -829,7 +841,9 @@ impl Epochs {
         let Some(k) = self.following.take() else {
             return;
         };
-        self.relearn = k.is_epoch() && !self.recording;
+        if k.is_epoch() && !self.recording && self.quick {
+            self.relearn = Some((k.first_size(), k.hash));
+        }
         if outdated || !k.is_epoch() {
             if let Some(i) = self.listed(Some(k)) {
                 self.kept.remove(i);

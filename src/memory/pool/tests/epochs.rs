@@ -389,6 +389,48 @@ fn variants_of_an_epoch_switch_plans_where_they_part() {
     assert_eq!(f.map_calls(), maps);
 }
 
+/// Steps over weights followed so many times in a row that the recording has stopped, then a
+/// variant that parts from their plan: the plan is left and stays, the recording starts again
+/// with the next step (which follows its plan), and the variant, found when it comes again,
+/// is then followed by switching to its own plan where it parts.
+#[test]
+fn a_variant_that_comes_after_the_recording_stopped_is_learnt_while_plans_are_followed() {
+    let (mut p, f) = idle_pool();
+    let recording = |p: &Pool| p.streams.iter().any(|s| s.epochs.is_recording());
+    let weights = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    for _ in 0..12 {
+        epoch(&mut p, &f, &SIZES);
+    }
+    assert!(!recording(&p), "recording after many steps followed");
+    let (followed, left) = p.epoch_counts();
+    let other = [16 * MIB, 2 * MIB, 15 * MIB, 30 * MIB];
+    epoch(&mut p, &f, &other);
+    assert_eq!(
+        p.epoch_counts(),
+        (followed, left + 1),
+        "the variant leaves the plan"
+    );
+    // One step waits (a miss), the next follows its plan and records again.
+    epoch(&mut p, &f, &SIZES);
+    epoch(&mut p, &f, &SIZES);
+    assert_eq!(p.epoch_counts(), (followed + 1, left + 1));
+    assert!(recording(&p));
+    // The variant is logged (leaving the plan again), then followed by a switch.
+    epoch(&mut p, &f, &other);
+    assert_eq!(p.epoch_counts(), (followed + 1, left + 2));
+    for _ in 0..3 {
+        epoch(&mut p, &f, &SIZES);
+    }
+    let ((f0, l0), maps) = (p.epoch_counts(), f.map_calls());
+    epoch(&mut p, &f, &other);
+    epoch(&mut p, &f, &SIZES);
+    epoch(&mut p, &f, &other);
+    assert_eq!(p.epoch_counts(), (f0 + 3, l0));
+    assert_eq!(f.map_calls(), maps);
+    p.free(&f, weights).unwrap();
+    check(&p);
+}
+
 /// A plan made beside a variant's holds the allocations they share at the variant's offsets
 /// only where those fit its own lifetimes: two shared blocks the variant had apart in time (at
 /// one offset) that this epoch holds at once are planned afresh instead.

@@ -204,7 +204,7 @@ impl Pool {
 
     /// The plan followed has not `rounded` bytes next: stream `si` goes on with a variant's
     /// that has (`Epochs::variant_at`), its floor's anchors found and its pages mapped. False
-    /// when there is none, or those fail (the plan is then left as it would have been).
+    /// when there is none, or those fail (the plan is then left).
     fn switch_variant(
         &mut self,
         backing: &dyn PoolBacking,
@@ -224,7 +224,13 @@ impl Pool {
             "gkrt pool: epoch plan switched to a variant's at its allocation {} ({rounded} bytes)",
             self.streams[si as usize].epochs.next
         );
-        Ok(self.pin_floor(si, r, &plan) && self.gather_runs(backing, vm, &plan.pages, r)?)
+        if self.pin_floor(si, r, &plan) && self.gather_runs(backing, vm, &plan.pages, r)? {
+            return Ok(true);
+        }
+        // Left for want of its floor's anchors or pages, as a plan that cannot start: its kept
+        // epoch stays as it is.
+        self.streams[si as usize].epochs.keep_unmapped_plan();
+        Ok(false)
     }
 
     /// Before following a plan: the floor's blocks that anchor its allocations, found where

@@ -1,5 +1,6 @@
 //! A kept epoch (`epochs.rs`): its log until it is first planned, what matches a later epoch to
-//! it (its first size, length and floor's hash), and its plan, made once.
+//! it (its first size, length and floor's hash; its sizes' hash tells variants apart), and its
+//! plan, made once.
 
 use std::sync::{Arc, Mutex, OnceLock};
 

@@ -107,23 +107,30 @@ impl Kept {
                 let log = std::mem::take(&mut *self.log.lock().unwrap_or_else(|e| e.into_inner()));
                 let ends = (self.floor_ends.as_slice(), self.carried.as_slice());
                 let (align, page) = (terms.align, terms.page);
-                let alone = plan(&log, &self.floor, ends, &[], align, page);
+                let alone = || plan(&log, &self.floor, ends, &[], align, page);
                 let base = base.filter(|b| self.is_epoch() && !b.periodic);
                 let shared = base.map_or(0, |b| {
                     let n = log.len().min(b.young);
                     (0..n).find(|&k| log[k].size != b.sizes[k]).unwrap_or(n)
                 });
-                let within = |held: &Plan| {
-                    alone.as_ref().is_none_or(|a| {
-                        u128::from(held.footprint) * 1000
-                            <= u128::from(a.footprint) * u128::from(1000 + terms.room_permille)
-                    })
-                };
                 let held = base
                     .filter(|_| shared > 0)
-                    .and_then(|b| plan(&log, &self.floor, ends, &b.offsets[..shared], align, page))
-                    .filter(within);
-                held.or(alone).map(Arc::new)
+                    .and_then(|b| plan(&log, &self.floor, ends, &b.offsets[..shared], align, page));
+                let Some(held) = held else {
+                    return alone().map(Arc::new);
+                };
+                let room = |bytes: u64| u128::from(bytes) * u128::from(1000 + terms.room_permille);
+                // Within the room over the epoch's peak of live bytes, it is within the room over
+                // its plan alone (no smaller): that plan is not made.
+                if u128::from(held.footprint) * 1000 <= room(peak_bytes(&log, &self.floor)) {
+                    return Some(Arc::new(held));
+                }
+                match alone() {
+                    Some(a) if u128::from(held.footprint) * 1000 > room(a.footprint) => {
+                        Some(Arc::new(a))
+                    }
+                    _ => Some(Arc::new(held)),
+                }
             })
             .clone()
     }
@@ -146,4 +153,27 @@ fn size_signature(log: &[Logged]) -> u64 {
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             .rotate_left(29)
     })
+}
+
+/// An epoch's most bytes live at once: its floor's and its own at their peak (its allocations
+/// all freed within it), under any plan's footprint.
+fn peak_bytes(log: &[Logged], floor: &[(u64, u64)]) -> u64 {
+    let mut events: Vec<(u32, bool, u64)> = Vec::with_capacity(2 * log.len());
+    for l in log {
+        events.push((l.start, true, l.size));
+        events.push((l.end, false, l.size));
+    }
+    // At one tick a free comes before an allocation (`false` first): a block freed as another
+    // is made does not count twice. The log's clock ticks once per event, so ticks are apart.
+    events.sort_unstable();
+    let (mut live, mut peak) = (0u64, 0u64);
+    for (_, alloc, size) in events {
+        if alloc {
+            live += size;
+            peak = peak.max(live);
+        } else {
+            live = live.saturating_sub(size);
+        }
+    }
+    floor.iter().map(|b| b.1).sum::<u64>() + peak
 }

@@ -741,6 +741,10 @@ impl Epochs {
     /// Returns the plan, for its floor's blocks and pages (`Pool::switch_variant`).
     pub(super) fn variant_at(&mut self, size: u64, terms: Terms) -> Option<Arc<Plan>> {
         let (now, from) = (self.plan.clone()?, self.following.clone()?);
+        if now.periodic || !from.is_epoch() {
+            // A period's turn has no variants: its plan goes when left (`leave_period`).
+            return None;
+        }
         let d = self.next as usize;
         if d < now.young && now.sizes[d] == size {
             // The same size, its place not free: not a variant's turn.
@@ -757,7 +761,11 @@ impl Epochs {
         let mut found = None;
         for i in (0..self.kept.len()).rev() {
             let x = &self.kept[i];
-            if x.first_size() != from.first_size() || x.hash != from.hash || Arc::ptr_eq(x, &from) {
+            if x.first_size() != from.first_size()
+                || x.hash != from.hash
+                || !x.is_epoch()
+                || Arc::ptr_eq(x, &from)
+            {
                 continue;
             }
             let fresh = x.plan.get().is_none();

@@ -878,8 +878,9 @@ impl Epochs {
         };
     }
 
-    /// The plan chosen was not followed for want of mapped pages: a later epoch like it chooses
-    /// it again after the wait, with no epoch logged in between (the plan fits its epoch).
+    /// The plan chosen was not followed (or not switched to) for want of mapped pages: its kept
+    /// epoch stays as it is, and a later epoch like it chooses it again after the wait; no epoch
+    /// is logged in its place (`relearn`), as the plan fits its epoch.
     pub(super) fn keep_unmapped_plan(&mut self) {
         self.following = None;
     }

@@ -21,7 +21,8 @@
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
 //! - `epochs.rs` epoch plans: a range that returns to the same live blocks (its floor) and fills
 //!   again the same way, found by recording, `epochs/kept.rs` an epoch kept with its plan, made
-//!   once; `epoch_plan.rs` the offline plan (`crate::arena`)
+//!   once, `epochs/keeping.rs` which are kept (variants of one start among them) and the switch
+//!   to a variant's plan; `epoch_plan.rs` the offline plan (`crate::arena`)
 //!   of the last time, around the floor; `epoch_follow.rs` following it; `epochs/periodic.rs`
 //!   periods, a loop's turns that carry a block into the next, planned the same way, and
 //!   `period_steer.rs` the turn that steers the carry onto the period's plan;

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use super::epochs::Logged;
 use super::tlsf::NIL;
-use crate::arena::{plan_greedy_either, ArenaProblem, BufferSpec};
+use crate::arena::{
+    check_placement, lower_bound, plan_greedy_either, ArenaProblem, BufferSpec, Placement,
+};
 
 /// The plan of an epoch, per allocation in order: rounded size, offset from the range's base,
 /// and the planned or floor block just below it when it is made (`NIL`: none, the range's first
@@ -21,6 +23,9 @@ pub(super) struct Plan {
     pub(super) young: usize,
     /// Bytes from the range's base that the plan uses.
     pub(super) footprint: u64,
+    /// The most bytes live at once, the floor's with the epoch's (`arena::lower_bound`): under
+    /// any plan's footprint.
+    pub(super) peak: u64,
     /// Runs of pages `(first, count)` the epoch's allocations touch (gathered around a floor).
     pub(super) pages: Vec<(u64, u64)>,
     /// The floor's blocks some allocation is planned right above (their indexes here).
@@ -88,8 +93,22 @@ pub(super) fn plan(
         .chain(carried.iter().map(|&(k, off)| (k as usize, off)))
         .chain(prefix.iter().copied().enumerate())
         .collect();
-    if !apart(&buffers[..prefix.len()], prefix) {
-        return None;
+    if !prefix.is_empty() {
+        // Held where the other plan has them, they must not overlap in this epoch's lifetimes.
+        let head = ArenaProblem {
+            buffers: buffers[..prefix.len()].to_vec(),
+            groups: Vec::new(),
+        };
+        let top = prefix
+            .iter()
+            .zip(&head.buffers)
+            .map(|(&o, b)| o + b.size)
+            .max();
+        let held = Placement {
+            offsets: prefix.to_vec(),
+            size: top.unwrap_or(0),
+        };
+        check_placement(&head, &held).ok()?;
     }
     let problem = ArenaProblem {
         buffers,
@@ -149,32 +168,10 @@ pub(super) fn plan(
         anchors,
         young,
         footprint: placed.size,
+        peak: lower_bound(&problem),
         pages,
         periodic: !carried.is_empty(),
     })
-}
-
-/// Whether `buffers` at `offsets` never overlap while two are live (a sweep in order of start:
-/// each against the ones still live when it starts).
-fn apart(buffers: &[BufferSpec], offsets: &[u64]) -> bool {
-    let mut order: Vec<usize> = (0..buffers.len())
-        .filter(|&k| buffers[k].size > 0)
-        .collect();
-    order.sort_unstable_by_key(|&k| buffers[k].start);
-    let mut live: Vec<usize> = Vec::new();
-    for k in order {
-        let b = &buffers[k];
-        live.retain(|&j| buffers[j].end > b.start);
-        let (o, end) = (offsets[k], offsets[k] + b.size);
-        if live
-            .iter()
-            .any(|&j| offsets[j] < end && o < offsets[j] + buffers[j].size)
-        {
-            return false;
-        }
-        live.push(k);
-    }
-    true
 }
 
 /// Where a period's carried allocations lie best (`sizes`, in their order): each at the lowest

@@ -122,7 +122,7 @@ impl Kept {
                 let room = |bytes: u64| u128::from(bytes) * u128::from(1000 + terms.room_permille);
                 // Within the room over the epoch's peak of live bytes, it is within the room over
                 // its plan alone (no smaller): that plan is not made.
-                if u128::from(held.footprint) * 1000 <= room(peak_bytes(&log, &self.floor)) {
+                if u128::from(held.footprint) * 1000 <= room(held.peak) {
                     return Some(Arc::new(held));
                 }
                 match alone() {
@@ -153,27 +153,4 @@ fn size_signature(log: &[Logged]) -> u64 {
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             .rotate_left(29)
     })
-}
-
-/// An epoch's most bytes live at once: its floor's and its own at their peak (its allocations
-/// all freed within it), under any plan's footprint.
-fn peak_bytes(log: &[Logged], floor: &[(u64, u64)]) -> u64 {
-    let mut events: Vec<(u32, bool, u64)> = Vec::with_capacity(2 * log.len());
-    for l in log {
-        events.push((l.start, true, l.size));
-        events.push((l.end, false, l.size));
-    }
-    // At one tick a free comes before an allocation (`false` first): a block freed as another
-    // is made does not count twice. The log's clock ticks once per event, so ticks are apart.
-    events.sort_unstable();
-    let (mut live, mut peak) = (0u64, 0u64);
-    for (_, alloc, size) in events {
-        if alloc {
-            live += size;
-            peak = peak.max(live);
-        } else {
-            live = live.saturating_sub(size);
-        }
-    }
-    floor.iter().map(|b| b.1).sum::<u64>() + peak
 }

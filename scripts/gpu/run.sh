@@ -410,7 +410,7 @@ run_livetrace() {
   mkdir -p "$OUT/live_traces"
   for m in ${models//,/ }; do
     (cd benches && timeout "${LIVETRACE_TIMEOUT:-180}" python3 gkrt_live_trace.py --lib ../.gpu/lib/libgkrt.so \
-      --model "$m" --steps "${LIVETRACE_STEPS:-15}" --out "$OUT/live_traces/${m#heldout:}.trace.gz") \
+      --model "$m" --steps "${LIVETRACE_STEPS:-15}" --out "$OUT/live_traces/${m#*:}.trace.gz") \
       >>"$OUT/live_traces.jsonl" 2>>"$OUT/live_traces.err" || echo "livetrace: $m exited with $?" >>"$OUT/live_traces.err"
   done
   cat "$OUT/live_traces.jsonl"

@@ -98,8 +98,9 @@ impl Kept {
     /// Its plan, made from its log the first time (the log then goes); `None` when the
     /// planner refuses it. An epoch planned beside a variant of it (`base`: the same first
     /// size and floor) holds the allocations they start with where `base` has them, when that
-    /// fits its own lifetimes and costs at most `Terms::room_permille` over its plan made alone:
-    /// an epoch following either plan then goes on with the other where they part.
+    /// fits its own lifetimes and costs at most `Terms::room_permille` over its plan made alone,
+    /// or no more than `base`'s footprint (pages the range maps for `base` anyway): an epoch
+    /// following either plan then goes on with the other where they part.
     pub(super) fn plan(&self, terms: Terms, base: Option<&Plan>) -> Option<Arc<Plan>> {
         self.plan
             .get_or_init(|| {
@@ -121,8 +122,12 @@ impl Kept {
                 };
                 let room = |bytes: u64| u128::from(bytes) * u128::from(1000 + terms.room_permille);
                 // Within the room over the epoch's peak of live bytes, it is within the room over
-                // its plan alone (no smaller): that plan is not made.
-                if u128::from(held.footprint) * 1000 <= room(held.peak) {
+                // its plan alone (no smaller): that plan is not made. Within the base's
+                // footprint, it maps no page following the base does not: a smaller variant
+                // (images of a smaller size) holding a larger one's start above its large blocks.
+                if u128::from(held.footprint) * 1000 <= room(held.peak)
+                    || base.is_some_and(|b| held.footprint <= b.footprint)
+                {
                     return Some(Arc::new(held));
                 }
                 match alone() {

@@ -38,9 +38,10 @@
 //! older than it: the starts form a stack ordered by that mark, a free that lowers the newest
 //! live entry ends every start above it, and the lowest of those is the epoch found, provided
 //! no older block was freed during it (its floor stayed), its allocations reached at least
-//! half of the range's most live bytes above that floor (a step, not a temporary inside one),
-//! and it made at least as many allocations as the floor has blocks (reading the floor then
-//! costs at most a step an allocation). An epoch over an empty floor is kept whatever its
+//! half of the range's most live bytes above that floor (a step, not a temporary inside one) or
+//! it parted from a plan of its first size and floor (a step of another shape: `parted`), and it
+//! made at least as many allocations as the floor has blocks (reading the floor then costs at
+//! most a step an allocation). An epoch over an empty floor is kept whatever its
 //! size, as it always was. A trace replayed with a block held on each stream
 //! (`GKRT_REPLAY_HOLD`, as a program keeps its weights) thus follows plans from its second or
 //! third step: a first step that makes the optimizer's state adds it to the floor. An epoch
@@ -205,6 +206,9 @@ pub(super) struct Epochs {
     /// A plan over an empty floor was left outside recording: the next epoch of its first size
     /// and floor is logged, not followed.
     relearn: Option<(u64, u64)>,
+    /// The first size and floor of the epoch plan left last, until the epoch that left it is
+    /// found or the next one starts: that epoch is kept as a variant (`drop_newest`).
+    parted: Option<(u64, u64)>,
     /// Epochs followed to the end, and plans left (the host replay prints them).
     pub(super) followed: u64,
     pub(super) left: u64,
@@ -248,6 +252,7 @@ impl Clone for Epochs {
             in_row: self.in_row,
             outdated: self.outdated,
             relearn: self.relearn,
+            parted: self.parted,
             followed: self.followed,
             left: self.left,
             planned: self.planned,
@@ -568,8 +573,16 @@ impl Epochs {
         if clean && large && long {
             self.learn_step_lived(s.pos as usize);
         }
-        if !(clean && large && long) {
+        // The epoch that parted from a plan of its first size and floor is a variant of that
+        // step, whatever its size: a batch of smaller images may not reach half the most live
+        // bytes a larger one did, and would otherwise part from the plan every time it comes.
+        let first = self.log[s.pos as usize].size;
+        let parted = self.parted == Some((first, self.hash));
+        if !(clean && (large || parted) && long) {
             return false;
+        }
+        if parted {
+            self.parted = None;
         }
         // The same epoch as one kept (its first size, floor and log): its plan stays, made once
         // (a program following its steps' plan finds each step again), and it is the newest —
@@ -613,6 +626,7 @@ impl Epochs {
     /// (false), going on with its log when it was recording.
     pub(super) fn choose(&mut self, size: u64, terms: Terms, seq_before: u64) -> bool {
         self.plan = None;
+        self.parted = None;
         self.following = None;
         let hash = self.hash;
         // After a plan over an empty floor was left outside recording, the next epoch like it
@@ -740,6 +754,9 @@ impl Epochs {
         let Some(k) = self.following.take() else {
             return;
         };
+        if k.is_epoch() {
+            self.parted = Some((k.first_size(), k.hash));
+        }
         if k.is_epoch() && !self.recording && self.quick {
             self.relearn = Some((k.first_size(), k.hash));
         }

@@ -462,6 +462,45 @@ fn a_variant_held_within_its_bases_footprint_keeps_the_shared_places() {
     check(&p);
 }
 
+/// Steps over weights in two shapes that start alike, the smaller one's live bytes under half
+/// the larger's: the smaller, parting from the larger's plan, is kept as its variant all the
+/// same (too small to count as a step alone), and planned around the places they share — over
+/// its plan alone, but within the larger's footprint, which the range maps anyway. From then on
+/// either shape follows the other's plan up to where they part, then switches: no plan left or
+/// made again, no page mapped.
+#[test]
+fn a_smaller_variant_that_parts_from_a_plan_is_learnt_and_switched_to() {
+    let (mut p, f) = idle_pool();
+    let planned = |p: &Pool| p.streams.iter().map(|s| s.epochs.planned).sum::<u64>();
+    let weights = p.alloc(&f, 4 * MIB, st(0)).unwrap();
+    // 46 MiB live above the weights at most; the smaller 14.
+    let large = [4 * MIB, 2 * MIB, 40 * MIB, 40 * MIB];
+    let small = [4 * MIB, 2 * MIB, 8 * MIB, 6 * MIB];
+    for _ in 0..3 {
+        epoch(&mut p, &f, &large);
+    }
+    let (followed, left) = p.epoch_counts();
+    assert_eq!((followed, left), (2, 0));
+    // The smaller shape leaves the plan where it parts, and is learnt there.
+    epoch(&mut p, &f, &small);
+    assert_eq!(p.epoch_counts(), (followed, left + 1));
+    for _ in 0..4 {
+        epoch(&mut p, &f, &small);
+        epoch(&mut p, &f, &large);
+    }
+    let ((f0, l0), plans, maps) = (p.epoch_counts(), planned(&p), f.map_calls());
+    for _ in 0..4 {
+        let a = epoch(&mut p, &f, &small);
+        let b = epoch(&mut p, &f, &large);
+        assert_eq!(a[..2], b[..2], "what they share, placed alike");
+    }
+    assert_eq!(p.epoch_counts(), (f0 + 8, l0));
+    assert_eq!(planned(&p), plans);
+    assert_eq!(f.map_calls(), maps);
+    p.free(&f, weights).unwrap();
+    check(&p);
+}
+
 /// A plan made beside a variant's holds the allocations they share at the variant's offsets
 /// only where those fit its own lifetimes: two shared blocks the variant had apart in time (at
 /// one offset) that this epoch holds at once are planned afresh instead.

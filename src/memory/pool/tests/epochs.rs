@@ -755,3 +755,13 @@ fn llamas_live_steps_follow_the_plans_of_their_lengths() {
     assert_eq!(live_epochs("llama_train", true), (5, 0));
     assert_eq!(live_epochs("llama_train", false), (2, 2));
 }
+
+/// deeplab_train_sizes on the pool (session 48, an H100, session 47's library): batches of
+/// images in a few shapes, some of which start with the same requests and part later, the
+/// smaller ones under half the live bytes of the larger. Each shape that parts from another's
+/// plan is learnt as its variant and switched to where they part: 2 plans left in 40 steps, where
+/// the live run left 5 (one variant, at its 350th allocation, never learnt).
+#[test]
+fn deeplabs_live_steps_switch_between_the_plans_of_their_shapes() {
+    assert_eq!(live_epochs("deeplab_train_sizes", true), (26, 2));
+}

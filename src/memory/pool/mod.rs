@@ -21,17 +21,16 @@
 //!   placement in them, over `pages.rs`'s page bitmaps; `recycle.rs` page recycling;
 //! - `epochs.rs` epoch plans: a range that returns to the same live blocks (its floor) and fills
 //!   again the same way, found by recording, `epochs/kept.rs` an epoch kept with its plan, made
-//!   once, `epochs/keeping.rs` which are kept (variants of one start among them) and the switch
-//!   to a variant's plan; `epoch_plan.rs` the offline plan (`crate::arena`)
-//!   of the last time, around the floor; `epoch_follow.rs` following it; `epochs/periodic.rs`
+//!   once, `epochs/keeping.rs` which are kept (variants among them) and the switch to a variant's
+//!   plan, `epochs/leaving.rs` a plan left; `epoch_plan.rs` the offline plan (`crate::arena`) of
+//!   the last time, around the floor; `epoch_follow.rs` following it; `epochs/periodic.rs`
 //!   periods, a loop's turns that carry a block into the next, planned the same way, and
 //!   `period_steer.rs` the turn that steers the carry onto the period's plan;
 //!   `epochs/step_lived.rs` which allocations of an epoch live through it, learnt from the last
 //!   one over the same floor, and `step_lived.rs` placing them at the lowest free place;
 //! - `move_budget.rs` the time budget of the slack rule's moves; `new_step.rs` whether the
 //!   program is in a step that raised its peak (whose moves the budget is not asked for);
-//!   `alias.rs` a moved chunk's old
-//!   address kept mapped as its shadow, so moving it back is bookkeeping (`page_aliases`);
+//!   `alias.rs` a moved chunk's old address kept mapped as its shadow (`page_aliases`);
 //! - `pending.rs` blocks freed after an event; `pending_fit.rs` best fit over free and pending
 //!   blocks together (a pending block that fits closer than any free one); `dry_run.rs` dry runs;
 //!   `placement.rs` allocation at the range a dry run placed it in; `check.rs` validation;

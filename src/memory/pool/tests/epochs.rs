@@ -433,6 +433,22 @@ fn a_variant_that_comes_after_the_recording_stopped_is_learnt_while_plans_are_fo
     check(&p);
 }
 
+/// Four turns of an epoch of `x` then one of `y`, two shapes of a step whose plans are learnt,
+/// starting alike for two requests: each follows its plan, switching to the other's where they
+/// part, with their shared start placed alike, no plan left or made again and no page mapped.
+fn switch_where_they_part(p: &mut Pool, f: &Fake, x: &[u64; 4], y: &[u64; 4]) {
+    let planned = |p: &Pool| p.streams.iter().map(|s| s.epochs.planned).sum::<u64>();
+    let ((f0, l0), plans, maps) = (p.epoch_counts(), planned(p), f.map_calls());
+    for _ in 0..4 {
+        let a = epoch(p, f, x);
+        let b = epoch(p, f, y);
+        assert_eq!(a[..2], b[..2], "what they share, placed alike");
+    }
+    assert_eq!(p.epoch_counts(), (f0 + 8, l0));
+    assert_eq!(planned(p), plans);
+    assert_eq!(f.map_calls(), maps);
+}
+
 /// Two shapes of a step over weights that start alike and part at the third request: the
 /// smaller one's plan holding their shared start where the larger's plan has it is more than
 /// the plan room over its plan alone (the larger's plan puts the start above its big blocks),
@@ -441,7 +457,6 @@ fn a_variant_that_comes_after_the_recording_stopped_is_learnt_while_plans_are_fo
 #[test]
 fn a_variant_held_within_its_bases_footprint_keeps_the_shared_places() {
     let (mut p, f) = idle_pool();
-    let planned = |p: &Pool| p.streams.iter().map(|s| s.epochs.planned).sum::<u64>();
     let weights = p.alloc(&f, 4 * MIB, st(0)).unwrap();
     let large = [4 * MIB, 2 * MIB, 40 * MIB, 40 * MIB];
     let other = [4 * MIB, 2 * MIB, 24 * MIB, 20 * MIB];
@@ -449,15 +464,7 @@ fn a_variant_held_within_its_bases_footprint_keeps_the_shared_places() {
         epoch(&mut p, &f, &large);
         epoch(&mut p, &f, &other);
     }
-    let ((f0, l0), plans, maps) = (p.epoch_counts(), planned(&p), f.map_calls());
-    for _ in 0..4 {
-        let a = epoch(&mut p, &f, &large);
-        let b = epoch(&mut p, &f, &other);
-        assert_eq!(a[..2], b[..2], "what they share, placed alike");
-    }
-    assert_eq!(p.epoch_counts(), (f0 + 8, l0));
-    assert_eq!(planned(&p), plans);
-    assert_eq!(f.map_calls(), maps);
+    switch_where_they_part(&mut p, &f, &large, &other);
     p.free(&f, weights).unwrap();
     check(&p);
 }
@@ -471,7 +478,6 @@ fn a_variant_held_within_its_bases_footprint_keeps_the_shared_places() {
 #[test]
 fn a_smaller_variant_that_parts_from_a_plan_is_learnt_and_switched_to() {
     let (mut p, f) = idle_pool();
-    let planned = |p: &Pool| p.streams.iter().map(|s| s.epochs.planned).sum::<u64>();
     let weights = p.alloc(&f, 4 * MIB, st(0)).unwrap();
     // 46 MiB live above the weights at most; the smaller 14.
     let large = [4 * MIB, 2 * MIB, 40 * MIB, 40 * MIB];
@@ -488,15 +494,7 @@ fn a_smaller_variant_that_parts_from_a_plan_is_learnt_and_switched_to() {
         epoch(&mut p, &f, &small);
         epoch(&mut p, &f, &large);
     }
-    let ((f0, l0), plans, maps) = (p.epoch_counts(), planned(&p), f.map_calls());
-    for _ in 0..4 {
-        let a = epoch(&mut p, &f, &small);
-        let b = epoch(&mut p, &f, &large);
-        assert_eq!(a[..2], b[..2], "what they share, placed alike");
-    }
-    assert_eq!(p.epoch_counts(), (f0 + 8, l0));
-    assert_eq!(planned(&p), plans);
-    assert_eq!(f.map_calls(), maps);
+    switch_where_they_part(&mut p, &f, &small, &large);
     p.free(&f, weights).unwrap();
     check(&p);
 }

@@ -207,8 +207,8 @@ pub(super) struct Epochs {
     /// A plan over an empty floor was left outside recording: the next epoch of its first size
     /// and floor is logged, not followed.
     relearn: Option<(u64, u64)>,
-    /// The first size and floor of the epoch plan left last, until the epoch that left it is
-    /// found or the next one starts: that epoch is kept as a variant (`drop_newest`).
+    /// The first size and floor of the epoch plan left last, until an epoch of them is found
+    /// (kept as a variant whatever its size: `drop_newest`) or the stream next chooses a plan.
     parted: Option<(u64, u64)>,
     /// Epochs followed to the end, and plans left (the host replay prints them).
     pub(super) followed: u64,

@@ -2,6 +2,9 @@
 shared traces lack: generation with a key/value cache grown by concatenation (kv_growth),
 inference with changing batch sizes (infer_batches), training with a variable sequence length
 (varlen_train). Deterministic (seeded). Usage: python3 gen_traces.py OUT_DIR (writes *.trace.gz).
+python3 gen_traces.py OUT_DIR --seeds FIRST-LAST writes each workload at each of those seeds
+instead (NAME_sSEED.trace.gz): the same program with other random choices (prompt lengths, batch
+sizes, sequence lengths), to see how far a figure holds beyond the one seed the replay keeps.
 The first line holds {"synthetic": true, "peak_live": ...}: no PyTorch figures for these."""
 import gzip, json, random, sys
 class T:
@@ -73,12 +76,28 @@ def varlen_train(seed=3):
         for g in grads: t.f(g)
     return t
 
+def seed_range(arg):
+    """'FIRST-LAST' (inclusive) as a range, or None when it is not one."""
+    lo,_,hi=arg.partition('-')
+    if not (lo.isdigit() and hi.isdigit()) or int(lo)>int(hi): return None
+    return range(int(lo),int(hi)+1)
+
 if __name__=='__main__':
     # An option-looking or missing argument is a request for usage, never an output folder's name.
-    if len(sys.argv)!=2 or sys.argv[1].startswith('-'):
-        print(__doc__); sys.exit(0 if sys.argv[1:] in (['-h'],['--help']) else 2)
-    out=sys.argv[1]
+    args=sys.argv[1:]
+    seeds=None
+    if len(args)==3 and args[1]=='--seeds':
+        seeds=seed_range(args[2])
+        if seeds is None:
+            print('gen_traces: --seeds takes FIRST-LAST (two numbers, FIRST <= LAST), not %r'%args[2]); sys.exit(2)
+        args=args[:1]
+    if len(args)!=1 or args[0].startswith('-'):
+        print(__doc__); sys.exit(0 if args in (['-h'],['--help']) else 2)
+    out=args[0]
     import os; os.makedirs(out, exist_ok=True)
     for fn in [kv_growth, infer_batches, varlen_train]:
-        t=fn(); t.write('%s/%s.trace.gz'%(out,t.name),{})
-        print(t.name,len(t.ev),'events, peak live %.1f MiB'%(t.peak/2**20))
+        for seed in (seeds or [None]):
+            t=fn() if seed is None else fn(seed)
+            if seed is not None: t.name='%s_s%d'%(t.name,seed)
+            t.write('%s/%s.trace.gz'%(out,t.name),{})
+            print(t.name,len(t.ev),'events, peak live %.1f MiB'%(t.peak/2**20))

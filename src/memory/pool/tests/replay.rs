@@ -49,7 +49,8 @@
 //! completes N ns after it is recorded, and a wait for the device costs N. With
 //! `GKRT_REPLAY_START_NS` for the program's start-up, a live trace replayed so shows the page
 //! moves its program made in PyTorch (wgan_gp_train's, BENCHMARKS.md session 44).
-//! `GKRT_REPLAY_LOG=1` prints the pool's debug lines (why each slack move was made).
+//! `GKRT_REPLAY_LOG=1` prints the pool's debug lines (why each slack move was made), `=2` its
+//! trace lines too (each recycling's victims).
 //! `GKRT_REPLAY_VERBOSE=1` prints a line per pass with its page moves, cold placements and a
 //! hash of the addresses it handed out (a change meant to keep every placement keeps them all),
 //! the alias counts so far, then the marker events recorded and queried (driver calls on the
@@ -365,7 +366,13 @@ pub(super) fn replay_with(
     if std::env::var("GKRT_REPLAY_LOG").is_ok() {
         // The pool's debug lines (one per slack move).
         let _ = log::set_logger(&StderrLog);
-        log::set_max_level(log::LevelFilter::Debug);
+        // 2: its trace lines too (each recycling's victims, idle or not).
+        let level = if std::env::var("GKRT_REPLAY_LOG").as_deref() == Ok("2") {
+            log::LevelFilter::Trace
+        } else {
+            log::LevelFilter::Debug
+        };
+        log::set_max_level(level);
     }
     let again_passes: Option<usize> = std::env::var("GKRT_REPLAY_AGAIN_PASSES")
         .ok()

@@ -77,7 +77,12 @@ use super::*;
 
 fn trace_paths() -> Vec<String> {
     if let Ok(v) = std::env::var("GKRT_TRACES") {
-        return v.split(':').map(str::to_string).collect();
+        // Empty entries (a trailing colon, as `ls | tr '\n' :` leaves) name no trace.
+        return v
+            .split(':')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
     }
     let root = env!("CARGO_MANIFEST_DIR");
     let mut dirs = vec![

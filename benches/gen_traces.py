@@ -1,7 +1,8 @@
 """Synthetic allocation traces in the format of ../shared/traces/README.md, for the workloads the
-shared traces lack: generation with a key/value cache grown by concatenation (kv_growth),
-inference with changing batch sizes (infer_batches), training with a variable sequence length
-(varlen_train). Deterministic (seeded). Usage: python3 gen_traces.py OUT_DIR (writes *.trace.gz).
+shared traces lack: generation with a key/value cache grown by concatenation (kv_growth, and
+kv_growth_small's four small decoders on heaps under 64 MiB), inference with changing batch sizes
+(infer_batches), training with a variable sequence length (varlen_train). Deterministic
+(seeded). Usage: python3 gen_traces.py OUT_DIR (writes *.trace.gz).
 python3 gen_traces.py OUT_DIR --seeds FIRST-LAST writes each workload at each of those seeds
 instead (NAME_sSEED.trace.gz): the same program with other random choices (prompt lengths, batch
 sizes, sequence lengths), to see how far a figure holds beyond the one seed the replay keeps.
@@ -36,6 +37,30 @@ def kv_growth(seed=1):
             lo=t.a(B*50257*4); t.f(lo); t.f(x)
         for i in K+V: t.f(i)
     return t
+
+def kv_growth_small(seed=4):
+    """Small decoders generating with a cache grown by concatenation, as kv_growth, on heaps of
+    11-35 MiB (the pool's small-heap goal): four shapes (layers, hidden size, batch, tokens), two
+    prompts of 16-200 tokens each. Returns one trace per shape."""
+    out=[]
+    for L,hid,B,gen in [(4,256,4,128),(6,384,2,200),(2,512,8,100),(8,128,16,150)]:
+        r=random.Random(seed); t=T('kv_growth_small_%dx%d_b%d'%(L,hid,B))
+        c=B*hid*2
+        w=[t.a(hid*hid*4*2) for _ in range(L*4)]  # weights
+        for req in range(2):
+            prompt=r.randint(16,200)
+            K=[t.a(prompt*c) for _ in range(L)]; V=[t.a(prompt*c) for _ in range(L)]
+            for step in range(gen):
+                n=prompt+step+1
+                x=t.a(B*hid*2)
+                for l in range(L):
+                    k=t.a(n*c); t.f(K[l]); K[l]=k
+                    v=t.a(n*c); t.f(V[l]); V[l]=v
+                    att=t.a(B*4*n*4); h=t.a(B*hid*4*2); t.f(att); t.f(h)
+                lo=t.a(B*5000*4); t.f(lo); t.f(x)
+            for i in K+V: t.f(i)
+        out.append(t)
+    return out
 
 def infer_batches(seed=2):
     r=random.Random(seed); t=T('infer_batches')
@@ -95,9 +120,10 @@ if __name__=='__main__':
         print(__doc__); sys.exit(0 if args in (['-h'],['--help']) else 2)
     out=args[0]
     import os; os.makedirs(out, exist_ok=True)
-    for fn in [kv_growth, infer_batches, varlen_train]:
+    for fn in [kv_growth, kv_growth_small, infer_batches, varlen_train]:
         for seed in (seeds or [None]):
-            t=fn() if seed is None else fn(seed)
-            if seed is not None: t.name='%s_s%d'%(t.name,seed)
-            t.write('%s/%s.trace.gz'%(out,t.name),{})
-            print(t.name,len(t.ev),'events, peak live %.1f MiB'%(t.peak/2**20))
+            made=fn() if seed is None else fn(seed)
+            for t in (made if isinstance(made,list) else [made]):
+                if seed is not None: t.name='%s_s%d'%(t.name,seed)
+                t.write('%s/%s.trace.gz'%(out,t.name),{})
+                print(t.name,len(t.ev),'events, peak live %.1f MiB'%(t.peak/2**20))

@@ -19,13 +19,15 @@ class T:
         with gzip.open(path,'wt') as o:
             o.write('# '+json.dumps(meta)+'\n'); o.write('\n'.join(s.ev)+'\n')
 
-def kv_growth(seed=1):
-    r=random.Random(seed); t=T('kv_growth')
-    L=12; hid=1024; B=8; bpe=2
+def decode(name, seed, L, hid, B, heads, vocab, prompts, gen):
+    """A decoder of L layers (hidden size hid, batch B, fp16) generating gen tokens after each of
+    two prompts drawn from prompts, its key/value cache grown by concatenation: every token
+    allocates each layer's key and value one token longer and frees the old ones."""
+    r=random.Random(seed); t=T(name)
+    bpe=2; c=B*hid*bpe
     w=[t.a(hid*hid*4*bpe) for _ in range(L*4)]  # weights
     for req in range(2):
-        prompt=r.randint(256,512); gen=256
-        c=B*hid*bpe
+        prompt=r.randint(*prompts)
         K=[t.a(prompt*c) for _ in range(L)]; V=[t.a(prompt*c) for _ in range(L)]
         for step in range(gen):
             n=prompt+step+1
@@ -33,34 +35,20 @@ def kv_growth(seed=1):
             for l in range(L):
                 k=t.a(n*c); t.f(K[l]); K[l]=k
                 v=t.a(n*c); t.f(V[l]); V[l]=v
-                att=t.a(B*16*n*4); h=t.a(B*hid*4*bpe); t.f(att); t.f(h)
-            lo=t.a(B*50257*4); t.f(lo); t.f(x)
+                att=t.a(B*heads*n*4); h=t.a(B*hid*4*bpe); t.f(att); t.f(h)
+            lo=t.a(B*vocab*4); t.f(lo); t.f(x)
         for i in K+V: t.f(i)
     return t
 
+def kv_growth(seed=1):
+    return decode('kv_growth', seed, L=12, hid=1024, B=8, heads=16, vocab=50257, prompts=(256,512), gen=256)
+
 def kv_growth_small(seed=4):
-    """Small decoders generating with a cache grown by concatenation, as kv_growth, on heaps of
-    11-35 MiB (the pool's small-heap goal): four shapes (layers, hidden size, batch, tokens), two
-    prompts of 16-200 tokens each. Returns one trace per shape."""
-    out=[]
-    for L,hid,B,gen in [(4,256,4,128),(6,384,2,200),(2,512,8,100),(8,128,16,150)]:
-        r=random.Random(seed); t=T('kv_growth_small_%dx%d_b%d'%(L,hid,B))
-        c=B*hid*2
-        w=[t.a(hid*hid*4*2) for _ in range(L*4)]  # weights
-        for req in range(2):
-            prompt=r.randint(16,200)
-            K=[t.a(prompt*c) for _ in range(L)]; V=[t.a(prompt*c) for _ in range(L)]
-            for step in range(gen):
-                n=prompt+step+1
-                x=t.a(B*hid*2)
-                for l in range(L):
-                    k=t.a(n*c); t.f(K[l]); K[l]=k
-                    v=t.a(n*c); t.f(V[l]); V[l]=v
-                    att=t.a(B*4*n*4); h=t.a(B*hid*4*2); t.f(att); t.f(h)
-                lo=t.a(B*5000*4); t.f(lo); t.f(x)
-            for i in K+V: t.f(i)
-        out.append(t)
-    return out
+    """Four small decoders (layers, hidden size, batch, tokens) on heaps of 11-35 MiB, the pool's
+    small-heap goal: one trace each."""
+    return [decode('kv_growth_small_%dx%d_b%d'%(L,hid,B), seed, L, hid, B, heads=4, vocab=5000,
+                   prompts=(16,200), gen=gen)
+            for L,hid,B,gen in [(4,256,4,128),(6,384,2,200),(2,512,8,100),(8,128,16,150)]]
 
 def infer_batches(seed=2):
     r=random.Random(seed); t=T('infer_batches')

@@ -5,14 +5,24 @@
 //! need (session 33: roberta_infer_varlen 1.1560 → 1.0678 of its peak live on the host replay,
 //! with its layers' periods).
 //!
-//! Cost: a walk of the range's blocks up to the first free one that holds the request, for the
-//! few allocations a step predicted so (roberta: 7 of its 300), the walks after an epoch's first
-//! starting above the floor it found, and all of an epoch's walks bounded by the blocks the
-//! range has had in it (`Epochs::lowest_walk`): a step per allocation. Without that bound the
-//! first passes of bert_ckpt_train and bert_train walked 43–45 blocks per operation (host
-//! replay). The pages under the place are gathered as a plan's are.
+//! The lowest free place is the first free block above the floor (and what went low before)
+//! that holds it. When that is not the first free block there but a hole further up, amid the
+//! step's own blocks, and best fit takes the same hole anyway, going to its low end keeps the
+//! block out of no one's way and parts the hole from the neighbour below, which the step frees
+//! and whose free would have grown it: it is placed as usual. A decoder's last token's keys
+//! and values, step-lived in a generation over the same weights, took the low ends of holes
+//! between the previous token's, and kv_growth_small_8x128_b16 reserved 1.4898 of its peak
+//! live on the host replay, 1.0925 placed as usual there (session 50).
+//!
+//! Cost: a walk of the range's blocks up to the first free one that holds the request, and a
+//! best-fit lookup, for the few allocations a step predicted so (roberta: 7 of its 300), the
+//! walks after an epoch's first starting above the floor it found, and all of an epoch's walks
+//! bounded by the blocks the range has had in it (`Epochs::lowest_walk`): a step per
+//! allocation. Without that bound the first passes of bert_ckpt_train and bert_train walked
+//! 43–45 blocks per operation (host replay). The pages under the place are gathered as a
+//! plan's are.
 
-use super::block::State;
+use super::block::{Kind, State};
 use super::tlsf::NIL;
 use super::{Pool, PoolBacking, PoolError};
 
@@ -53,7 +63,9 @@ impl Pool {
                 i = b.next;
                 continue;
             }
-            if !seen_free {
+            // The first free block the walk meets: beside the floor and what went low before.
+            let lowest = !seen_free;
+            if lowest {
                 seen_free = true;
                 let p = b.prev;
                 if p != NIL && self.live.get(self.blocks[p].addr) == Some(p) {
@@ -62,16 +74,22 @@ impl Pool {
             }
             let pos = b.addr.next_multiple_of(align);
             if pos + rounded <= b.addr + b.size {
-                break Some((i, pos));
+                break Some((i, pos, lowest));
             }
             i = b.next;
         };
         self.streams[si as usize]
             .epochs
             .walked_lowest(visited, next_from);
-        let Some((i, pos)) = placed else {
+        let Some((i, pos, lowest)) = placed else {
             return Ok(None);
         };
+        // A hole further up that best fit takes anyway lies amid the step's own blocks: its low
+        // end is beside one the step frees, and the usual placement picks the end (a small
+        // request the high one, so that the rest of the hole joins that neighbour's when it goes).
+        if !lowest && self.peek_fit(si, Kind::Virtual, rounded) == Some(i) {
+            return Ok(None);
+        }
         let (p0, p1) = self.touched(r, pos, rounded);
         if !self.pages_of(r).all_mapped(p0, p1) {
             // Moving pages here is a choice, not a need: only for a request larger than any they

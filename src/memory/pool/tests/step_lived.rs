@@ -147,3 +147,55 @@ fn the_walks_after_an_epochs_first_start_above_its_floor() {
     }
     check(&p);
 }
+
+/// A step: two blocks of `a` bytes, the first freed, then one of `keep` bytes it keeps to its
+/// end (position 2), which the first one's hole holds, the second freed, and a last small
+/// allocation. Returns the first block's address, the kept one's, and the blocks the walks for
+/// a low place had visited when the kept one was placed.
+fn step_in_a_hole(p: &mut Pool, f: &Fake, a: u64, keep: u64) -> (u64, u64, u64) {
+    let x = p.alloc(f, a, st(0)).unwrap();
+    let y = p.alloc(f, a, st(0)).unwrap();
+    p.free(f, x).unwrap();
+    let k = p.alloc(f, keep, st(0)).unwrap();
+    let walked = p.streams[0].epochs.lowest_walked();
+    p.free(f, y).unwrap();
+    let last = p.alloc(f, 4 * KIB, st(0)).unwrap();
+    p.free(f, last).unwrap();
+    p.free(f, k).unwrap();
+    check(p);
+    (x, k, walked)
+}
+
+/// Where a step-lived block's lowest hole is the one best fit takes anyway, it goes to the
+/// hole's low end only when that hole is the first free block above the floor. With a smaller
+/// hole in the floor below, its hole lies amid the step's blocks, and it is placed as any other:
+/// a request of at most a page takes the hole's high end, the rest of the hole staying beside
+/// the block below, whose free grows it.
+#[test]
+fn a_step_lived_block_in_best_fits_own_hole_goes_low_only_beside_the_floor() {
+    let (a, keep) = (1792 * KIB, 1280 * KIB);
+    for gap in [false, true] {
+        let (mut p, f) = pool(true);
+        let weights = p.alloc(&f, 10 * MIB, st(0)).unwrap();
+        let hole = p.alloc(&f, 64 * KIB, st(0)).unwrap();
+        let more = p.alloc(&f, MIB, st(0)).unwrap();
+        if gap {
+            p.free(&f, hole).unwrap();
+        }
+        step_in_a_hole(&mut p, &f, 1536 * KIB, MIB);
+        // Other sizes: the step follows no plan, and its kept block is predicted step-lived.
+        let (x, k, walked) = step_in_a_hole(&mut p, &f, a, keep);
+        assert!(
+            walked > 0,
+            "no walk for a low place: not predicted step-lived"
+        );
+        let high = x + a - keep;
+        assert_eq!(k, if gap { high } else { x }, "gap {gap}: hole at {x:x}");
+        if !gap {
+            p.free(&f, hole).unwrap();
+        }
+        p.free(&f, more).unwrap();
+        p.free(&f, weights).unwrap();
+        check(&p);
+    }
+}

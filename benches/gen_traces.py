@@ -1,7 +1,9 @@
 """Synthetic allocation traces in the format of ../shared/traces/README.md, for the workloads the
 shared traces lack: generation with a key/value cache grown by concatenation (kv_growth, and
-kv_growth_small's four small decoders on heaps under 64 MiB), inference with changing batch sizes
-(infer_batches), training with a variable sequence length (varlen_train). Deterministic
+kv_growth_small's four small decoders on heaps under 64 MiB; decoder_requests' six decoders
+serving requests, each a prefill and then tokens, with every layer's temporaries), inference with
+changing batch sizes (infer_batches), training with a variable sequence length (varlen_train).
+Deterministic
 (seeded). Usage: python3 gen_traces.py OUT_DIR (writes *.trace.gz).
 python3 gen_traces.py OUT_DIR --seeds FIRST-LAST writes each workload at each of those seeds
 instead (NAME_sSEED.trace.gz): the same program with other random choices (prompt lengths, batch
@@ -49,6 +51,51 @@ def kv_growth_small(seed=4):
     return [decode('kv_growth_small_%dx%d_b%d'%(L,hid,B), seed, L, hid, B, heads=4, vocab=5000,
                    prompts=(16,200), gen=gen)
             for L,hid,B,gen in [(4,256,4,128),(6,384,2,200),(2,512,8,100),(8,128,16,150)]]
+
+def serve(name, seed, L, hid, B, heads, vocab, prompts, gen, requests=3):
+    """A decoder of L layers (hidden size hid, fp16) serving requests, each of a batch drawn up to
+    B and a prompt drawn from prompts: a prefill (every layer's norm, query, keys and values kept
+    as the cache, scores and probabilities of prompt x prompt, context, output, residual, a 4x MLP),
+    then gen tokens, each growing every layer's cache by concatenation among the same temporaries
+    at one row: the allocations of a transformers decoder's generate(), layer by layer."""
+    r=random.Random(seed); t=T(name); bpe=2
+    [t.a(hid*hid*3*bpe) for _ in range(L*4)]; t.a(vocab*hid*bpe)  # weights, embedding
+    def layer(h, rows, K, V, l, n):
+        """One layer over rows new rows of a batch, its cache n rows long after them."""
+        ln=t.a(rows*hid*bpe); q=t.a(rows*hid*bpe)
+        if K[l] is None:
+            K[l]=t.a(n*c); V[l]=t.a(n*c); t.f(ln)
+        else:
+            kn=t.a(rows*hid*bpe); vn=t.a(rows*hid*bpe); t.f(ln)
+            k=t.a(n*c); t.f(K[l]); t.f(kn); K[l]=k
+            v=t.a(n*c); t.f(V[l]); t.f(vn); V[l]=v
+        s=t.a(heads*rows*n*bpe); pr=t.a(heads*rows*n*bpe); t.f(s)
+        ctx=t.a(rows*hid*bpe); t.f(pr); t.f(q)
+        o=t.a(rows*hid*bpe); t.f(ctx); h2=t.a(rows*hid*bpe); t.f(o); t.f(h); h=h2
+        u=t.a(rows*hid*4*bpe); a=t.a(rows*hid*4*bpe); t.f(u); d=t.a(rows*hid*bpe); t.f(a)
+        h2=t.a(rows*hid*bpe); t.f(d); t.f(h)
+        return h2
+    for _ in range(requests):
+        b=r.choice([x for x in (1,2,4,8,16) if x<=B]); n=r.randint(*prompts); c=b*hid*bpe
+        K=[None]*L; V=[None]*L
+        h=t.a(b*n*hid*bpe)
+        for l in range(L): h=layer(h, b*n, K, V, l, n)
+        lo=t.a(b*vocab*4); t.f(lo); t.f(h)
+        for _ in range(gen):
+            n+=1; h=t.a(b*hid*bpe)
+            for l in range(L): h=layer(h, b, K, V, l, n)
+            lo=t.a(b*vocab*4); pr=t.a(b*vocab*4); t.f(lo); t.f(pr); t.f(h)
+        for i in K+V: t.f(i)
+    return t
+
+def decoder_requests(seed=5):
+    """Six decoders serving three requests each (layers, hidden size, largest batch, heads,
+    vocabulary, prompt lengths, tokens), heaps of 7-240 MiB: one trace each."""
+    return [serve('decoder_requests_%dx%d_b%d'%(L,hid,B), seed, L, hid, B, heads, vocab, prompts, gen)
+            for L,hid,B,heads,vocab,prompts,gen in [
+                (2,256,4,8,8000,(8,64),64), (4,384,2,6,8000,(16,128),96),
+                (6,512,1,8,16000,(32,256),128), (3,768,2,12,30000,(16,96),80),
+                (12,768,1,12,50257,(8,48),48), (2,1024,8,16,32000,(64,200),60)]]
 
 def infer_batches(seed=2):
     r=random.Random(seed); t=T('infer_batches')
@@ -108,7 +155,7 @@ if __name__=='__main__':
         print(__doc__); sys.exit(0 if args in (['-h'],['--help']) else 2)
     out=args[0]
     import os; os.makedirs(out, exist_ok=True)
-    for fn in [kv_growth, kv_growth_small, infer_batches, varlen_train]:
+    for fn in [kv_growth, kv_growth_small, decoder_requests, infer_batches, varlen_train]:
         for seed in (seeds or [None]):
             made=fn() if seed is None else fn(seed)
             for t in (made if isinstance(made,list) else [made]):

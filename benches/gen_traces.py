@@ -3,8 +3,7 @@ shared traces lack: generation with a key/value cache grown by concatenation (kv
 kv_growth_small's four small decoders on heaps under 64 MiB; decoder_requests' six decoders
 serving requests, each a prefill and then tokens, with every layer's temporaries), inference with
 changing batch sizes (infer_batches), training with a variable sequence length (varlen_train).
-Deterministic
-(seeded). Usage: python3 gen_traces.py OUT_DIR (writes *.trace.gz).
+Deterministic (seeded). Usage: python3 gen_traces.py OUT_DIR (writes *.trace.gz).
 python3 gen_traces.py OUT_DIR --seeds FIRST-LAST writes each workload at each of those seeds
 instead (NAME_sSEED.trace.gz): the same program with other random choices (prompt lengths, batch
 sizes, sequence lengths), to see how far a figure holds beyond the one seed the replay keeps.

@@ -89,7 +89,7 @@ def serve(name, seed, L, hid, B, heads, vocab, prompts, gen, requests=3):
 
 def decoder_requests(seed=5):
     """Six decoders serving three requests each (layers, hidden size, largest batch, heads,
-    vocabulary, prompt lengths, tokens), heaps of 7-240 MiB: one trace each."""
+    vocabulary, prompt lengths, tokens), heaps of 8-240 MiB: one trace each."""
     return [serve('decoder_requests_%dx%d_b%d'%(L,hid,B), seed, L, hid, B, heads, vocab, prompts, gen)
             for L,hid,B,heads,vocab,prompts,gen in [
                 (2,256,4,8,8000,(8,64),64), (4,384,2,6,8000,(16,128),96),

@@ -59,8 +59,8 @@ def serve(name, seed, L, hid, B, heads, vocab, prompts, gen, requests=3):
     at one row: the allocations of a transformers decoder's generate(), layer by layer."""
     r=random.Random(seed); t=T(name); bpe=2
     [t.a(hid*hid*3*bpe) for _ in range(L*4)]; t.a(vocab*hid*bpe)  # weights, embedding
-    def layer(h, rows, K, V, l, n):
-        """One layer over rows new rows of a batch, its cache n rows long after them."""
+    def layer(h, rows, K, V, l, n, c):
+        """One layer over rows new rows of a batch, its cache n rows of c bytes after them."""
         ln=t.a(rows*hid*bpe); q=t.a(rows*hid*bpe)
         if K[l] is None:
             K[l]=t.a(n*c); V[l]=t.a(n*c); t.f(ln)
@@ -78,11 +78,11 @@ def serve(name, seed, L, hid, B, heads, vocab, prompts, gen, requests=3):
         b=r.choice([x for x in (1,2,4,8,16) if x<=B]); n=r.randint(*prompts); c=b*hid*bpe
         K=[None]*L; V=[None]*L
         h=t.a(b*n*hid*bpe)
-        for l in range(L): h=layer(h, b*n, K, V, l, n)
+        for l in range(L): h=layer(h, b*n, K, V, l, n, c)
         lo=t.a(b*vocab*4); t.f(lo); t.f(h)
         for _ in range(gen):
             n+=1; h=t.a(b*hid*bpe)
-            for l in range(L): h=layer(h, b, K, V, l, n)
+            for l in range(L): h=layer(h, b, K, V, l, n, c)
             lo=t.a(b*vocab*4); pr=t.a(b*vocab*4); t.f(lo); t.f(pr); t.f(h)
         for i in K+V: t.f(i)
     return t

@@ -13,6 +13,15 @@
 //! has seen live shorter than the mean (`lifetimes.rs`): placement by lifetime, where a
 //! short-lived block cut from a hole would outlive the neighbours that free the hole's other
 //! parts (mlp_small_train 1.0670 → 1.0443 on the H200, no trace over its goal with it).
+//! In an epoch over a floor whose last epoch was learnt (`epochs/step_lived.rs`), a request
+//! whose position lived at least the mean then is not short-lived, whatever its size: a
+//! prefill makes its layers' keys and values, kept for the whole request, among temporaries of
+//! their shape, and by size alone they went to the tail with them, to be left there between
+//! freed temporaries (host replay, decoder_requests_6x512_b1: 1.0903 → 1.0552 of its peak live,
+//! over its goal at 12 → 4 of 24 seeds; session 51). The position only vetoes: sending a
+//! request to the tail because its position lived short, whatever its size, put a growing
+//! cache's blocks there when a generation was longer than the one learnt
+//! (kv_growth_small_8x128_b16 1.0925 → 1.1919, treelstm_train 1.1980 → 1.3178).
 
 use super::block::State;
 use super::tlsf::NIL;
@@ -36,7 +45,7 @@ impl Pool {
         if rule == TailFirst::Off
             || size > self.page
             || self.blocks[fit].size < size.saturating_mul(WARM_FIT_RATIO)
-            || (rule == TailFirst::ShortLived && !self.short_lived(size))
+            || (rule == TailFirst::ShortLived && !self.short_lived(si, size))
         {
             return None;
         }
@@ -54,13 +63,22 @@ impl Pool {
         Some(j)
     }
 
-    /// Whether blocks of `size` bytes have lived fewer allocations than there are live blocks
-    /// now: shorter than the mean lifetime, which in a steady program is the live count
-    /// (Little's law, with one allocation per unit of time). A size never freed yet is not.
-    fn short_lived(&self, size: u64) -> bool {
+    /// Whether a request of `size` bytes on stream `si` is expected to live fewer allocations
+    /// than there are live blocks now: shorter than the mean lifetime, which in a steady program
+    /// is the live count (Little's law, with one allocation per unit of time). Blocks of its
+    /// size must have (a size never freed yet is not), and, in an epoch over a floor whose last
+    /// epoch was learnt, so must the allocation at its position then: one size may hold blocks
+    /// of both kinds, which only the position tells apart (a prefill's key/value caches among
+    /// its temporaries of the same shape).
+    fn short_lived(&self, si: u32, size: u64) -> bool {
+        let live = self.live.len() as u64;
         self.lifetimes
             .expected(size)
-            .is_some_and(|life| life < self.live.len() as u64)
+            .is_some_and(|life| life < live)
+            && self.streams[si as usize]
+                .epochs
+                .life_at_position()
+                .is_none_or(|life| u64::from(life) < live)
     }
 
     /// Whether the range `r`'s last block is free and cold and its mapped start (the run of

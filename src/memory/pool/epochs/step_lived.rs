@@ -8,7 +8,9 @@
 //!
 //! *Learning.* When the recording finds an epoch, the positions (from its first allocation) of
 //! the allocations still live when its last allocation was made are kept for the epoch's
-//! floor (the hash of the range's live blocks then), the latest `FLOORS` floors.
+//! floor (the hash of the range's live blocks then), the latest `FLOORS` floors, with how many
+//! allocations the allocation at each position lived (`Epochs::life_at_position`: the
+//! short-lived rule, `tail_first.rs`, asks it of the epoch under way).
 //!
 //! *Predicting.* Whenever the range's live blocks come back to a floor so learnt while the
 //! stream records, the next allocation is position 0 of a new epoch over it: the allocations at
@@ -18,7 +20,8 @@
 //! differs only misplaces a few blocks, low instead of best fit.
 //!
 //! Cost: a comparison per allocation (`wants_lowest`), a look at at most `FLOORS` hashes per
-//! free while recording, and at an epoch found a pass over its log.
+//! free while recording, and at an epoch found a pass over its log and a binary search per
+//! allocation in it (the lifetimes); four bytes a position kept.
 
 use std::sync::Arc;
 
@@ -33,9 +36,8 @@ const FLOORS: usize = 4;
 pub(super) struct StepLived {
     /// Whether blocks are predicted at all (`PoolConfig::step_lived_low`).
     on: bool,
-    /// Per floor hash, oldest first: the positions of the allocations live when the last
-    /// epoch over it made its last one.
-    learnt: Vec<(u64, Arc<[u32]>)>,
+    /// Per floor, oldest first: what the last epoch over it showed.
+    learnt: Vec<Learnt>,
     /// Per floor hash, as `learnt`: for each position pages were gathered at, the largest
     /// request they were gathered for (`gathers`).
     gathered: Vec<(u64, Vec<(u32, u64)>)>,
@@ -68,6 +70,18 @@ impl StepLived {
     }
 }
 
+/// What the last epoch over one floor showed.
+#[derive(Clone, Debug)]
+struct Learnt {
+    /// The floor's hash.
+    floor: u64,
+    /// The positions of the allocations live when the epoch made its last one.
+    positions: Arc<[u32]>,
+    /// Per position, how many allocations were made while that allocation lived
+    /// (`u32::MAX`: it outlived the epoch).
+    lives: Arc<[u32]>,
+}
+
 /// The prediction for the epoch under way over a learnt floor, and its walks for low places
 /// (`Pool::take_lowest`).
 #[derive(Clone, Debug)]
@@ -77,6 +91,8 @@ struct Cursor {
     due: usize,
     /// The log index of the epoch's first allocation.
     start: u32,
+    /// The lifetimes learnt by position (`Learnt::lives`).
+    lives: Arc<[u32]>,
     /// The floor's hash, and its blocks.
     floor: u64,
     floor_blocks: u64,
@@ -101,6 +117,19 @@ fn live_at_last(epoch: &[Logged]) -> Arc<[u32]> {
         .enumerate()
         .filter(|(_, l)| l.end > last && l.end != u32::MAX)
         .map(|(j, _)| j as u32)
+        .collect()
+}
+
+/// For each position in `epoch` (an epoch's log), how many allocations were made while the
+/// allocation there lived: those logged after it and before its free (`u32::MAX`: never freed).
+fn lives(epoch: &[Logged]) -> Arc<[u32]> {
+    epoch
+        .iter()
+        .enumerate()
+        .map(|(j, l)| match l.end {
+            u32::MAX => u32::MAX,
+            end => (epoch.partition_point(|m| m.start < end) - j - 1) as u32,
+        })
         .collect()
 }
 
@@ -138,15 +167,19 @@ impl Epochs {
         if !self.step_lived.on {
             return;
         }
-        let pos = live_at_last(&self.log[from..]);
-        let hash = self.hash;
+        let epoch = &self.log[from..];
+        let learnt = Learnt {
+            floor: self.hash,
+            positions: live_at_last(epoch),
+            lives: lives(epoch),
+        };
         let sl = &mut self.step_lived;
-        sl.learnt.retain(|x| x.0 != hash);
+        sl.learnt.retain(|x| x.floor != learnt.floor);
         if sl.learnt.len() == FLOORS {
-            let old = sl.learnt.remove(0).0;
+            let old = sl.learnt.remove(0).floor;
             sl.gathered.retain(|x| x.0 != old);
         }
-        sl.learnt.push((hash, pos));
+        sl.learnt.push(learnt);
     }
 
     /// Whether the step-lived allocation now due, of `rounded` bytes, may have pages gathered
@@ -193,19 +226,29 @@ impl Epochs {
     pub(super) fn arm_step_lived(&mut self) {
         let hash = self.hash;
         let sl = &mut self.step_lived;
-        if let Some((_, pos)) = sl.learnt.iter().rev().find(|x| x.0 == hash) {
+        if let Some(l) = sl.learnt.iter().rev().find(|x| x.floor == hash) {
             let start = self.log.len() as u32;
-            sl.next = pos.first().map_or(u32::MAX, |&p| start + p);
+            sl.next = l.positions.first().map_or(u32::MAX, |&p| start + p);
             sl.cursor = Some(Cursor {
-                positions: pos.clone(),
+                positions: l.positions.clone(),
                 due: 0,
                 start,
+                lives: l.lives.clone(),
                 floor: hash,
                 floor_blocks: self.count,
                 walked: 0,
                 walk_from: 0,
             });
         }
+    }
+
+    /// How many allocations the allocation now due lived at its position in the last epoch
+    /// over the floor the epoch under way started from (`None`: no such epoch under way, or it
+    /// has gone past that epoch's length).
+    pub(in crate::memory::pool) fn life_at_position(&self) -> Option<u32> {
+        let c = self.step_lived.cursor.as_ref()?;
+        let pos = (self.log.len() as u32).checked_sub(c.start)?;
+        c.lives.get(pos as usize).copied()
     }
 
     /// The walk the step-lived allocation now due may take: how many blocks it may visit, and
@@ -271,5 +314,17 @@ mod tests {
             logged(9, 11),
         ];
         assert_eq!(&*live_at_last(&epoch), &[0, 2, 5]);
+    }
+
+    #[test]
+    fn a_positions_life_counts_the_allocations_made_before_its_free() {
+        // 0 is freed after 1, 2 and 3 are made; 1 at once; 2 after 3; 3 never.
+        let epoch = [
+            logged(1, 8),
+            logged(2, 3),
+            logged(4, 6),
+            logged(5, u32::MAX),
+        ];
+        assert_eq!(&*lives(&epoch), &[3, 0, 1, u32::MAX]);
     }
 }

@@ -2,7 +2,8 @@
 //! allocations blocks of each size live, and a small request whose size lives shorter than the
 //! mean (fewer allocations than there are live blocks) takes the short mapped start of the
 //! range's last block rather than cut a warm hole; sizes that live long, or were never freed,
-//! still take the best fit.
+//! still take the best fit, and so does a request whose position lived long in the last epoch
+//! over its floor.
 
 use super::lifetimes::Lifetimes;
 use super::*;
@@ -90,4 +91,64 @@ fn a_short_lived_request_over_a_page_still_takes_the_best_fit() {
     teach_short(&mut p, &f, PAGE + PAGE / 2);
     assert_eq!(p.alloc(&f, PAGE + PAGE / 2, st(0)).unwrap(), hole);
     check(&p);
+}
+
+/// A range holding a warm 2-page hole below a live page (the floor) and the range's last block
+/// with its first page mapped; then steps over that floor. Each step makes a small block it
+/// keeps to its end (of a size that changes from step to step, so no step follows a plan), a
+/// block of `PAGE / 4` (`long`) that lives through three more allocations, blocks of its size
+/// freed as soon as made, and a larger temporary. Blocks of the size live fewer allocations
+/// than there are live blocks; the one at `long`'s position does not. Returns the hole's
+/// address and, per step, where `long` went and where the first block of its size after it did.
+fn steps_with_a_long_block_among_short_ones() -> (u64, Vec<(u64, u64)>) {
+    let f = Fake::virtual_memory();
+    let mut p = vpool(u64::MAX);
+    assert_eq!(p.config.tail_first, TailFirst::ShortLived);
+    let hole = p.alloc(&f, 2 * PAGE, st(0)).unwrap();
+    let _floor = p.alloc(&f, PAGE, st(0)).unwrap();
+    let last = p.alloc(&f, PAGE / 2, st(0)).unwrap();
+    p.free(&f, last).unwrap();
+    p.free(&f, hole).unwrap();
+    let size = PAGE / 4;
+    let mut placed = Vec::new();
+    for big in [5, 6, 7, 4] {
+        let anchor = p.alloc(&f, big * PAGE / 32, st(0)).unwrap();
+        let long = p.alloc(&f, size, st(0)).unwrap();
+        let mut short = Vec::new();
+        for _ in 0..3 {
+            short.push(p.alloc(&f, size, st(0)).unwrap());
+            p.free(&f, *short.last().unwrap()).unwrap();
+        }
+        p.free(&f, long).unwrap();
+        let t = p.alloc(&f, big * PAGE / 4, st(0)).unwrap();
+        p.free(&f, t).unwrap();
+        for _ in 0..3 {
+            let t = p.alloc(&f, size, st(0)).unwrap();
+            p.free(&f, t).unwrap();
+        }
+        p.free(&f, anchor).unwrap();
+        placed.push((long, short[0]));
+        check(&p);
+    }
+    (hole, placed)
+}
+
+/// `TailFirst::ShortLived` by position: once a step over the floor has been learnt, the block
+/// at `long`'s position cuts the hole (best fit), while the blocks of its size made after it,
+/// which lived short at their positions too, still take the range's last block. By size alone
+/// both would take the last block.
+#[test]
+fn a_position_that_lived_long_in_the_last_step_cuts_the_hole_though_its_size_lives_short() {
+    let (hole, placed) = steps_with_a_long_block_among_short_ones();
+    let in_hole = |a: u64| (hole..hole + 2 * PAGE).contains(&a);
+    for (step, &(long, short)) in placed.iter().enumerate().skip(1) {
+        assert!(
+            in_hole(long),
+            "step {step}: the long-lived position took the hole"
+        );
+        assert!(
+            !in_hole(short),
+            "step {step}: a short-lived one took the range's last block"
+        );
+    }
 }

@@ -243,9 +243,13 @@ impl Epochs {
     }
 
     /// How many allocations the allocation now due lived at its position in the last epoch
-    /// over the floor the epoch under way started from (`None`: no such epoch under way, or it
-    /// has gone past that epoch's length).
+    /// over the floor the epoch under way started from (`None`: no such epoch under way, it has
+    /// gone past that epoch's length, or the stream is not recording, so its log does not count
+    /// positions).
     pub(in crate::memory::pool) fn life_at_position(&self) -> Option<u32> {
+        if !self.recording {
+            return None;
+        }
         let c = self.step_lived.cursor.as_ref()?;
         let pos = (self.log.len() as u32).checked_sub(c.start)?;
         c.lives.get(pos as usize).copied()

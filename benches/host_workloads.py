@@ -2,7 +2,8 @@
 other trace sets do not hold, sized for two CPU cores. Like heldout_workloads.py's, their traces
 only check the pool's rules, never choose them. Same conventions: models built from their
 configurations with random weights, random data, nothing downloaded; each function returns
-step(i), which runs one iteration.
+step(i), which runs one iteration. The three servers at the end (session 51) were recorded on a
+GPU only (`run.sh hostgpu`, `../traces_hostgpu/`).
 
     python3 record_host_traces.py OUT_DIR [--only NAME,...]
 """
@@ -33,18 +34,19 @@ def causal_lm_step(model, opt, rng, vocab, batch, lengths):
     return step
 
 
-def generate_step(model, rng, first_id, vocab, batches, prompts, new, **how):
-    """step(i) generating with `model`, no gradients: a batch of rows (their count drawn from
-    `batches`, a (low, high) pair, by `rng`) of random ids from `first_id` on, of a prompt
-    length drawn from `prompts`, and a number of new tokens drawn from `new`; `how` goes to
-    generate."""
+def generate_step(model, rng, first_id, vocab, batches, prompts, new, requests=1, **how):
+    """step(i) generating with `model`, no gradients, for `requests` requests one after the
+    other: each a batch of rows (their count drawn from `batches`, a (low, high) pair, by `rng`)
+    of random ids from `first_id` on, of a prompt length drawn from `prompts`, and a number of
+    new tokens drawn from `new`; `how` goes to generate."""
 
     def step(i):
-        shape = (rng.randint(*batches), rng.randint(*prompts))
-        ids = torch.randint(first_id, vocab, shape, device=DEV)
-        n = rng.randint(*new)
-        with torch.no_grad():
-            model.generate(ids, min_new_tokens=n, max_new_tokens=n, **how)
+        for _ in range(requests):
+            shape = (rng.randint(*batches), rng.randint(*prompts))
+            ids = torch.randint(first_id, vocab, shape, device=DEV)
+            n = rng.randint(*new)
+            with torch.no_grad():
+                model.generate(ids, min_new_tokens=n, max_new_tokens=n, **how)
 
     return step
 
@@ -1563,6 +1565,47 @@ def hypernet_train():
     return step
 
 
+def opt_serve_small():
+    """A server answering requests one at a time on a heap under 64 MiB: OPT (2 layers, width
+    256), three requests a step, each one prompt of 16-160 tokens and 16-48 new tokens, greedy:
+    each request's prefill makes its layers' keys and values among temporaries of their shape."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    cfg = OPTConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=2, ffn_dim=1024,
+                    num_attention_heads=4, max_position_embeddings=512, word_embed_proj_dim=256)
+    model = OPTForCausalLM(cfg).to(DEV).eval()
+    return generate_step(model, random.Random(61), 3, cfg.vocab_size, (1, 1), (16, 160), (16, 48),
+                         requests=3, do_sample=False, pad_token_id=1)
+
+
+def qwen2_serve_requests():
+    """A server answering requests one at a time: Qwen2-style (6 layers, width 384, grouped
+    queries), three requests a step, each a batch of 1-2 prompts of 32-256 tokens and 24-64 new
+    tokens, nucleus sampling."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=12000, hidden_size=384, intermediate_size=1024,
+                      num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2,
+                      max_position_embeddings=512)
+    model = Qwen2ForCausalLM(cfg).to(DEV).eval()
+    return generate_step(model, random.Random(62), 3, cfg.vocab_size, (1, 2), (32, 256), (24, 64),
+                         requests=3, do_sample=True, top_p=0.9, pad_token_id=0)
+
+
+def neox_serve_long_prompts():
+    """A server answering requests with long prompts and short answers: GPT-NeoX-style (6 layers,
+    width 512, rotary), two requests a step, each one prompt of 128-448 tokens and 8-24 new
+    tokens, greedy: the prefills dominate."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(vocab_size=16000, hidden_size=512, intermediate_size=2048,
+                        num_hidden_layers=6, num_attention_heads=8, max_position_embeddings=512,
+                        bos_token_id=0, eos_token_id=0)
+    model = GPTNeoXForCausalLM(cfg).to(DEV).eval()
+    return generate_step(model, random.Random(63), 3, cfg.vocab_size, (1, 1), (128, 448), (8, 24),
+                         requests=2, do_sample=False, pad_token_id=0)
+
+
 def wgan_gp_train():
     """A Wasserstein GAN with a gradient penalty: DCGAN-shaped critic and generator on 64x64
     images (width 64), 3 critic steps per generator step, each critic step differentiating the
@@ -1650,4 +1693,7 @@ HOST = {
     "vqvae_train": (vqvae_train, 8),
     "hypernet_train": (hypernet_train, 8),
     "wgan_gp_train": (wgan_gp_train, 4),
+    "opt_serve_small": (opt_serve_small, 4),
+    "qwen2_serve_requests": (qwen2_serve_requests, 4),
+    "neox_serve_long_prompts": (neox_serve_long_prompts, 4),
 }

@@ -125,7 +125,7 @@ const OVER_GPU: [(&str, f64, u64); 7] = [
 /// as the CPU recordings are: within their goals, or within their figures (`OVER_GPU`).
 #[test]
 fn traces_recorded_on_a_gpu_stay_within_their_goals() {
-    set_within_goals("benches/traces_hostgpu", 18, &OVER_GPU);
+    set_within_goals("benches/traces_hostgpu", 21, &OVER_GPU);
 }
 
 /// Every trace in `dir` (under the crate), at least `least` of them, replayed at both paces:

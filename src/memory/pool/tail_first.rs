@@ -14,7 +14,8 @@
 //! short-lived block cut from a hole would outlive the neighbours that free the hole's other
 //! parts (mlp_small_train 1.0670 → 1.0443 on the H200, no trace over its goal with it).
 //! In an epoch over a floor whose last epoch was learnt (`epochs/step_lived.rs`), a request
-//! whose position lived at least the mean then is not short-lived, whatever its size: a
+//! whose position then lived at least as many allocations as there are live blocks now is not
+//! short-lived, whatever its size: a
 //! prefill makes its layers' keys and values, kept for the whole request, among temporaries of
 //! their shape, and by size alone they went to the tail with them, to be left there between
 //! freed temporaries (host replay, decoder_requests_6x512_b1: 1.0903 → 1.0552 of its peak live,

@@ -86,15 +86,13 @@ struct Learnt {
 /// (`Pool::take_lowest`).
 #[derive(Clone, Debug)]
 struct Cursor {
-    /// The positions learnt, and the index there of the next one due.
-    positions: Arc<[u32]>,
+    /// What the last epoch over the floor showed, and the index in its positions of the next
+    /// one due.
+    learnt: Learnt,
     due: usize,
     /// The log index of the epoch's first allocation.
     start: u32,
-    /// The lifetimes learnt by position (`Learnt::lives`).
-    lives: Arc<[u32]>,
-    /// The floor's hash, and its blocks.
-    floor: u64,
+    /// The floor's blocks.
     floor_blocks: u64,
     /// Blocks the walks have visited, and the address of the allocated block right below the
     /// lowest free one found (0: none yet), where the next walk starts.
@@ -155,7 +153,7 @@ impl Epochs {
         sl.next = u32::MAX;
         if let Some(c) = &mut sl.cursor {
             c.due += 1;
-            if let Some(&p) = c.positions.get(c.due) {
+            if let Some(&p) = c.learnt.positions.get(c.due) {
                 sl.next = c.start + p;
             }
         }
@@ -195,7 +193,7 @@ impl Epochs {
         let Some((pos, hash)) = sl
             .cursor
             .as_ref()
-            .and_then(|c| Some((*c.positions.get(c.due)?, c.floor)))
+            .and_then(|c| Some((*c.learnt.positions.get(c.due)?, c.learnt.floor)))
         else {
             return false;
         };
@@ -230,11 +228,9 @@ impl Epochs {
             let start = self.log.len() as u32;
             sl.next = l.positions.first().map_or(u32::MAX, |&p| start + p);
             sl.cursor = Some(Cursor {
-                positions: l.positions.clone(),
+                learnt: l.clone(),
                 due: 0,
                 start,
-                lives: l.lives.clone(),
-                floor: hash,
                 floor_blocks: self.count,
                 walked: 0,
                 walk_from: 0,
@@ -252,7 +248,7 @@ impl Epochs {
         }
         let c = self.step_lived.cursor.as_ref()?;
         let pos = (self.log.len() as u32).checked_sub(c.start)?;
-        c.lives.get(pos as usize).copied()
+        c.learnt.lives.get(pos as usize).copied()
     }
 
     /// The walk the step-lived allocation now due may take: how many blocks it may visit, and

@@ -81,6 +81,9 @@ mod step_lived;
 /// an allocation, and the planner's time, O(n log n) in it: 30 ms for 14,000 allocations on the
 /// build machine; the recorded traces' passes hold at most 51,000).
 pub(super) const LOG_MAX: usize = 1 << 18;
+/// Log entries (and starts) whose memory a stream keeps while it does not record (`drop_log`):
+/// 64 KiB of log, against `LOG_MAX`'s 4 MiB.
+const LOG_KEPT: usize = 1 << 12;
 /// Most epochs a stream waits before following or logging again after plans were left.
 const MAX_WAIT: u32 = 1 << 10;
 /// Plans over a floor followed to the end in a row after which the recording stops while
@@ -415,14 +418,26 @@ impl Epochs {
         seq - self.since > 2 * len.max(1)
     }
 
-    /// The recording stops (its log's memory goes) until the next epoch starts after a wait;
+    /// The recording stops (its log emptied) until the next epoch starts after a wait;
     /// the live figures counted the epoch's own blocks, so they wait for `recount`.
     #[cold]
     fn stop_recording(&mut self) {
         self.recording = false;
-        self.log = Vec::new();
-        self.starts = Vec::new();
+        self.drop_log();
         self.stale = true;
+    }
+
+    /// The log and its starts are emptied while the stream does not record. Up to
+    /// `LOG_KEPT` entries of their memory stay: a recording that starts again (each time a
+    /// program's pass or a replay's starts over an empty range) then writes into memory it
+    /// has used rather than growing a new log from nothing, whose allocations and copies were
+    /// most of what following plans cost a pass in the CPU's caches. Beyond that, the memory
+    /// of a long log goes.
+    fn drop_log(&mut self) {
+        self.log.clear();
+        self.log.shrink_to(LOG_KEPT);
+        self.starts.clear();
+        self.starts.shrink_to(LOG_KEPT);
     }
 
     /// No epoch in a whole log: the stream stops recording for 2^misses − 1 times `LOG_MAX`
@@ -668,13 +683,12 @@ impl Epochs {
             self.mode = Mode::Following;
             self.quick = p.young == p.sizes.len();
             if self.quick || self.in_row >= SURE {
-                // Over an empty floor the recording stops (its log's memory goes): an epoch
+                // Over an empty floor the recording stops (its log emptied): an epoch
                 // that empties the range holds every other one. Over a floor it goes on, so
                 // that an epoch holding this one (a program's pass over several steps) is
                 // still found — until plans have been followed `SURE` times in a row.
                 self.recording = false;
-                self.log = Vec::new();
-                self.starts = Vec::new();
+                self.drop_log();
             } else if !self.recording {
                 // A plan was left since it stopped: the epoch that left it, a variant, is
                 // learnt when it comes again.

@@ -10,9 +10,13 @@
 # of them and the build fit one 600 s device call). POOL_AB_ENV="K=V ..." makes the middle run this
 # build's library with those variables set instead of the baseline's (a knob's A/B in one call;
 # its file is then pool_replay_env.md).
+# POOL_AB_ROUNDS=N instead interleaves N rounds of base, new and, with POOL_AB_ENV, this build with
+# those variables — each its own replay, files pool_replay_{base,new,env}_R.md — so that the
+# machine's drift touches every library alike (a few traces: POOL_AB_TRACES="PATH ...", paths from
+# the repository root, /tmp/gkrt-pool/traces/NAME.trace.gz for the synthetic ones).
 run_poolab() {
-  local b=/tmp/gkrt-pool base=${POOL_BASE_LIB:-.gpu/lib_base} run from traces mid=base
-  [ -n "${POOL_AB_ENV:-}" ] && mid=env && base=.gpu/lib_new
+  local b=/tmp/gkrt-pool base=${POOL_BASE_LIB:-.gpu/lib_base} run traces mid=base r
+  [ -n "${POOL_AB_ENV:-}" ] && [ -z "${POOL_AB_ROUNDS:-}" ] && mid=env
   if [ "$mid" = base ] && [ ! -f "$base/libgkrt.so" ]; then
     echo "poolab: no $base/libgkrt.so (stage the baseline's library there)"
     return 1
@@ -21,19 +25,32 @@ run_poolab() {
   python3 benches/gen_traces.py "$b/traces" >/dev/null
   traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz \
     benches/traces_heldout/*.trace.gz benches/traces_host/*.trace.gz)
+  traces=${POOL_AB_TRACES:-$traces}
   # trace_replay loads .gpu/lib/libgkrt.so (its rpath): the library under test is swapped in there.
   rm -rf .gpu/lib_new && cp -a .gpu/lib .gpu/lib_new
-  for run in new $mid new2; do
-    from=.gpu/lib_new
-    [ "$run" = base ] && from=$base
-    cp "$from/libgkrt.so" .gpu/lib/libgkrt.so && cp "$from/libgkrt.so" .gpu/lib/libgkrt.so.0
-    local vars=()
-    # shellcheck disable=SC2206  # K=V words, split on purpose
-    [ "$run" = env ] && vars=($POOL_AB_ENV) && echo "poolab: env run with ${vars[*]}"
-    # shellcheck disable=SC2086  # trace paths have no spaces
-    env "${vars[@]}" timeout "${POOL_AB_TIMEOUT:-170}" "$b/trace_replay" --passes "${POOL_PASSES:-10}" \
-      --only "${POOL_ONLY:-gkrt async torch}" $traces >"$OUT/pool_replay_$run.md" 2>&1
-    echo "poolab: $run ($from): $(grep -c '^| ' "$OUT/pool_replay_$run.md") table rows in $OUT/pool_replay_$run.md"
-  done
+  if [ -n "${POOL_AB_ROUNDS:-}" ]; then
+    local runs="base new"
+    [ -n "${POOL_AB_ENV:-}" ] && runs="$runs env"
+    for r in $(seq "$POOL_AB_ROUNDS"); do
+      for run in $runs; do poolab_replay "$run" "${run}_$r" "$base" "$b" "$traces"; done
+    done
+  else
+    for run in new $mid new2; do poolab_replay "$run" "$run" "$base" "$b" "$traces"; done
+  fi
   cp .gpu/lib_new/libgkrt.so .gpu/lib/libgkrt.so && cp .gpu/lib_new/libgkrt.so .gpu/lib/libgkrt.so.0
+}
+
+# One replay: RUN (base: the baseline's library; env: this build with POOL_AB_ENV; else this
+# build) into $OUT/pool_replay_TAG.md.
+poolab_replay() {
+  local run=$1 tag=$2 base=$3 b=$4 traces=$5 from=.gpu/lib_new
+  [ "$run" = base ] && from=$base
+  cp "$from/libgkrt.so" .gpu/lib/libgkrt.so && cp "$from/libgkrt.so" .gpu/lib/libgkrt.so.0
+  local vars=()
+  # shellcheck disable=SC2206  # K=V words, split on purpose
+  [ "$run" = env ] && vars=($POOL_AB_ENV) && echo "poolab: env run with ${vars[*]}"
+  # shellcheck disable=SC2086  # trace paths have no spaces
+  env "${vars[@]}" timeout "${POOL_AB_TIMEOUT:-170}" "$b/trace_replay" --passes "${POOL_PASSES:-10}" \
+    --only "${POOL_ONLY:-gkrt async torch}" $traces >"$OUT/pool_replay_$tag.md" 2>&1
+  echo "poolab: $tag ($from): $(grep -c '^| ' "$OUT/pool_replay_$tag.md") table rows in $OUT/pool_replay_$tag.md"
 }

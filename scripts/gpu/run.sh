@@ -14,7 +14,8 @@
 #           puts the default beside its page-alias variants (GKRT_POOL_ALIASES=1, 2 and 3) alone
 #   poolab  the pool's replay with this library and a baseline's (POOL_BASE_LIB, default .gpu/lib_base:
 #           a staged libgkrt.so, e.g. main's), new / baseline / new again in one call, PyTorch and
-#           cuMemAllocAsync beside each (scripts/gpu/poolab.sh; $OUT/pool_replay_{new,base,new2}.md)
+#           cuMemAllocAsync beside each (scripts/gpu/poolab.sh; $OUT/pool_replay_{new,base,new2}.md);
+#           POOL_AB_ROUNDS=N interleaves N rounds of them instead, POOL_AB_TRACES picks the traces
 #   gpt2ab  examples_c/gpt2 in dynamic mode under a limit it does not need, with this library and a
 #           baseline's (GPT2AB_BASE_LIB, default .gpu/lib_base) in turn, GPT2AB_PAIRS (2) pairs in one
 #           call: step time, peak reserved over the working set, runs placed by an epoch plan

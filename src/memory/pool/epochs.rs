@@ -82,8 +82,8 @@ mod step_lived;
 /// build machine; the recorded traces' passes hold at most 51,000).
 pub(super) const LOG_MAX: usize = 1 << 18;
 /// Log entries (and starts) whose memory a stream keeps while it does not record (`drop_log`):
-/// 64 KiB of log, against `LOG_MAX`'s 4 MiB.
-const LOG_KEPT: usize = 1 << 12;
+/// at most 64 KiB of log and 192 KiB of starts, against `LOG_MAX`'s 4 MiB of log.
+pub(super) const LOG_KEPT: usize = 1 << 12;
 /// Most epochs a stream waits before following or logging again after plans were left.
 const MAX_WAIT: u32 = 1 << 10;
 /// Plans over a floor followed to the end in a row after which the recording stops while
@@ -455,6 +455,12 @@ impl Epochs {
     /// Whether the stream is logging.
     pub(super) fn is_recording(&self) -> bool {
         self.recording
+    }
+
+    /// The entries the log holds, and those its memory has room for.
+    #[cfg(test)]
+    pub(super) fn log_room(&self) -> (usize, usize) {
+        (self.log.len(), self.log.capacity())
     }
 
     /// The allocation order before the log's first entry: a block allocated later than it has

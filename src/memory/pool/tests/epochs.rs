@@ -232,6 +232,38 @@ fn a_step_too_small_to_be_an_epoch_does_not_stop_the_plans() {
     check(&p);
 }
 
+/// Steps over weights followed `SURE` times in a row stop the recording: the log is emptied
+/// but its memory stays for the next recording (a replay's next pass), up to `LOG_KEPT`
+/// entries — a log of longer steps gives the rest back.
+#[test]
+fn a_recording_that_stops_keeps_a_bounded_log() {
+    let kept = super::super::epochs::LOG_KEPT;
+    for (n, size) in [(8, MIB), (kept + 500, 4096)] {
+        let (mut p, f) = idle_pool();
+        let weights = p.alloc(&f, 64 * MIB, st(0)).unwrap();
+        for _ in 0..12 {
+            let step: Vec<u64> = (0..n).map(|_| p.alloc(&f, size, st(0)).unwrap()).collect();
+            for a in step {
+                p.free(&f, a).unwrap();
+            }
+        }
+        let e = &p.streams[0].epochs;
+        assert!(!e.is_recording(), "steps of {n} allocations still recorded");
+        let (len, room) = e.log_room();
+        assert_eq!(len, 0, "steps of {n}: the log is emptied");
+        assert!(
+            room >= n.min(kept),
+            "steps of {n}: room for {room} entries kept"
+        );
+        assert!(
+            room <= kept,
+            "steps of {n}: room for {room} entries, over {kept}"
+        );
+        p.free(&f, weights).unwrap();
+        check(&p);
+    }
+}
+
 /// A program that keeps a block of each step into the next (a PyTorch loop's loss, held by its
 /// variable until the next step's is made) never returns to a floor: after a whole log without
 /// an epoch its stream stops recording for a while, and every block stays usable.

@@ -113,9 +113,10 @@ pub struct PoolConfig {
     /// (`GKRT_POOL_ALIASES=3` turns it and the two above on).
     pub alias_again_until_undone: bool,
     /// Before the slack rule picks pages to move, it records a marker after the latest frees
-    /// and polls it for up to this long (default 200 µs): an idle or nearly idle device passes
-    /// it, and the pages freed before it can move without a stall; a busy one does not, and new
-    /// pages are mapped (after a miss, spins back off exponentially).
+    /// and polls it for up to this long (default 200 µs; at least four polls, however long the
+    /// scheduler held the thread): an idle or nearly idle device passes it, and the pages freed
+    /// before it can move without a stall; a busy one does not, and new pages are mapped (after
+    /// a miss, spins back off exponentially).
     pub recycle_spin_ns: u64,
     /// Thousandths of wall time the slack rule's page moves may take (default 10: 1%), measured
     /// by the pool (`move_budget.rs`): under churn, when moves come faster than they are paid

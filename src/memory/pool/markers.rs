@@ -8,6 +8,12 @@ use super::{Pool, PoolBacking};
 
 /// Markers in flight per stream, at most (the slack rule's own may take it to twice that).
 pub(super) const MARKERS_IN_FLIGHT: usize = 8;
+/// Polls a spin makes before its time bound can end it: a thread descheduled just after the
+/// spin began has lost its window to the scheduler, not to the device, which has gone on
+/// meanwhile. A few polls cost far less than the bound (cuEventQuery: about a microsecond).
+/// (The test fake's idle device passes a marker at its third poll; with the bound alone, CI's
+/// loaded test run once saw a spin end before it.)
+const SPIN_POLLS: u32 = 4;
 
 impl Pool {
     /// Counts a stream-ordered free of block `i`; every `marker_every` frees on a stream with a
@@ -58,9 +64,10 @@ impl Pool {
         }
     }
 
-    /// Polls stream `si`'s newest marker for up to `recycle_spin_ns` (see there); never waits on the
-    /// device. After a miss (a busy device) the next 1, 2, 4 … 64 opportunities are skipped, so
-    /// a device that stays busy costs few spins; a hit resets the backoff.
+    /// Polls stream `si`'s newest marker for up to `recycle_spin_ns` (see there), and at least
+    /// `SPIN_POLLS` times; never waits on the device. After a miss (a busy device) the next 1,
+    /// 2, 4 … 64 opportunities are skipped, so a device that stays busy costs few spins; a hit
+    /// resets the backoff.
     pub(super) fn spin_on_newest_marker(&mut self, backing: &dyn PoolBacking, si: u32) {
         let spin = self.config.recycle_spin_ns;
         let st = &mut self.streams[si as usize];
@@ -75,8 +82,10 @@ impl Pool {
             return;
         }
         let start = std::time::Instant::now();
+        let mut polls = 0;
         while !backing.event_complete(e) {
-            if start.elapsed().as_nanos() as u64 >= spin {
+            polls += 1;
+            if polls >= SPIN_POLLS && start.elapsed().as_nanos() as u64 >= spin {
                 let st = &mut self.streams[si as usize];
                 st.spin_skip = 1 << st.spin_misses.min(6);
                 st.spin_misses += 1;

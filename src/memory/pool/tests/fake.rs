@@ -154,6 +154,7 @@ impl FakeConfig {
                 freed: Vec::new(),
                 idle_device: false,
                 polls: 0,
+                poll_delay: std::time::Duration::ZERO,
                 lagged: HashMap::new(),
                 next_lagged: 0,
             }),
@@ -219,6 +220,9 @@ pub(super) struct FakeState {
     /// An idle device: a polled marker completes (with all before it) at its third poll.
     pub(super) idle_device: bool,
     polls: u32,
+    /// Wall-clock time each poll of a marker not yet complete takes (the polling thread
+    /// descheduled, as on a loaded machine).
+    pub(super) poll_delay: std::time::Duration,
     /// Counting mode with a device lag: each marker's time of completion, and the next id.
     lagged: HashMap<u32, u64>,
     next_lagged: u32,
@@ -473,6 +477,9 @@ impl PoolBacking for Fake {
                 s.polls = 0;
                 s.markers[..=i].iter_mut().for_each(|m| m.2 = true);
             }
+        }
+        if !s.markers[i].2 {
+            std::thread::sleep(s.poll_delay);
         }
         s.markers[i].2
     }

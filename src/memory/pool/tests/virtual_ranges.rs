@@ -332,6 +332,20 @@ fn an_idle_device_lets_the_slack_rule_move_pages_without_waiting() {
     check(&q);
 }
 
+/// A spin whose polls the scheduler delays past its time bound still polls a few times: the
+/// idle device's marker, passed at the third poll, lets x's pages move as above.
+#[test]
+fn a_spin_delayed_past_its_bound_still_sees_an_idle_device() {
+    let f = Fake::virtual_memory();
+    f.state_mut().idle_device = true;
+    let spin = PoolConfig::default().recycle_spin_ns;
+    f.state_mut().poll_delay = std::time::Duration::from_nanos(2 * spin);
+    let (p, _) = slack_case(&f, spin);
+    let s = p.stats();
+    assert_eq!((f.syncs(), s.recycle_count, s.device_wait_count), (0, 1, 0));
+    check(&p);
+}
+
 #[test]
 fn placement_prefers_mapped_pages_at_either_end_of_a_hole() {
     let f = Fake::virtual_memory();

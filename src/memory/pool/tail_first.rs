@@ -15,10 +15,9 @@
 //! parts (mlp_small_train 1.0670 → 1.0443 on the H200, no trace over its goal with it).
 //! In an epoch over a floor whose last epoch was learnt (`epochs/step_lived.rs`), a request
 //! whose position then lived at least as many allocations as there are live blocks now is not
-//! short-lived, whatever its size: a
-//! prefill makes its layers' keys and values, kept for the whole request, among temporaries of
-//! their shape, and by size alone they went to the tail with them, to be left there between
-//! freed temporaries (host replay, decoder_requests_6x512_b1: 1.0903 → 1.0552 of its peak live,
+//! short-lived, whatever its size: a prefill makes its layers' keys and values, kept for the
+//! whole request, among temporaries of their shape, and by size alone they went to the tail
+//! with them, to be left there between freed temporaries (host replay, decoder_requests_6x512_b1: 1.0903 → 1.0552 of its peak live,
 //! over its goal at 12 → 4 of 24 seeds; session 51). The position only vetoes: sending a
 //! request to the tail because its position lived short, whatever its size, put a growing
 //! cache's blocks there when a generation was longer than the one learnt

@@ -2,8 +2,10 @@
 other trace sets do not hold, sized for two CPU cores. Like heldout_workloads.py's, their traces
 only check the pool's rules, never choose them. Same conventions: models built from their
 configurations with random weights, random data, nothing downloaded; each function returns
-step(i), which runs one iteration. The three servers at the end (session 51) were recorded on a
-GPU only (`run.sh hostgpu`, `../traces_hostgpu/`).
+step(i), which runs one iteration. The three servers after wgan_gp_train (session 51) and the five
+programs after them (session 53: a transducer's joint network, a Fourier neural operator, an input
+pipeline on a side stream, point-cloud neighbourhoods, K-FAC's eigendecompositions) were
+recorded on a GPU only (`run.sh hostgpu`, `../traces_hostgpu/`).
 
     python3 record_host_traces.py OUT_DIR [--only NAME,...]
 """
@@ -1639,6 +1641,215 @@ def wgan_gp_train():
     return step
 
 
+def rnnt_train():
+    """A speech transducer (RNN-T) trained on utterances of varying length: a 2-layer LSTM
+    encoder (width 320) over 4x-subsampled features, an embedding and an LSTM as the prediction
+    network over the labels, and the joint network over every (frame, label) pair: a (batch,
+    frames, labels + 1, vocabulary) tensor whose size follows frames x labels, both drawn each
+    step (frames 60-200, labels 8-40; batch 8, vocabulary 256). The loss sums the lattice's blank
+    and label log-probabilities (a surrogate for the forward-backward); AdamW."""
+    V, H = 256, 320
+
+    class Transducer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sub = nn.Conv1d(80, H, 4, stride=4)
+            self.enc = nn.LSTM(H, H, 2, batch_first=True)
+            self.emb = nn.Embedding(V, H)
+            self.pred = nn.LSTM(H, H, 1, batch_first=True)
+            self.fe, self.fp, self.out = nn.Linear(H, H), nn.Linear(H, H), nn.Linear(H, V)
+
+        def forward(self, feats, labels):
+            e, _ = self.enc(self.sub(feats).transpose(1, 2))
+            p, _ = self.pred(self.emb(F.pad(labels, (1, 0))))
+            joint = torch.tanh(self.fe(e).unsqueeze(2) + self.fp(p).unsqueeze(1))
+            return self.out(joint).log_softmax(-1)
+
+    model = Transducer().to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(81)
+
+    def step(i):
+        b, t, u = 8, rng.randint(60, 200), rng.randint(8, 40)
+        labels = torch.randint(1, V, (b, u), device=DEV)
+        lp = model(torch.randn(b, 80, 4 * t, device=DEV), labels)
+        on = labels[:, None, :, None].expand(b, lp.shape[1], u, 1)
+        step_on(opt, -(lp[..., 0].sum() + lp[:, :, :u].gather(3, on).sum()) / (b * t))
+
+    return step
+
+
+def fno_train_sizes():
+    """A Fourier neural operator trained at several resolutions: 4 spectral layers (width 32,
+    the lowest 12 x 12 modes of each half-plane) on 2-D fields whose grid is drawn each step
+    from 64, 96 and 128 points a side, batch 16, Adam: each layer's real FFT, the modes' complex
+    products and the inverse FFT allocate complex tensors (and cuFFT's work areas) of the grid's
+    size."""
+    W, M = 32, 12
+
+    class Spectral(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = nn.Parameter(torch.randn(W, W, M, M, dtype=torch.cfloat) / (W * W))
+            self.w2 = nn.Parameter(torch.randn(W, W, M, M, dtype=torch.cfloat) / (W * W))
+            self.skip = nn.Conv2d(W, W, 1)
+
+        def forward(self, x):
+            b, _, h, w = x.shape
+            xf = torch.fft.rfft2(x)
+            out = torch.zeros(b, W, h, w // 2 + 1, dtype=torch.cfloat, device=x.device)
+            out[:, :, :M, :M] = torch.einsum("bixy,ioxy->boxy", xf[:, :, :M, :M], self.w1)
+            out[:, :, -M:, :M] = torch.einsum("bixy,ioxy->boxy", xf[:, :, -M:, :M], self.w2)
+            return F.gelu(torch.fft.irfft2(out, s=(h, w)) + self.skip(x))
+
+    model = nn.Sequential(nn.Conv2d(3, W, 1), *[Spectral() for _ in range(4)],
+                          nn.Conv2d(W, 1, 1)).to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    rng = random.Random(82)
+
+    def step(i):
+        n = rng.choice([64, 96, 128])
+        x = torch.randn(16, 3, n, n, device=DEV)
+        step_on(opt, F.mse_loss(model(x), torch.randn(16, 1, n, n, device=DEV)))
+
+    return step
+
+
+def prefetch_stream_train():
+    """A training loop whose input pipeline runs on a stream of its own: each batch (random
+    144x144 images, cropped to 128x128 at a random place, normalised, flipped half the time,
+    and its labels) is made on a side stream one step ahead of the model and handed over with
+    an event and record_stream; a ResNet-18 (100 classes), batch 32, SGD with momentum:
+    allocations on two streams, the side stream's freed once the main stream has used them (on
+    the CPU, one stream)."""
+    import contextlib
+
+    from torchvision.models import resnet18
+
+    model = resnet18(num_classes=100).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    gpu = DEV != "cpu"
+    side = torch.cuda.Stream() if gpu else None
+    mean = torch.tensor([0.485, 0.456, 0.406], device=DEV).view(1, 3, 1, 1)
+    rng = random.Random(83)
+
+    def batch():
+        with torch.cuda.stream(side) if gpu else contextlib.nullcontext():
+            i, j = rng.randrange(17), rng.randrange(17)
+            x = (torch.rand(32, 3, 144, 144, device=DEV)[:, :, i:i + 128, j:j + 128] - mean) / 0.25
+            if rng.random() < 0.5:
+                x = x.flip(3)
+            y = torch.randint(0, 100, (32,), device=DEV)
+            ready = torch.cuda.Event() if gpu else None
+            if gpu:
+                ready.record(side)
+        return x, y, ready
+
+    ahead = [batch()]
+
+    def step(i):
+        x, y, ready = ahead[0]
+        if gpu:
+            main = torch.cuda.current_stream()
+            main.wait_event(ready)
+            x.record_stream(main)
+            y.record_stream(main)
+        ahead[0] = batch()
+        step_on(opt, F.cross_entropy(model(x), y))
+
+    return step
+
+
+def point_knn_train():
+    """Point clouds with neighbourhoods: a DGCNN-style classifier (3 edge convolutions of width
+    64, 64 and 128 over each point's 16 nearest neighbours, found among the cloud's points by
+    their pairwise distances; a shared layer to 512 over the three, max-pooled; 40 classes) on
+    clouds of 512-2048 points drawn each step, batch 8, Adam: the distance matrices grow with
+    the square of the cloud, the neighbourhoods with its size."""
+    K = 16
+
+    def edge(x, lin):
+        b, n, c = x.shape
+        idx = torch.cdist(x, x).topk(K, dim=-1, largest=False).indices
+        idx = idx + torch.arange(b, device=x.device).view(b, 1, 1) * n
+        nb = x.reshape(b * n, c)[idx.reshape(-1)].view(b, n, K, c)
+        center = x.unsqueeze(2).expand(-1, -1, K, -1)
+        return lin(torch.cat([center, nb - center], -1)).amax(2)
+
+    class Dgcnn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.edges = nn.ModuleList(
+                nn.Sequential(nn.Linear(2 * a, z), nn.LayerNorm(z), nn.GELU())
+                for a, z in [(3, 64), (64, 64), (64, 128)])
+            self.mlp = nn.Sequential(nn.Linear(256, 512), nn.GELU())
+            self.head = nn.Linear(512, 40)
+
+        def forward(self, x):
+            hs = []
+            for e in self.edges:
+                x = edge(x, e)
+                hs.append(x)
+            return self.head(self.mlp(torch.cat(hs, -1)).amax(1))
+
+    model = Dgcnn().to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    rng = random.Random(84)
+
+    def step(i):
+        x = torch.randn(8, rng.randint(512, 2048), 3, device=DEV)
+        step_on(opt, F.cross_entropy(model(x), torch.randint(0, 40, (8,), device=DEV)))
+
+    return step
+
+
+def kfac_train():
+    """A second-order optimiser's statistics: an MLP (512-1024-1024-1024-10) preconditioned
+    K-FAC-style. Each layer's input and output-gradient covariances (up to 1024 x 1024) are kept
+    as running averages, inverted every 4 steps through a symmetric eigendecomposition
+    (cuSOLVER's work areas), and each gradient is multiplied by both inverses before SGD with
+    momentum; batches of 128-512 rows."""
+    dims = [512, 1024, 1024, 1024, 10]
+    layers = [nn.Linear(a, z) for a, z in zip(dims, dims[1:])]
+    model = nn.Sequential(*[m for lin in layers for m in (lin, nn.ReLU())][:-1]).to(DEV)
+    acts, grads = {}, {}
+
+    def keep(k):
+        def hook(m, i, o):
+            acts[k] = i[0].detach()
+            o.register_hook(lambda g: grads.__setitem__(k, g.detach()))
+
+        return hook
+
+    for k, lin in enumerate(layers):
+        lin.register_forward_hook(keep(k))
+    cov_a = [torch.eye(lin.in_features, device=DEV) for lin in layers]
+    cov_g = [torch.eye(lin.out_features, device=DEV) for lin in layers]
+    inv = [(a.clone(), g.clone()) for a, g in zip(cov_a, cov_g)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rng = random.Random(85)
+
+    def inverse(m):
+        w, v = torch.linalg.eigh(m)
+        return (v / (w.clamp_min(0) + 1e-3)) @ v.T
+
+    def step(i):
+        b = rng.choice([128, 256, 512])
+        x = torch.randn(b, 512, device=DEV)
+        F.cross_entropy(model(x), torch.randint(0, 10, (b,), device=DEV)).backward()
+        for k, lin in enumerate(layers):
+            a, g = acts[k], grads[k]
+            cov_a[k].mul_(0.95).add_(a.T @ a, alpha=0.05 / b)
+            cov_g[k].mul_(0.95).add_(g.T @ g, alpha=0.05 * b)
+            if i % 4 == 0:
+                inv[k] = (inverse(cov_a[k]), inverse(cov_g[k]))
+            lin.weight.grad = inv[k][1] @ lin.weight.grad @ inv[k][0]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -1696,4 +1907,9 @@ HOST = {
     "opt_serve_small": (opt_serve_small, 4),
     "qwen2_serve_requests": (qwen2_serve_requests, 4),
     "neox_serve_long_prompts": (neox_serve_long_prompts, 4),
+    "rnnt_train": (rnnt_train, 8),
+    "fno_train_sizes": (fno_train_sizes, 8),
+    "prefetch_stream_train": (prefetch_stream_train, 8),
+    "point_knn_train": (point_knn_train, 8),
+    "kfac_train": (kfac_train, 12),
 }

@@ -309,11 +309,11 @@ impl Epochs {
                     self.force_end(seq);
                 }
                 self.young += 1;
+                // Recording goes on after a plan is left, however long its epoch runs: the plan
+                // may have been a fragment of a step (temporaries that ended as an epoch before
+                // the step reached its peak), and only a recording that goes on finds the step.
+                // A log filled without an epoch pauses it (`pause`).
                 if !self.recording {
-                    return NIL;
-                }
-                if self.mode == Mode::Left && self.overdue(seq) {
-                    self.stop_recording();
                     return NIL;
                 }
                 self.count_in(addr, size);
@@ -407,15 +407,6 @@ impl Epochs {
             self.end_epoch();
             self.quick = self.mode != Mode::Ready;
         }
-    }
-
-    /// A plan over a floor was left and its epoch has gone on for twice the plan's length: its
-    /// allocations are not all freed where the plan's were (a program that keeps a block of
-    /// each step into the next, say), so the epoch may never end.
-    #[inline]
-    fn overdue(&self, seq: u64) -> bool {
-        let len = self.plan.as_ref().map_or(0, |p| p.young as u64);
-        seq - self.since > 2 * len.max(1)
     }
 
     /// The recording stops (its log emptied) until the next epoch starts after a wait;

@@ -6,6 +6,7 @@
 
 mod aliases;
 mod dry_run_pending;
+mod epoch_fragments;
 mod epochs;
 mod fake;
 mod granularity;

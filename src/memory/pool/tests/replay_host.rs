@@ -68,12 +68,17 @@ fn replay_host(name: &str) -> Figures {
 ///   block (allocated at event 450, freed at 750) placed at the tail's start while the 4 MiB
 ///   block below it was live (freed at 465), the rest in holes of 1.0–1.5 MiB between live
 ///   blocks: it maps 8 MiB (152 MiB, then 154, for 144.6 live: 1.0648; clairvoyant 1.0371).
-const OVER: [(&str, f64, u64); 5] = [
+/// - kfac_train (session 53) keeps each layer's covariances and their inverses (up to 4 MiB
+///   each) and makes the inverses anew every fourth step, through eigendecompositions whose
+///   blocks come and go between them: 128 MiB for 112.7 MiB live (1.1354). A clairvoyant
+///   placement that moves no page needs 1.0822; moves without a time limit give the same.
+const OVER: [(&str, f64, u64); 6] = [
     ("maml_meta_train", 1.1716, 0),
     ("treelstm_train", 1.1981, 0),
     ("early_exit_infer", 1.0873, 4),
     ("lbfgs_train", 1.1058, 0),
     ("wgan_gp_train", 1.0649, 0),
+    ("kfac_train", 1.1355, 0),
 ];
 
 /// Every host-recorded trace replayed as `trace_replay --passes 5` replays it, at both paces:
@@ -82,7 +87,7 @@ const OVER: [(&str, f64, u64); 5] = [
 /// figures.
 #[test]
 fn traces_recorded_on_the_cpu_stay_within_their_goals() {
-    set_within_goals("benches/traces_host", 52, &OVER);
+    set_within_goals("benches/traces_host", 57, &OVER);
 }
 
 /// GPU recordings of host programs over their goal, each held to its figures at the slower of

@@ -11,7 +11,8 @@
 #           idle, and each swapping plan's predicted step beside the measured (scripts/gpu/timeline.py)
 #   pool    the pool against PyTorch and cuMemAllocAsync (needs the traces copied into .gpu/pool/
 #           and torch in python3; BENCHMARKS.md section 3); POOL_ONLY=gkrt,torch,async,aliases
-#           puts the default beside its page-alias variants (GKRT_POOL_ALIASES=1, 2 and 3) alone
+#           puts the default beside its page-alias variants (GKRT_POOL_ALIASES=1, 2 and 3) alone;
+#           POOL_TRACES="GLOB ..." replays those traces only (e.g. '$OUT/hostgpu_traces/*.trace.gz')
 #   poolab  the pool's replay with this library and a baseline's (POOL_BASE_LIB, default .gpu/lib_base:
 #           a staged libgkrt.so, e.g. main's), new / baseline / new again in one call, PyTorch and
 #           cuMemAllocAsync beside each (scripts/gpu/poolab.sh; $OUT/pool_replay_{new,base,new2}.md);
@@ -316,6 +317,8 @@ run_pool() {
   traces=$(shopt -s nullglob; echo .gpu/pool/*.trace.gz benches/traces/*.trace.gz "$b"/traces/*.trace.gz \
     "$OUT"/workload_traces/*.trace.gz benches/traces_heldout/*.trace.gz "$OUT"/heldout_traces/*.trace.gz \
     benches/traces_host/*.trace.gz benches/traces_hostgpu/*.trace.gz "$OUT"/hostgpu_traces/*.trace.gz)
+  # POOL_TRACES (globs, space-separated, evaluated here so they may name $OUT): those traces only.
+  [ -z "${POOL_TRACES:-}" ] || traces=$(shopt -s nullglob; eval echo "$POOL_TRACES")
   [ -n "$(ls .gpu/pool/*.trace.gz 2>/dev/null)" ] || echo "# no shared traces staged in .gpu/pool/ (copy ../shared/traces/*.trace.gz there)"
   # shellcheck disable=SC2086  # trace paths have no spaces
   timeout 560 "$b/trace_replay" --passes "${POOL_PASSES:-30}" ${only:+--only "$only"} \

@@ -2,10 +2,11 @@
 other trace sets do not hold, sized for two CPU cores. Like heldout_workloads.py's, their traces
 only check the pool's rules, never choose them. Same conventions: models built from their
 configurations with random weights, random data, nothing downloaded; each function returns
-step(i), which runs one iteration. The three servers after wgan_gp_train (session 51) and the five
-programs after them (session 53: a transducer's joint network, a Fourier neural operator, an input
-pipeline on a side stream, point-cloud neighbourhoods, K-FAC's eigendecompositions) were
-recorded on a GPU only (`run.sh hostgpu`, `../traces_hostgpu/`).
+step(i), which runs one iteration. The three servers after wgan_gp_train (session 51) were
+recorded on a GPU only (`run.sh hostgpu`, `../traces_hostgpu/`). The five programs after them
+(session 53: a transducer's joint network, a Fourier neural operator, an input pipeline on a side
+stream, point-cloud neighbourhoods, K-FAC's eigendecompositions) were recorded on the CPU
+(`../traces_host/`); no GPU was lent that session to record them there.
 
     python3 record_host_traces.py OUT_DIR [--only NAME,...]
 """

@@ -17,11 +17,12 @@
 //! whose position then lived at least as many allocations as there are live blocks now is not
 //! short-lived, whatever its size: a prefill makes its layers' keys and values, kept for the
 //! whole request, among temporaries of their shape, and by size alone they went to the tail
-//! with them, to be left there between freed temporaries (host replay, decoder_requests_6x512_b1: 1.0903 → 1.0552 of its peak live,
-//! over its goal at 12 → 4 of 24 seeds; session 51). The position only vetoes: sending a
-//! request to the tail because its position lived short, whatever its size, put a growing
-//! cache's blocks there when a generation was longer than the one learnt
-//! (kv_growth_small_8x128_b16 1.0925 → 1.1919, treelstm_train 1.1980 → 1.3178).
+//! with them, to be left there between freed temporaries (host replay,
+//! decoder_requests_6x512_b1: 1.0903 → 1.0552 of its peak live, over its goal at 12 → 4 of 24
+//! seeds; session 51). The position only vetoes: sending a request to the tail because its
+//! position lived short, whatever its size, put a growing cache's blocks there when a
+//! generation was longer than the one learnt (kv_growth_small_8x128_b16 1.0925 → 1.1919,
+//! treelstm_train 1.1980 → 1.3178).
 
 use super::block::State;
 use super::tlsf::NIL;

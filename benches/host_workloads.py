@@ -6,7 +6,7 @@ step(i), which runs one iteration. The three servers after wgan_gp_train (sessio
 recorded on a GPU only (`run.sh hostgpu`, `../traces_hostgpu/`). The five programs after them
 (session 53: a transducer's joint network, a Fourier neural operator, an input pipeline on a side
 stream, point-cloud neighbourhoods, K-FAC's eigendecompositions) were recorded on the CPU
-(`../traces_host/`); no GPU was lent that session to record them there.
+(`../traces_host/`), and on a GPU in session 54 (`../traces_hostgpu/`).
 
     python3 record_host_traces.py OUT_DIR [--only NAME,...]
 """

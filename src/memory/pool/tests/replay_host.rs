@@ -116,7 +116,17 @@ fn traces_recorded_on_the_cpu_stay_within_their_goals() {
 ///   the share unlimited 1.0446, as `trace_replay` on the H100, whose real clock earns more).
 /// - lbfgs_train 1.0550: as its CPU recording, vectors kept first in, first out leave holes an
 ///   activation cannot use (1.1201).
-const OVER_GPU: [(&str, f64, u64); 7] = [
+///
+/// Recorded in session 54 (H100):
+/// - kfac_train 1.0655: over its goal for any placement that moves no page, as its CPU
+///   recording is; 202 MiB for 176.4 MiB live (1.1448, PyTorch's caching allocator the same in
+///   the same replay on the H100).
+/// - prefetch_stream_train 1.0582: over its goal for any placement that moves no page (a side
+///   stream makes each batch while the model's step runs). Its second pass, which allocates
+///   the trace's opening blocks again over the layout the first pass left, raises the peak from
+///   436 to 466 MiB (1.1156). With them kept (`keep`) it stays at 1.0486, but moves pages
+///   between the two streams' ranges every step (14 physical allocations each way a pass).
+const OVER_GPU: [(&str, f64, u64); 9] = [
     ("early_exit_infer_gpu", 1.1514, 0),
     ("unet3d_train_gpu", 1.0878, 0),
     ("treelstm_train_gpu", 1.0708, 0),
@@ -124,13 +134,15 @@ const OVER_GPU: [(&str, f64, u64); 7] = [
     ("vqvae_train_gpu", 1.1041, 0),
     ("bilstm_crf_train_gpu", 1.0966, 0),
     ("lbfgs_train_gpu", 1.1202, 0),
+    ("kfac_train_gpu", 1.1449, 0),
+    ("prefetch_stream_train_gpu", 1.1157, 0),
 ];
 
 /// The GPU recordings of host programs (`benches/traces_hostgpu/`, `run.sh hostgpu`), replayed
 /// as the CPU recordings are: within their goals, or within their figures (`OVER_GPU`).
 #[test]
 fn traces_recorded_on_a_gpu_stay_within_their_goals() {
-    set_within_goals("benches/traces_hostgpu", 21, &OVER_GPU);
+    set_within_goals("benches/traces_hostgpu", 26, &OVER_GPU);
 }
 
 /// Every trace in `dir` (under the crate), at least `least` of them, replayed at both paces:

@@ -13,6 +13,14 @@ Not with CUDA graphs captured by `torch.compile` (`mode="reduce-overhead"`, and 
 generation with a static cache, which compiles with it): their graph trees ask the allocator
 `checkPoolLiveAllocations`, which PyTorch's pluggable allocators do not provide, and the program
 stops with "pluggable does not yet support checkPoolLiveAllocations" (BENCHMARKS.md, session 42).
+
+`Tensor.record_stream` does nothing here: PyTorch gives a pluggable allocator only its allocation
+and free functions, so it never hears of other streams that use a block. A block is freed in the
+order of the stream it was allocated on, and that stream may reuse it at once, while another
+stream may still read it. A program that hands a tensor to another stream (an input pipeline on a
+side stream, say) should make the allocating stream wait for the using one before the tensor is
+dropped (`alloc_stream.wait_stream(use_stream)`), or allocate it on the stream that uses it
+(BENCHMARKS.md, session 54).
 """
 
 import ctypes

@@ -121,11 +121,11 @@ fn traces_recorded_on_the_cpu_stay_within_their_goals() {
 /// - kfac_train 1.0655: over its goal for any placement that moves no page, as its CPU
 ///   recording is; 202 MiB for 176.4 MiB live (1.1448, PyTorch's caching allocator the same in
 ///   the same replay on the H100).
-/// - prefetch_stream_train 1.0582: over its goal for any placement that moves no page (a side
-///   stream makes each batch while the model's step runs). Its second pass, which allocates
-///   the trace's opening blocks again over the layout the first pass left, raises the peak from
-///   436 to 466 MiB (1.1156). With them kept (`keep`) it stays at 1.0486, but moves pages
-///   between the two streams' ranges every step (14 physical allocations each way a pass).
+/// - prefetch_stream_train 1.0582: over its goal for any placement that moves no page. Its
+///   second pass, which allocates the trace's opening blocks again over the layout the first
+///   pass left, raises the peak from 436 to 466 MiB (1.1156). With them kept (`keep`) it stays
+///   at 1.0486, but the side stream's batches take pages from the model's range and give them
+///   back in every pass (14 physical allocations each way).
 const OVER_GPU: [(&str, f64, u64); 9] = [
     ("early_exit_infer_gpu", 1.1514, 0),
     ("unet3d_train_gpu", 1.0878, 0),

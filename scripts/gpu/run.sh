@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step 2 of a GPU run, on the GPU machine, in the repository root with .gpu/ staged by
 # scripts/gpu/stage.sh. Runs what is named (default: tests demo bench) with the CUDA backend
-# and writes logs under $OUT (or ./gpu-out). Needs: the NVIDIA driver, nvcc and a C compiler.
+# and writes logs under $OUT (or ./gpu-out; RUN_ARCHIVE=1: packed into $OUT/run.tgz, below).
+# Needs: the NVIDIA driver, nvcc and a C compiler.
 #   tests   every C test with GKRT_DEVICE=cuda, the Rust GPU tests, and the no-device check
 #   demo    the demo on the GPU and on the host backend
 #   bench   benches/launch_overhead (10,000-kernel chain: gkrt dynamic / planned+replay vs a loop)
@@ -211,6 +212,14 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
+# RUN_ARCHIVE=1: every mode writes into a temporary folder, packed into $OUT/run.tgz when the
+# script exits (the device tool brings back at most 8 files from $OUT; the pool, hostgpu and
+# heldlock modes alone write more).
+if [ -n "${RUN_ARCHIVE:-}" ]; then
+  ARCHIVE_TO=$OUT
+  OUT=$(mktemp -d)
+  trap 'tar czf "$ARCHIVE_TO/run.tgz" -C "$OUT" . && rm -rf "$OUT"' EXIT
+fi
 # GKRT_GPU_LIB: another staged library folder to run the benches against (a side-by-side
 # comparison with an earlier commit's library, staged there by hand).
 export LD_LIBRARY_PATH="${GKRT_GPU_LIB:-$PWD/.gpu/lib}:${LD_LIBRARY_PATH:-}"

@@ -1,9 +1,10 @@
 /*
- * gkrt_malloc / gkrt_free (raw pool use, stream-ordered on the default stream) and the PyTorch
- * allocator entry points: round trips, reuse, statistics, bad input (NULL runtime / out / pointer,
- * unknown pointer, double free, zero size, over the limit), and several threads at once. The same
- * file runs on the host backend and, with GKRT_DEVICE=cuda, on a GPU (the pointers are never
- * dereferenced here).
+ * gkrt_malloc / gkrt_free (raw pool use, stream-ordered on the default stream), gkrt_record_stream
+ * and the PyTorch allocator entry points: round trips, reuse, statistics, bad input (NULL runtime /
+ * out / pointer, unknown pointer, double free, zero size, over the limit), and several threads at
+ * once. The same file runs on the host backend and, with GKRT_DEVICE=cuda, on a GPU (the
+ * pointers are never dereferenced here). What a named stream orders is checked in
+ * src/runtime/raw.rs's tests.
  */
 #include "test_util.h"
 
@@ -61,7 +62,16 @@ int main(void) {
   void *q2 = NULL;
   OK(gkrt_malloc(rt, 3 * MIB + 5, NULL, &q2));
   CHECK(q2 == q);
+  /* Naming the streams a block is used on (record_stream): its own stream, or one twice, is no
+   * change; bad input is named and changes nothing; the block then frees as before. */
+  OK(gkrt_record_stream(rt, q2, NULL));
+  OK(gkrt_record_stream(rt, q2, NULL));
+  FAILS(gkrt_record_stream(NULL, q2, NULL), GKRT_STATUS_INVALID_ARGUMENT, "NULL");
+  FAILS(gkrt_record_stream(rt, (char *)q2 + 256, NULL), GKRT_STATUS_INVALID_ARGUMENT,
+        "not a live block");
+  FAILS(gkrt_record_stream(rt, q2, (void *)0x1234), GKRT_STATUS_INVALID_ARGUMENT, "0x1234");
   OK(gkrt_free(rt, q2, NULL));
+  FAILS(gkrt_record_stream(rt, q2, NULL), GKRT_STATUS_INVALID_ARGUMENT, "not a live block");
 
   /* The budget holds across many blocks; what does not fit fails with numbers, then fits again
    * once memory is returned. */
@@ -113,6 +123,7 @@ int main(void) {
   OK(gkrt_torch_runtime(0, &shared));
   OK(gkrt_runtime_stats(shared, &s));
   CHECK_EQ_U64(s.allocated_bytes, 4096);
+  OK(gkrt_record_stream(shared, t, NULL));
   gkrt_torch_free(t, 4096, 0, NULL);
   OK(gkrt_runtime_stats(shared, &s));
   CHECK_EQ_U64(s.allocated_bytes, 0);

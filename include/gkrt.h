@@ -986,11 +986,30 @@ enum gkrt_status gkrt_malloc(struct gkrt_runtime *runtime,
 // `cuMemFreeAsync`: work queued on `stream` before this call may still use it; freed on the
 // stream it was allocated on, the block is reusable by the next allocation there at once;
 // freed on another stream, the allocation stream first waits (on the device) for the work
-// queued on `stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory stays
-// as it was) for a NULL or unknown runtime, a pointer that is not the start of a live
-// `gkrt_malloc` block of this runtime (never allocated, freed already, or a graph's tensor),
-// or an unknown stream. Thread-safe.
-GKRT_MUST_USE enum gkrt_status gkrt_free(struct gkrt_runtime *runtime, void *ptr, void *stream);
+// queued on `stream`; either way it also waits for the work queued so far on each stream named
+// with `gkrt_record_stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory stays as it was) for a NULL or unknown
+// runtime, a pointer that is not the start of a live `gkrt_malloc` block of this runtime (never
+// allocated, freed already, or a graph's tensor), or an unknown stream; the device's status
+// when the wait for a named stream cannot be set up (one destroyed since, say): the block stays
+// live, the names are dropped, and a second free frees it. Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_free(struct gkrt_runtime *runtime,
+                           void *ptr,
+                           void *stream);
+
+// Names `stream` (the native stream handle; NULL: the default stream) as a user of the block
+// at `ptr` from `gkrt_malloc` (or `gkrt_torch_alloc`, through `gkrt_torch_runtime`'s handle)
+// besides the stream it was allocated on, as PyTorch's `Tensor.record_stream` does for its own
+// allocator: when the block is freed, on whichever stream, its allocation stream first waits
+// (on the device) for the work queued on `stream` by then, so no later allocation there can
+// overtake that work. Naming the allocation stream itself, or a stream twice, changes nothing.
+// GKRT_STATUS_INVALID_ARGUMENT (nothing changed) for a NULL or unknown runtime, a pointer that
+// is not the start of a live `gkrt_malloc` block of this runtime, or an unknown stream.
+// Thread-safe.
+GKRT_MUST_USE
+enum gkrt_status gkrt_record_stream(struct gkrt_runtime *runtime,
+                                    void *ptr,
+                                    void *stream);
 
 // PyTorch's pluggable-allocator `alloc`: `size` bytes on `device` for use on `stream`
 // (`cudaStream_t`), from the process-wide runtime of that device (its `GKRT_*` environment

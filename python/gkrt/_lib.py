@@ -91,6 +91,7 @@ _signatures = {
     "gkrt_runtime_release_cached": (ctypes.c_int, [c_void_p, _P(c_u64)]),
     "gkrt_malloc": (ctypes.c_int, [c_void_p, c_size, c_void_p, _P(c_void_p)]),
     "gkrt_free": (ctypes.c_int, [c_void_p, c_void_p, c_void_p]),
+    "gkrt_record_stream": (ctypes.c_int, [c_void_p, c_void_p, c_void_p]),
     "gkrt_runtime_record_history": (ctypes.c_int, [c_void_p, c_u64]),
     "gkrt_runtime_dump_snapshot": (ctypes.c_int, [c_void_p, c_char_p]),
     "gkrt_runtime_trace_begin": (ctypes.c_int, [c_void_p]),

@@ -18,9 +18,9 @@ stops with "pluggable does not yet support checkPoolLiveAllocations" (BENCHMARKS
 and free functions, so it never hears of other streams that use a block. A block is freed in the
 order of the stream it was allocated on, and that stream may reuse it at once, while another
 stream may still read it. A program that hands a tensor to another stream (an input pipeline on a
-side stream, say) should make the allocating stream wait for the using one before the tensor is
-dropped (`alloc_stream.wait_stream(use_stream)`), or allocate it on the stream that uses it
-(BENCHMARKS.md, session 54).
+side stream, say) calls `gkrt.torch.record_stream(tensor, stream)` instead, which gkrt hears;
+or it makes the allocating stream wait for the using one before the tensor is dropped
+(`alloc_stream.wait_stream(use_stream)`) (BENCHMARKS.md, session 54).
 """
 
 import ctypes
@@ -37,6 +37,17 @@ def use_gkrt_allocator():
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "gkrt_torch_alloc", "gkrt_torch_free")
     torch.cuda.memory.change_current_allocator(alloc)
     return alloc
+
+
+def record_stream(tensor, stream):
+    """`tensor.record_stream(stream)` for a tensor on gkrt's pool (`use_gkrt_allocator`), which
+    PyTorch does not pass on: when the tensor's memory is freed, the stream it was allocated on
+    first waits for the work queued on `stream` by then (`gkrt_record_stream`). A tensor with no
+    memory (no elements) needs nothing."""
+    ptr = tensor.untyped_storage().data_ptr()
+    if ptr:
+        with runtime(tensor.device.index) as rt:
+            _check(lib.gkrt_record_stream(rt.handle, ptr, stream.cuda_stream))
 
 
 def runtime(device=None):

@@ -163,5 +163,40 @@ class ErrorTest(unittest.TestCase):
         self.assertRegex(gkrt.version(), r"^\d+\.\d+\.\d+")
 
 
+class TorchRecordStreamTest(unittest.TestCase):
+    """gkrt.torch.record_stream on the process-wide runtime of the PyTorch entry points (the host
+    backend here): a tensor stand-in with only what the function reads, so no torch is needed."""
+
+    def test_record_stream_names_the_block_and_reports_bad_ones(self):
+        import ctypes
+        import types
+
+        import gkrt.torch
+        from gkrt._lib import lib
+
+        lib.gkrt_torch_alloc.restype = ctypes.c_void_p
+        lib.gkrt_torch_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        lib.gkrt_torch_free.restype = None
+        lib.gkrt_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                        ctypes.c_void_p]
+
+        def tensor(ptr):
+            storage = types.SimpleNamespace(data_ptr=lambda: ptr)
+            return types.SimpleNamespace(untyped_storage=lambda: storage,
+                                         device=types.SimpleNamespace(index=0))
+
+        default = types.SimpleNamespace(cuda_stream=None)
+        ptr = lib.gkrt_torch_alloc(4096, 0, None)
+        self.assertTrue(ptr)
+        gkrt.torch.record_stream(tensor(ptr), default)
+        gkrt.torch.record_stream(tensor(0), default)  # no memory: nothing to name
+        with self.assertRaises(gkrt.GkrtError) as e:
+            gkrt.torch.record_stream(tensor(ptr + 256), default)
+        self.assertIn("not a live block", str(e.exception))
+        lib.gkrt_torch_free(ptr, 4096, 0, None)
+        with self.assertRaises(gkrt.GkrtError):
+            gkrt.torch.record_stream(tensor(ptr), default)
+
+
 if __name__ == "__main__":
     unittest.main()

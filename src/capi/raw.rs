@@ -68,10 +68,12 @@ pub unsafe extern "C" fn gkrt_malloc(
 /// `cuMemFreeAsync`: work queued on `stream` before this call may still use it; freed on the
 /// stream it was allocated on, the block is reusable by the next allocation there at once;
 /// freed on another stream, the allocation stream first waits (on the device) for the work
-/// queued on `stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory stays
-/// as it was) for a NULL or unknown runtime, a pointer that is not the start of a live
-/// `gkrt_malloc` block of this runtime (never allocated, freed already, or a graph's tensor),
-/// or an unknown stream. Thread-safe.
+/// queued on `stream`; either way it also waits for the work queued so far on each stream named
+/// with `gkrt_record_stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory stays as it was) for a NULL or unknown
+/// runtime, a pointer that is not the start of a live `gkrt_malloc` block of this runtime (never
+/// allocated, freed already, or a graph's tensor), or an unknown stream; the device's status
+/// when the wait for a named stream cannot be set up (one destroyed since, say): the block stays
+/// live, the names are dropped, and a second free frees it. Thread-safe.
 #[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_free(
@@ -99,6 +101,25 @@ pub unsafe extern "C" fn gkrt_free(
         }
         rt.into_owned().raw_free(ptr as u64, stream, None)
     })
+}
+
+/// Names `stream` (the native stream handle; NULL: the default stream) as a user of the block
+/// at `ptr` from `gkrt_malloc` (or `gkrt_torch_alloc`, through `gkrt_torch_runtime`'s handle)
+/// besides the stream it was allocated on, as PyTorch's `Tensor.record_stream` does for its own
+/// allocator: when the block is freed, on whichever stream, its allocation stream first waits
+/// (on the device) for the work queued on `stream` by then, so no later allocation there can
+/// overtake that work. Naming the allocation stream itself, or a stream twice, changes nothing.
+/// GKRT_STATUS_INVALID_ARGUMENT (nothing changed) for a NULL or unknown runtime, a pointer that
+/// is not the start of a live `gkrt_malloc` block of this runtime, or an unknown stream.
+/// Thread-safe.
+#[must_use]
+#[no_mangle]
+pub unsafe extern "C" fn gkrt_record_stream(
+    runtime: *mut gkrt_runtime,
+    ptr: *mut c_void,
+    stream: *mut c_void,
+) -> gkrt_status {
+    guard(|| handles::runtime(runtime as usize)?.raw_record_stream(ptr as u64, stream))
 }
 
 /// PyTorch's pluggable-allocator `alloc`: `size` bytes on `device` for use on `stream`

@@ -132,6 +132,9 @@ pub struct State {
     pub last_raw_stream: Option<(usize, StreamId)>,
     /// Streams first met through raw calls grow by virtual ranges (`Config::pool_virtual_memory`).
     pub raw_virtual: bool,
+    /// Raw blocks used on streams other than their own (`raw_record_stream`), and those
+    /// streams: their free waits for each (`raw.rs`).
+    pub stream_uses: std::collections::HashMap<crate::device::DevPtr, Vec<StreamId>>,
     /// The owners of pool blocks by label, for snapshots (`snapshot/labels.rs`).
     pub labels: snapshot::Labels,
     /// The trace being collected (`trace_begin` .. `trace_end`).
@@ -226,6 +229,7 @@ impl Runtime {
                     stall_pairs: Vec::new(),
                     last_raw_stream: None,
                     raw_virtual,
+                    stream_uses: Default::default(),
                     labels: snapshot::Labels::default(),
                     trace: None,
                 },

@@ -8,6 +8,11 @@
 //! has queued so far, and then the block is reused as above: later work on the owning stream
 //! cannot overtake the last use of the buffer.
 //!
+//! A block used on other streams too is named with them first (`raw_record_stream`, as
+//! PyTorch's `Tensor.record_stream`, which never reaches a pluggable allocator): its free then
+//! makes the owning stream wait for the work each of them has queued by then, as a free on that
+//! stream would.
+//!
 //! Raw blocks carry their own tag in the pool, so a graph's tensor can never be freed through
 //! `gkrt_free`, nor a raw buffer by a graph.
 
@@ -121,6 +126,9 @@ impl Runtime {
         expected_size: Option<u64>,
     ) -> Result<()> {
         let s = self.raw_stream(st, stream)?;
+        if !st.stream_uses.is_empty() {
+            self.order_after_uses(st, ptr)?;
+        }
         let backing = DeviceBacking(&*self.device);
         // The common case in one lookup: a raw block freed on its own stream, sizes agreeing.
         if st
@@ -130,6 +138,60 @@ impl Runtime {
             return Ok(());
         }
         self.raw_free_other(st, ptr, s, expected_size)
+    }
+
+    /// Names `stream` (native; NULL: the device's default stream) as a user of the raw block at
+    /// `ptr` besides its own stream: when the block is freed, its own stream first waits for
+    /// the work queued on `stream` by then. Its own stream is no use to name (a no-op).
+    pub fn raw_record_stream(&self, ptr: DevPtr, stream: *mut c_void) -> Result<()> {
+        let mut st = self.lock_for_call()?;
+        let s = self.raw_stream(&mut st, stream)?;
+        let owner = match st.pool.block_info(ptr) {
+            Some(b) if b.tag == RAW_TAG => b.stream,
+            Some(_) => {
+                return Err(Error::InvalidArgument(format!(
+                    "record_stream of {ptr:#x}: the block holds a tensor of a graph, not memory \
+                     from gkrt_malloc"
+                )))
+            }
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "record_stream of {ptr:#x}: not a live block of this runtime's pool (never \
+                     returned by gkrt_malloc, already freed, or not the start of the block)"
+                )))
+            }
+        };
+        if s != owner {
+            let uses = st.stream_uses.entry(ptr).or_default();
+            if !uses.contains(&s) {
+                uses.push(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// Before the raw block at `ptr` is freed: its own stream waits for the streams named as
+    /// its users (`raw_record_stream`). A device error (a named stream destroyed since, say)
+    /// leaves the block live and forgets the names, so that the error is reported once and a
+    /// second free frees the block.
+    #[cold]
+    #[inline(never)]
+    fn order_after_uses(&self, st: &mut State, ptr: DevPtr) -> Result<()> {
+        let Some(uses) = st.stream_uses.remove(&ptr) else {
+            return Ok(());
+        };
+        let Some(owner) = st.pool.block_info(ptr).map(|b| b.stream) else {
+            return Ok(());
+        };
+        for u in uses {
+            self.order_after(u, owner).map_err(|e| {
+                e.context(format_args!(
+                    "free of {ptr:#x}: ordering it after a stream named by record_stream (the \
+                     block stays live; free it again)"
+                ))
+            })?;
+        }
+        Ok(())
     }
 
     /// The rest of `raw_free_in`: a free on another stream, a size that differs, or an error.
@@ -242,6 +304,58 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(rt.lock().pool.block_size(tensor), Some(512));
+    }
+
+    #[test]
+    fn a_block_named_in_use_on_another_stream_is_freed_after_that_streams_work() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let rt = host();
+        let null = std::ptr::null_mut();
+        let compute = rt.compute;
+        let native = rt.device.native_stream(compute).unwrap();
+        // Unknown blocks and graph tensors are named in the error; the runtime goes on.
+        let e = rt.raw_record_stream(0x1000, native).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("not a live block")));
+        let a = rt.raw_alloc(4096, null).unwrap();
+        // The compute stream still uses the block when the default stream frees it.
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        rt.device
+            .enqueue_host_work(
+                compute,
+                Box::new(move |_| {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    d.store(true, Ordering::SeqCst);
+                    Ok(())
+                }),
+            )
+            .unwrap();
+        rt.raw_record_stream(a, native).unwrap();
+        rt.raw_record_stream(a, native).unwrap();
+        rt.raw_record_stream(a, null).unwrap(); // its own stream: nothing to wait for
+        assert_eq!(rt.lock().stream_uses.get(&a).map(Vec::len), Some(1));
+        rt.raw_free(a, null, None).unwrap();
+        assert!(rt.lock().stream_uses.is_empty());
+        // Work the default stream queues after the free runs after the compute stream's.
+        let seen = Arc::new(AtomicBool::new(false));
+        let (d, s) = (done.clone(), seen.clone());
+        let default = rt.device.import_stream(null).unwrap();
+        rt.device
+            .enqueue_host_work(
+                default,
+                Box::new(move |_| {
+                    s.store(d.load(Ordering::SeqCst), Ordering::SeqCst);
+                    Ok(())
+                }),
+            )
+            .unwrap();
+        rt.device.stream_synchronize(default).unwrap();
+        assert!(
+            seen.load(Ordering::SeqCst),
+            "the default stream overtook the compute stream"
+        );
+        assert_eq!(rt.raw_alloc(4096, null).unwrap(), a);
     }
 
     #[test]

@@ -987,15 +987,13 @@ enum gkrt_status gkrt_malloc(struct gkrt_runtime *runtime,
 // stream it was allocated on, the block is reusable by the next allocation there at once;
 // freed on another stream, the allocation stream first waits (on the device) for the work
 // queued on `stream`; either way it also waits for the work queued so far on each stream named
-// with `gkrt_record_stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory stays as it was) for a NULL or unknown
-// runtime, a pointer that is not the start of a live `gkrt_malloc` block of this runtime (never
-// allocated, freed already, or a graph's tensor), or an unknown stream; the device's status
-// when the wait for a named stream cannot be set up (one destroyed since, say): the block stays
-// live, the names are dropped, and a second free frees it. Thread-safe.
-GKRT_MUST_USE
-enum gkrt_status gkrt_free(struct gkrt_runtime *runtime,
-                           void *ptr,
-                           void *stream);
+// with `gkrt_record_stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory
+// stays as it was) for a NULL or unknown runtime, a pointer that is not the start of a live
+// `gkrt_malloc` block of this runtime (never allocated, freed already, or a graph's tensor), or
+// an unknown stream; the device's status when the wait for a named stream cannot be set up (one
+// destroyed since, say): the block stays live, the names are dropped, and a second free frees
+// it. Thread-safe.
+GKRT_MUST_USE enum gkrt_status gkrt_free(struct gkrt_runtime *runtime, void *ptr, void *stream);
 
 // Names `stream` (the native stream handle; NULL: the default stream) as a user of the block
 // at `ptr` from `gkrt_malloc` (or `gkrt_torch_alloc`, through `gkrt_torch_runtime`'s handle)

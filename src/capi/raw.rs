@@ -69,11 +69,12 @@ pub unsafe extern "C" fn gkrt_malloc(
 /// stream it was allocated on, the block is reusable by the next allocation there at once;
 /// freed on another stream, the allocation stream first waits (on the device) for the work
 /// queued on `stream`; either way it also waits for the work queued so far on each stream named
-/// with `gkrt_record_stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory stays as it was) for a NULL or unknown
-/// runtime, a pointer that is not the start of a live `gkrt_malloc` block of this runtime (never
-/// allocated, freed already, or a graph's tensor), or an unknown stream; the device's status
-/// when the wait for a named stream cannot be set up (one destroyed since, say): the block stays
-/// live, the names are dropped, and a second free frees it. Thread-safe.
+/// with `gkrt_record_stream`. A NULL `ptr` is a no-op. GKRT_STATUS_INVALID_ARGUMENT (the memory
+/// stays as it was) for a NULL or unknown runtime, a pointer that is not the start of a live
+/// `gkrt_malloc` block of this runtime (never allocated, freed already, or a graph's tensor), or
+/// an unknown stream; the device's status when the wait for a named stream cannot be set up (one
+/// destroyed since, say): the block stays live, the names are dropped, and a second free frees
+/// it. Thread-safe.
 #[must_use]
 #[no_mangle]
 pub unsafe extern "C" fn gkrt_free(

@@ -314,7 +314,7 @@ mod tests {
         let null = std::ptr::null_mut();
         let compute = rt.compute;
         let native = rt.device.native_stream(compute).unwrap();
-        // Unknown blocks and graph tensors are named in the error; the runtime goes on.
+        // An unknown block is named in the error; the runtime goes on.
         let e = rt.raw_record_stream(0x1000, native).unwrap_err();
         assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("not a live block")));
         let a = rt.raw_alloc(4096, null).unwrap();

@@ -19,6 +19,12 @@ import torch.nn.functional as F
 DEV = "cpu"
 
 
+def record_stream(t, stream):
+    """`t.record_stream(stream)`; torch_workloads.py replaces it with one that gkrt's pool hears
+    too when gkrt's pool is PyTorch's allocator (a pluggable allocator never hears of it)."""
+    t.record_stream(stream)
+
+
 def step_on(opt, loss):
     """Backward, an optimizer step, gradients freed: the end of every training step here."""
     loss.backward()
@@ -1753,8 +1759,8 @@ def prefetch_stream_train():
         if gpu:
             main = torch.cuda.current_stream()
             main.wait_event(ready)
-            x.record_stream(main)
-            y.record_stream(main)
+            record_stream(x, main)
+            record_stream(y, main)
         ahead[0] = batch()
         step_on(opt, F.cross_entropy(model(x), y))
 

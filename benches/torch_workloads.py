@@ -182,7 +182,39 @@ def install_allocator(torch, spec, gkrt_lib):
     else:
         raise SystemExit(f"unknown allocator '{spec}' (torch, gkrt, gkrt:ENV=V,..., so:PATH:ALLOC:FREE)")
     torch.cuda.memory.change_current_allocator(torch.cuda.memory.CUDAPluggableAllocator(path, alloc, free))
-    return ctypes.CDLL(path) if alloc == "gkrt_torch_alloc" else None
+    if alloc != "gkrt_torch_alloc":
+        return None
+    lib = ctypes.CDLL(path)
+    # The host programs hand tensors between streams with record_stream, which a pluggable
+    # allocator never hears of: on gkrt's pool they tell gkrt too.
+    import host_workloads
+
+    host_workloads.record_stream = gkrt_record_stream(lib)
+    return lib
+
+
+def gkrt_record_stream(lib):
+    """`Tensor.record_stream` that gkrt's pool hears as well (`gkrt_record_stream` on the
+    process-wide runtime of the tensor's device)."""
+    lib.gkrt_torch_runtime.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+    lib.gkrt_record_stream.argtypes = [ctypes.c_void_p] * 3
+    handles = {}
+
+    def record(t, stream):
+        t.record_stream(stream)
+        ptr = t.untyped_storage().data_ptr()
+        if not ptr:
+            return
+        dev = t.device.index
+        if dev not in handles:
+            h = ctypes.c_void_p()
+            if lib.gkrt_torch_runtime(dev, ctypes.byref(h)) != 0:
+                raise RuntimeError(f"gkrt_torch_runtime({dev}) failed")
+            handles[dev] = h
+        if lib.gkrt_record_stream(handles[dev], ptr, stream.cuda_stream) != 0:
+            raise RuntimeError(f"gkrt_record_stream of {ptr:#x} failed")
+
+    return record
 
 
 class Trainer:

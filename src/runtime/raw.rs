@@ -11,7 +11,8 @@
 //! A block used on other streams too is named with them first (`raw_record_stream`, as
 //! PyTorch's `Tensor.record_stream`, which never reaches a pluggable allocator): its free then
 //! makes the owning stream wait for the work each of them has queued by then, as a free on that
-//! stream would.
+//! stream would. Such a block carries a tag of its own, so the free's fast path (one lookup,
+//! tag compared) passes it to the slow path and never looks for named streams itself.
 //!
 //! Raw blocks carry their own tag in the pool, so a graph's tensor can never be freed through
 //! `gkrt_free`, nor a raw buffer by a graph.
@@ -24,6 +25,8 @@ use crate::memory::DeviceBacking;
 
 /// Pool tag of raw blocks (a graph's blocks have tag 0).
 const RAW_TAG: u8 = 1;
+/// Pool tag of raw blocks named in use on other streams (`State::stream_uses`).
+const RAW_USED_TAG: u8 = 2;
 
 // The errors of the raw calls are built out of line, so that the hot path stays small.
 
@@ -126,9 +129,6 @@ impl Runtime {
         expected_size: Option<u64>,
     ) -> Result<()> {
         let s = self.raw_stream(st, stream)?;
-        if !st.stream_uses.is_empty() {
-            self.order_after_uses(st, ptr)?;
-        }
         let backing = DeviceBacking(&*self.device);
         // The common case in one lookup: a raw block freed on its own stream, sizes agreeing.
         if st
@@ -147,7 +147,7 @@ impl Runtime {
         let mut st = self.lock_for_call()?;
         let s = self.raw_stream(&mut st, stream)?;
         let owner = match st.pool.block_info(ptr) {
-            Some(b) if b.tag == RAW_TAG => b.stream,
+            Some(b) if b.tag == RAW_TAG || b.tag == RAW_USED_TAG => b.stream,
             Some(_) => {
                 return Err(Error::InvalidArgument(format!(
                     "record_stream of {ptr:#x}: the block holds a tensor of a graph, not memory \
@@ -166,24 +166,18 @@ impl Runtime {
             if !uses.contains(&s) {
                 uses.push(s);
             }
+            st.pool.retag(ptr, RAW_USED_TAG);
         }
         Ok(())
     }
 
-    /// Before the raw block at `ptr` is freed: its own stream waits for the streams named as
-    /// its users (`raw_record_stream`). A device error (a named stream destroyed since, say)
-    /// leaves the block live and forgets the names, so that the error is reported once and a
-    /// second free frees the block.
-    #[cold]
-    #[inline(never)]
-    fn order_after_uses(&self, st: &mut State, ptr: DevPtr) -> Result<()> {
-        let Some(uses) = st.stream_uses.remove(&ptr) else {
-            return Ok(());
-        };
-        let Some(owner) = st.pool.block_info(ptr).map(|b| b.stream) else {
-            return Ok(());
-        };
-        for u in uses {
+    /// Before the raw block at `ptr`, named in use on other streams, is freed: its own stream
+    /// `owner` waits for those streams (`raw_record_stream`), and the block is a plain raw one
+    /// again. A device error (a named stream destroyed since, say) leaves the block live and
+    /// forgets the names, so that the error is reported once and a second free frees the block.
+    fn order_after_uses(&self, st: &mut State, ptr: DevPtr, owner: StreamId) -> Result<()> {
+        st.pool.retag(ptr, RAW_TAG);
+        for u in st.stream_uses.remove(&ptr).unwrap_or_default() {
             self.order_after(u, owner).map_err(|e| {
                 e.context(format_args!(
                     "free of {ptr:#x}: ordering it after a stream named by record_stream (the \
@@ -194,7 +188,8 @@ impl Runtime {
         Ok(())
     }
 
-    /// The rest of `raw_free_in`: a free on another stream, a size that differs, or an error.
+    /// The rest of `raw_free_in`: a free on another stream, a size that differs, a block named
+    /// in use on other streams, or an error.
     #[cold]
     #[inline(never)]
     fn raw_free_other(
@@ -210,7 +205,7 @@ impl Runtime {
                 "gkrt_free of {ptr:#x}: not a live block of this runtime's pool (never returned by \
                  gkrt_malloc, already freed, or not the start of the block)"
             ))),
-            Some(b) if b.tag != RAW_TAG => Err(Error::InvalidArgument(format!(
+            Some(b) if b.tag != RAW_TAG && b.tag != RAW_USED_TAG => Err(Error::InvalidArgument(format!(
                 "gkrt_free of {ptr:#x}: the block holds a tensor of a graph, not memory from gkrt_malloc"
             ))),
             Some(b) => {
@@ -219,6 +214,9 @@ impl Runtime {
                         "free of {ptr:#x} with size {n}, but {} bytes were allocated there",
                         b.requested
                     );
+                }
+                if b.tag == RAW_USED_TAG {
+                    self.order_after_uses(st, ptr, b.stream)?;
                 }
                 if b.stream != s {
                     self.order_after(s, b.stream)?;

@@ -83,6 +83,18 @@ impl Block {
 }
 
 impl Pool {
+    /// Gives the live block at `addr` the tag `tag` (the caller's kind of block: a free asks for
+    /// it, `free_if_owned`); false when no block is live there.
+    pub fn retag(&mut self, addr: u64, tag: u8) -> bool {
+        match self.live.get(addr) {
+            Some(i) => {
+                self.blocks[i].tag = tag;
+                true
+            }
+            None => false,
+        }
+    }
+
     pub(super) fn drop_block(&mut self, i: u32) {
         let b = &mut self.blocks[i];
         b.state = State::Vacant;

@@ -111,7 +111,8 @@ pub unsafe extern "C" fn gkrt_free(
 /// (on the device) for the work queued on `stream` by then, so no later allocation there can
 /// overtake that work. Naming the allocation stream itself, or a stream twice, changes nothing.
 /// GKRT_STATUS_INVALID_ARGUMENT (nothing changed) for a NULL or unknown runtime, a pointer that
-/// is not the start of a live `gkrt_malloc` block of this runtime, or an unknown stream.
+/// is not the start of a live `gkrt_malloc` block of this runtime, or a stream the host backend
+/// does not know (on CUDA the stream must be a valid `CUstream` or NULL, as for `gkrt_malloc`).
 /// Thread-safe.
 #[must_use]
 #[no_mangle]

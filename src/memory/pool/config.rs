@@ -201,6 +201,18 @@ pub struct PoolConfig {
     /// session 39); `GKRT_POOL_PLAN_ROOM_PERMILLE` sets it. 0 under a
     /// memory limit, as `tight_peaks`: measured without a limit only.
     pub plan_room_permille: u64,
+    /// Whether, once the program's first step has ended (`MoveBudget::note_steady`), a
+    /// slack-rule move and a plan's gathering take pages only from their own stream's ranges
+    /// and from empty ones (streams at rest), never from another stream's range that holds
+    /// live blocks. Both streams of such a pair run in every step: what one takes, the other
+    /// takes back in its next step, a move each way every step. prefetch_stream_train (an
+    /// input pipeline on a side stream) did so in PyTorch on the pool, 1.053 of PyTorch's step
+    /// on an H100 with no memory saved (0.988 with no slack moves at all, 0.470 GB against
+    /// 0.468); host replay of its GPU recording 1.1156 → 1.0678, its steady pass with the
+    /// trace's weights kept 14 / 15 → 1 / 2 allocations moved, no other trace changed
+    /// (BENCHMARKS.md, session 55). Default true; `GKRT_POOL_OWN_STREAM_MOVES=0` turns it off.
+    /// Off under a memory limit, as `tight_peaks`: measured without a limit only.
+    pub own_stream_moves: bool,
 }
 
 /// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
@@ -255,6 +267,7 @@ impl Default for PoolConfig {
             tight_peaks: true,
             new_step_moves: true,
             plan_room_permille: 50,
+            own_stream_moves: true,
         }
     }
 }
@@ -267,8 +280,8 @@ impl PoolConfig {
     /// the planner's choices and figures were fitted
     /// with small requests cut from their best fit (`tail_first` off; short-lived requests at
     /// the tail were measured on allocators without a limit only, session 31; `tight_peaks`,
-    /// `new_step_moves` and `plan_room_permille` off, measured without a limit only too,
-    /// sessions 35, 38 and 39).
+    /// `new_step_moves`, `plan_room_permille` and `own_stream_moves` off, measured without a
+    /// limit only too, sessions 35, 38, 39 and 55).
     pub fn for_swapping(self) -> PoolConfig {
         PoolConfig {
             period_plans: false,
@@ -276,6 +289,7 @@ impl PoolConfig {
             tight_peaks: false,
             new_step_moves: false,
             plan_room_permille: 0,
+            own_stream_moves: false,
             tail_first: TailFirst::Off,
             ..self
         }
@@ -317,10 +331,12 @@ mod tests {
     fn for_swapping_turns_off_the_rules_measured_without_a_limit() {
         let d = PoolConfig::default();
         assert!(d.period_plans && d.step_lived_low && d.tight_peaks && d.new_step_moves);
+        assert!(d.own_stream_moves);
         assert_eq!(d.tail_first, TailFirst::ShortLived);
         assert!(d.plan_room_permille > d.recycle_slack_permille);
         let s = d.clone().for_swapping();
         assert!(!s.period_plans && !s.step_lived_low && !s.tight_peaks && !s.new_step_moves);
+        assert!(!s.own_stream_moves);
         assert_eq!(s.tail_first, TailFirst::Off);
         assert_eq!(s.plan_room_permille, 0);
         let back = PoolConfig {
@@ -329,6 +345,7 @@ mod tests {
             tight_peaks: true,
             new_step_moves: true,
             plan_room_permille: d.plan_room_permille,
+            own_stream_moves: true,
             tail_first: TailFirst::ShortLived,
             ..s
         };

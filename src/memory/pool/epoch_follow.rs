@@ -7,7 +7,7 @@ use super::block::State;
 use super::epoch_plan::{Plan, Terms};
 use super::epochs::Mode;
 use super::ranges::OnOom;
-use super::recycle::Keep;
+use super::recycle::{Keep, Moving};
 use super::tlsf::NIL;
 use super::{Pool, PoolBacking, PoolError};
 use crate::device::VirtualMemory;
@@ -304,8 +304,9 @@ impl Pool {
     }
 
     /// Before following a plan in the empty range `r`: its footprint mapped, by free pages
-    /// moved there (from blocks the device is done with, without waiting for it: recycling's
-    /// victims, above the footprint first), then new pages as long as the pool maps no more than
+    /// moved there (recycling's victims: those the device is done with first, others only where
+    /// the slack rule may wait; after the first step, of this stream's ranges and empty ones:
+    /// `own_stream_victims`), then new pages as long as the pool maps no more than
     /// the slack rule allows or it ever has, within its limit. False when that is not enough,
     /// or the device has no more: the plan is not followed (what moved stays where it went).
     fn gather_pages(
@@ -331,7 +332,10 @@ impl Pool {
         self.unlink(t);
         // Free pages moved first: they leave the counts below, and what they saved is mapped
         // again under the footprint.
-        if let Err(e) = self.recycle(backing, vm, need, 0, placing.into(), true, None) {
+        self.moving.victims_of = self.own_stream_victims(r);
+        let recycled = self.recycle(backing, vm, need, 0, placing.into(), true, None);
+        self.moving = Moving::default();
+        if let Err(e) = recycled {
             self.relink_counted(r, t);
             return Err(e);
         }
@@ -390,9 +394,9 @@ impl Pool {
     }
 
     /// The pages of range `r` in `runs` (first page, count; in address order, apart) mapped, by
-    /// free pages moved from outside their span (the device done with them, no wait), then new
-    /// ones within `room_to_gather`. False when that is not enough, or the device has no more.
-    /// Unmapped pages lie only inside free blocks, so these are too.
+    /// free pages moved from outside their span (recycling's victims, as in `gather_pages`),
+    /// then new ones within `room_to_gather`. False when that is not enough, or the device has
+    /// no more. Unmapped pages lie only inside free blocks, so these are too.
     pub(super) fn gather_runs(
         &mut self,
         backing: &dyn PoolBacking,
@@ -417,15 +421,18 @@ impl Pool {
         if need == 0 {
             return Ok(true);
         }
-        // Free pages moved first (recycling's victims, those the device is done with, outside
-        // the span of the runs): what they save is mapped again in the runs.
+        // Free pages moved first (recycling's victims, outside the span of the runs): what they
+        // save is mapped again in the runs.
         let keep = runs
             .first()
             .zip(runs.last())
             .map_or(Keep::Nothing, |(&(p0, _), &(q0, n))| {
                 Keep::Span(r, p0, q0 + n)
             });
-        self.recycle(backing, vm, need, 0, keep, true, None)?;
+        self.moving.victims_of = self.own_stream_victims(r);
+        let recycled = self.recycle(backing, vm, need, 0, keep, true, None);
+        self.moving = Moving::default();
+        recycled?;
         let Some(need) = need_of(self) else {
             return Ok(false);
         };
@@ -486,7 +493,7 @@ impl Pool {
     }
 
     /// Whether range `r` is one free block.
-    fn range_is_empty(&self, r: u32) -> bool {
+    pub(super) fn range_is_empty(&self, r: u32) -> bool {
         let t = self.segs[r].first;
         t == self.segs[r].tail && self.blocks[t].state == State::Free
     }

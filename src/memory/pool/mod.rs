@@ -301,9 +301,8 @@ pub struct Pool {
     lifetimes: lifetimes::Lifetimes,
     /// Set only during `alloc_no_wait`: recycling may not wait for the device.
     no_device_waits: bool,
-    /// Set only while `map_pages` recycles for a move the time bucket pays for, which may not
-    /// wait for the device after the program's first step (`PoolConfig::recycle_waits`).
-    bucket_move: bool,
+    /// What the recycling under way may do (`recycle::Moving`), set around one call.
+    moving: recycle::Moving,
     /// The lane of the allocation being made: `Lasting` only during `alloc_in`.
     lane: Lane,
     /// Pending blocks go back only when the caller says (`hold_events`), never by polling.
@@ -347,7 +346,7 @@ impl Pool {
             cold_placements: 0,
             lifetimes: lifetimes::Lifetimes::default(),
             no_device_waits: false,
-            bucket_move: false,
+            moving: recycle::Moving::default(),
             lane: Lane::Working,
             hold_events: false,
             hold_markers: false,

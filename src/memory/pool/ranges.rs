@@ -7,6 +7,7 @@ use super::block::{Block, Kind, State};
 use super::cold_search::{ColdKey, ColdSearch};
 use super::free_index::Held;
 use super::pages::PageMap;
+use super::recycle::Moving;
 use super::tlsf::NIL;
 use super::{pages32, Pool, PoolBacking, PoolError};
 use crate::device::{DeviceError, VirtualMemory};
@@ -607,8 +608,11 @@ impl Pool {
         // A slack-rule move is timed from here to the end of the mapping.
         let started = (want > must).then(|| backing.now_ns());
         let mut moved = 0;
-        self.bucket_move = want > must && !(startup || at_peak);
         if want > 0 {
+            self.moving = Moving {
+                bucket: want > must && !(startup || at_peak),
+                victims_of: self.own_stream_victims(r),
+            };
             let recycled = self.recycle(
                 backing,
                 vm,
@@ -618,7 +622,7 @@ impl Pool {
                 repeat,
                 alias.as_ref(),
             );
-            self.bucket_move = false;
+            self.moving = Moving::default();
             match recycled {
                 Ok(n) => moved = n.saturating_sub(must),
                 Err(e) => {

@@ -1,14 +1,28 @@
 //! Page recycling: unmapping mapped pages that lie wholly inside free blocks so their memory can
 //! be mapped where it is needed — for the budget, and for the slack rule (see the pool's module
-//! comment). Which blocks give up pages, and when that needs a wait for the device.
+//! comment). Which blocks give up pages (after the program's first step, for the slack rule and
+//! epoch plans, only those of the stream asking and of streams at rest), and when that needs a
+//! wait for the device.
 
 use super::alias::AliasMove;
 use super::block::Kind;
 use super::markers::MARKERS_IN_FLIGHT;
 use super::tlsf::{CLASSES, NIL};
 use super::{pages32, Pool, PoolBacking, PoolError};
-use crate::device::VirtualMemory;
+use crate::device::{StreamId, VirtualMemory};
 use crate::memory::history::Action;
+
+/// What the recycling under way may do beyond `recycle`'s arguments: set by its caller
+/// (`map_pages`, a plan's gathering) around the one call, and cleared after.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Moving {
+    /// A move the time bucket pays for: after the program's first step it may not wait for
+    /// the device (`PoolConfig::recycle_waits`).
+    pub(super) bucket: bool,
+    /// When the slack rule or a gathering moves pages: only this stream's ranges and empty
+    /// ones give them up (`Pool::own_stream_victims`); None, every range.
+    pub(super) victims_of: Option<StreamId>,
+}
 
 /// The pages a recycling leaves where they are: those about to be used.
 #[derive(Clone, Copy, Debug)]
@@ -96,7 +110,19 @@ impl Pool {
     /// Whether the slack rule may wait for the device: with `recycle_waits`, but for a move the
     /// time bucket pays for after the program's first step (`PoolConfig::recycle_waits`).
     fn slack_may_wait(&self) -> bool {
-        self.config.recycle_waits && !(self.bucket_move && self.moves.is_steady())
+        self.config.recycle_waits && !(self.moving.bucket && self.moves.is_steady())
+    }
+
+    /// The stream whose ranges alone, with the empty ones, may give up pages to a slack-rule
+    /// move or a plan's gathering in range `r` (`PoolConfig::own_stream_moves`): after the
+    /// program's first step, another stream's range in use keeps its free pages, which that
+    /// stream's next step would take back. None: every range may.
+    pub(super) fn own_stream_victims(&self, r: u32) -> Option<StreamId> {
+        if !self.config.own_stream_moves || !self.moves.is_steady() {
+            return None;
+        }
+        let si = self.blocks[self.segs[r].first].owner as usize;
+        Some(self.streams[si].stream)
     }
 
     /// The mapped chunks `(first page, pages)` lying wholly inside the free block `i`, from its
@@ -191,8 +217,17 @@ impl Pool {
         if let Some(i) = keep.placing() {
             victims.push((self.mapped_interior(i), i));
         }
+        // Another stream's range in use keeps its pages from the slack rule after the first
+        // step (`own_stream_victims`); the budget (`must`) takes them wherever they are.
+        let only = if must == 0 {
+            self.moving.victims_of
+        } else {
+            None
+        };
         for st in &self.streams {
-            if st.range == NIL {
+            if st.range == NIL
+                || (only.is_some_and(|s| s != st.stream) && !self.range_is_empty(st.range))
+            {
                 continue;
             }
             let tail = self.segs[st.range].tail;

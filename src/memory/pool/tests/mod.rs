@@ -14,6 +14,7 @@ mod hold_markers;
 mod lanes;
 mod layout_dump;
 mod majority_moves;
+mod own_stream_moves;
 mod pending_fit;
 mod periods;
 mod placement;

@@ -6,7 +6,9 @@ step(i), which runs one iteration. The three servers after wgan_gp_train (sessio
 recorded on a GPU only (`run.sh hostgpu`, `../traces_hostgpu/`). The five programs after them
 (session 53: a transducer's joint network, a Fourier neural operator, an input pipeline on a side
 stream, point-cloud neighbourhoods, K-FAC's eigendecompositions) were recorded on the CPU
-(`../traces_host/`), and on a GPU in session 54 (`../traces_hostgpu/`).
+(`../traces_host/`), and on a GPU in session 54 (`../traces_hostgpu/`). mean_teacher_side_train
+(session 55: a teacher on a side stream of its own) was recorded on a GPU only: on the CPU it
+has one stream, which is not what it is for.
 
     python3 record_host_traces.py OUT_DIR [--only NAME,...]
 """
@@ -1857,6 +1859,70 @@ def kfac_train():
     return step
 
 
+def mean_teacher_side_train():
+    """Mean-teacher consistency training with the teacher on a stream of its own: a ResNet-18
+    student (10 classes, batches of 24 or 32 random 96x96 images, SGD with momentum) learns
+    from labels and from the soft targets of its teacher, the exponential moving average of its
+    weights (no gradients). While the student trains on a batch, the teacher computes the next
+    batch's targets on a side stream (its activations freed as its forward goes), handed over
+    with an event and record_stream, and after the step follows the student's weights there:
+    two streams that both allocate in every step, the side stream's working set a forward's
+    (on the CPU, one stream)."""
+    import contextlib
+    import copy
+
+    from torchvision.models import resnet18
+
+    student = resnet18(num_classes=10).to(DEV)
+    teacher = copy.deepcopy(student)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    s_params = list(student.parameters())
+    t_params = list(teacher.parameters())
+    opt = torch.optim.SGD(s_params, lr=0.01, momentum=0.9)
+    gpu = DEV != "cpu"
+    side = torch.cuda.Stream() if gpu else None
+    rng = random.Random(89)
+
+    def on_side():
+        return torch.cuda.stream(side) if gpu else contextlib.nullcontext()
+
+    def next_batch():
+        b = rng.choice((24, 32))
+        x = torch.rand(b, 3, 96, 96, device=DEV)
+        y = torch.randint(0, 10, (b,), device=DEV)
+        if gpu:
+            side.wait_stream(torch.cuda.current_stream())
+            record_stream(x, side)
+        with on_side(), torch.no_grad():
+            soft = teacher(x).softmax(-1)
+            ready = torch.cuda.Event() if gpu else None
+            if gpu:
+                ready.record(side)
+        return x, y, soft, ready
+
+    ahead = [next_batch()]
+
+    def step(i):
+        x, y, soft, ready = ahead[0]
+        if gpu:
+            main = torch.cuda.current_stream()
+            main.wait_event(ready)
+            main.wait_stream(side)  # the teacher's last update read the weights this step writes
+            record_stream(soft, main)
+        ahead[0] = next_batch()
+        logits = student(x)
+        loss = F.cross_entropy(logits, y) + F.mse_loss(logits.softmax(-1), soft)
+        step_on(opt, loss)
+        if gpu:
+            side.wait_stream(main)
+        with on_side(), torch.no_grad():
+            torch._foreach_mul_(t_params, 0.99)
+            torch._foreach_add_(t_params, s_params, alpha=0.01)
+
+    return step
+
+
 # name: (workload, measured steps)
 HOST = {
     "distilbert_cls_train": (distilbert_cls_train, 8),
@@ -1919,4 +1985,5 @@ HOST = {
     "prefetch_stream_train": (prefetch_stream_train, 8),
     "point_knn_train": (point_knn_train, 8),
     "kfac_train": (kfac_train, 12),
+    "mean_teacher_side_train": (mean_teacher_side_train, 8),
 }

@@ -51,6 +51,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 
 
@@ -189,30 +190,21 @@ def install_allocator(torch, spec, gkrt_lib):
     # allocator never hears of: on gkrt's pool they tell gkrt too.
     import host_workloads
 
-    host_workloads.record_stream = gkrt_record_stream(lib)
+    host_workloads.record_stream = gkrt_record_stream(path)
     return lib
 
 
-def gkrt_record_stream(lib):
-    """`Tensor.record_stream` that gkrt's pool hears as well (`gkrt_record_stream` on the
-    process-wide runtime of the tensor's device)."""
-    lib.gkrt_torch_runtime.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
-    lib.gkrt_record_stream.argtypes = [ctypes.c_void_p] * 3
-    handles = {}
+def gkrt_record_stream(path):
+    """`Tensor.record_stream` that gkrt's pool hears as well: PyTorch's own, then
+    `gkrt.torch.record_stream` (the Python package, on the library at `path`: the one PyTorch
+    loaded as its allocator, so the same process-wide runtime)."""
+    os.environ["GKRT_LIBRARY"] = path
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import gkrt.torch
 
     def record(t, stream):
         t.record_stream(stream)
-        ptr = t.untyped_storage().data_ptr()
-        if not ptr:
-            return
-        dev = t.device.index
-        if dev not in handles:
-            h = ctypes.c_void_p()
-            if lib.gkrt_torch_runtime(dev, ctypes.byref(h)) != 0:
-                raise RuntimeError(f"gkrt_torch_runtime({dev}) failed")
-            handles[dev] = h
-        if lib.gkrt_record_stream(handles[dev], ptr, stream.cuda_stream) != 0:
-            raise RuntimeError(f"gkrt_record_stream of {ptr:#x} failed")
+        gkrt.torch.record_stream(t, stream)
 
     return record
 
@@ -503,7 +495,6 @@ def run_in_child(fn):
 def run_fresh(a, alloc):
     """One run in a new interpreter (--spawn): slower to start, shares nothing with this one."""
     import subprocess
-    import sys
 
     cmd = [sys.executable, os.path.abspath(__file__), "--model", a.model, "--alloc", alloc,
            "--lib", a.lib, "--steps", str(a.steps), "--warmup", str(a.warmup)]

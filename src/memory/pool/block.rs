@@ -84,14 +84,10 @@ impl Block {
 
 impl Pool {
     /// Gives the live block at `addr` the tag `tag` (the caller's kind of block: a free asks for
-    /// it, `free_if_owned`); false when no block is live there.
-    pub fn retag(&mut self, addr: u64, tag: u8) -> bool {
-        match self.live.get(addr) {
-            Some(i) => {
-                self.blocks[i].tag = tag;
-                true
-            }
-            None => false,
+    /// it, `free_if_owned`); with no block live there, nothing.
+    pub fn retag(&mut self, addr: u64, tag: u8) {
+        if let Some(i) = self.live.get(addr) {
+            self.blocks[i].tag = tag;
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// Prints every block of the first stream's virtual range, low to high: offset, size, state and
+/// Prints every block of each virtual range, low to high: offset, size, state and
 /// how many of the pages it touches are mapped (the holes a peak is made of, and which of them a
 /// chunk-sized move could give back), and for an allocated block the trace's events that
 /// allocate and free it (`lives`, by address: which neighbour outlives which).
@@ -13,24 +13,42 @@ pub(super) fn dump_layout(
     bytes: u64,
     lives: &HashMap<u64, (usize, Option<usize>)>,
 ) {
-    // The range holding the most mapped pages (the trace's, not the warm-up stream's).
-    let Some(r) = p
+    // Every range, the one holding the most mapped pages first (the trace's, not the warm-up
+    // stream's); a stream's side range follows it.
+    let mut ranges: Vec<u32> = p
         .streams
         .iter()
         .filter(|s| s.range != NIL)
         .map(|s| s.range)
-        .max_by_key(|&r| p.pages_of(r).count_mapped(0, p.segs[r].size / p.page))
-    else {
+        .collect();
+    if ranges.is_empty() {
         println!("layout after event {k}: no virtual range");
         return;
-    };
-    let seg = &p.segs[r];
-    let pages = p.pages_of(r);
+    }
+    ranges.sort_by_key(|&r| {
+        std::cmp::Reverse(p.pages_of(r).count_mapped(0, p.segs[r].size / p.page))
+    });
     let mib = |x: u64| x as f64 / MIB as f64;
     println!(
         "layout after event {k} (a request of {bytes} bytes): reserved {:.1} MiB, allocated {:.1} MiB",
         mib(p.stats().reserved_bytes),
         mib(p.stats().allocated_bytes)
+    );
+    for r in ranges {
+        dump_range(p, r, lives);
+    }
+}
+
+/// One range of `dump_layout`: its stream, its free mapped pages, then its blocks.
+fn dump_range(p: &Pool, r: u32, lives: &HashMap<u64, (usize, Option<usize>)>) {
+    let seg = &p.segs[r];
+    let pages = p.pages_of(r);
+    let mib = |x: u64| x as f64 / MIB as f64;
+    let owner = &p.streams[p.blocks[seg.first].owner as usize];
+    println!(
+        "range of stream {}: {:.1} MiB mapped",
+        owner.stream.0,
+        mib(pages.count_mapped(0, seg.size / p.page) * p.page)
     );
     // Where the reserved bytes that hold nothing are: mapped pages wholly inside free blocks
     // (of those, in whole chunks, which recycling can move), and the rest (pages shared by a

@@ -131,6 +131,8 @@ pub(super) struct Figures {
     pub(super) first_map_calls: u64,
     pub(super) first_maps: u64,
     pub(super) declined: u64,
+    /// Times the pool waited for the device (`PoolStats::device_wait_count`), in all passes.
+    pub(super) device_waits: u64,
     /// The last pass in which the peak of reserved bytes grew (0: the first pass set it; later:
     /// a steady pass needed pages the first pass's layout had moved away).
     pub(super) peak_pass: usize,
@@ -520,6 +522,7 @@ pub(super) fn replay_with(
         maps: b.maps(),
         map_calls: b.map_calls(),
         declined: p.recycle_declined_count(),
+        device_waits: p.stats().device_wait_count,
         peak_pass,
     }
 }

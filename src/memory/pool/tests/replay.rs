@@ -371,7 +371,7 @@ pub(super) fn replay_with(
     let mut junk = vec![0u8; thrash_mb << 20];
     // GKRT_REPLAY_PEAKS: a line whenever the peak of reserved bytes grows.
     let trace_peaks = std::env::var("GKRT_REPLAY_PEAKS").is_ok();
-    // GKRT_REPLAY_DUMP=K: the layout of the first virtual range after allocation event K of pass 0.
+    // GKRT_REPLAY_DUMP=K: the layout of every virtual range after event K of pass 0.
     let dump_at: Option<usize> = std::env::var("GKRT_REPLAY_DUMP")
         .ok()
         .and_then(|v| v.parse().ok());

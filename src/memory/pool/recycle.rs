@@ -108,8 +108,8 @@ impl Pool {
         Ok(done)
     }
 
-    /// Whether the slack rule may wait for the device: with `recycle_waits`, but for a move the
-    /// time bucket pays for after the program's first step (`PoolConfig::recycle_waits`).
+    /// Whether the slack rule may wait for the device: with `recycle_waits`, but for a move that
+    /// does not set the footprint after the program's first step (`Moving`).
     fn slack_may_wait(&self) -> bool {
         self.config.recycle_waits
             && !(self.moving.no_wait_after_first_step && self.moves.is_steady())

@@ -51,10 +51,9 @@ pub struct PoolConfig {
     /// pays for does not wait once the program's first step has ended
     /// (`MoveBudget::note_steady`): a wait drains the device's queue, which costs a program
     /// more than the pool's clock sees (in PyTorch, wgan_gp_train's steady moves took 0.4 ms of
-    /// its 16 ms step on that clock and 1.5 ms of the step; BENCHMARKS.md, session 44); nor
-    /// does a move of a new step below the program's peak (such a step can stay new for good:
-    /// `new_step.rs`). Moves at the peak and gathering a plan's pages, which set the footprint,
-    /// still may. The budget may always wait.
+    /// its 16 ms step on that clock and 1.5 ms of the step; BENCHMARKS.md, session 44). Moves
+    /// at the program's peak, in a new step and gathering a plan's pages, which set the
+    /// footprint once, still may. The budget may always wait.
     pub recycle_waits: bool,
     /// Whether `take_pending_if_closer` may take a block pending on an event (the caller's
     /// stream then waits for it) when it fits a request more closely than every free block,

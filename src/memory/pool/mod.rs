@@ -120,7 +120,7 @@
 //!   later; pages freed before a completed marker move at once, others only after waiting for the device (`VirtualMemory::quiesce`) —
 //!   which the budget always may, and the slack rule only with `recycle_waits` (off by default:
 //!   the pool never stalls the device for the slack and maps new pages instead; on, not for the
-//!   time bucket's or a new step's below the peak after the program's first step). Before picking,
+//!   time bucket's moves after the program's first step). Before picking,
 //!   the slack rule records a marker after the latest frees and polls it briefly
 //!   (`recycle_spin_ns`): an idle device passes it, a busy one does not.
 //! - **Epoch plans** (`epoch_plans`, `epochs.rs`). From a stream's range holding some set of

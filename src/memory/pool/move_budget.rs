@@ -31,11 +31,10 @@
 //! past the first one's half-way mark, `new_step.rs`), an empty bucket declines, whatever the
 //! lifetime share says; pages a move placed move again only within the share of the time
 //! since then; and a move the bucket pays for no longer waits for the device
-//! (`PoolConfig::recycle_waits`), nor does one of a new step below the peak (`new_step.rs`).
-//! A share of the whole life passed bursts of moves that cost a quarter of a step, in 7–11 of
-//! 20 steps of llama_train in PyTorch (1.11–1.27 of PyTorch's step there, 0.94–1.01 in the
-//! others); with the bucket alone after the first step those bursts are fewer and smaller
-//! (BENCHMARKS.md, session 28).
+//! (`PoolConfig::recycle_waits`). A share of the whole life passed bursts of
+//! moves that cost a quarter of a step, in 7–11 of 20 steps of llama_train in PyTorch (1.11–1.27
+//! of PyTorch's step there, 0.94–1.01 in the others); with the bucket alone after the first step
+//! those bursts are fewer and smaller (BENCHMARKS.md, session 28).
 //! A request that brings the program to its own peak (the most bytes it has had allocated at
 //! once, ever), raising it or reaching it again, is not asked: its moves set the footprint the
 //! later steps reuse. They may take pages an earlier move placed and leave the pages they place

@@ -16,11 +16,11 @@
 //! new step ended (0 at first: the program's first step builds its weights too).
 //! Counted from allocated bytes only, so the same calls give the same answer at any pace, and
 //! the swap planner's dry runs (clones of the pool) see what the pool will.
-//! A program whose floor (weights and their optimizer state, kept between steps) stays above
-//! half its first step's peak never comes down past that mark: its first step stays new for
-//! good, and every later step's moves count as a new step's. So, once a step has ended by
-//! another sign (`MoveBudget::note_steady`), a new step's moves below the peak do not wait for
-//! the device (`recycle.rs`): mean_teacher_side_train in PyTorch waited in 9 of 20 steps.
+//! A program that keeps more than half its first step's peak between steps never comes down
+//! past that mark: its first step stays new for good, and every later step's moves are a new
+//! step's, bounded by the peak's allowance and waiting for the device when they must
+//! (mean_teacher_side_train in PyTorch: in 9 of 20 steps). Not waiting after the first step
+//! cost hypernet_train's recording 220 MiB (`replay_rules.rs`; BENCHMARKS.md, session 56).
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct NewStep {

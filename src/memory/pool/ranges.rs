@@ -537,7 +537,6 @@ impl Pool {
         let mut repeat = false;
         let mut startup = false;
         let mut at_peak = false;
-        let mut reaches_peak = false;
         // With aliases, a move keeps the chunks it takes mapped until they are placed
         // (`alias.rs`), and switching one back to its shadow here costs nothing.
         let aliasing = self.aliasing(vm);
@@ -579,10 +578,9 @@ impl Pool {
                 // not asked of the bucket (move_budget.rs).
                 let peak = self.stats.allocated_bytes + rounded;
                 let new_step = self.config.new_step_moves && self.new_step.is_new();
-                reaches_peak = peak >= self.program_peak();
                 at_peak = self.config.peak_moves
                     && permille > 0
-                    && (reaches_peak || new_step)
+                    && (peak >= self.program_peak() || new_step)
                     && self.moves.allows_at_peak(peak.max(self.program_peak()));
                 if startup || at_peak || self.moves.allows(now, permille) {
                     want = slack;
@@ -611,13 +609,8 @@ impl Pool {
         let started = (want > must).then(|| backing.now_ns());
         let mut moved = 0;
         if want > 0 {
-            // Moves that set the footprint (at the program's peak, or start-up ones) may wait
-            // for the device; after the first step, one of a new step below the peak may not:
-            // a step over a floor above half its peak stays new for good (`new_step.rs`), and
-            // its moves come back in every step, each wait draining the device's queue.
-            let sets_footprint = startup || (at_peak && reaches_peak);
             self.moving = Moving {
-                no_wait_after_first_step: want > must && !sets_footprint,
+                bucket: want > must && !(startup || at_peak),
                 victims_of: self.own_stream_victims(r),
             };
             let recycled = self.recycle(

@@ -16,10 +16,9 @@ use crate::memory::history::Action;
 /// (`map_pages`, a plan's gathering) around the one call, and cleared after.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Moving {
-    /// A slack-rule move that does not set the footprint — one the time bucket pays for, or
-    /// one of a new step below the program's peak: after the program's first step it may not
-    /// wait for the device (`PoolConfig::recycle_waits`).
-    pub(super) no_wait_after_first_step: bool,
+    /// A move the time bucket pays for: after the program's first step it may not wait for
+    /// the device (`PoolConfig::recycle_waits`).
+    pub(super) bucket: bool,
     /// When the slack rule or a gathering moves pages: only this stream's ranges and empty
     /// ones give them up (`Pool::own_stream_victims`); None, every range.
     pub(super) victims_of: Option<StreamId>,
@@ -108,11 +107,10 @@ impl Pool {
         Ok(done)
     }
 
-    /// Whether the slack rule may wait for the device: with `recycle_waits`, but for a move that
-    /// does not set the footprint after the program's first step (`Moving`).
+    /// Whether the slack rule may wait for the device: with `recycle_waits`, but for a move the
+    /// time bucket pays for after the program's first step (`PoolConfig::recycle_waits`).
     fn slack_may_wait(&self) -> bool {
-        self.config.recycle_waits
-            && !(self.moving.no_wait_after_first_step && self.moves.is_steady())
+        self.config.recycle_waits && !(self.moving.bucket && self.moves.is_steady())
     }
 
     /// The stream whose ranges alone, with the empty ones, may give up pages to a slack-rule

@@ -487,46 +487,36 @@ fn after_the_first_step_the_buckets_moves_no_longer_wait() {
 }
 
 /// mean_teacher_side_train in PyTorch on the pool (session 56, H100) keeps 228.6 MiB between
-/// its steps (weights, their state, the teacher's copy), more than half its 403.5 MiB peak, so
-/// its first step never comes down past its half-way mark and every later step counts as one that raised the peak
-/// (`new_step.rs`). Its 38.5 MiB request, below the peak, moved pages and waited for the device
-/// in 9 of 20 steps. After the first step such a move takes only pages the device is done with;
-/// moves that reach the peak still wait. Replayed as it ran (6 µs between calls, 2 s of
-/// start-up), it waits 5 times where it waited 10, for 8 MiB more (470 MiB for 403.5 live;
-/// PyTorch reserved 570 MB). LLaMA's live run waits 13 times where 19 and maps 1446 physical
-/// allocations where 1750, for the same footprint (9968 MiB, 9970 before). GPT-2, whose later
-/// moves at its peak still wait, stays under PyTorch (the test above).
+/// its steps, more than half its 403.5 MiB peak, so its first step never comes down past its
+/// half-way mark and every later step counts as one that raised the peak (`new_step.rs`): its
+/// largest request, below the peak, moves pages and waits for the device in 9 of 20 steps.
+/// Letting such moves (a new step's, below the peak) take only idle pages once a step has ended
+/// halved those waits, and cut LLaMA's pages moved from 740 to 73 for the same footprint, but
+/// hypernet_train's GPU recording, replayed as a live program, then reserved 1932 MiB where it
+/// reserves 1712 (PyTorch 1678): its step's three 263 MiB temporaries need the wait once. So a
+/// new step's moves keep waiting; this holds both figures.
 #[test]
-fn after_the_first_step_a_new_steps_moves_below_the_peak_do_not_wait() {
+fn a_new_steps_moves_below_the_peak_still_wait_after_the_first_step() {
+    let hypernet = live_with_waits(
+        "benches/traces_hostgpu/hypernet_train_gpu.trace.gz",
+        6_000,
+        2_000_000_000,
+    );
+    assert!(
+        hypernet.peak_reserved <= 1712 * MIB,
+        "hypernet_train reserved {} MiB",
+        hypernet.peak_reserved >> 20
+    );
+    // The waits buy mean_teacher_side_train 8 MiB (462 MiB; 470 without them).
     let teacher = live_with_waits(
         "benches/traces_live/mean_teacher_side_train.trace.gz",
         6_000,
         2_000_000_000,
     );
     assert!(
-        teacher.device_waits <= 6,
-        "mean_teacher_side_train waited {} times",
+        teacher.peak_reserved <= 462 * MIB && teacher.device_waits <= 10,
+        "mean_teacher_side_train reserved {} MiB, waited {} times",
+        teacher.peak_reserved >> 20,
         teacher.device_waits
-    );
-    assert!(
-        teacher.peak_reserved <= 570_000_000,
-        "mean_teacher_side_train reserved {} MiB",
-        teacher.peak_reserved >> 20
-    );
-    let llama = live_with_waits(
-        "benches/traces_live/llama_train.trace.gz",
-        6_000,
-        2_000_000_000,
-    );
-    assert!(
-        llama.device_waits <= 15 && llama.maps <= 1550,
-        "llama_train waited {} times and mapped {}",
-        llama.device_waits,
-        llama.maps
-    );
-    assert!(
-        llama.peak_reserved <= 9970 * MIB,
-        "llama_train reserved {} MiB",
-        llama.peak_reserved >> 20
     );
 }

@@ -492,9 +492,9 @@ fn after_the_first_step_the_buckets_moves_no_longer_wait() {
 /// largest request, below the peak, moves pages and waits for the device in 9 of 20 steps.
 /// Letting such moves (a new step's, below the peak) take only idle pages once a step has ended
 /// halved those waits, and cut LLaMA's pages moved from 740 to 73 for the same footprint, but
-/// hypernet_train's GPU recording, replayed as a live program, then reserved 1932 MiB where it
-/// reserves 1712 (PyTorch 1678): its step's three 263 MiB temporaries need the wait once. So a
-/// new step's moves keep waiting; this holds both figures.
+/// hypernet_train's GPU recording, replayed the same way, then reserved 1932 MiB where it
+/// reserves 1712 (as in lockstep; PyTorch 1678). So a new step's moves keep waiting; this holds
+/// both programs' figures.
 #[test]
 fn a_new_steps_moves_below_the_peak_still_wait_after_the_first_step() {
     let hypernet = live_with_waits(

@@ -332,10 +332,8 @@ impl Pool {
         self.unlink(t);
         // Free pages moved first: they leave the counts below, and what they saved is mapped
         // again under the footprint.
-        self.moving.victims_of = self.own_stream_victims(r);
-        let recycled = self.recycle(backing, vm, need, 0, placing.into(), true, None);
-        self.moving = Moving::default();
-        if let Err(e) = recycled {
+        let moving = self.gathering(r);
+        if let Err(e) = self.recycle(backing, vm, need, 0, placing.into(), true, None, moving) {
             self.relink_counted(r, t);
             return Err(e);
         }
@@ -429,10 +427,8 @@ impl Pool {
             .map_or(Keep::Nothing, |(&(p0, _), &(q0, n))| {
                 Keep::Span(r, p0, q0 + n)
             });
-        self.moving.victims_of = self.own_stream_victims(r);
-        let recycled = self.recycle(backing, vm, need, 0, keep, true, None);
-        self.moving = Moving::default();
-        recycled?;
+        let moving = self.gathering(r);
+        self.recycle(backing, vm, need, 0, keep, true, None, moving)?;
         let Some(need) = need_of(self) else {
             return Ok(false);
         };
@@ -490,6 +486,15 @@ impl Pool {
         }
         vm.trim()?;
         Ok(true)
+    }
+
+    /// What recycling for a plan's gathering in range `r` may do: wait for the device as the
+    /// slack rule's moves at the peak may, and take pages as `own_stream_victims` says.
+    fn gathering(&self, r: u32) -> Moving {
+        Moving {
+            bucket: false,
+            victims_of: self.own_stream_victims(r),
+        }
     }
 
     /// Whether range `r` is one free block.

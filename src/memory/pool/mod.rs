@@ -301,8 +301,6 @@ pub struct Pool {
     lifetimes: lifetimes::Lifetimes,
     /// Set only during `alloc_no_wait`: recycling may not wait for the device.
     no_device_waits: bool,
-    /// What the recycling under way may do (`recycle::Moving`), set around one call.
-    moving: recycle::Moving,
     /// The lane of the allocation being made: `Lasting` only during `alloc_in`.
     lane: Lane,
     /// Pending blocks go back only when the caller says (`hold_events`), never by polling.
@@ -346,7 +344,6 @@ impl Pool {
             cold_placements: 0,
             lifetimes: lifetimes::Lifetimes::default(),
             no_device_waits: false,
-            moving: recycle::Moving::default(),
             lane: Lane::Working,
             hold_events: false,
             hold_markers: false,
@@ -568,9 +565,7 @@ impl Pool {
         let mut released = 0;
         if let Some(vm) = backing.vmm() {
             if self.mapped_pages > 0 {
-                released +=
-                    self.recycle(backing, vm, u64::MAX, u64::MAX, Keep::Nothing, true, None)?
-                        * self.page;
+                released += self.recycle_all(backing, vm, Keep::Nothing)? * self.page;
                 // Every alias goes too (chunks still live keep their live address).
                 self.drop_all_shadows(vm)?;
                 vm.trim()?;

@@ -609,7 +609,7 @@ impl Pool {
         let started = (want > must).then(|| backing.now_ns());
         let mut moved = 0;
         if want > 0 {
-            self.moving = Moving {
+            let moving = Moving {
                 bucket: want > must && !(startup || at_peak),
                 victims_of: self.own_stream_victims(r),
             };
@@ -621,8 +621,8 @@ impl Pool {
                 placing.into(),
                 repeat,
                 alias.as_ref(),
+                moving,
             );
-            self.moving = Moving::default();
             match recycled {
                 Ok(n) => moved = n.saturating_sub(must),
                 Err(e) => {
@@ -744,7 +744,7 @@ impl Pool {
                 let mut result = vm.map(addr, size * page, count);
                 if let (Err(DeviceError::OutOfMemory { .. }), OnOom::Reclaim) = (&result, on_oom) {
                     // Give the device every free page and idle segment we hold, then retry.
-                    self.recycle(backing, vm, u64::MAX, u64::MAX, placing.into(), true, None)?;
+                    self.recycle_all(backing, vm, placing.into())?;
                     vm.trim()?;
                     self.release_idle_segments(backing)?;
                     result = vm.map(addr, size * page, count);

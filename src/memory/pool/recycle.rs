@@ -12,8 +12,8 @@ use super::{pages32, Pool, PoolBacking, PoolError};
 use crate::device::{StreamId, VirtualMemory};
 use crate::memory::history::Action;
 
-/// What the recycling under way may do beyond `recycle`'s arguments: set by its caller
-/// (`map_pages`, a plan's gathering) around the one call, and cleared after.
+/// What a recycling for the slack rule or a plan's gathering may do (`recycle`'s last
+/// argument; the default for the budget's, which may take any page and always wait).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Moving {
     /// A move the time bucket pays for: after the program's first step it may not wait for
@@ -69,7 +69,8 @@ impl Pool {
     /// device once (`quiesce`). `keep` says which pages stay (`Keep`). Beyond
     /// `must`, pages an earlier slack-rule move placed are taken only with `repeat`. With
     /// `alias` (`alias.rs`) the chunks taken stay mapped as donors for `map_pages` to place,
-    /// those whose shadows lie under the block being placed first.
+    /// those whose shadows lie under the block being placed first. `moving` bounds the part
+    /// beyond `must` (`Moving`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn recycle(
         &mut self,
@@ -80,8 +81,9 @@ impl Pool {
         keep: Keep,
         repeat: bool,
         alias: Option<&AliasMove>,
+        moving: Moving,
     ) -> Result<u64, PoolError> {
-        let waits = self.slack_may_wait();
+        let waits = self.slack_may_wait(moving);
         // (Holding markers, the device's progress is not looked at: `hold_markers`.)
         let look = !self.hold_markers;
         for si in 0..self.streams.len() as u32 {
@@ -96,7 +98,7 @@ impl Pool {
                 self.poll_markers(backing, si);
             }
         }
-        let done = self.recycle_victims(vm, want, must, keep, repeat, alias)?;
+        let done = self.recycle_victims(vm, want, must, keep, repeat, alias, moving)?;
         // Let the blocks skipped this time become known-idle for the next time.
         for si in 0..self.streams.len() as u32 {
             let st = &self.streams[si as usize];
@@ -107,10 +109,22 @@ impl Pool {
         Ok(done)
     }
 
+    /// Every mapped page inside a free block unmapped but those `keep` holds, waiting for the
+    /// device where needed (`release_cached`, and a mapping the device refused for memory).
+    pub(super) fn recycle_all(
+        &mut self,
+        backing: &dyn PoolBacking,
+        vm: &dyn VirtualMemory,
+        keep: Keep,
+    ) -> Result<u64, PoolError> {
+        let all = u64::MAX;
+        self.recycle(backing, vm, all, all, keep, true, None, Moving::default())
+    }
+
     /// Whether the slack rule may wait for the device: with `recycle_waits`, but for a move the
     /// time bucket pays for after the program's first step (`PoolConfig::recycle_waits`).
-    fn slack_may_wait(&self) -> bool {
-        self.config.recycle_waits && !(self.moving.bucket && self.moves.is_steady())
+    fn slack_may_wait(&self, moving: Moving) -> bool {
+        self.config.recycle_waits && !(moving.bucket && self.moves.is_steady())
     }
 
     /// The stream whose ranges alone, with the empty ones, may give up pages to a slack-rule
@@ -164,6 +178,7 @@ impl Pool {
         soft: u64,
         keep: Keep,
         (repeat, targets, only_targets): (bool, &[u64], bool),
+        may_wait: bool,
     ) -> bool {
         if soft <= self.chunk_pages(soft) {
             // Growth of at most one physical allocation over the cap (a cache grown a row at a
@@ -173,7 +188,7 @@ impl Pool {
         }
         let mut movable = 0u64;
         for &(idle, _, i) in victims {
-            if !idle && !self.slack_may_wait() {
+            if !idle && !may_wait {
                 continue;
             }
             let r = self.streams[self.blocks[i].owner as usize].range;
@@ -193,7 +208,8 @@ impl Pool {
         true
     }
 
-    pub(super) fn recycle_victims(
+    #[allow(clippy::too_many_arguments)]
+    fn recycle_victims(
         &mut self,
         vm: &dyn VirtualMemory,
         want: u64,
@@ -201,7 +217,10 @@ impl Pool {
         keep: Keep,
         repeat: bool,
         alias: Option<&AliasMove>,
+        moving: Moving,
     ) -> Result<u64, PoolError> {
+        // Constant for the call: the config, the kind of move and whether a step has ended.
+        let may_wait = self.slack_may_wait(moving);
         let mut victims: Vec<(u64, u32)> = Vec::new();
         let mut avail = 0u64;
         let targets: &[u64] = alias.map_or(&[], |a| &a.targets);
@@ -219,11 +238,7 @@ impl Pool {
         }
         // Another stream's range in use keeps its pages from the slack rule after the first
         // step (`own_stream_victims`); the budget (`must`) takes them wherever they are.
-        let only = if must == 0 {
-            self.moving.victims_of
-        } else {
-            None
-        };
+        let only = if must == 0 { moving.victims_of } else { None };
         for st in &self.streams {
             if st.range == NIL
                 || (only.is_some_and(|s| s != st.stream) && !self.range_is_empty(st.range))
@@ -297,7 +312,7 @@ impl Pool {
         if want > must && self.config.recycle_majority_moves {
             // Switch-only: nothing but the targets may move.
             let movable = (repeat, targets, switch_only);
-            if self.majority_short(&victims, want - must, keep, movable) {
+            if self.majority_short(&victims, want - must, keep, movable, may_wait) {
                 // The soft part would save less than the peak still grows: map instead.
                 want = must;
                 self.moves.declined += 1;
@@ -346,7 +361,7 @@ impl Pool {
             if done >= want {
                 break;
             }
-            if !idle && !quiet && done >= must && !self.slack_may_wait() {
+            if !idle && !quiet && done >= must && !may_wait {
                 // Only the soft goal is left, and it may not wait for the device.
                 break;
             }

@@ -4,6 +4,7 @@
 //! where no more than a physical allocation's worth of pages is over the cap.
 
 use super::*;
+use crate::memory::pool::recycle::Moving;
 
 /// A virtual range whose one free mapped page lies in a hole kept from the range's last block
 /// by a live page above it, on a device that passes every marker: the slack rule's only victim
@@ -26,7 +27,16 @@ fn moved(rule: bool, soft: u64) -> (u64, u64, u64) {
     let vm = f.vmm().expect("virtual memory");
     let declined = p.recycle_declined_count();
     let done = p
-        .recycle(&f, vm, soft, 0, Keep::Nothing, true, None)
+        .recycle(
+            &f,
+            vm,
+            soft,
+            0,
+            Keep::Nothing,
+            true,
+            None,
+            Moving::default(),
+        )
         .unwrap();
     check(&p);
     assert_eq!(p.stats().reserved_bytes, (2 - done) * PAGE);
@@ -65,7 +75,16 @@ fn moved_in_chunks_of_four(soft: u64) -> (u64, u64) {
     let vm = f.vmm().expect("virtual memory");
     let declined = p.recycle_declined_count();
     let done = p
-        .recycle(&f, vm, soft, 0, Keep::Nothing, true, None)
+        .recycle(
+            &f,
+            vm,
+            soft,
+            0,
+            Keep::Nothing,
+            true,
+            None,
+            Moving::default(),
+        )
         .unwrap();
     check(&p);
     (done, p.recycle_declined_count() - declined)

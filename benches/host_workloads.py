@@ -1987,3 +1987,8 @@ HOST = {
     "kfac_train": (kfac_train, 12),
     "mean_teacher_side_train": (mean_teacher_side_train, 8),
 }
+
+# Session 57's programs, in a module of their own (it reads DEV and step_on from this one).
+from host_workloads_phased import PHASED  # noqa: E402
+
+HOST.update(PHASED)

@@ -8,7 +8,8 @@ recorded on a GPU only (`run.sh hostgpu`, `../traces_hostgpu/`). The five progra
 stream, point-cloud neighbourhoods, K-FAC's eigendecompositions) were recorded on the CPU
 (`../traces_host/`), and on a GPU in session 54 (`../traces_hostgpu/`). mean_teacher_side_train
 (session 55: a teacher on a side stream of its own) was recorded on a GPU only: on the CPU it
-has one stream, which is not what it is for.
+has one stream, which is not what it is for. Session 57's ten are in host_workloads_phased.py,
+listed in HOST after these.
 
     python3 record_host_traces.py OUT_DIR [--only NAME,...]
 """

@@ -1,11 +1,13 @@
-"""Five more programs for the host recorder (session 57), of kinds host_workloads.py does not
+"""Ten more programs for the host recorder (session 57), of kinds host_workloads.py does not
 hold: steps made of phases with other shapes (generation, scoring and an update; crops of two
-resolutions; a decoder whose output length comes from predicted durations), state that grows
-from step to step (a bank of embeddings), and a variable number of micro-batches a step. As
-host_workloads.py's, they only check the pool's rules, never choose them: models built with
-random weights, random data, nothing downloaded, each function returning step(i). They read the
-device from host_workloads.DEV as they build and step, so the GPU recorders' switch reaches them;
-host_workloads.HOST lists them after its own.
+resolutions; a decoder whose output length comes from predicted durations; embeddings made without
+gradients and then again with them, chunk by chunk; a large batch scored to pick a small one),
+state that grows from step to step (a bank of embeddings), a variable number of micro-batches a
+step, layers skipped at random, tokens merged layer by layer, and an optimizer whose state lives
+in host memory. As host_workloads.py's, they only check the pool's rules, never choose them:
+models built with random weights, random data, nothing downloaded, each function returning
+step(i). They read the device from host_workloads.DEV as they build and step, so the GPU
+recorders' switch reaches them; host_workloads.HOST lists them after its own.
 """
 import copy
 import random
@@ -210,6 +212,160 @@ def dino_multicrop_train():
     return step
 
 
+def layerdrop_train():
+    """Stochastic depth (LayerDrop): a 12-layer encoder (width 384) whose layers are each skipped
+    with probability 0.3 in every training step, batch 16 of 128-256 tokens: the same weights
+    and a step whose sequence of requests changes with the layers drawn."""
+    layers = nn.ModuleList(
+        nn.TransformerEncoderLayer(384, 6, 1536, batch_first=True) for _ in range(12)).to(_dev())
+    emb = nn.Embedding(8000, 384).to(_dev())
+    head = nn.Linear(384, 8000).to(_dev())
+    params = [*layers.parameters(), *emb.parameters(), *head.parameters()]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    rng = random.Random(62)
+
+    def step(i):
+        ids = torch.randint(0, 8000, (16, rng.randint(128, 256)), device=_dev())
+        h = emb(ids)
+        for layer in layers:
+            if rng.random() >= 0.3:
+                h = layer(h)
+        hw.step_on(opt, F.cross_entropy(head(h).flatten(0, 1), ids.flatten()))
+
+    return step
+
+
+def gradcache_clip_train():
+    """Contrastive image-text training with a gradient cache: a batch of 256 pairs too large for
+    one pass is embedded in chunks of 32-64 without gradients (a ResNet-18 and a 2-layer text
+    encoder, width 256), the contrastive loss over all 256 gives each embedding's gradient, and
+    each chunk is embedded again with gradients and back-propagated from those: two passes of
+    different shapes over the same chunks in every step."""
+    from torchvision.models import resnet18
+
+    image = resnet18(num_classes=256).to(_dev())
+    text = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True), num_layers=2).to(_dev())
+    words = nn.Embedding(5000, 256).to(_dev())
+    params = [*image.parameters(), *text.parameters(), *words.parameters()]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    rng = random.Random(63)
+
+    def embed(x, t):
+        return F.normalize(image(x), dim=-1), F.normalize(text(words(t)).mean(1), dim=-1)
+
+    def step(i):
+        chunk = rng.choice([32, 64])
+        xs = [torch.rand(chunk, 3, 96, 96, device=_dev()) for _ in range(256 // chunk)]
+        ts = [torch.randint(0, 5000, (chunk, 32), device=_dev()) for _ in range(256 // chunk)]
+        with torch.no_grad():
+            zi, zt = zip(*(embed(x, t) for x, t in zip(xs, ts)))
+        zi = torch.cat(zi).requires_grad_()
+        zt = torch.cat(zt).requires_grad_()
+        logits = zi @ zt.t() / 0.07
+        target = torch.arange(256, device=_dev())
+        loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)) / 2
+        gi, gt = torch.autograd.grad(loss, [zi, zt])
+        for k, (x, t) in enumerate(zip(xs, ts)):
+            ei, et = embed(x, t)
+            rows = slice(k * chunk, (k + 1) * chunk)
+            ((ei * gi[rows]).sum() + (et * gt[rows]).sum()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def ohem_train():
+    """Online hard-example mining: each step a ResNet-18 scores a candidate batch of 96-192
+    images of 112x112 without gradients, keeps the 32 with the highest loss and trains on those:
+    a large forward of a size the step draws, freed, then a small training step."""
+    from torchvision.models import resnet18
+
+    model = resnet18(num_classes=100).to(_dev())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rng = random.Random(64)
+
+    def step(i):
+        n = rng.randint(96, 192)
+        x = torch.rand(n, 3, 112, 112, device=_dev())
+        y = torch.randint(0, 100, (n,), device=_dev())
+        with torch.no_grad():
+            hard = F.cross_entropy(model(x), y, reduction="none").topk(32).indices
+        hw.step_on(opt, F.cross_entropy(model(x[hard]), y[hard]))
+
+    return step
+
+
+def tome_vit_infer():
+    """A vision transformer serving with token merging (ToMe): timm ViT-Small/16 on batches of
+    1-32 images of 224x224, each block merging its most similar pairs of tokens (a share drawn
+    per request, 8-24%) by bipartite matching before attention, so tokens shrink block by block
+    and no two requests have the same shapes."""
+    import timm
+
+    model = timm.create_model("vit_small_patch16_224", pretrained=False).to(_dev()).eval()
+    rng = random.Random(65)
+
+    def merge(x, r):
+        """x (batch, tokens, width) with its r most similar pairs averaged (the class token kept)."""
+        cls, rest = x[:, :1], x[:, 1:]
+        a, b = rest[:, ::2], rest[:, 1::2]
+        score = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).transpose(1, 2)
+        best, to = score.max(-1)
+        order = best.argsort(-1, descending=True)
+        src, keep = order[:, :r], order[:, r:]
+        w = a.shape[-1]
+        b = b.scatter_reduce(1, to.gather(1, src)[..., None].expand(-1, -1, w),
+                             a.gather(1, src[..., None].expand(-1, -1, w)), reduce="mean")
+        return torch.cat([cls, a.gather(1, keep[..., None].expand(-1, -1, w)), b], 1)
+
+    def step(i):
+        n, share = rng.randint(1, 32), rng.uniform(0.08, 0.24)
+        with torch.no_grad():
+            x = model.patch_embed(torch.rand(n, 3, 224, 224, device=_dev()))
+            x = model._pos_embed(x)
+            for block in model.blocks:
+                x = block(merge(x, int((x.shape[1] - 1) // 2 * share)))
+            model.head(model.norm(x)[:, 0])
+
+    return step
+
+
+def offload_adam_train():
+    """An optimizer whose state lives in host memory (ZeRO-Offload's pattern): a GPT-2-style
+    decoder (6 layers, width 512), batch 8 of 128-256 tokens; after each backward every
+    gradient is copied to host memory, Adam runs there on fp32 master weights, and the new
+    weights are copied back into the model's: the device holds the weights, the step's
+    activations and gradients, and the copies' staging, never the optimizer's moments."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=6, n_embd=512, n_head=8, vocab_size=8000, n_positions=256)
+    model = GPT2LMHeadModel(cfg).to(_dev())
+    params = [p for p in model.parameters() if p.requires_grad]
+    pin = hw.DEV != "cpu"
+    master = [p.detach().to("cpu", copy=True).pin_memory() if pin else p.detach().clone()
+              for p in params]
+    for m in master:
+        m.grad = torch.zeros_like(m)
+    opt = torch.optim.Adam(master, lr=1e-4)
+    rng = random.Random(66)
+
+    def step(i):
+        ids = torch.randint(0, 8000, (8, rng.randint(128, 256)), device=_dev())
+        model(input_ids=ids, labels=ids).loss.backward()
+        for p, m in zip(params, master):
+            m.grad.copy_(p.grad, non_blocking=pin)
+            p.grad = None
+        if pin:
+            torch.cuda.current_stream().synchronize()
+        opt.step()
+        for p, m in zip(params, master):
+            p.data.copy_(m, non_blocking=pin)
+
+    return step
+
+
 # name: (workload, measured steps)
 PHASED = {
     "rlhf_ppo_train": (rlhf_ppo_train, 6),
@@ -217,4 +373,9 @@ PHASED = {
     "fastspeech_train": (fastspeech_train, 8),
     "packed_accum_train": (packed_accum_train, 6),
     "dino_multicrop_train": (dino_multicrop_train, 6),
+    "layerdrop_train": (layerdrop_train, 8),
+    "gradcache_clip_train": (gradcache_clip_train, 4),
+    "ohem_train": (ohem_train, 8),
+    "tome_vit_infer": (tome_vit_infer, 12),
+    "offload_adam_train": (offload_adam_train, 6),
 }

@@ -21,26 +21,24 @@ fn one_movable_page(rule: bool) -> (Pool, Fake) {
     (p, f)
 }
 
-/// Pages the slack rule's soft part moves when `soft` pages are over the cap.
-fn moved(rule: bool, soft: u64) -> (u64, u64, u64) {
-    let (mut p, f) = one_movable_page(rule);
+/// A slack-rule recycling of `soft` pages over the cap (none that must go): the pages it moved
+/// and the moves it declined.
+fn soft_move(p: &mut Pool, f: &Fake, soft: u64) -> (u64, u64) {
     let vm = f.vmm().expect("virtual memory");
     let declined = p.recycle_declined_count();
     let done = p
-        .recycle(
-            &f,
-            vm,
-            soft,
-            0,
-            Keep::Nothing,
-            true,
-            None,
-            Moving::default(),
-        )
+        .recycle(f, vm, soft, 0, Keep::Nothing, true, None, Moving::default())
         .unwrap();
-    check(&p);
+    check(p);
+    (done, p.recycle_declined_count() - declined)
+}
+
+/// Pages the slack rule's soft part moves when `soft` pages are over the cap.
+fn moved(rule: bool, soft: u64) -> (u64, u64, u64) {
+    let (mut p, f) = one_movable_page(rule);
+    let (done, declined) = soft_move(&mut p, &f, soft);
     assert_eq!(p.stats().reserved_bytes, (2 - done) * PAGE);
-    (done, f.unmaps(), p.recycle_declined_count() - declined)
+    (done, f.unmaps(), declined)
 }
 
 #[test]
@@ -72,22 +70,8 @@ fn moved_in_chunks_of_four(soft: u64) -> (u64, u64) {
     p.free(&f, hole).unwrap();
     check(&p);
     assert_eq!(p.chunk_pages(soft), 4);
-    let vm = f.vmm().expect("virtual memory");
-    let declined = p.recycle_declined_count();
-    let done = p
-        .recycle(
-            &f,
-            vm,
-            soft,
-            0,
-            Keep::Nothing,
-            true,
-            None,
-            Moving::default(),
-        )
-        .unwrap();
-    check(&p);
-    (done, p.recycle_declined_count() - declined)
+    let (done, declined) = soft_move(&mut p, &f, soft);
+    (done, declined)
 }
 
 #[test]

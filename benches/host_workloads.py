@@ -8,8 +8,8 @@ recorded on a GPU only (`run.sh hostgpu`, `../traces_hostgpu/`). The five progra
 stream, point-cloud neighbourhoods, K-FAC's eigendecompositions) were recorded on the CPU
 (`../traces_host/`), and on a GPU in session 54 (`../traces_hostgpu/`). mean_teacher_side_train
 (session 55: a teacher on a side stream of its own) was recorded on a GPU only: on the CPU it
-has one stream, which is not what it is for. Session 57's ten are in host_workloads_phased.py,
-listed in HOST after these.
+has one stream, which is not what it is for. Session 57's ten are in host_workloads_phased.py and
+session 58's five in host_workloads_inner.py, listed in HOST after these in that order.
 
     python3 record_host_traces.py OUT_DIR [--only NAME,...]
 """
@@ -1989,7 +1989,9 @@ HOST = {
     "mean_teacher_side_train": (mean_teacher_side_train, 8),
 }
 
-# Session 57's programs, in a module of their own (it reads DEV and step_on from this one).
+# Sessions 57's and 58's programs, in modules of their own (they read DEV and step_on from this one).
 from host_workloads_phased import PHASED  # noqa: E402
+from host_workloads_inner import INNER  # noqa: E402
 
 HOST.update(PHASED)
+HOST.update(INNER)

@@ -72,13 +72,36 @@ fn replay_host(name: &str) -> Figures {
 ///   each) and makes the inverses anew every fourth step, through eigendecompositions whose
 ///   blocks come and go between them: 128 MiB for 112.7 MiB live (1.1354). A clairvoyant
 ///   placement that moves no page needs 1.0822; moves without a time limit give the same.
-const OVER: [(&str, f64, u64); 6] = [
+///
+/// Recorded in session 58 (`host_workloads_inner.py`), over as they came:
+/// - fedavg_train: each client's batch (8-48 images) gives its activations sizes of their own,
+///   and its gradients and momentum (made at its first update, dropped with it) take holes
+///   between them. A later client's 23.6 MiB activation finds 40 MiB free in two holes split
+///   by a 1.1 MiB block and smaller ones; the moves that would take the free pages are
+///   declined, those pages having been placed by earlier moves (`allows_repeat`: the replay,
+///   with no work between calls, earns almost no share), so it maps new pages: 148 MiB for
+///   114.5 MiB live (1.2928). A clairvoyant placement needs 1.0133; moves without a time
+///   limit give 1.0832.
+/// - mc_dropout_infer: 8-16 stochastic passes a batch of drawn shape; each pass's 30.8 MiB
+///   blocks come back beside 7.7 MiB blocks that outlive it, and their pages move between a
+///   hole and the range's top, pass after pass, until repeated moves are declined and new pages
+///   are mapped: 190 MiB for 165.2 MiB live (1.1498, goal 1.10). A clairvoyant placement and
+///   moves without a time limit both give 1.0530.
+/// - style_transfer_train: each step's image has its sides drawn anew (128-224 pixels), so no
+///   two steps' feature maps are alike; the first iteration already reserves 126 MiB for
+///   111.4 MiB live, holes of 0.3-5.6 MiB between the feature maps, and a later step reaches
+///   136 MiB for 113.2 (1.2014). Over for any placement that moves no page (clairvoyant
+///   1.1417); moves without a time limit give 1.1131.
+const OVER: [(&str, f64, u64); 9] = [
     ("maml_meta_train", 1.1716, 0),
     ("treelstm_train", 1.1981, 0),
     ("early_exit_infer", 1.0873, 4),
     ("lbfgs_train", 1.1058, 0),
     ("wgan_gp_train", 1.0649, 0),
     ("kfac_train", 1.1355, 0),
+    ("fedavg_train", 1.2929, 0),
+    ("mc_dropout_infer", 1.1499, 0),
+    ("style_transfer_train", 1.2015, 0),
 ];
 
 /// Every host-recorded trace replayed as `trace_replay --passes 5` replays it, at both paces:
@@ -87,7 +110,7 @@ const OVER: [(&str, f64, u64); 6] = [
 /// figures.
 #[test]
 fn traces_recorded_on_the_cpu_stay_within_their_goals() {
-    set_within_goals("benches/traces_host", 67, &OVER);
+    set_within_goals("benches/traces_host", 72, &OVER);
 }
 
 /// GPU recordings of host programs over their goal, each held to its figures at the slower of

@@ -155,7 +155,17 @@ fn traces_recorded_on_the_cpu_stay_within_their_goals() {
 /// - mean_teacher_side_train 1.0095: its first full step, the student's activations on one
 ///   stream and the teacher's forward on another interleaving, maps 456 MiB for 405 live, and a
 ///   later one 464 (1.1424; 1.1621 without `own_stream_moves`).
-const OVER_GPU: [(&str, f64, u64); 10] = [
+///
+/// Recorded in session 58 (H100):
+/// - mc_dropout_infer 1.0430: as its CPU recording, each stochastic pass's largest blocks (23
+///   and 31 MiB) come back beside blocks that outlive the pass, and once the moves that would
+///   take the pages earlier moves placed are declined they map new ones: a 31 MiB request maps
+///   30 MiB while 25 MiB lie free (254 MiB for 207.1 live, 1.2265; PyTorch's caching allocator
+///   1.3423 in the same replay on the H100; moves without a time limit 1.0526).
+/// - style_transfer_train 1.0717: over its goal for any placement that moves no page, and the
+///   pool reserves what that clairvoyant placement needs, to the granule (196 MiB for 182.9
+///   live, 1.0717; PyTorch's caching allocator 1.2576; moves without a time limit 1.0607).
+const OVER_GPU: [(&str, f64, u64); 12] = [
     ("early_exit_infer_gpu", 1.1514, 0),
     ("unet3d_train_gpu", 1.0878, 0),
     ("treelstm_train_gpu", 1.0708, 0),
@@ -166,13 +176,15 @@ const OVER_GPU: [(&str, f64, u64); 10] = [
     ("kfac_train_gpu", 1.1449, 0),
     ("prefetch_stream_train_gpu", 1.0726, 1),
     ("mean_teacher_side_train_gpu", 1.1425, 0),
+    ("mc_dropout_infer_gpu", 1.2266, 0),
+    ("style_transfer_train_gpu", 1.0718, 0),
 ];
 
 /// The GPU recordings of host programs (`benches/traces_hostgpu/`, `run.sh hostgpu`), replayed
 /// as the CPU recordings are: within their goals, or within their figures (`OVER_GPU`).
 #[test]
 fn traces_recorded_on_a_gpu_stay_within_their_goals() {
-    set_within_goals("benches/traces_hostgpu", 32, &OVER_GPU);
+    set_within_goals("benches/traces_hostgpu", 42, &OVER_GPU);
 }
 
 /// Every trace in `dir` (under the crate), at least `least` of them, replayed at both paces:

@@ -82,11 +82,11 @@ fn replay_host(name: &str) -> Figures {
 ///   with no work between calls, earns almost no share), so it maps new pages: 148 MiB for
 ///   114.5 MiB live (1.2928). A clairvoyant placement needs 1.0133; moves without a time
 ///   limit give 1.0832.
-/// - mc_dropout_infer: 8-16 stochastic passes a batch of drawn shape; each pass's 30.8 MiB
-///   blocks come back beside 7.7 MiB blocks that outlive it, and their pages move between a
-///   hole and the range's top, pass after pass, until repeated moves are declined and new pages
-///   are mapped: 190 MiB for 165.2 MiB live (1.1498, goal 1.10). A clairvoyant placement and
-///   moves without a time limit both give 1.0530.
+/// - mc_dropout_infer: 8-16 stochastic passes a batch of drawn shape; each layer's 30.8 MiB
+///   blocks come back beside 7.7 MiB blocks that live through the whole pass, and their pages
+///   move between a hole and the range's top, pass after pass, until repeated moves are
+///   declined and new pages are mapped: 190 MiB for 165.2 MiB live (1.1498, goal 1.10). A
+///   clairvoyant placement and moves without a time limit both give 1.0530.
 /// - style_transfer_train: each step's image has its sides drawn anew (128-224 pixels), so no
 ///   two steps' feature maps are alike; the first iteration already reserves 126 MiB for
 ///   111.4 MiB live, holes of 0.3-5.6 MiB between the feature maps, and a later step reaches
@@ -158,10 +158,10 @@ fn traces_recorded_on_the_cpu_stay_within_their_goals() {
 ///
 /// Recorded in session 58 (H100):
 /// - mc_dropout_infer 1.0430: as its CPU recording, each stochastic pass's largest blocks (23
-///   and 31 MiB) come back beside blocks that outlive the pass, and once the moves that would
-///   take the pages earlier moves placed are declined they map new ones: a 31 MiB request maps
-///   30 MiB while 25 MiB lie free (254 MiB for 207.1 live, 1.2265; PyTorch's caching allocator
-///   1.3423 in the same replay on the H100; moves without a time limit 1.0526).
+///   and 31 MiB) come back pass after pass, and once the moves that would take the pages
+///   earlier moves placed are declined they map new ones: a 31 MiB request maps 30 MiB while
+///   25 MiB lie free (254 MiB for 207.1 live, 1.2265; PyTorch's caching allocator 1.3423 in the
+///   same replay on the H100; moves without a time limit 1.0526).
 /// - style_transfer_train 1.0717: over its goal for any placement that moves no page, and the
 ///   pool reserves what that clairvoyant placement needs, to the granule (196 MiB for 182.9
 ///   live, 1.0717; PyTorch's caching allocator 1.2576; moves without a time limit 1.0607).

@@ -74,7 +74,7 @@ def darts_search_train():
     channels, 4 nodes each, every node fed by all earlier ones through a mixed edge of six
     candidate operations) on 32x32 images; each step updates the architecture weights on a
     validation batch, then the network's weights on a training batch (batches of 24-48): every
-    candidate's output is kept for the backward, so the activations are six times a plain
+    candidate's output is kept for the backward, so the activations are several times a plain
     network's, in two backward passes of other batch sizes."""
     nodes = 4
     chans = [16, 32, 32]
@@ -139,9 +139,9 @@ def darts_search_train():
 def mc_dropout_infer():
     """Uncertainty by Monte Carlo dropout: a 4-layer transformer encoder classifier (width 384,
     dropout kept on) scores batches of 8-48 sequences of 32-192 tokens, 8-16 stochastic passes
-    each without gradients, their softmax outputs stacked for the mean and the variance: many
-    passes of one shape a batch, the stacked outputs growing pass by pass, shapes drawn anew
-    every batch."""
+    each without gradients, their softmax outputs kept pass by pass and stacked at the end for
+    the mean and the variance: many passes of one shape a batch, shapes drawn anew every
+    batch."""
     enc = nn.TransformerEncoder(
         nn.TransformerEncoderLayer(384, 6, 1536, dropout=0.1, batch_first=True),
         num_layers=4).to(_dev())
@@ -166,12 +166,12 @@ def mc_dropout_infer():
 
 
 def fedavg_train():
-    """Federated averaging, simulated on one device: a global CNN (4 conv blocks, width 64) and
-    4-6 clients a round; each client copies the global weights into a local model, trains 1-3
-    local steps with an optimizer of its own (its momentum made and dropped with it) on batches
-    of 8-48 images of 48x48, and its weight delta is added to a running sum, divided into the
-    global weights at the round's end: copies of the whole model made and freed every client,
-    between activations of batches drawn per client."""
+    """Federated averaging, simulated on one device: a global CNN (4 conv blocks, 64-128 channels)
+    and 4-6 clients a round; each client copies the global weights into a local model, trains
+    1-3 local steps with an optimizer of its own (its momentum made and dropped with it) on
+    batches of 8-48 images of 48x48, and its weight delta is added to a running sum, averaged
+    into the global weights at the round's end: momentum, gradients and weight deltas made and
+    freed with every client, between activations of batches drawn per client."""
     def cnn():
         layers, c_in = [], 3
         for c in (64, 64, 128, 128):
@@ -209,9 +209,10 @@ def fedavg_train():
 def style_transfer_train():
     """Neural style transfer: an image optimised by Adam through a frozen VGG-11's features (random
     weights, no parameter gradients), its content loss at one layer and its style loss on Gram
-    matrices at four; each step a new content image (128-224 pixels a side, not square) and 4-8
-    iterations on it: the image, its moments and the Gram targets are made and freed with each
-    image, and every iteration keeps the feature maps of the whole network for the backward."""
+    matrices at four; each step a new content image (each side drawn from 128-224 pixels) and
+    4-8 iterations on it: the image, its moments and its content target are made and freed with
+    each image, and every iteration keeps the feature maps of the network up to its last loss
+    layer for the backward."""
     import torchvision
 
     vgg = torchvision.models.vgg11().features.to(_dev()).eval()

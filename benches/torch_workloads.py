@@ -46,6 +46,7 @@ same for unchanged programs); its statistics come from gkrt_torch_runtime + gkrt
 """
 import argparse
 import ctypes
+import faulthandler
 import itertools
 import json
 import math
@@ -326,17 +327,27 @@ class LockstepChild:
             os.close(to_parent)
             cmd, reply = os.fdopen(to_child, "r"), os.fdopen(from_child, "w")
             code = 0
+            # Building, or any one command, taking longer than LOCKSTEP_COMMAND_LIMIT seconds
+            # (120) prints every thread's Python stack to stderr and ends the child: the parent
+            # then fails with "no answer". Before, a step that never returned left the run waiting
+            # until an outer timeout killed the parent alone, with nothing to say where the child
+            # stood. The clock does not run while the child waits for the other's step.
+            limit = float(os.environ.get("LOCKSTEP_COMMAND_LIMIT", "120"))
             try:
+                faulthandler.dump_traceback_later(limit, exit=True)
                 trainer, times = make(), []
                 reply.write("ready\n")
                 reply.flush()
+                faulthandler.cancel_dump_traceback_later()
                 for line in cmd:
+                    faulthandler.dump_traceback_later(limit, exit=True)
                     c = line.strip()
                     if c == "step":
                         r = trainer.timed_step()
                         reply.write(json.dumps(r) + "\n")
                     elif c == "keep":
                         times.append(json.loads(cmd.readline()))
+                        faulthandler.cancel_dump_traceback_later()
                         continue
                     elif c == "profile":
                         reply.write(json.dumps(trainer.profile()) + "\n")
@@ -348,6 +359,7 @@ class LockstepChild:
                         reply.flush()
                         break
                     reply.flush()
+                    faulthandler.cancel_dump_traceback_later()
             except BaseException as e:
                 reply.write(json.dumps({"error": repr(e)}) + "\n")
                 reply.flush()

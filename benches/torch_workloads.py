@@ -16,7 +16,9 @@ before the other process starts its own), the order within a turn alternating. A
 the same machine, so a wander of its pace (GPT-2's step is bound by the host CPU, whose pace here
 moves by tens of percent within seconds) falls on both. Prints each process's figures and a
 summary: per turn the ratio gkrt / torch of the two steps; per pair of processes the median of
-those; and over the pairs the median and a distribution-free 95% interval.
+those; and over the pairs the median and a distribution-free 95% interval. A child whose build or
+any one command takes over LOCKSTEP_COMMAND_LIMIT seconds (120) prints its threads' Python stacks to
+stderr and ends, and the run fails saying so.
 
     python3 torch_workloads.py --model gpt2 --lockstep 8 [--steps 100] [--warmup 5]
 

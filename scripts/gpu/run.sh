@@ -406,6 +406,9 @@ run_heldlock() {
   names=${HELDLOCK_ONLY:-$(cd benches && python3 -c "$dict; print(','.join(P))")}
   mkdir -p "$OUT/heldlock"
   export PYTHONUNBUFFERED=1
+  # A child stuck in one step prints its stacks into heldlock.err and ends before the program's
+  # timeout kills the parent alone (benches/torch_workloads.py, LockstepChild).
+  export LOCKSTEP_COMMAND_LIMIT=${LOCKSTEP_COMMAND_LIMIT:-$(( ${HELDLOCK_TIMEOUT:-180} / 2 ))}
   for n in ${names//,/ }; do
     echo "heldlock: $set:$n" >>"$OUT/heldlock.err"
     timeout "${HELDLOCK_TIMEOUT:-180}" python3 benches/torch_workloads.py --lib .gpu/lib/libgkrt.so --cpus 4,5 \

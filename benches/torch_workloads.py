@@ -698,8 +698,17 @@ def main():
         if a.record_trace:
             ap.error("--record-trace: these programs are recorded by benches/record_traces.py --heldout / --host")
     if a.cpus:
-        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})  # children inherit it
+        cpus = {int(c) for c in a.cpus.split(",")}
+        os.sched_setaffinity(0, cpus)  # children inherit it
     import torch
+
+    if a.cpus:
+        # As many CPU threads as cores (children inherit it). PyTorch's default, one a core of the
+        # machine, put 16 threads on 2 pinned cores, where every parallel CPU operation waits for
+        # all of them: offload_adam_train's host Adam took over 12 s of CPU in its first lockstep
+        # step (50-65 ms a step unpinned). torch is already imported (program_set), so the
+        # environment's OMP_NUM_THREADS would come too late.
+        torch.set_num_threads(len(cpus))
 
     if a.micro:
         for spec in (a.base, a.against):

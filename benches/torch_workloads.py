@@ -218,6 +218,15 @@ class Trainer:
 
     def __init__(self, torch, model, host_model, alloc, lib_path):
         self.torch, self.model, self.alloc = torch, model, alloc
+        # No more CPU threads than the cores this process may run on (--cpus), set here, in the
+        # process that runs the steps, before its first CPU operation. PyTorch's default, one a
+        # core of the machine, put 16 threads on 2 pinned cores, where every parallel CPU
+        # operation waits for all of them: offload_adam_train's host Adam took over 12 s of CPU
+        # in its first lockstep step (97-109 ms a step with 2 threads). Set in the parent, they
+        # were threads a forked child does not have.
+        cores = len(os.sched_getaffinity(0))
+        if cores < torch.get_num_threads():
+            torch.set_num_threads(cores)
         self.lib = install_allocator(torch, alloc, lib_path)
         self.step = make_step(model, host_model, torch)
         self.start = torch.cuda.Event(enable_timing=True)
@@ -698,17 +707,8 @@ def main():
         if a.record_trace:
             ap.error("--record-trace: these programs are recorded by benches/record_traces.py --heldout / --host")
     if a.cpus:
-        cpus = {int(c) for c in a.cpus.split(",")}
-        os.sched_setaffinity(0, cpus)  # children inherit it
+        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})  # children inherit it
     import torch
-
-    if a.cpus:
-        # As many CPU threads as cores (children inherit it). PyTorch's default, one a core of the
-        # machine, put 16 threads on 2 pinned cores, where every parallel CPU operation waits for
-        # all of them: offload_adam_train's host Adam took over 12 s of CPU in its first lockstep
-        # step (50-65 ms a step unpinned). torch is already imported (program_set), so the
-        # environment's OMP_NUM_THREADS would come too late.
-        torch.set_num_threads(len(cpus))
 
     if a.micro:
         for spec in (a.base, a.against):

@@ -221,9 +221,9 @@ class Trainer:
         # No more CPU threads than the cores this process may run on (--cpus), set here, in the
         # process that runs the steps, before its first CPU operation. PyTorch's default, one a
         # core of the machine, put 16 threads on 2 pinned cores, where every parallel CPU
-        # operation waits for all of them: offload_adam_train's host Adam took over 12 s of CPU
-        # in its first lockstep step (97-109 ms a step with 2 threads). Set in the parent, they
-        # were threads a forked child does not have.
+        # operation waits for all of them: 40 s into a lockstep run, offload_adam_train's child
+        # was still in its host Adam, its main thread at 12.9 s of CPU (97-109 ms a step with 2
+        # threads). Set in the parent, they were threads a forked child does not have.
         cores = len(os.sched_getaffinity(0))
         if cores < torch.get_num_threads():
             torch.set_num_threads(cores)

@@ -159,9 +159,10 @@ fn traces_recorded_on_the_cpu_stay_within_their_goals() {
 /// Recorded in session 58 (H100):
 /// - mc_dropout_infer 1.0430: as its CPU recording, each stochastic pass's largest blocks (23
 ///   and 31 MiB) come back pass after pass, and once the moves that would take the pages
-///   earlier moves placed are declined they map new ones: a 31 MiB request maps 30 MiB while
-///   25 MiB lie free (254 MiB for 207.1 live, 1.2265; PyTorch's caching allocator 1.3423 in the
-///   same replay on the H100; moves without a time limit 1.0526).
+///   earlier moves placed are declined they map new ones: a 31 MiB request (event 2340) maps
+///   30 MiB while 48 MiB of mapped pages lie free in whole chunks, all placed by earlier moves
+///   (254 MiB for 207.1 live, 1.2265; PyTorch's caching allocator 1.3423 in the same replay on
+///   the H100; moves without a time limit 1.0526).
 /// - style_transfer_train 1.0717: over its goal for any placement that moves no page, and the
 ///   pool reserves what that clairvoyant placement needs, to the granule (196 MiB for 182.9
 ///   live, 1.0717; PyTorch's caching allocator 1.2576; moves without a time limit 1.0607).

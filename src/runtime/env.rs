@@ -21,6 +21,7 @@
 //! | `GKRT_POOL_NEW_STEP_MOVES` | `PoolConfig::new_step_moves`, 0 or 1: a slack-rule page move in a step that raised the program's peak of allocated bytes (until the next step starts) goes ahead as a move at the peak does (`GKRT_POOL_PEAK_MOVES`) | 1 |
 //! | `GKRT_POOL_PLAN_ROOM_PERMILLE` | `PoolConfig::plan_room_permille`: thousandths over the high-water mark of bytes in use up to which gathering an epoch plan's pages may map new ones where the slack rule's cap (`GKRT_POOL_SLACK_PERMILLE`) is lower; 0: that cap alone | 50 (0 under a memory limit) |
 //! | `GKRT_POOL_OWN_STREAM_MOVES` | `PoolConfig::own_stream_moves`, 0 or 1: after the program's first step, a slack-rule page move or a plan's gathering takes pages only from its own stream's ranges and from empty ones, not from another stream's range in use | 1 (0 under a memory limit) |
+//! | `GKRT_POOL_EMPTY_RANGE_MOVES` | `PoolConfig::empty_range_moves`, 0 or 1: a request that would raise the most pages ever mapped first takes the free pages left mapped in another stream's empty range (a warm-up's), slack or not | 1 (0 under a memory limit) |
 //! | `GKRT_POOL_PENDING_BEST_FIT` | `PoolConfig::pending_best_fit`, 0 or 1: an allocation takes a block pending on a copy-out that fits it more closely than any free block, the stream waiting for the copy (an experiment knob) | 0 |
 //! | `GKRT_POOL_TAIL_PREFIX_FIRST` | `PoolConfig::tail_first`, 1: `TailFirst::Always`, every request of at most a page whose best fit is a warm free block at least twice its size takes the short mapped start of the range's last block instead (an experiment knob; 0 leaves the default) | 0 |
 //! | `GKRT_POOL_SHORT_LIVED_TAIL` | `PoolConfig::tail_first`, 0 or 1 (1: `TailFirst::ShortLived`, over `GKRT_POOL_TAIL_PREFIX_FIRST`; 0: `TailFirst::Off`): as `GKRT_POOL_TAIL_PREFIX_FIRST`, only for requests whose size the pool has seen live fewer allocations than there are live blocks (placement by lifetime) | 1 |
@@ -147,6 +148,9 @@ pub(crate) fn pool_overrides(mut pool: PoolConfig) -> PoolConfig {
     }
     if let Some(b) = read("GKRT_POOL_OWN_STREAM_MOVES") {
         pool.own_stream_moves = b != 0;
+    }
+    if let Some(b) = read("GKRT_POOL_EMPTY_RANGE_MOVES") {
+        pool.empty_range_moves = b != 0;
     }
     if let Some(b) = read("GKRT_POOL_PENDING_BEST_FIT") {
         pool.pending_best_fit = b != 0;

@@ -213,6 +213,18 @@ pub struct PoolConfig {
     /// (BENCHMARKS.md, session 55). Default true; `GKRT_POOL_OWN_STREAM_MOVES=0` turns it off.
     /// Off under a memory limit, as `tight_peaks`: measured without a limit only.
     pub own_stream_moves: bool,
+    /// Whether a request that would raise the most pages ever mapped takes, before mapping new
+    /// ones, the free pages another stream left mapped in its empty range (a warm-up
+    /// allocation's, a stream done with its work), slack or not. Moving a page costs what
+    /// mapping a new one does (about 40 µs against 35 on the H200, BENCHMARKS.md session 25),
+    /// so the footprint does not grow by pages nothing uses; the stream whose range it was
+    /// maps anew if it comes back, as it would have anyway. Without it such pages sat within
+    /// the slack rule's page of rounding over the high-water mark: trace_replay's warm-up page
+    /// was that page on every trace (host replay: decoder_tiny_generate 1.0784 → 1.0335,
+    /// memory_bank_train's GPU recording 1.0465 → 1.0192, four more lower, none higher;
+    /// BENCHMARKS.md, session 60). Default true; `GKRT_POOL_EMPTY_RANGE_MOVES=0` turns it off.
+    /// Off under a memory limit, as `tight_peaks`: measured without a limit only.
+    pub empty_range_moves: bool,
 }
 
 /// `PoolConfig::tail_first`: which small requests take the range's short mapped tail before
@@ -268,6 +280,7 @@ impl Default for PoolConfig {
             new_step_moves: true,
             plan_room_permille: 50,
             own_stream_moves: true,
+            empty_range_moves: true,
         }
     }
 }
@@ -280,8 +293,8 @@ impl PoolConfig {
     /// the planner's choices and figures were fitted
     /// with small requests cut from their best fit (`tail_first` off; short-lived requests at
     /// the tail were measured on allocators without a limit only, session 31; `tight_peaks`,
-    /// `new_step_moves`, `plan_room_permille` and `own_stream_moves` off, measured without a
-    /// limit only too, sessions 35, 38, 39 and 55).
+    /// `new_step_moves`, `plan_room_permille`, `own_stream_moves` and `empty_range_moves` off,
+    /// measured without a limit only too, sessions 35, 38, 39, 55 and 60).
     pub fn for_swapping(self) -> PoolConfig {
         PoolConfig {
             period_plans: false,
@@ -290,6 +303,7 @@ impl PoolConfig {
             new_step_moves: false,
             plan_room_permille: 0,
             own_stream_moves: false,
+            empty_range_moves: false,
             tail_first: TailFirst::Off,
             ..self
         }
@@ -331,12 +345,12 @@ mod tests {
     fn for_swapping_turns_off_the_rules_measured_without_a_limit() {
         let d = PoolConfig::default();
         assert!(d.period_plans && d.step_lived_low && d.tight_peaks && d.new_step_moves);
-        assert!(d.own_stream_moves);
+        assert!(d.own_stream_moves && d.empty_range_moves);
         assert_eq!(d.tail_first, TailFirst::ShortLived);
         assert!(d.plan_room_permille > d.recycle_slack_permille);
         let s = d.clone().for_swapping();
         assert!(!s.period_plans && !s.step_lived_low && !s.tight_peaks && !s.new_step_moves);
-        assert!(!s.own_stream_moves);
+        assert!(!s.own_stream_moves && !s.empty_range_moves);
         assert_eq!(s.tail_first, TailFirst::Off);
         assert_eq!(s.plan_room_permille, 0);
         let back = PoolConfig {
@@ -346,6 +360,7 @@ mod tests {
             new_step_moves: true,
             plan_room_permille: d.plan_room_permille,
             own_stream_moves: true,
+            empty_range_moves: true,
             tail_first: TailFirst::ShortLived,
             ..s
         };

@@ -559,7 +559,13 @@ impl Pool {
         if add >= self.config.recycle_min_bytes.min(slack_bytes) {
             // No move below the most ever mapped: there a move lowers no peak, it only costs time.
             let cap = self.cap_over(hw, slack_permille).max(self.mapped_peak);
-            let slack = (self.mapped_pages + need).saturating_sub(cap);
+            // Pages a stream at rest left mapped in its empty range go before the most ever
+            // mapped rises, slack or not: moving one costs what mapping a new one does
+            // (`empty_range_moves`).
+            let rise = (self.mapped_pages + need).saturating_sub(self.mapped_peak);
+            let slack = (self.mapped_pages + need)
+                .saturating_sub(cap)
+                .max(self.pages_in_empty_ranges(r).min(rise));
             // Only while moves have paid for themselves (move_budget.rs).
             let (now, permille) = (backing.now_ns(), self.config.recycle_time_permille);
             if slack > must {

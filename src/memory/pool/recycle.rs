@@ -139,6 +139,20 @@ impl Pool {
         Some(self.streams[si].stream)
     }
 
+    /// Mapped pages lying inside the empty ranges of streams other than range `r`'s: free
+    /// pages a stream at rest keeps (a warm-up allocation's), which recycling may take
+    /// (`PoolConfig::empty_range_moves`). 0 with the rule off.
+    pub(super) fn pages_in_empty_ranges(&self, r: u32) -> u64 {
+        if !self.config.empty_range_moves {
+            return 0;
+        }
+        self.streams
+            .iter()
+            .filter(|st| st.range != NIL && st.range != r && self.range_is_empty(st.range))
+            .map(|st| self.mapped_interior(self.segs[st.range].first))
+            .sum()
+    }
+
     /// The mapped chunks `(first page, pages)` lying wholly inside the free block `i`, from its
     /// high end, but those under the pages `keep` holds there.
     fn victim_chunks(&self, i: u32, keep: Keep) -> Vec<(u64, u64)> {

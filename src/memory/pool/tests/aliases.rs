@@ -5,11 +5,13 @@
 
 use super::*;
 
-/// (With the slack at every request, `tight_peaks` off: the cases below count the slack's cap.)
+/// (With the slack at every request, `tight_peaks` off, and an empty range's pages moved only
+/// by it, `empty_range_moves` off: the cases below count the slack's cap.)
 fn alias_pool() -> Pool {
     Pool::new(PoolConfig {
         page_aliases: true,
         tight_peaks: false,
+        empty_range_moves: false,
         ..vpool(u64::MAX).config().clone()
     })
 }

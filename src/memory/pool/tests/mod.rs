@@ -6,6 +6,7 @@
 
 mod aliases;
 mod dry_run_pending;
+mod empty_range_moves;
 mod epoch_fragments;
 mod epochs;
 mod fake;

@@ -62,6 +62,7 @@
 //! `GKRT_REPLAY_TIGHT_PEAKS=0` turns `tight_peaks` off; `GKRT_REPLAY_NEW_STEP_MOVES=0` turns
 //! `new_step_moves` off; `GKRT_REPLAY_PLAN_ROOM_PERMILLE=N` sets `plan_room_permille`;
 //! `GKRT_REPLAY_OWN_STREAM_MOVES=0` turns `own_stream_moves` off;
+//! `GKRT_REPLAY_EMPTY_RANGE_MOVES=0` turns `empty_range_moves` off;
 //! `GKRT_REPLAY_AGAIN_PASSES=K` turns `alias_moves_again` off from pass K
 //! (an experiment: what the layout of K passes of moving again needs without it). The driver
 //! time of passes after the first is given as a median and as means (all of them; the last
@@ -266,6 +267,10 @@ fn replay(evs: &[Ev], unfreed: &[u32], cfg: PoolConfig, vmm: bool, passes: usize
     // GKRT_REPLAY_OWN_STREAM_MOVES=0: `PoolConfig::own_stream_moves` off.
     if let Ok(v) = std::env::var("GKRT_REPLAY_OWN_STREAM_MOVES") {
         cfg.own_stream_moves = v != "0";
+    }
+    // GKRT_REPLAY_EMPTY_RANGE_MOVES=0: `PoolConfig::empty_range_moves` off.
+    if let Ok(v) = std::env::var("GKRT_REPLAY_EMPTY_RANGE_MOVES") {
+        cfg.empty_range_moves = v != "0";
     }
     // GKRT_REPLAY_PLAN_ROOM_PERMILLE=N: `PoolConfig::plan_room_permille`.
     if let Some(v) = std::env::var("GKRT_REPLAY_PLAN_ROOM_PERMILLE")

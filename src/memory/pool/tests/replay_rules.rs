@@ -8,13 +8,15 @@ use super::*;
 
 /// The rules the tests of session 12's and 13's move rules were measured against: every
 /// slack-rule move asked of the bucket (`peak_moves` off, session 29), small requests cut
-/// from their best fit (`tail_first` off, session 31), and the slack at every request
-/// (`tight_peaks` off, session 35).
+/// from their best fit (`tail_first` off, session 31), the slack at every request
+/// (`tight_peaks` off, session 35), and an empty range's pages moved only by the slack
+/// (`empty_range_moves` off, session 60).
 fn before_peak_moves() -> PoolConfig {
     PoolConfig {
         peak_moves: false,
         tail_first: TailFirst::Off,
         tight_peaks: false,
+        empty_range_moves: false,
         ..PoolConfig::default()
     }
 }

@@ -2,6 +2,7 @@
 """The pool's host replay of every trace in six configurations, and a comparison of two such runs.
 
     python3 scripts/host_replay.py run PREFIX [NAME=VALUE ...]
+    python3 scripts/host_replay.py seeds PREFIX [FIRST-LAST] [NAME=VALUE ...]
     python3 scripts/host_replay.py compare OLD_PREFIX NEW_PREFIX
 
 `run` builds the library's unit tests (release), then replays the traces through the pool's
@@ -18,9 +19,15 @@ otherwise ../shared/traces, benches/traces, benches/traces_heldout, the syntheti
 benches/gen_traces.py (written to a temporary folder), benches/traces_host and
 benches/traces_hostgpu.
 
-`compare` prints, per configuration, every trace whose figure (peak reserved over peak live) or
-median later pass (physical allocations mapped, unmapped) differs between the two runs, and the
-traces only one of them replayed (trace names are file names, unique across the sets).
+`seeds` replays, as they come only, benches/gen_traces.py's workloads at each seed of FIRST-LAST
+(1-24 by default; `gen_traces.py --seeds`): the same programs with other random choices, to see
+how far a figure holds beyond the one seed the traces keep. It writes PREFIX_seeds.txt and prints
+the traces over their goal, and how many per workload.
+
+`compare` prints, for each configuration both prefixes ran (`seeds` among them), every trace
+whose figure (peak reserved over peak live) or median later pass (physical allocations mapped,
+unmapped) differs between the two runs, and the traces only one of them replayed (trace names
+are file names, unique across the sets).
 """
 import glob
 import json
@@ -78,43 +85,87 @@ def rows(path):
     return out
 
 
-def run(prefix, pairs):
+def knobs(pairs):
     extra = {}
     for p in pairs:
         name, sep, value = p.partition("=")
         if not sep:
             sys.exit(f"host_replay: {p!r} is not NAME=VALUE")
         extra[name] = value
+    return extra
+
+
+def replay(binary, traces, out_path, env):
+    """Replays `traces` (colon-separated paths) on the model clock with `env` over the defaults,
+    writing the table's rows for the virtual ranges to `out_path`."""
+    e = dict(os.environ, GKRT_TRACES=traces, GKRT_REPLAY_MODEL_CLOCK="1",
+             GKRT_REPLAY_WORK_NS="400", GKRT_REPLAY_GAP_NS="8000",
+             GKRT_REPLAY_VMM_ONLY="1", GKRT_PASSES="5")
+    e.update(env)
+    out = subprocess.run([binary, "--ignored", "replay_traces", "--nocapture",
+                          "--test-threads", "1"], env=e, capture_output=True, text=True,
+                         check=True).stdout
+    lines = [l for l in out.splitlines() if l.startswith("| ") and "virtual" in l]
+    with open(out_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def over_goal(path):
+    """The rows of `path` whose figure is over their goal, as 'name figure (goal)' lines."""
+    return [f"{n} {x:.4f} (goal {g:.4f})" for n, x, g, _ in rows(path) if x > g]
+
+
+def run(prefix, pairs):
+    extra = knobs(pairs)
     binary = test_binary()
     with tempfile.TemporaryDirectory() as synth:
         traces = os.environ.get("GKRT_TRACES") or ":".join(default_traces(synth))
 
         def one(config):
             tag, env = config
-            e = dict(os.environ, GKRT_TRACES=traces, GKRT_REPLAY_MODEL_CLOCK="1",
-                     GKRT_REPLAY_WORK_NS="400", GKRT_REPLAY_GAP_NS="8000",
-                     GKRT_REPLAY_VMM_ONLY="1", GKRT_PASSES="5")
-            e.update(env)
-            e.update(extra)
-            out = subprocess.run([binary, "--ignored", "replay_traces", "--nocapture",
-                                  "--test-threads", "1"], env=e, capture_output=True, text=True,
-                                 check=True).stdout
-            lines = [l for l in out.splitlines() if l.startswith("| ") and "virtual" in l]
-            with open(f"{prefix}_{tag}.txt", "w") as f:
-                f.write("\n".join(lines) + "\n")
+            replay(binary, traces, f"{prefix}_{tag}.txt", {**env, **extra})
             return tag
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             done = list(pool.map(one, CONFIGS))
     for tag in done:
         r = rows(f"{prefix}_{tag}.txt")
-        over = [f"{n} {x:.4f} (goal {g:.4f})" for n, x, g, _ in r if x > g]
+        over = over_goal(f"{prefix}_{tag}.txt")
         print(f"{tag}: {len(r)} traces, {len(over)} over their goal" +
               ("".join(f"\n  {o}" for o in over)))
 
 
+def seeds(prefix, args):
+    span = "1-24"
+    if args and "=" not in args[0]:
+        span, args = args[0], args[1:]
+    extra = knobs(args)
+    binary = test_binary()
+    with tempfile.TemporaryDirectory() as d:
+        made = subprocess.run([sys.executable, os.path.join(ROOT, "benches", "gen_traces.py"), d,
+                               "--seeds", span], capture_output=True, text=True)
+        if made.returncode != 0:
+            sys.exit(f"host_replay: gen_traces.py --seeds {span}: {made.stdout}{made.stderr}")
+        traces = ":".join(sorted(glob.glob(os.path.join(d, "*.trace.gz"))))
+        replay(binary, traces, f"{prefix}_seeds.txt", extra)
+    r = rows(f"{prefix}_seeds.txt")
+    over = over_goal(f"{prefix}_seeds.txt")
+    per = {}
+    for o in over:
+        workload = o.split()[0].rsplit("_s", 1)[0]
+        per[workload] = per.get(workload, 0) + 1
+    print(f"seeds {span}: {len(r)} traces, {len(over)} over their goal" +
+          "".join(f"\n  {w}: {k}" for w, k in sorted(per.items())) +
+          "".join(f"\n  {o}" for o in over))
+
+
 def compare(old, new):
-    for tag, _ in CONFIGS:
+    tags = [tag for tag, _ in CONFIGS] + ["seeds"]
+    tags = [t for t in tags
+            if os.path.exists(f"{old}_{t}.txt") and os.path.exists(f"{new}_{t}.txt")]
+    if not tags:
+        sys.exit(f"host_replay: no run of {old} and {new} alike to compare")
+    for tag in tags:
         a = {r[0]: r for r in rows(f"{old}_{tag}.txt")}
         b = {r[0]: r for r in rows(f"{new}_{tag}.txt")}
         both = [n for n in a if n in b]
@@ -134,6 +185,8 @@ def compare(old, new):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "run":
         run(sys.argv[2], sys.argv[3:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "seeds":
+        seeds(sys.argv[2], sys.argv[3:])
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         compare(sys.argv[2], sys.argv[3])
     else:

@@ -213,9 +213,10 @@ pub struct PoolConfig {
     /// (BENCHMARKS.md, session 55). Default true; `GKRT_POOL_OWN_STREAM_MOVES=0` turns it off.
     /// Off under a memory limit, as `tight_peaks`: measured without a limit only.
     pub own_stream_moves: bool,
-    /// Whether a request that would raise the most pages ever mapped takes, before mapping new
-    /// ones, the free pages another stream left mapped in its empty range (a warm-up
-    /// allocation's, a stream done with its work), slack or not. Moving a page costs what
+    /// Whether a request that would raise the most pages ever mapped, within the slack rule's
+    /// cap, takes the free pages another stream left mapped in its empty range (a warm-up
+    /// allocation's, a stream done with its work) before mapping new ones, and no other
+    /// range's (over the cap the slack rule moves pages as before). Moving a page costs what
     /// mapping a new one does (about 40 µs against 35 on the H200, BENCHMARKS.md session 25),
     /// so the footprint does not grow by pages nothing uses; the stream whose range it was
     /// maps anew if it comes back, as it would have anyway. Without it such pages sat within

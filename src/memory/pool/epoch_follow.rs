@@ -494,6 +494,7 @@ impl Pool {
         Moving {
             bucket: false,
             victims_of: self.own_stream_victims(r),
+            empty_only: false,
         }
     }
 

@@ -97,8 +97,9 @@
 //!   allocated bytes by more than `recycle_slack_permille` (and at least one page) and the most
 //!   ever mapped (since the start or `release_cached`: below it a move lowers no peak); a
 //!   request that raises that mark gets no slack (`tight_peaks`: what it maps is the footprint
-//!   the program keeps), or when it would raise the most ever mapped while another stream's
-//!   empty range keeps free pages mapped (`empty_range_moves`: a warm-up's page) — but (b)
+//!   the program keeps); within that cap, a request that would raise the most ever mapped
+//!   takes the free pages other streams' empty ranges keep mapped, and no others
+//!   (`empty_range_moves`: a warm-up's page) — but (b)
 //!   only while such moves have taken at most `recycle_time_permille` of wall time as the pool
 //!   measures it (`move_budget.rs`): under churn it maps new pages once instead of moving the
 //!   same ones every step. Requests that bring the program to its peak, and those of a step

@@ -537,6 +537,7 @@ impl Pool {
         let mut repeat = false;
         let mut startup = false;
         let mut at_peak = false;
+        let mut empty_only = false;
         // With aliases, a move keeps the chunks it takes mapped until they are placed
         // (`alias.rs`), and switching one back to its shadow here costs nothing.
         let aliasing = self.aliasing(vm);
@@ -559,13 +560,15 @@ impl Pool {
         if add >= self.config.recycle_min_bytes.min(slack_bytes) {
             // No move below the most ever mapped: there a move lowers no peak, it only costs time.
             let cap = self.cap_over(hw, slack_permille).max(self.mapped_peak);
-            // Pages a stream at rest left mapped in its empty range go before the most ever
-            // mapped rises, slack or not: moving one costs what mapping a new one does
-            // (`empty_range_moves`).
-            let rise = (self.mapped_pages + need).saturating_sub(self.mapped_peak);
-            let slack = (self.mapped_pages + need)
-                .saturating_sub(cap)
-                .max(self.pages_in_empty_ranges(r).min(rise));
+            let mut slack = (self.mapped_pages + need).saturating_sub(cap);
+            if slack == 0 {
+                // Within the cap, the pages a stream at rest left mapped in its empty range go
+                // before the most ever mapped rises, and no others: moving one costs what
+                // mapping a new one does (`empty_range_moves`).
+                let rise = (self.mapped_pages + need).saturating_sub(self.mapped_peak);
+                slack = self.pages_in_empty_ranges(r).min(rise);
+                empty_only = slack > 0;
+            }
             // Only while moves have paid for themselves (move_budget.rs).
             let (now, permille) = (backing.now_ns(), self.config.recycle_time_permille);
             if slack > must {
@@ -618,6 +621,7 @@ impl Pool {
             let moving = Moving {
                 bucket: want > must && !(startup || at_peak),
                 victims_of: self.own_stream_victims(r),
+                empty_only,
             };
             let recycled = self.recycle(
                 backing,

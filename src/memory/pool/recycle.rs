@@ -22,6 +22,9 @@ pub(super) struct Moving {
     /// When the slack rule or a gathering moves pages: only this stream's ranges and empty
     /// ones give them up (`Pool::own_stream_victims`); None, every range.
     pub(super) victims_of: Option<StreamId>,
+    /// A move within the slack rule's cap, for the pages of empty ranges alone
+    /// (`PoolConfig::empty_range_moves`): no other range gives any.
+    pub(super) empty_only: bool,
 }
 
 /// The pages a recycling leaves where they are: those about to be used.
@@ -247,7 +250,8 @@ impl Pool {
                 .filter(|&&t| t >= b.addr && t < b.addr + b.size)
                 .count()
         };
-        if let Some(i) = keep.placing() {
+        let empty_only = moving.empty_only && must == 0;
+        if let Some(i) = keep.placing().filter(|_| !empty_only) {
             victims.push((self.mapped_interior(i), i));
         }
         // Another stream's range in use keeps its pages from the slack rule after the first
@@ -255,7 +259,8 @@ impl Pool {
         let only = if must == 0 { moving.victims_of } else { None };
         for st in &self.streams {
             if st.range == NIL
-                || (only.is_some_and(|s| s != st.stream) && !self.range_is_empty(st.range))
+                || ((empty_only || only.is_some_and(|s| s != st.stream))
+                    && !self.range_is_empty(st.range))
             {
                 continue;
             }

@@ -1,8 +1,10 @@
-//! `PoolConfig::empty_range_moves` (`recycle.rs`, `pages_in_empty_ranges`): a request that
-//! would raise the most pages ever mapped first takes the free pages another stream left mapped
-//! in its empty range, slack or not; a range that still holds a live block keeps its own.
+//! `PoolConfig::empty_range_moves` (`recycle.rs`, `pages_in_empty_ranges`): a request within
+//! the slack rule's cap that would raise the most pages ever mapped takes the free pages another
+//! stream left mapped in its empty range, and no other range's; a range that still holds a live
+//! block keeps its own.
 
 use super::*;
+use crate::memory::pool::recycle::{Keep, Moving};
 
 /// A pool whose stream 1 has allocated and freed 256 bytes, as trace_replay's warm-up does: its
 /// range is empty and keeps one page mapped. The device passes every marker. (pool, fake, the
@@ -66,4 +68,39 @@ fn a_stream_holding_a_live_block_keeps_its_free_pages() {
         f.covers(side + PAGE - 256, 256),
         "stream 1's free page moved"
     );
+}
+
+/// A move made for an empty range's pages alone (within the slack rule's cap) takes no other:
+/// stream 0's hole keeps its free mapped page, stream 1's empty range gives its own.
+#[test]
+fn a_move_within_the_cap_takes_the_empty_ranges_pages_alone() {
+    for empty_only in [true, false] {
+        let f = Fake::virtual_memory();
+        f.state_mut().idle_device = true;
+        let mut p = vpool(u64::MAX);
+        // Stream 0: a free mapped page in a hole below a live one, and more free pages than
+        // stream 1's in that hole, so that by mapped pages it would be taken first.
+        let hole = p.alloc(&f, 2 * PAGE, st(0)).unwrap();
+        let _sep = p.alloc(&f, PAGE, st(0)).unwrap();
+        p.free(&f, hole).unwrap();
+        let warm = p.alloc(&f, 256, st(1)).unwrap();
+        p.free(&f, warm).unwrap();
+        assert_eq!(p.pages_in_empty_ranges(NIL), 1);
+        let vm = f.vmm().expect("virtual memory");
+        let moving = Moving {
+            empty_only,
+            ..Moving::default()
+        };
+        let done = p
+            .recycle(&f, vm, 1, 0, Keep::Nothing, true, None, moving)
+            .unwrap();
+        check(&p);
+        assert_eq!(done, 1);
+        assert_eq!(
+            f.covers(hole, 2 * PAGE),
+            empty_only,
+            "stream 0's hole (empty only {empty_only})"
+        );
+        assert_eq!(f.covers(warm, 256), !empty_only, "stream 1's page");
+    }
 }

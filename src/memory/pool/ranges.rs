@@ -561,7 +561,7 @@ impl Pool {
             // No move below the most ever mapped: there a move lowers no peak, it only costs time.
             let cap = self.cap_over(hw, slack_permille).max(self.mapped_peak);
             let mut slack = (self.mapped_pages + need).saturating_sub(cap);
-            if slack == 0 {
+            if slack == 0 && must == 0 {
                 // Within the cap, the pages a stream at rest left mapped in its empty range go
                 // before the most ever mapped rises, and no others: moving one costs what
                 // mapping a new one does (`empty_range_moves`).

@@ -250,8 +250,14 @@ impl Pool {
                 .filter(|&&t| t >= b.addr && t < b.addr + b.size)
                 .count()
         };
-        let empty_only = moving.empty_only && must == 0;
-        if let Some(i) = keep.placing().filter(|_| !empty_only) {
+        // For empty ranges alone: not the range being placed in, which may look empty while
+        // its one free block is cut.
+        let empty_only = (moving.empty_only && must == 0).then(|| match keep {
+            Keep::Placing(i, _, _) => self.streams[self.blocks[i].owner as usize].range,
+            Keep::Span(r, _, _) => r,
+            Keep::Nothing => NIL,
+        });
+        if let Some(i) = keep.placing().filter(|_| empty_only.is_none()) {
             victims.push((self.mapped_interior(i), i));
         }
         // Another stream's range in use keeps its pages from the slack rule after the first
@@ -259,7 +265,8 @@ impl Pool {
         let only = if must == 0 { moving.victims_of } else { None };
         for st in &self.streams {
             if st.range == NIL
-                || ((empty_only || only.is_some_and(|s| s != st.stream))
+                || empty_only.is_some_and(|placing| placing == st.range)
+                || ((empty_only.is_some() || only.is_some_and(|s| s != st.stream))
                     && !self.range_is_empty(st.range))
             {
                 continue;

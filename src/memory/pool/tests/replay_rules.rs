@@ -97,8 +97,9 @@ fn bert_train_moves_pages_back_for_free_with_aliases() {
 /// decoder_tiny_generate (benches/traces, a 44 MiB heap) beside the replay's warm-up, 256 bytes
 /// allocated and freed on a stream of their own as trace_replay's `GkrtRaw` does: that stream's
 /// empty range keeps a page mapped inside the slack rule's page of rounding, which nothing moved.
-/// The first request that raises the most ever mapped takes it (`empty_range_moves`): the peak
-/// is a page lower at both paces (1.0784 → 1.0335 of the peak live), and no later pass maps.
+/// A request within that cap that would raise the most ever mapped takes it
+/// (`empty_range_moves`): the peak is a page lower at both paces (as they come in the host
+/// replay, 1.0784 → 1.0335 of the peak live), and no later pass maps.
 #[test]
 fn decoder_tiny_generate_takes_the_warm_up_page() {
     for fast in [false, true] {
